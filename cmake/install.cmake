@@ -1,0 +1,22 @@
+# Install rules: headers, the exported targets, and a package config so that
+# `find_package(meshtensor)` works after `cmake --install`.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(meshtensor_targets meshtensor)
+if(MESHTENSOR_HAS_MPI)
+  list(APPEND meshtensor_targets meshtensor_mpi)
+endif()
+install(TARGETS ${meshtensor_targets} EXPORT meshtensorTargets)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/meshtensor DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(meshtensor_config_dir ${CMAKE_INSTALL_DATADIR}/cmake/meshtensor)
+install(EXPORT meshtensorTargets NAMESPACE meshtensor:: DESTINATION ${meshtensor_config_dir})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/meshtensorConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake
+                              INSTALL_DESTINATION ${meshtensor_config_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake
+              ${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
+        DESTINATION ${meshtensor_config_dir})

@@ -1,0 +1,78 @@
+#pragma once
+// The one interface every transport implements (threads, MPI, NCCL). It works on bytes and counts
+// so that transports stay non-templated; typed helpers live in collectives.hpp.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtensor/comm/dtype.hpp"
+#include "meshtensor/comm/request.hpp"
+
+namespace meshtensor {
+
+/**
+ * A group of processors that can talk. Every collective must be called by every member, in the
+ * same order (SPMD). Ranks are positions in the group, 0..size()-1.
+ */
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "threads", "mpi" or "nccl".
+  virtual std::string transport() const = 0;
+
+  /// Nonblocking send of `bytes` bytes to rank `dest`; the buffer must live until wait().
+  Request isend(const void* data, std::size_t bytes, int dest, int tag) {
+    ++traffic_.messages;
+    traffic_.bytes += bytes;
+    return post_send(data, bytes, dest, tag);
+  }
+  /// Nonblocking receive of exactly `bytes` bytes from rank `source`.
+  Request irecv(void* data, std::size_t bytes, int source, int tag) {
+    return post_receive(data, bytes, source, tag);
+  }
+
+  /// What this rank has sent point-to-point on this communicator so far: lets tests and
+  /// benchmarks hold communication to what an op needs.
+  struct Traffic {
+    std::uint64_t messages = 0;
+    std::uint64_t bytes = 0;
+  };
+  Traffic traffic() const { return traffic_; }
+
+  /// In place: every rank ends with the element-wise reduction of all ranks' `count` elements.
+  /// Every rank gets bitwise the same result.
+  virtual void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  /// Rank r contributes `send_bytes` (== recv_bytes[r]); every rank receives all contributions
+  /// concatenated in rank order.
+  virtual void all_gather(const void* send, std::size_t send_bytes, void* recv,
+                          const std::vector<std::size_t>& recv_bytes) = 0;
+  /// Reduces `send` (the sum of counts elements) over all ranks; rank r keeps the counts[r]
+  /// elements starting at the sum of counts[0..r).
+  virtual void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                              DType type, ReduceOp op) = 0;
+  /// Rank r sends send_bytes[q] bytes (consecutive in `send`) to each rank q, and receives
+  /// recv_bytes[q] bytes from each rank q (consecutive in `recv`).
+  virtual void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                          const std::vector<std::size_t>& recv_bytes) = 0;
+  /// Rank `root`'s `bytes` bytes reach every rank.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+
+  /// Collective: ranks with the same `color` form a new group, ordered by `key` (then by rank).
+  /// A negative color leaves this rank out; it gets nullptr.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+ private:
+  virtual Request post_send(const void* data, std::size_t bytes, int dest, int tag) = 0;
+  virtual Request post_receive(void* data, std::size_t bytes, int source, int tag) = 0;
+
+  Traffic traffic_;
+};
+
+}  // namespace meshtensor

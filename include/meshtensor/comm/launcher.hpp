@@ -1,0 +1,19 @@
+#pragma once
+// Tells whether this process was started by an MPI launcher, which decides the default transport.
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace meshtensor {
+
+/// The launcher variable that marks an MPI start (mpirun, mpiexec, srun with PMI or PMIx), or
+/// nullopt when the program was started by hand.
+inline std::optional<std::string> mpi_launcher_variable() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD"})
+    if (std::getenv(name)) return std::string(name);
+  return std::nullopt;
+}
+
+}  // namespace meshtensor

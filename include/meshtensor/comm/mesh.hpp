@@ -1,0 +1,98 @@
+#pragma once
+// A MeshShape bound to a communicator: this processor's place in the mesh and one communicator per
+// set of mesh axes, so that ops can reduce or gather along exactly the axes a layout splits.
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/core/detail/quote.hpp"
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/core/mesh_shape.hpp"
+
+namespace meshtensor {
+
+/// A set of mesh axes, as a bit mask over axis positions.
+using AxisSet = std::uint32_t;
+
+inline AxisSet axis_set(std::initializer_list<std::size_t> positions) {
+  AxisSet set = 0;
+  for (auto p : positions) set |= AxisSet{1} << p;
+  return set;
+}
+
+/**
+ * The processors of a run, arranged as a mesh. Built collectively by every processor.
+ *
+ * ```cpp
+ * // on 8 processors, mesh "rows:2; cols:4": processor 6 is at rows=1, cols=2
+ * mesh.group(axis_set({1}))   // the 4 processors of this row, ranked by their column
+ * ```
+ */
+class Mesh {
+ public:
+  static constexpr std::size_t max_axes = 8;
+
+  Mesh(MeshShape shape, std::unique_ptr<Communicator> world)
+      : shape_(std::move(shape)), world_(std::move(world)) {
+    if (shape_.num_processors() != world_->size())
+      throw MeshError("mesh " + shape_.to_string() + " needs " +
+                      std::to_string(shape_.num_processors()) + " processors but the run has " +
+                      std::to_string(world_->size()) + " (" + world_->transport() +
+                      " transport); make the product of the mesh axis sizes equal the number of "
+                      "processors");
+    if (shape_.rank() > max_axes)
+      throw MeshError("mesh " + shape_.to_string() + " has " + std::to_string(shape_.rank()) +
+                      " axes; at most " + std::to_string(max_axes) + " are supported");
+    coord_ = shape_.coord_of(world_->rank());
+    // Every subset of axes gets its communicator now, while all processors are known to be here:
+    // the members of a group share the coordinates outside the set and are ranked by those inside.
+    const AxisSet all = (AxisSet{1} << shape_.rank()) - 1;
+    for (AxisSet set = 0; set <= all; ++set) {
+      int color = 0, key = 0;
+      for (std::size_t a = 0; a < shape_.rank(); ++a) {
+        int& target = (set >> a & 1) ? key : color;
+        target = target * shape_[a].size + coord_[a];
+      }
+      groups_.push_back(world_->split(color, key));
+    }
+  }
+
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  const MeshShape& shape() const { return shape_; }
+  int processor() const { return world_->rank(); }
+  int num_processors() const { return world_->size(); }
+  const MeshCoord& coord() const { return coord_; }
+  std::string transport() const { return world_->transport(); }
+
+  /// Position of a mesh axis; throws naming the axis and the axes there are.
+  std::size_t axis(std::string_view name) const {
+    if (auto position = shape_.find(name)) return *position;
+    throw MeshError("mesh " + shape_.to_string() + " has no axis " + detail::quoted(name) +
+                    "; its axes are " + detail::quoted_list(shape_.names()));
+  }
+  int coord(std::string_view axis_name) const { return coord_[axis(axis_name)]; }
+
+  Communicator& world() { return *world_; }
+  /// The processors that differ from this one only along the axes in `axes`.
+  Communicator& group(AxisSet axes) {
+    if (axes >= groups_.size())
+      throw MeshError("axis set " + std::to_string(axes) + " names axes outside mesh " +
+                      shape_.to_string());
+    return *groups_[axes];
+  }
+
+ private:
+  MeshShape shape_;
+  std::unique_ptr<Communicator> world_;
+  MeshCoord coord_;
+  std::vector<std::unique_ptr<Communicator>> groups_;
+};
+
+}  // namespace meshtensor

@@ -1,0 +1,218 @@
+#pragma once
+// The `mpi` transport: one processor per MPI rank, over Boost.MPI and Open MPI. Boost.MPI owns the
+// environment and the communicators; the byte-level calls go straight to the MPI C API, which has
+// the variable-count collectives Boost.MPI lacks. Messages above MPI's int count limit are split.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <boost/mpi/communicator.hpp>
+#include <boost/mpi/environment.hpp>
+#include <climits>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/core/error.hpp"
+
+namespace meshtensor::mpi {
+namespace detail {
+
+// Largest piece sent in one MPI call; a multiple of every element size.
+constexpr std::size_t max_chunk_bytes = std::size_t{1} << 30;
+
+inline MPI_Datatype mpi_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::u8:
+      return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+inline MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+inline void check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw CommError(std::string("mpi transport: ") + call + " failed: " + std::string(text, length));
+}
+
+class MpiRequest : public meshtensor::detail::RequestImpl {
+ public:
+  explicit MpiRequest(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+  ~MpiRequest() override {
+    // A request abandoned by an exception must not be left pending inside MPI.
+    for (auto& r : requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+  void wait() override {
+    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall");
+  }
+  bool test() override {
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                      MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+    return done != 0;
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
+
+inline int as_int(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw CommError(std::string("mpi transport: ") + what + " of " + std::to_string(n) +
+                    " exceeds MPI's int count limit");
+  return static_cast<int>(n);
+}
+
+}  // namespace detail
+
+/// A communicator over MPI ranks.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(boost::mpi::communicator comm) : comm_(std::move(comm)) {}
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  std::string transport() const override { return "mpi"; }
+  MPI_Comm native() const { return static_cast<MPI_Comm>(comm_); }
+
+ private:
+  // Large messages travel as consecutive pieces with one tag; MPI keeps their order.
+  Request post_send(const void* data, std::size_t bytes, int dest, int tag) override {
+    std::vector<MPI_Request> requests;
+    auto* p = static_cast<const char*>(data);
+    for_each_chunk(bytes, [&](std::size_t offset, int n) {
+      requests.emplace_back();
+      detail::check(MPI_Isend(p + offset, n, MPI_BYTE, dest, tag, native(), &requests.back()),
+                    "MPI_Isend");
+    });
+    return Request(std::make_unique<detail::MpiRequest>(std::move(requests)));
+  }
+
+  Request post_receive(void* data, std::size_t bytes, int source, int tag) override {
+    std::vector<MPI_Request> requests;
+    auto* p = static_cast<char*>(data);
+    for_each_chunk(bytes, [&](std::size_t offset, int n) {
+      requests.emplace_back();
+      detail::check(MPI_Irecv(p + offset, n, MPI_BYTE, source, tag, native(), &requests.back()),
+                    "MPI_Irecv");
+    });
+    return Request(std::make_unique<detail::MpiRequest>(std::move(requests)));
+  }
+
+ public:
+  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
+    const std::size_t element = dtype_size(type);
+    auto* p = static_cast<char*>(data);
+    for_each_chunk(count * element, [&](std::size_t offset, int n) {
+      detail::check(MPI_Allreduce(MPI_IN_PLACE, p + offset, n / static_cast<int>(element),
+                                  detail::mpi_type(type), detail::mpi_op(op), native()),
+                    "MPI_Allreduce");
+    });
+  }
+
+  void all_gather(const void* send, std::size_t send_bytes, void* recv,
+                  const std::vector<std::size_t>& recv_bytes) override {
+    std::vector<int> counts, displacements;
+    std::size_t offset = 0;
+    for (auto bytes : recv_bytes) {
+      counts.push_back(detail::as_int(bytes, "an all_gather contribution"));
+      displacements.push_back(detail::as_int(offset, "an all_gather result"));
+      offset += bytes;
+    }
+    detail::check(
+        MPI_Allgatherv(send, detail::as_int(send_bytes, "an all_gather contribution"), MPI_BYTE,
+                       recv, counts.data(), displacements.data(), MPI_BYTE, native()),
+        "MPI_Allgatherv");
+  }
+
+  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                      DType type, ReduceOp op) override {
+    std::vector<int> int_counts;
+    for (auto n : counts) int_counts.push_back(detail::as_int(n, "a reduce_scatter block"));
+    detail::check(MPI_Reduce_scatter(send, recv, int_counts.data(), detail::mpi_type(type),
+                                     detail::mpi_op(op), native()),
+                  "MPI_Reduce_scatter");
+  }
+
+  void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                  const std::vector<std::size_t>& recv_bytes) override {
+    auto layout = [](const std::vector<std::size_t>& bytes, std::vector<int>& counts,
+                     std::vector<int>& displacements) {
+      std::size_t offset = 0;
+      for (auto n : bytes) {
+        counts.push_back(detail::as_int(n, "an all_to_all block"));
+        displacements.push_back(detail::as_int(offset, "an all_to_all buffer"));
+        offset += n;
+      }
+    };
+    std::vector<int> send_counts, send_displacements, recv_counts, recv_displacements;
+    layout(send_bytes, send_counts, send_displacements);
+    layout(recv_bytes, recv_counts, recv_displacements);
+    detail::check(MPI_Alltoallv(send, send_counts.data(), send_displacements.data(), MPI_BYTE, recv,
+                                recv_counts.data(), recv_displacements.data(), MPI_BYTE, native()),
+                  "MPI_Alltoallv");
+  }
+
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for_each_chunk(bytes, [&](std::size_t offset, int n) {
+      detail::check(MPI_Bcast(p + offset, n, MPI_BYTE, root, native()), "MPI_Bcast");
+    });
+  }
+
+  void barrier() override { detail::check(MPI_Barrier(native()), "MPI_Barrier"); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    detail::check(MPI_Comm_split(native(), color < 0 ? MPI_UNDEFINED : color, key, &part),
+                  "MPI_Comm_split");
+    if (part == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(
+        boost::mpi::communicator(part, boost::mpi::comm_take_ownership));
+  }
+
+ private:
+  // Calls f(offset, n) for consecutive pieces of at most max_chunk_bytes; once for 0 bytes, so that
+  // an empty message still matches an empty receive.
+  template <class F>
+  static void for_each_chunk(std::size_t bytes, F&& f) {
+    std::size_t offset = 0;
+    do {
+      const std::size_t n = std::min(detail::max_chunk_bytes, bytes - offset);
+      f(offset, static_cast<int>(n));
+      offset += n;
+    } while (offset < bytes);
+  }
+
+  boost::mpi::communicator comm_;
+};
+
+}  // namespace meshtensor::mpi

@@ -1,0 +1,53 @@
+#pragma once
+// The exceptions meshtensor throws. Every message names the dim, axis, string or processor at fault
+// and says what would have been valid, so a user can fix the call without reading the library.
+
+#include <stdexcept>
+#include <string>
+
+namespace meshtensor {
+
+/// Base of every exception thrown by meshtensor.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A shape, mesh or layout string that does not follow the `name:value` syntax.
+class ParseError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A dim or shape that is invalid on its own or disagrees with another operand.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A layout that cannot be applied to a tensor on a mesh.
+class LayoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A mesh that does not fit the processors of the run.
+class MeshError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A failure of the transport itself (message size mismatch, MPI error, ...).
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Thrown on every other processor when one processor of an in-process run failed, so that none of
+/// them waits forever for a message that will never come.
+class PeerFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace meshtensor

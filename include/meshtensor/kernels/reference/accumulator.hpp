@@ -1,0 +1,14 @@
+#pragma once
+// The type sums are accumulated in: double for floating point (so that a sum over a whole volume
+// does not depend on how the volume was split, beyond rounding of the final value), int64 for
+// integers.
+
+#include <cstdint>
+#include <type_traits>
+
+namespace meshtensor::kernels {
+
+template <class T>
+using accumulator_t = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+
+}  // namespace meshtensor::kernels

@@ -1,0 +1,30 @@
+#pragma once
+// The whole public API in one include. The MPI transport joins when the program links
+// meshtensor::mpi (which defines MESHTENSOR_WITH_MPI).
+
+#include "meshtensor/version.hpp"
+
+#include "meshtensor/core/block.hpp"
+#include "meshtensor/core/dim.hpp"
+#include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/core/format.hpp"
+#include "meshtensor/core/layout.hpp"
+#include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/core/ownership_table.hpp"
+#include "meshtensor/core/shape.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+
+#include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/comm/run.hpp"
+#include "meshtensor/comm/threads.hpp"
+
+#include "meshtensor/tensor/create.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+#include "meshtensor/ops/einsum.hpp"
+#include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/reduce.hpp"
+#include "meshtensor/ops/relayout.hpp"

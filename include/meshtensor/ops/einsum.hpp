@@ -1,0 +1,160 @@
+#pragma once
+// Einstein summation over named dims. Dims of the operands that the output does not name are summed
+// over; where such a dim is split over a mesh axis each processor holds a partial sum, and an
+// all-reduce over that axis completes it — the rule behind a data-parallel weight gradient.
+
+#include <algorithm>
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/reference/accumulator.hpp"
+#include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/ops/align.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+// A block with its dim names: what the local contraction works on.
+template <class T>
+struct NamedBlock {
+  std::vector<std::string> names;
+  kernels::Sizes sizes;
+  xt::xarray<T> data;
+};
+
+template <class Acc, class T>
+std::vector<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
+                          const std::vector<std::string>& out_names,
+                          const kernels::Sizes& out_sizes,
+                          const std::vector<std::string>& inner_names,
+                          const kernels::Sizes& inner_sizes) {
+  std::vector<Acc> out(static_cast<std::size_t>(kernels::num_elements(out_sizes)));
+  auto operand = [&](const NamedBlock<T>& b) {
+    kernels::FoldOperand<T> op;
+    op.data = b.data.data();
+    const auto own = kernels::row_major_strides(b.sizes);
+    auto strides = [&](const std::vector<std::string>& names) {
+      kernels::Strides s(names.size(), 0);
+      for (std::size_t i = 0; i < names.size(); ++i)
+        for (std::size_t d = 0; d < b.names.size(); ++d)
+          if (b.names[d] == names[i]) s[i] = own[d];
+      return s;
+    };
+    op.outer_strides = strides(out_names);
+    op.inner_strides = strides(inner_names);
+    return op;
+  };
+  auto plus = [](Acc a, Acc b) { return a + b; };
+  if (in.size() == 1)
+    kernels::fold<Acc, T, 1>(out_sizes, inner_sizes, {operand(*in[0])}, out.data(), Acc(0), plus);
+  else
+    kernels::fold<Acc, T, 2>(out_sizes, inner_sizes, {operand(*in[0]), operand(*in[1])}, out.data(),
+                             Acc(0), plus);
+  return out;
+}
+
+}  // namespace detail
+
+/**
+ * Sum over the dims the output omits of the product of the operands, all aligned by dim name.
+ *
+ * ```cpp
+ * auto y = einsum({x, w}, "batch, hidden");      // x [batch, features], w [features, hidden]
+ * auto g = einsum({x, dy}, "features, hidden");  // weight gradient: sums over batch, all-reduced
+ * ```
+ */
+template <class T>
+Tensor<T> einsum(std::initializer_list<Tensor<T>> operand_list, const DimNames& output) {
+  using Acc = kernels::accumulator_t<T>;
+  const std::vector<Tensor<T>> given(operand_list);
+  if (given.empty()) throw ShapeError("einsum needs at least one operand");
+  std::vector<const Tensor<T>*> operands;
+  std::vector<const Shape*> shapes;
+  std::vector<const TensorLayout*> layouts;
+  for (const auto& t : given) {
+    operands.push_back(&t);
+    shapes.push_back(&t.shape());
+    layouts.push_back(&t.layout());
+  }
+  detail::check_same_mesh<T>("einsum", operands);
+  const Shape all = detail::merged_shape("einsum", shapes);
+  std::vector<Dim> out_dims;
+  for (const auto& name : output) {
+    if (!all.contains(name))
+      throw ShapeError("einsum: output dim " + detail::quoted(name) +
+                       " is in no operand; the operands' dims are " +
+                       detail::quoted_list(all.names()));
+    out_dims.push_back(all.dim(name));
+  }
+  const Shape out_shape(out_dims);
+  Mesh& mesh = given.front().mesh();
+  const Layout common = detail::common_layout(layouts);
+  const auto aligned = detail::aligned<T>(operands, common);
+  const TensorLayout common_all(all, mesh.shape(), common);
+  const Block all_block = common_all.block(mesh.coord());
+  auto local_size = [&](const std::string& name) {
+    return all_block.ranges[all.position(name)].size();
+  };
+
+  // Contract left to right; each step keeps the dims the output or a later operand still needs.
+  std::vector<detail::NamedBlock<T>> blocks;
+  for (const auto& t : aligned) blocks.push_back({t.shape().names(), t.block().sizes(), t.local()});
+  detail::NamedBlock<T> current = blocks[0];
+  std::vector<Acc> result;
+  const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);
+  for (std::size_t step = 0; step < steps; ++step) {
+    std::vector<const detail::NamedBlock<T>*> in{&current};
+    if (blocks.size() > 1) in.push_back(&blocks[step + 1]);
+    const bool last = step + 1 == steps;
+    auto needed_later = [&](const std::string& name) {
+      if (output.contains(name)) return true;
+      for (std::size_t later = step + 2; later < blocks.size(); ++later)
+        if (std::count(blocks[later].names.begin(), blocks[later].names.end(), name)) return true;
+      return false;
+    };
+    std::vector<std::string> keep, inner;
+    for (const auto* b : in)
+      for (const auto& name : b->names) {
+        if (std::count(keep.begin(), keep.end(), name) ||
+            std::count(inner.begin(), inner.end(), name))
+          continue;
+        (needed_later(name) ? keep : inner).push_back(name);
+      }
+    if (last) keep = output.names();  // the output's order, not the operands'
+    kernels::Sizes keep_sizes, inner_sizes;
+    for (const auto& name : keep) keep_sizes.push_back(local_size(name));
+    for (const auto& name : inner) inner_sizes.push_back(local_size(name));
+    auto partial = detail::contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes);
+    if (last) {
+      result = std::move(partial);
+    } else {
+      xt::xarray<T> data = xt::xarray<T>::from_shape(detail::to_xshape(keep_sizes));
+      std::transform(partial.begin(), partial.end(), data.begin(),
+                     [](Acc v) { return static_cast<T>(v); });
+      current = {keep, keep_sizes, std::move(data)};
+    }
+  }
+
+  // Summed dims that were split leave partial sums on each processor of their mesh axes.
+  AxisSet partial_axes = 0;
+  for (const auto& dim : all)
+    if (!output.contains(dim.name))
+      if (auto axis = common_all.mesh_axis_of(dim.name)) partial_axes |= AxisSet{1} << *axis;
+  if (partial_axes) all_reduce(mesh.group(partial_axes), result, ReduceOp::sum);
+
+  TensorLayout out_layout(out_shape, mesh.shape(), common);
+  xt::xarray<T> out =
+      xt::xarray<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
+  std::transform(result.begin(), result.end(), out.begin(),
+                 [](Acc v) { return static_cast<T>(v); });
+  return Tensor<T>(mesh, std::move(out_layout), std::move(out));
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,135 @@
+#pragma once
+// Reductions over named dims. Each processor reduces its block, then the processors that split a
+// reduced dim combine their partial results with one all-reduce over those mesh axes. The result
+// keeps the other dims and their splits.
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/reference/accumulator.hpp"
+#include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/ops/align.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+template <class T>
+Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const std::string& name,
+                 bool mean = false) {
+  for (const auto& dim : reduced)
+    if (!t.shape().contains(dim))
+      throw ShapeError(name + ": tensor " + t.layout().to_string() + " has no dim " + quoted(dim) +
+                       " to reduce; its dims are " + quoted_list(t.shape().names()));
+  std::vector<std::string> kept_names, reduced_names;
+  std::vector<Dim> kept_dims;
+  kernels::Sizes kept_sizes, reduced_sizes;
+  std::int64_t reduced_count = 1;
+  AxisSet partial_axes = 0;
+  const auto block_sizes = t.block().sizes();
+  for (std::size_t d = 0; d < t.rank(); ++d) {
+    const Dim& dim = t.shape()[d];
+    if (reduced.contains(dim.name)) {
+      reduced_names.push_back(dim.name);
+      reduced_sizes.push_back(block_sizes[d]);
+      reduced_count *= dim.size;
+      if (auto axis = t.layout().mesh_axis_of(d)) partial_axes |= AxisSet{1} << *axis;
+    } else {
+      kept_names.push_back(dim.name);
+      kept_dims.push_back(dim);
+      kept_sizes.push_back(block_sizes[d]);
+    }
+  }
+  kernels::FoldOperand<T> operand{t.local().data(),
+                                  strides_over(t.shape(), block_sizes, kept_names),
+                                  strides_over(t.shape(), block_sizes, reduced_names)};
+
+  // Sums accumulate in double (int64 for integers) and are combined across processors in that
+  // type, so the result does not depend on the split beyond the final rounding.
+  auto finish = [&](auto partial) {
+    using Acc = typename decltype(partial)::value_type;
+    if (partial_axes) all_reduce(t.mesh().group(partial_axes), partial, op);
+    TensorLayout layout(Shape(kept_dims), t.mesh().shape(), t.layout().layout());
+    xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(kept_sizes));
+    std::transform(partial.begin(), partial.end(), out.begin(), [&](Acc v) {
+      return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
+    });
+    return Tensor<T>(t.mesh(), std::move(layout), std::move(out));
+  };
+  const auto n = static_cast<std::size_t>(kernels::num_elements(kept_sizes));
+  if (op == ReduceOp::sum) {
+    using Acc = kernels::accumulator_t<T>;
+    std::vector<Acc> partial(n);
+    kernels::fold<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(), Acc(0),
+                             [](Acc a, Acc b) { return a + b; });
+    return finish(partial);
+  }
+  // An empty block (a dim smaller than its mesh axis) contributes the identity of max or min.
+  const bool is_max = op == ReduceOp::max;
+  const T identity =
+      std::numeric_limits<T>::has_infinity
+          ? (is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+          : (is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+  std::vector<T> partial(n);
+  kernels::fold<T, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
+                         [is_max](T a, T b) { return is_max ? (a < b ? b : a) : (b < a ? b : a); });
+  return finish(partial);
+}
+
+inline DimNames all_dims(const Shape& shape) { return DimNames(shape); }
+
+}  // namespace detail
+
+/**
+ * Sum over the named dims (all dims when none are named); the result keeps the other dims.
+ *
+ * ```cpp
+ * auto per_channel = reduce_sum(t, {"batch", "x", "y", "z"});   // [channels]
+ * float total = reduce_sum(t).item();                           // same on every processor
+ * ```
+ */
+template <class T>
+Tensor<T> reduce_sum(const Tensor<T>& t, const DimNames& dims) {
+  return detail::reduce(t, dims, ReduceOp::sum, "reduce_sum");
+}
+template <class T>
+Tensor<T> reduce_sum(const Tensor<T>& t) {
+  return reduce_sum(t, detail::all_dims(t.shape()));
+}
+
+/// Mean over the named dims: the sum divided by the product of their global sizes.
+template <class T>
+Tensor<T> reduce_mean(const Tensor<T>& t, const DimNames& dims) {
+  return detail::reduce(t, dims, ReduceOp::sum, "reduce_mean", /*mean=*/true);
+}
+template <class T>
+Tensor<T> reduce_mean(const Tensor<T>& t) {
+  return reduce_mean(t, detail::all_dims(t.shape()));
+}
+
+template <class T>
+Tensor<T> reduce_max(const Tensor<T>& t, const DimNames& dims) {
+  return detail::reduce(t, dims, ReduceOp::max, "reduce_max");
+}
+template <class T>
+Tensor<T> reduce_max(const Tensor<T>& t) {
+  return reduce_max(t, detail::all_dims(t.shape()));
+}
+
+template <class T>
+Tensor<T> reduce_min(const Tensor<T>& t, const DimNames& dims) {
+  return detail::reduce(t, dims, ReduceOp::min, "reduce_min");
+}
+template <class T>
+Tensor<T> reduce_min(const Tensor<T>& t) {
+  return reduce_min(t, detail::all_dims(t.shape()));
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,122 @@
+#pragma once
+// Moving a tensor to another layout on the same mesh. One rule covers all-gather, all-to-all and
+// local slicing: every processor receives each part of its new block from the processor that holds
+// that part in the old layout *and* shares its coordinates on the mesh axes the old layout leaves
+// unused. Where the old layout replicates and the new one splits, that processor is itself, and
+// nothing moves.
+
+#include <cstdint>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/comm/request.hpp"
+#include "meshtensor/core/layout.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/reference/copy_box.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/ops/detail/tags.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+// Where `box` starts inside `holder`'s row-major storage, in elements.
+inline std::int64_t box_offset(const Block& box, const Block& holder,
+                               const kernels::Strides& strides) {
+  std::int64_t offset = 0;
+  for (std::size_t d = 0; d < box.ranges.size(); ++d)
+    offset += (box.ranges[d].begin - holder.ranges[d].begin) * strides[d];
+  return offset;
+}
+
+template <class T>
+Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
+  if (target == tensor.layout()) return tensor;
+  Mesh& mesh = tensor.mesh();
+  const MeshShape& mesh_shape = mesh.shape();
+  const TensorLayout& source = tensor.layout();
+  const MeshCoord& me = mesh.coord();
+
+  std::vector<bool> source_splits(mesh_shape.rank(), false);
+  for (std::size_t d = 0; d < source.rank(); ++d)
+    if (auto axis = source.mesh_axis_of(d)) source_splits[*axis] = true;
+  auto same_replica = [&](const MeshCoord& other) {
+    for (std::size_t a = 0; a < mesh_shape.rank(); ++a)
+      if (!source_splits[a] && other[a] != me[a]) return false;
+    return true;
+  };
+
+  const Block& old_block = tensor.block();
+  const Block new_block = target.block(me);
+  const auto old_strides = kernels::row_major_strides(old_block.sizes());
+  const auto new_strides = kernels::row_major_strides(new_block.sizes());
+  xt::xarray<T> local = xt::xarray<T>::from_shape(to_xshape(new_block.sizes()));
+
+  struct Piece {
+    Block box;
+    std::vector<T> data;
+  };
+  std::vector<Piece> outgoing, incoming;
+  outgoing.reserve(mesh_shape.num_processors());
+  incoming.reserve(mesh_shape.num_processors());
+  std::vector<Request> requests;
+  Communicator& world = mesh.world();
+
+  for (int p = 0; p < mesh_shape.num_processors(); ++p) {
+    const MeshCoord other = mesh_shape.coord_of(p);
+    if (!same_replica(other)) continue;
+    const Block to_send = intersect(old_block, target.block(other));
+    if (!to_send.empty()) {
+      const T* from = tensor.local().data() + box_offset(to_send, old_block, old_strides);
+      if (p == mesh.processor()) {
+        kernels::copy_box(to_send.sizes(), from, old_strides,
+                          local.data() + box_offset(to_send, new_block, new_strides), new_strides);
+      } else {
+        auto& piece = outgoing.emplace_back(Piece{to_send, std::vector<T>(to_send.num_elements())});
+        kernels::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
+                          kernels::row_major_strides(to_send.sizes()));
+        requests.push_back(
+            world.isend(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
+      }
+    }
+    if (p == mesh.processor()) continue;
+    const Block to_receive = intersect(source.block(other), new_block);
+    if (!to_receive.empty()) {
+      auto& piece =
+          incoming.emplace_back(Piece{to_receive, std::vector<T>(to_receive.num_elements())});
+      requests.push_back(
+          world.irecv(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
+    }
+  }
+  wait_all(requests);
+  for (const auto& piece : incoming)
+    kernels::copy_box(piece.box.sizes(), piece.data.data(),
+                      kernels::row_major_strides(piece.box.sizes()),
+                      local.data() + box_offset(piece.box, new_block, new_strides), new_strides);
+  return Tensor<T>(mesh, target, std::move(local));
+}
+
+}  // namespace detail
+
+/**
+ * The same global tensor under another layout. Where the new layout splits a dim the old one
+ * replicated, processors slice locally; where it replicates a dim the old one split, blocks are
+ * gathered; a dim moving between mesh axes is an all-to-all.
+ *
+ * ```cpp
+ * auto by_rows = relayout(t, "x:rows");    // was "y:rows"
+ * ```
+ */
+template <class T>
+Tensor<T> relayout(const Tensor<T>& tensor, const Layout& layout) {
+  return detail::relayout_to(tensor, tensor.layout().with_layout(layout));
+}
+
+/// The whole global array, on every processor (tests and small data: it needs the full memory).
+template <class T>
+xt::xarray<T> gather(const Tensor<T>& tensor) {
+  return relayout(tensor, Layout{}).local();
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs from Debian's packages whatever meshtensor needs and this machine lacks (nothing else),
+# then configures and builds the given targets (all when none are named) into ./build.
+#   scripts/setup.sh [target...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "meshtensor: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+if (($#)); then
+  for target in "$@"; do cmake --build build --parallel "$jobs" --target "$target"; done
+else
+  cmake --build build --parallel "$jobs"
+fi

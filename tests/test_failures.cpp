@@ -1,0 +1,98 @@
+// A failure on one processor ends the whole in-process run: the others stop waiting and the
+// original error reaches the caller. Mistakes in SPMD order and in mesh size give clear errors.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <meshtensor/meshtensor.hpp>
+
+using namespace meshtensor;
+using Catch::Matchers::Contains;
+
+TEST_CASE("an exception on one processor reaches the caller and releases the others") {
+  std::mutex mutex;
+  std::vector<std::string> released;  // what the other processors were told
+  auto body = [&](Mesh& mesh) {
+    if (mesh.processor() == 2) throw std::invalid_argument("deliberate failure on processor 2");
+    try {
+      if (mesh.processor() == 0) {
+        double value = 0;
+        mesh.world().irecv(&value, sizeof value, 2, 0).wait();  // a message that never comes
+      } else {
+        mesh.world().barrier();  // a collective processor 2 never joins
+      }
+    } catch (const PeerFailure& e) {
+      std::lock_guard<std::mutex> lock(mutex);  // Catch2 assertions are not thread-safe
+      released.push_back(e.what());
+      throw;
+    }
+  };
+  CHECK_THROWS_AS(threads::run("p:4", body), std::invalid_argument);
+  CHECK_THROWS_WITH(threads::run("p:4", body), "deliberate failure on processor 2");
+  REQUIRE(released.size() == 6);  // processors 0, 1 and 3, in each of the two runs
+  for (const auto& what : released)
+    CHECK_THAT(what, Contains("processor 2 failed") && Contains("deliberate failure"));
+}
+
+TEST_CASE("a processor that returns early while others wait in a collective is reported") {
+  auto body = [](Mesh& mesh) {
+    if (mesh.processor() != 1) mesh.world().barrier();
+  };
+  CHECK_THROWS_AS(threads::run("p:3", body), CommError);
+  CHECK_THROWS_WITH(threads::run("p:3", body),
+                    Contains("processor 1") && Contains("already returned") &&
+                        Contains("same collective ops in the same order"));
+  auto receive_body = [](Mesh& mesh) {
+    if (mesh.processor() == 0) {
+      int value = 0;
+      mesh.world().irecv(&value, sizeof value, 1, 3).wait();
+    }
+  };
+  CHECK_THROWS_WITH(threads::run("p:2", receive_body),
+                    Contains("message from processor 1") && Contains("already returned"));
+}
+
+TEST_CASE("a message of the wrong size is an error, not a silent truncation") {
+  auto body = [](Mesh& mesh) {
+    if (mesh.processor() == 0) {
+      double big[2] = {1, 2};
+      mesh.world().isend(big, sizeof big, 1, 5).wait();
+    } else {
+      double small = 0;
+      mesh.world().irecv(&small, sizeof small, 0, 5).wait();
+    }
+  };
+  CHECK_THROWS_WITH(threads::run("p:2", body),
+                    Contains("expected 8 bytes") && Contains("16 bytes"));
+}
+
+TEST_CASE("a mesh whose size differs from the number of processors is rejected") {
+  auto body = [](std::unique_ptr<Communicator> world) {
+    Mesh mesh("rows:2; cols:2", std::move(world));
+  };
+  CHECK_THROWS_AS(threads::spawn(3, body), MeshError);
+  CHECK_THROWS_WITH(threads::spawn(3, body),
+                    Contains("[rows=2, cols=2] needs 4 processors") && Contains("has 3"));
+  CHECK_THROWS_WITH(threads::spawn(0, body), Contains("at least 1"));
+  CHECK_THROWS_WITH(threads::run("a:1;b:1;c:1;d:1;e:1;f:1;g:1;h:1;i:1", [](Mesh&) {}),
+                    Contains("9 axes") && Contains("at most 8"));
+}
+
+TEST_CASE("run() turns a failure into an exit status and checks MESHTENSOR_TRANSPORT") {
+  char name[] = "test";
+  char* argv[] = {name, nullptr};
+  CHECK(run(1, argv, "p:2", [](Mesh&) {}) == 0);
+  CHECK(run(1, argv, "p:2", [](Mesh& mesh) {
+          if (mesh.processor() == 1) throw std::runtime_error("boom");
+          mesh.world().barrier();
+        }) == 1);
+  ::setenv("MESHTENSOR_TRANSPORT", "carrier-pigeon", 1);
+  CHECK(run(1, argv, "p:2", [](Mesh&) {}) == 1);
+  CHECK_THROWS_WITH(chosen_transport(), Contains("\"carrier-pigeon\"") && Contains("\"threads\""));
+  ::setenv("MESHTENSOR_TRANSPORT", "threads", 1);
+  CHECK(chosen_transport() == "threads");
+  ::unsetenv("MESHTENSOR_TRANSPORT");
+}
