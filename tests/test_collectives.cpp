@@ -177,3 +177,24 @@ TEST_CASE("the mesh knows this processor's coordinates and its transport") {
     CHECK(o[4] == 1);
   }
 }
+
+TEST_CASE("a mesh whose size differs from the number of processors is rejected") {
+#ifdef MESHTENSOR_TEST_MPI
+  boost::mpi::communicator world;
+  const int ranks = world.size();
+  auto make = [&] {
+    Mesh mesh(MeshShape{{"p", ranks + 1}}, std::make_unique<mpi::MpiCommunicator>(world));
+  };
+  CHECK_THROWS_AS(make(), MeshError);
+  CHECK_THROWS_WITH(make(), Catch::Matchers::Contains("needs " + std::to_string(ranks + 1) +
+                                                      " processors but the run has " +
+                                                      std::to_string(ranks) + " (mpi transport)"));
+#else
+  auto body = [](std::unique_ptr<Communicator> comm) {
+    Mesh mesh("rows:2; cols:2", std::move(comm));
+  };
+  CHECK_THROWS_WITH(
+      threads::spawn(3, body),
+      Catch::Matchers::Contains("needs 4 processors but the run has 3 (threads transport)"));
+#endif
+}

@@ -10,57 +10,53 @@ using Catch::Matchers::Contains;
 
 namespace {
 const std::vector<std::string> dims{"batch", "x", "y", "c"};
-
-Tensor<float> input(Mesh& m, const Shape& shape, const Layout& layout, int seed) {
-  return generate<float>(m, shape, layout, [seed](const Index& i) { return test_value(i, seed); });
-}
 }  // namespace
 
 TEST_CASE("channel mixing contracts c, split or not") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto t = input(m, "batch:2, x:6, y:5, c:3", l, 1);
-          auto w = input(m, "c:3, k:4", l, 2);
+          auto t = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto w = test_input(m, "c:3, k:4", l, 2);
           return einsum({t, w}, "batch, x, y, k");
         }) == "");
 }
 
 TEST_CASE("a weight-gradient-like contraction sums over split batch and spatial dims") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "batch:2, x:6, y:5, c:3", l, 1);
-          auto b = input(m, "batch:2, x:6, y:5, k:2", l, 2);
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto b = test_input(m, "batch:2, x:6, y:5, k:2", l, 2);
           return einsum({a, b}, "c, k");
         }) == "");
 }
 
 TEST_CASE("einsum without contraction: outer products and transposes") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return einsum({input(m, "x:6", l, 1), input(m, "y:5", l, 2)}, "y, x");
+          return einsum({test_input(m, "x:6", l, 1), test_input(m, "y:5", l, 2)}, "y, x");
         }) == "");
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return einsum({input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "c, y, x, batch");
+          return einsum({test_input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "c, y, x, batch");
         }) == "");
 }
 
 TEST_CASE("einsum of one operand sums the dims the output omits") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return einsum({input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "y");
+          return einsum({test_input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "y");
         }) == "");
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return einsum({input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "");
+          return einsum({test_input(m, "batch:2, x:6, y:5, c:3", l, 1)}, "");
         }) == "");
 }
 
 TEST_CASE("einsum of three operands, split differently") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "batch:2, x:6", l, 1);
-          auto b = input(m, "x:6, y:5", shifted(l, dims), 2);
-          auto c = input(m, "y:5, c:3", l, 3);
+          auto a = test_input(m, "batch:2, x:6", l, 1);
+          auto b = test_input(m, "x:6, y:5", shifted(l, dims), 2);
+          auto c = test_input(m, "y:5, c:3", l, 3);
           return einsum({a, b, c}, "batch, c");
         }) == "");
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "batch:2, x:6, y:5", l, 1);
-          auto b = input(m, "x:6, y:5, c:3", shifted(l, dims), 2);
-          auto c = input(m, "c:3, batch:2", l, 3);
+          auto a = test_input(m, "batch:2, x:6, y:5", l, 1);
+          auto b = test_input(m, "x:6, y:5, c:3", shifted(l, dims), 2);
+          auto c = test_input(m, "c:3, batch:2", l, 3);
           return einsum({a, b, c}, "x, c");
         }) == "");
 }
@@ -68,9 +64,9 @@ TEST_CASE("einsum of three operands, split differently") {
 TEST_CASE("einsum errors name the dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     std::vector<std::string> what;
-    for (auto f : {+[](Mesh& m) { einsum({input(m, "x:6", "x:p", 1)}, "z"); },
+    for (auto f : {+[](Mesh& m) { einsum({test_input(m, "x:6", "x:p", 1)}, "z"); },
                    +[](Mesh& m) {
-                     einsum({input(m, "x:6", "x:p", 1), input(m, "x:5", "", 1)}, "x");
+                     einsum({test_input(m, "x:6", "x:p", 1), test_input(m, "x:5", "", 1)}, "x");
                    }}) {
       try {
         f(m);

@@ -10,20 +10,16 @@ using Catch::Matchers::Contains;
 
 namespace {
 const std::vector<std::string> dims{"batch", "x", "y", "c"};
-
-Tensor<float> input(Mesh& m, const Shape& shape, const Layout& layout, int seed) {
-  return generate<float>(m, shape, layout, [seed](const Index& i) { return test_value(i, seed); });
-}
 }  // namespace
 
 TEST_CASE("unary ops and scalar arithmetic keep the layout and match one processor") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto t = input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto t = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
           return exp(t) + abs(t) * 2.0f - square(t) / 3.0f + (-t) + sqrt(abs(t)) + tanh(t) +
                  pow(abs(t), 1.5f) + log(abs(t) + 1.0f) + (1.0f - t);
         }) == "");
   auto same_layout = on_mesh("rows:2; cols:2", [](Mesh& m) {
-    auto t = input(m, "batch:2, x:6, y:5, c:3", "x:rows; y:cols", 1);
+    auto t = test_input(m, "batch:2, x:6, y:5, c:3", "x:rows; y:cols", 1);
     return (t * 2.0f).layout() == t.layout();
   });
   for (bool same : same_layout) CHECK(same);
@@ -31,8 +27,8 @@ TEST_CASE("unary ops and scalar arithmetic keep the layout and match one process
 
 TEST_CASE("binary ops on operands with the same dims match one processor") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "batch:2, x:6, y:5, c:3", l, 1);
-          auto b = input(m, "batch:2, x:6, y:5, c:3", l, 2);
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto b = test_input(m, "batch:2, x:6, y:5, c:3", l, 2);
           return (a + b) * (a - b) / (abs(b) + 1.0f) + maximum(a, b) - minimum(a, b);
         }) == "");
 }
@@ -40,35 +36,35 @@ TEST_CASE("binary ops on operands with the same dims match one processor") {
 TEST_CASE("binary ops broadcast over the dims one operand lacks") {
   // Per-channel scale: [batch, x, y, c] * [c].
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return input(m, "batch:2, x:6, y:5, c:3", l, 1) * input(m, "c:3", l, 2);
+          return test_input(m, "batch:2, x:6, y:5, c:3", l, 1) * test_input(m, "c:3", l, 2);
         }) == "");
   // A spatial map added to every batch and channel: [batch, x, y, c] + [y, x].
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return input(m, "batch:2, x:6, y:5, c:3", l, 1) + input(m, "y:5, x:6", l, 2);
+          return test_input(m, "batch:2, x:6, y:5, c:3", l, 1) + test_input(m, "y:5, x:6", l, 2);
         }) == "");
   // An outer product: [x] * [y] gives [x, y].
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          return input(m, "x:6", l, 1) * input(m, "y:5", l, 2);
+          return test_input(m, "x:6", l, 1) * test_input(m, "y:5", l, 2);
         }) == "");
 }
 
 TEST_CASE("binary ops on operands split differently relayout one of them") {
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "batch:2, x:6, y:5, c:3", l, 1);
-          auto b = input(m, "batch:2, x:6, y:5, c:3", shifted(l, dims), 2);
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto b = test_input(m, "batch:2, x:6, y:5, c:3", shifted(l, dims), 2);
           return a * b + b;
         }) == "");
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
-          auto a = input(m, "x:6, y:5", l, 1);
-          auto b = input(m, "c:3, y:5", shifted(l, dims), 2);
+          auto a = test_input(m, "x:6, y:5", l, 1);
+          auto b = test_input(m, "c:3, y:5", shifted(l, dims), 2);
           return b - a;
         }) == "");
 }
 
 TEST_CASE("the result prefers splits to replication, so a replicated operand is sliced") {
   auto layouts = on_mesh("rows:2; cols:2", [](Mesh& m) {
-    auto split = input(m, "x:6, y:5", "x:rows; y:cols", 1);
-    auto replicated = input(m, "x:6, y:5", "", 2);
+    auto split = test_input(m, "x:6, y:5", "x:rows; y:cols", 1);
+    auto replicated = test_input(m, "x:6, y:5", "", 2);
     return std::pair((replicated + split).layout().to_string(),
                      (split + replicated).layout().to_string());
   });
@@ -81,7 +77,7 @@ TEST_CASE("the result prefers splits to replication, so a replicated operand is 
 TEST_CASE("operands whose same-named dims differ in size are rejected, naming the dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     try {
-      auto sum = input(m, "x:6, y:5", "x:p", 1) + input(m, "x:4", "", 2);
+      auto sum = test_input(m, "x:6, y:5", "x:p", 1) + test_input(m, "x:4", "", 2);
       return std::string("no error");
     } catch (const ShapeError& e) {
       return std::string(e.what());

@@ -2,8 +2,7 @@
 // layouts on meshes up to 8 processors — under the transport this executable was built for.
 #include <catch2/catch.hpp>
 
-#include <functional>
-
+#include "support/all_layouts.hpp"
 #include "support/blocks.hpp"
 #include "support/spmd.hpp"
 
@@ -19,25 +18,6 @@ xt::xarray<float> reference_array() {
   return on_one_processor([](Mesh& m) {
     return generate<float>(m, shape, "", [](const Index& i) { return test_value(i); }).local();
   });
-}
-
-std::vector<Layout> all_layouts(const MeshShape& mesh) {
-  std::vector<Layout> out;
-  std::vector<LayoutRule> rules;
-  std::function<void(std::size_t)> choose = [&](std::size_t axis) {
-    if (axis == mesh.rank()) return void(out.emplace_back(rules));
-    choose(axis + 1);
-    for (const auto& dim : shape) {
-      bool taken = false;
-      for (const auto& rule : rules) taken |= rule.dim == dim.name;
-      if (taken) continue;
-      rules.push_back({dim.name, mesh[axis].name});
-      choose(axis + 1);
-      rules.pop_back();
-    }
-  };
-  choose(0);
-  return out;
 }
 
 }  // namespace
@@ -57,7 +37,7 @@ TEST_CASE("generate fills each block from global coordinates, by dim name") {
 TEST_CASE("scatter then gather gives the array back, on every layout class") {
   const auto reference = reference_array();
   for (const char* mesh : {"p:1", "p:2", "p:4", "p:8", "rows:2; cols:2", "rows:2; cols:4"}) {
-    for (const auto& layout : all_layouts(mesh)) {
+    for (const auto& layout : all_layouts(shape, mesh)) {
       INFO(transport_under_test() << " transport, mesh " << mesh << ", layout " << layout);
       auto gathered = on_mesh(mesh, [&](Mesh& m) {
         auto t = scatter(m, shape, layout, reference);
@@ -78,7 +58,7 @@ TEST_CASE("relayout moves data to any layout, and relayout back is the identity"
        {"p:2", "p:3", "p:4", "rows:2; cols:2", "p:8", "rows:2; cols:4", "a:2; b:2; c:2"}) {
     const MeshShape mesh(mesh_text);
     if (!can_run(mesh)) continue;
-    const auto layouts = all_layouts(mesh);
+    const auto layouts = all_layouts(shape, mesh);
     INFO(transport_under_test() << " transport, mesh " << mesh);
     auto failures = on_mesh(mesh, [&](Mesh& m) {
       std::vector<std::string> found;

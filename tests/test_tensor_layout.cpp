@@ -2,14 +2,16 @@
 // included) blocks that are disjoint and cover the tensor. No communication is involved.
 #include <catch2/catch.hpp>
 
-#include <functional>
 #include <map>
 
 #include <meshtensor/core/ownership_table.hpp>
 #include <meshtensor/core/tensor_layout.hpp>
 
+#include "support/all_layouts.hpp"
+
 using namespace meshtensor;
 using Catch::Matchers::Contains;
+using meshtensor::testing::all_layouts;
 
 TEST_CASE("balanced blocks are ordered, disjoint, cover, and differ in size by at most one") {
   for (std::int64_t n = 1; n <= 20; ++n)
@@ -25,29 +27,6 @@ TEST_CASE("balanced blocks are ordered, disjoint, cover, and differ in size by a
       for (std::int64_t i = 0; i < n; ++i)
         CHECK(block_range(n, parts, block_owner(n, parts, i)).contains(i));
     }
-}
-
-// Every layout of `shape` on `mesh`: each mesh axis splits one dim or none, no dim twice.
-std::vector<Layout> all_layouts(const Shape& shape, const MeshShape& mesh) {
-  std::vector<Layout> out;
-  std::vector<LayoutRule> rules;
-  std::function<void(std::size_t)> choose = [&](std::size_t axis) {
-    if (axis == mesh.rank()) {
-      out.emplace_back(rules);
-      return;
-    }
-    choose(axis + 1);  // this axis splits nothing
-    for (const auto& dim : shape) {
-      bool taken = false;
-      for (const auto& rule : rules) taken |= rule.dim == dim.name;
-      if (taken) continue;
-      rules.push_back({dim.name, mesh[axis].name});
-      choose(axis + 1);
-      rules.pop_back();
-    }
-  };
-  choose(0);
-  return out;
 }
 
 TEST_CASE("for every processor and every layout, blocks are disjoint and cover the tensor") {

@@ -23,6 +23,13 @@ inline Layout shifted(const Layout& layout, const std::vector<std::string>& dims
   return Layout(rules);
 }
 
+/// A test input: deterministic values of the global index, different for each seed.
+template <class T = float>
+Tensor<T> test_input(Mesh& mesh, const Shape& shape, const Layout& layout, int seed) {
+  return generate<T>(mesh, shape, layout,
+                     [seed](const Index& i) { return T(test_value(i, seed)); });
+}
+
 /// Returns "" when `op(mesh, layout)` matches the single-processor `op(mesh, "")` on every
 /// processor of every layout case, else the first mismatch with the case named.
 template <class Op>
