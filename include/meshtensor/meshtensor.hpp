@@ -28,3 +28,7 @@
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"
+
+#include "meshtensor/autodiff/backward.hpp"
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/ops/broadcast.hpp"

@@ -30,17 +30,44 @@ Tensor<T> test_input(Mesh& mesh, const Shape& shape, const Layout& layout, int s
                      [seed](const Index& i) { return T(test_value(i, seed)); });
 }
 
-/// Returns "" when `op(mesh, layout)` matches the single-processor `op(mesh, "")` on every
-/// processor of every layout case, else the first mismatch with the case named.
+namespace lists {
+template <class T>
+std::vector<Tensor<T>> as_list(const Tensor<T>& t) {
+  return {t};
+}
+template <class T>
+std::vector<Tensor<T>> as_list(const std::vector<Tensor<T>>& ts) {
+  return ts;
+}
+}  // namespace lists
+
+/**
+ * Returns "" when `op(mesh, layout)` — a tensor, or a list of tensors such as an output and
+ * gradients — matches the single-processor `op(mesh, "")` block by block, on every processor of
+ * every case (the layout classes by default), else the first mismatch with the case named.
+ */
 template <class Op>
-std::string compare_with_one_processor(Op&& op, double rtol = 1e-5) {
-  const auto reference = on_one_processor([&](Mesh& m) { return op(m, Layout{}).local(); });
-  for (const auto& c : layout_cases()) {
+std::string compare_with_one_processor(Op&& op, double rtol = 1e-5,
+                                       const std::vector<LayoutCase>& cases = layout_cases()) {
+  using List = decltype(lists::as_list(op(std::declval<Mesh&>(), Layout{})));
+  using T = typename List::value_type::value_type;
+  const auto reference = on_one_processor([&](Mesh& m) {
+    std::vector<xt::xarray<T>> arrays;
+    for (const auto& t : lists::as_list(op(m, Layout{}))) arrays.push_back(t.local());
+    return arrays;
+  });
+  for (const auto& c : cases) {
     if (!can_run(c.mesh)) continue;
-    auto blocks = on_mesh(c.mesh, [&](Mesh& m) { return local_block(op(m, c.layout)); });
-    for (const auto& block : blocks)
-      if (auto why = mismatch(block, reference, rtol); !why.empty())
-        return transport_under_test() + " transport, case \"" + c.name + "\": " + why;
+    auto results = on_mesh(c.mesh, [&](Mesh& m) {
+      std::vector<LocalBlock<T>> blocks;
+      for (const auto& t : lists::as_list(op(m, c.layout))) blocks.push_back(local_block(t));
+      return blocks;
+    });
+    for (const auto& blocks : results)
+      for (std::size_t k = 0; k < blocks.size(); ++k)
+        if (auto why = mismatch(blocks[k], reference.at(k), rtol); !why.empty())
+          return transport_under_test() + " transport, case \"" + c.name + "\", result " +
+                 std::to_string(k) + ": " + why;
   }
   return "";
 }

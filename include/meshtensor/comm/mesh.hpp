@@ -4,9 +4,12 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
@@ -79,6 +82,15 @@ class Mesh {
   }
   int coord(std::string_view axis_name) const { return coord_[axis(axis_name)]; }
 
+  /// Per-processor state that higher layers keep with the mesh (the autodiff tape, the buffer
+  /// pool): one default-constructed T per mesh, made on first use.
+  template <class T>
+  T& context() {
+    auto& slot = contexts_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
+
   Communicator& world() { return *world_; }
   /// The processors that differ from this one only along the axes in `axes`.
   Communicator& group(AxisSet axes) {
@@ -93,6 +105,7 @@ class Mesh {
   std::unique_ptr<Communicator> world_;
   MeshCoord coord_;
   std::vector<std::unique_ptr<Communicator>> groups_;
+  std::map<std::type_index, std::shared_ptr<void>> contexts_;
 };
 
 }  // namespace meshtensor

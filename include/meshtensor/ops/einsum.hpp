@@ -11,11 +11,13 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -71,9 +73,8 @@ std::vector<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
  * ```
  */
 template <class T>
-Tensor<T> einsum(std::initializer_list<Tensor<T>> operand_list, const DimNames& output) {
+Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   using Acc = kernels::accumulator_t<T>;
-  const std::vector<Tensor<T>> given(operand_list);
   if (given.empty()) throw ShapeError("einsum needs at least one operand");
   std::vector<const Tensor<T>*> operands;
   std::vector<const Shape*> shapes;
@@ -154,7 +155,36 @@ Tensor<T> einsum(std::initializer_list<Tensor<T>> operand_list, const DimNames& 
       xt::xarray<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
   std::transform(result.begin(), result.end(), out.begin(),
                  [](Acc v) { return static_cast<T>(v); });
-  return Tensor<T>(mesh, std::move(out_layout), std::move(out));
+  Tensor<T> product(mesh, std::move(out_layout), std::move(out));
+
+  // d/d(operand k) is the einsum of the output gradient with the other operands, onto operand
+  // k's dims; dims only operand k has were summed over, so their gradient is a broadcast (ones).
+  autodiff::record(product, given, [given](const Tensor<T>& g, const std::vector<bool>& needed) {
+    std::vector<Tensor<T>> grads(given.size());
+    for (std::size_t k = 0; k < given.size(); ++k) {
+      if (!needed[k]) continue;
+      std::vector<Tensor<T>> factors{g};
+      for (std::size_t j = 0; j < given.size(); ++j)
+        if (j != k) factors.push_back(given[j]);
+      std::vector<Dim> only_here;
+      for (const auto& dim : given[k].shape()) {
+        bool elsewhere = false;
+        for (const auto& f : factors) elsewhere |= f.shape().contains(dim.name);
+        if (!elsewhere) only_here.push_back(dim);
+      }
+      if (!only_here.empty())
+        factors.push_back(full<T>(g.mesh(), Shape(only_here), given[k].layout().layout(), T(1)));
+      grads[k] =
+          detail::relayout_to(einsum(factors, DimNames(given[k].shape())), given[k].layout());
+    }
+    return grads;
+  });
+  return product;
+}
+
+template <class T>
+Tensor<T> einsum(std::initializer_list<Tensor<T>> operands, const DimNames& output) {
+  return einsum(std::vector<Tensor<T>>(operands), output);
 }
 
 }  // namespace meshtensor

@@ -2,7 +2,7 @@
 // Elementwise ops. Binary ops align operands by dim name and broadcast over the dims one operand
 // lacks: [batch, x, c] + [c] adds the per-channel vector everywhere. The result has the first
 // operand's dims, then the second's that the first lacks. Nothing is communicated unless the two
-// operands are split differently.
+// operands are split differently. Every op here is differentiable.
 
 #include <array>
 #include <cmath>
@@ -11,15 +11,17 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
+namespace detail {
 
-/// f applied to every element; the layout is kept.
 template <class T, class F>
-Tensor<T> map(const Tensor<T>& t, F&& f) {
+Tensor<T> map_values(const Tensor<T>& t, F&& f) {
   xt::xarray<T> out = xt::xarray<T>::from_shape(t.local().shape());
   const T* in = t.local().data();
   T* o = out.data();
@@ -28,20 +30,20 @@ Tensor<T> map(const Tensor<T>& t, F&& f) {
   return Tensor<T>(t.mesh(), t.layout(), std::move(out));
 }
 
-/// f applied to every pair of elements with the same global index, broadcasting missing dims.
+// f of the elements of a and b with the same global index, broadcasting missing dims.
 template <class T, class F>
-Tensor<T> zip(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& op = "zip") {
-  detail::check_same_mesh<T>(op, {&a, &b});
-  const Shape shape = detail::merged_shape(op, {&a.shape(), &b.shape()});
-  const Layout common = detail::common_layout({&a.layout(), &b.layout()});
-  auto operands = detail::aligned<T>({&a, &b}, common);
+Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& op) {
+  check_same_mesh<T>(op, {&a, &b});
+  const Shape shape = merged_shape(op, {&a.shape(), &b.shape()});
+  const Layout common = common_layout({&a.layout(), &b.layout()});
+  auto operands = aligned<T>({&a, &b}, common);
   TensorLayout layout(shape, a.mesh().shape(), common);
   const auto sizes = layout.block(a.mesh().coord()).sizes();
-  xt::xarray<T> out = xt::xarray<T>::from_shape(detail::to_xshape(sizes));
+  xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(sizes));
   const auto names = shape.names();
   std::array<kernels::Strides, 3> strides{
-      detail::strides_over(operands[0].shape(), operands[0].block().sizes(), names),
-      detail::strides_over(operands[1].shape(), operands[1].block().sizes(), names),
+      strides_over(operands[0].shape(), operands[0].block().sizes(), names),
+      strides_over(operands[1].shape(), operands[1].block().sizes(), names),
       kernels::row_major_strides(sizes)};
   const T* pa = operands[0].local().data();
   const T* pb = operands[1].local().data();
@@ -52,31 +54,167 @@ Tensor<T> zip(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& 
   return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
 }
 
+// g times d(x) elementwise, where x has g's layout: the gradient of a unary op.
+template <class T, class D>
+Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivative) {
+  xt::xarray<T> out = xt::xarray<T>::from_shape(g.local().shape());
+  const T* pg = g.local().data();
+  const T* px = x.local().data();
+  T* o = out.data();
+  for (std::size_t i = 0; i < out.size(); ++i) o[i] = pg[i] * static_cast<T>(derivative(px[i]));
+  return Tensor<T>(g.mesh(), g.layout(), std::move(out));
+}
+
+enum class DerivativeOf { input, output };
+
+// A differentiable unary op: `derivative` takes the input or the output element, as `of` says.
+template <class T, class F, class D>
+Tensor<T> unary(const Tensor<T>& t, F f, D derivative, DerivativeOf of) {
+  auto out = map_values(t, f);
+  const Tensor<T> keep = of == DerivativeOf::input ? t.detach() : out.detach();  // data, no history
+  autodiff::record(out, {t}, [keep, derivative](const Tensor<T>& g, const std::vector<bool>&) {
+    return std::vector<Tensor<T>>{times_derivative(g, keep, derivative)};
+  });
+  return out;
+}
+
+}  // namespace detail
+
+/// f applied to every element, for inputs that need no gradient (the derivative is unknown).
+template <class T, class F>
+Tensor<T> map(const Tensor<T>& t, F&& f) {
+  if (t.requires_grad() && autodiff::tape(t.mesh()).recording())
+    throw Error("map: tensor " + t.layout().to_string() +
+                " needs a gradient but map(t, f) has no derivative; use map(t, f, df) or detach()");
+  return detail::map_values(t, std::forward<F>(f));
+}
+
+/// f applied to every element, differentiable with df(x) = f'(x).
+template <class T, class F, class D>
+Tensor<T> map(const Tensor<T>& t, F f, D df) {
+  return detail::unary(t, f, df, detail::DerivativeOf::input);
+}
+
+/// f applied to every pair of elements with the same global index, broadcasting missing dims; for
+/// inputs that need no gradient.
+template <class T, class F>
+Tensor<T> zip(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& op = "zip") {
+  if ((a.requires_grad() || b.requires_grad()) && autodiff::tape(a.mesh()).recording())
+    throw Error(op + ": zip(a, b, f) has no derivative; use the arithmetic operators or detach()");
+  return detail::zip_values(a, b, std::forward<F>(f), op);
+}
+
+/// The same tensor, through which no gradient flows.
+template <class T>
+Tensor<T> stop_gradient(const Tensor<T>& t) {
+  return t.detach();
+}
+
+template <class T>
+Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) {
+  auto out = detail::zip_values(
+      a, b, [](T x, T y) { return x + y; }, "add");
+  autodiff::record(
+      out, {a, b},
+      [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
+        return std::vector<Tensor<T>>{need[0] ? sum_to(g, la) : Tensor<T>(),
+                                      need[1] ? sum_to(g, lb) : Tensor<T>()};
+      });
+  return out;
+}
+
+template <class T>
+Tensor<T> operator-(const Tensor<T>& a, const Tensor<T>& b) {
+  auto out = detail::zip_values(
+      a, b, [](T x, T y) { return x - y; }, "subtract");
+  autodiff::record(
+      out, {a, b},
+      [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
+        return std::vector<Tensor<T>>{
+            need[0] ? sum_to(g, la) : Tensor<T>(),
+            need[1] ? sum_to(detail::map_values(g, [](T v) { return -v; }), lb) : Tensor<T>()};
+      });
+  return out;
+}
+
+template <class T>
+Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) {
+  auto out = detail::zip_values(
+      a, b, [](T x, T y) { return x * y; }, "multiply");
+  autodiff::record(
+      out, {a, b},
+      [a = a.detach(), b = b.detach()](const Tensor<T>& g, const std::vector<bool>& need) {
+        return std::vector<Tensor<T>>{need[0] ? sum_to(g * b, a.layout()) : Tensor<T>(),
+                                      need[1] ? sum_to(g * a, b.layout()) : Tensor<T>()};
+      });
+  return out;
+}
+
+template <class T>
+Tensor<T> operator/(const Tensor<T>& a, const Tensor<T>& b) {
+  auto out = detail::zip_values(
+      a, b, [](T x, T y) { return x / y; }, "divide");
+  autodiff::record(
+      out, {a, b},
+      [a = a.detach(), b = b.detach()](const Tensor<T>& g, const std::vector<bool>& need) {
+        auto ga = need[0] ? sum_to(g / b, a.layout()) : Tensor<T>();
+        Tensor<T> gb;
+        if (need[1])
+          gb = sum_to(detail::map_values(g * a / (b * b), [](T v) { return -v; }), b.layout());
+        return std::vector<Tensor<T>>{ga, gb};
+      });
+  return out;
+}
+
+namespace detail {
+// max or min of two tensors; the gradient goes to the operand that was chosen (to a on ties).
+template <class T>
+Tensor<T> choose(const Tensor<T>& a, const Tensor<T>& b, bool larger, const std::string& op) {
+  auto pick_a = [larger](T x, T y) { return larger ? !(x < y) : !(y < x); };
+  auto out = zip_values(
+      a, b, [pick_a](T x, T y) { return pick_a(x, y) ? x : y; }, op);
+  autodiff::record(
+      out, {a, b},
+      [a = a.detach(), b = b.detach(), pick_a](const Tensor<T>& g, const std::vector<bool>& need) {
+        auto mask = zip_values(
+            a, b, [pick_a](T x, T y) { return T(pick_a(x, y)); }, "mask");
+        auto ga = need[0] ? sum_to(g * mask, a.layout()) : Tensor<T>();
+        auto gb = need[1] ? sum_to(g * map_values(mask, [](T m) { return T(1) - m; }), b.layout())
+                          : Tensor<T>();
+        return std::vector<Tensor<T>>{ga, gb};
+      });
+  return out;
+}
+}  // namespace detail
+
+template <class T>
+Tensor<T> maximum(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::choose(a, b, true, "maximum");
+}
+template <class T>
+Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::choose(a, b, false, "minimum");
+}
+
+// Arithmetic with a scalar, and the named unary ops, each with its derivative.
 // clang-format off
-template <class T> Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return x + y; }, "add"); }
-template <class T> Tensor<T> operator-(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return x - y; }, "subtract"); }
-template <class T> Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return x * y; }, "multiply"); }
-template <class T> Tensor<T> operator/(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return x / y; }, "divide"); }
-template <class T> Tensor<T> maximum(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return x < y ? y : x; }, "maximum"); }
-template <class T> Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) { return zip(a, b, [](T x, T y) { return y < x ? y : x; }, "minimum"); }
+template <class T> Tensor<T> operator+(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x + s; }, [](T) { return T(1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x - s; }, [](T) { return T(1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator*(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x * s; }, [s](T) { return s; }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator/(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x / s; }, [s](T) { return T(1) / s; }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator+(T s, const Tensor<T>& a) { return a + s; }
+template <class T> Tensor<T> operator-(T s, const Tensor<T>& a) { return detail::unary(a, [s](T x) { return s - x; }, [](T) { return T(-1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator*(T s, const Tensor<T>& a) { return a * s; }
+template <class T> Tensor<T> operator/(T s, const Tensor<T>& a) { return detail::unary(a, [s](T x) { return s / x; }, [s](T x) { return -s / (x * x); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a) { return detail::unary(a, [](T x) { return -x; }, [](T) { return T(-1); }, detail::DerivativeOf::input); }
 
-template <class T> Tensor<T> operator+(const Tensor<T>& a, T s) { return map(a, [s](T x) { return x + s; }); }
-template <class T> Tensor<T> operator-(const Tensor<T>& a, T s) { return map(a, [s](T x) { return x - s; }); }
-template <class T> Tensor<T> operator*(const Tensor<T>& a, T s) { return map(a, [s](T x) { return x * s; }); }
-template <class T> Tensor<T> operator/(const Tensor<T>& a, T s) { return map(a, [s](T x) { return x / s; }); }
-template <class T> Tensor<T> operator+(T s, const Tensor<T>& a) { return map(a, [s](T x) { return s + x; }); }
-template <class T> Tensor<T> operator-(T s, const Tensor<T>& a) { return map(a, [s](T x) { return s - x; }); }
-template <class T> Tensor<T> operator*(T s, const Tensor<T>& a) { return map(a, [s](T x) { return s * x; }); }
-template <class T> Tensor<T> operator/(T s, const Tensor<T>& a) { return map(a, [s](T x) { return s / x; }); }
-template <class T> Tensor<T> operator-(const Tensor<T>& a) { return map(a, [](T x) { return -x; }); }
-
-template <class T> Tensor<T> abs(const Tensor<T>& a) { return map(a, [](T x) { return x < T(0) ? -x : x; }); }
-template <class T> Tensor<T> square(const Tensor<T>& a) { return map(a, [](T x) { return x * x; }); }
-template <class T> Tensor<T> exp(const Tensor<T>& a) { return map(a, [](T x) { return std::exp(x); }); }
-template <class T> Tensor<T> log(const Tensor<T>& a) { return map(a, [](T x) { return std::log(x); }); }
-template <class T> Tensor<T> sqrt(const Tensor<T>& a) { return map(a, [](T x) { return std::sqrt(x); }); }
-template <class T> Tensor<T> tanh(const Tensor<T>& a) { return map(a, [](T x) { return std::tanh(x); }); }
-template <class T> Tensor<T> pow(const Tensor<T>& a, T p) { return map(a, [p](T x) { return std::pow(x, p); }); }
+template <class T> Tensor<T> abs(const Tensor<T>& a) { return detail::unary(a, [](T x) { return x < T(0) ? -x : x; }, [](T x) { return x < T(0) ? T(-1) : T(1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> square(const Tensor<T>& a) { return detail::unary(a, [](T x) { return x * x; }, [](T x) { return 2 * x; }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> exp(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::exp(x); }, [](T y) { return y; }, detail::DerivativeOf::output); }
+template <class T> Tensor<T> log(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::log(x); }, [](T x) { return T(1) / x; }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> sqrt(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::sqrt(x); }, [](T y) { return T(0.5) / y; }, detail::DerivativeOf::output); }
+template <class T> Tensor<T> tanh(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::tanh(x); }, [](T y) { return T(1) - y * y; }, detail::DerivativeOf::output); }
+template <class T> Tensor<T> pow(const Tensor<T>& a, T p) { return detail::unary(a, [p](T x) { return std::pow(x, p); }, [p](T x) { return p * std::pow(x, p - 1); }, detail::DerivativeOf::input); }
 // clang-format on
 
 }  // namespace meshtensor

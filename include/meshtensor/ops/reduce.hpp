@@ -11,11 +11,14 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -85,6 +88,38 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
 
 inline DimNames all_dims(const Shape& shape) { return DimNames(shape); }
 
+// The differentiable reduction: sums spread the gradient evenly over what they summed; max and min
+// give it to the elements that attained the result, shared equally among ties.
+template <class T>
+Tensor<T> reduce_recorded(const Tensor<T>& t, const DimNames& reduced, ReduceOp op,
+                          const std::string& name, bool mean = false) {
+  auto out = reduce(t, reduced, op, name, mean);
+  if (op == ReduceOp::sum) {
+    const T scale = mean ? T(out.shape().num_elements()) / T(t.shape().num_elements()) : T(1);
+    autodiff::record(out, {t},
+                     [layout = t.layout(), scale](const Tensor<T>& g, const std::vector<bool>&) {
+                       auto spread = broadcast_to(g, layout);
+                       if (scale != T(1)) spread.local() *= scale;
+                       return std::vector<Tensor<T>>{spread};
+                     });
+  } else {
+    autodiff::record(
+        out, {t}, [t, out = out.detach(), reduced](const Tensor<T>& g, const std::vector<bool>&) {
+          auto attained = zip_values(
+              t, broadcast_to(out, t.layout()), [](T x, T m) { return T(x == m); }, "mask");
+          auto ties = reduce(attained, reduced, ReduceOp::sum, "ties");
+          auto share = zip_values(
+              g, ties, [](T x, T n) { return x / n; }, "share");
+          return std::vector<Tensor<T>>{
+              detail::relayout_to(zip_values(
+                                      attained, broadcast_to(share, t.layout()),
+                                      [](T m, T s) { return m * s; }, "route"),
+                                  t.layout())};
+        });
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /**
@@ -97,7 +132,7 @@ inline DimNames all_dims(const Shape& shape) { return DimNames(shape); }
  */
 template <class T>
 Tensor<T> reduce_sum(const Tensor<T>& t, const DimNames& dims) {
-  return detail::reduce(t, dims, ReduceOp::sum, "reduce_sum");
+  return detail::reduce_recorded(t, dims, ReduceOp::sum, "reduce_sum");
 }
 template <class T>
 Tensor<T> reduce_sum(const Tensor<T>& t) {
@@ -107,7 +142,7 @@ Tensor<T> reduce_sum(const Tensor<T>& t) {
 /// Mean over the named dims: the sum divided by the product of their global sizes.
 template <class T>
 Tensor<T> reduce_mean(const Tensor<T>& t, const DimNames& dims) {
-  return detail::reduce(t, dims, ReduceOp::sum, "reduce_mean", /*mean=*/true);
+  return detail::reduce_recorded(t, dims, ReduceOp::sum, "reduce_mean", /*mean=*/true);
 }
 template <class T>
 Tensor<T> reduce_mean(const Tensor<T>& t) {
@@ -116,7 +151,7 @@ Tensor<T> reduce_mean(const Tensor<T>& t) {
 
 template <class T>
 Tensor<T> reduce_max(const Tensor<T>& t, const DimNames& dims) {
-  return detail::reduce(t, dims, ReduceOp::max, "reduce_max");
+  return detail::reduce_recorded(t, dims, ReduceOp::max, "reduce_max");
 }
 template <class T>
 Tensor<T> reduce_max(const Tensor<T>& t) {
@@ -125,7 +160,7 @@ Tensor<T> reduce_max(const Tensor<T>& t) {
 
 template <class T>
 Tensor<T> reduce_min(const Tensor<T>& t, const DimNames& dims) {
-  return detail::reduce(t, dims, ReduceOp::min, "reduce_min");
+  return detail::reduce_recorded(t, dims, ReduceOp::min, "reduce_min");
 }
 template <class T>
 Tensor<T> reduce_min(const Tensor<T>& t) {

@@ -10,6 +10,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
@@ -110,13 +111,20 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
  */
 template <class T>
 Tensor<T> relayout(const Tensor<T>& tensor, const Layout& layout) {
-  return detail::relayout_to(tensor, tensor.layout().with_layout(layout));
+  auto moved = detail::relayout_to(tensor, tensor.layout().with_layout(layout));
+  if (moved.layout() == tensor.layout()) return moved;
+  // The gradient goes back the way the data came.
+  autodiff::record(moved, {tensor},
+                   [source = tensor.layout()](const Tensor<T>& g, const std::vector<bool>&) {
+                     return std::vector<Tensor<T>>{detail::relayout_to(g, source)};
+                   });
+  return moved;
 }
 
 /// The whole global array, on every processor (tests and small data: it needs the full memory).
 template <class T>
 xt::xarray<T> gather(const Tensor<T>& tensor) {
-  return relayout(tensor, Layout{}).local();
+  return detail::relayout_to(tensor, tensor.layout().with_layout(Layout{})).local();
 }
 
 }  // namespace meshtensor

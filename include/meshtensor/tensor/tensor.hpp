@@ -6,6 +6,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -15,6 +16,17 @@
 #include "meshtensor/core/tensor_layout.hpp"
 
 namespace meshtensor {
+
+template <class T>
+class Tensor;
+
+/// Where the gradient of one tensor accumulates during backward. Op outputs get one when an input
+/// needs a gradient; `keep` marks leaves and retained tensors, whose gradient survives backward.
+template <class T>
+struct GradNode {
+  Tensor<T> grad;  // empty until backward reaches the tensor
+  bool keep = false;
+};
 
 namespace detail {
 inline std::vector<std::size_t> to_xshape(const std::vector<std::int64_t>& sizes) {
@@ -53,7 +65,9 @@ class Tensor {
                        std::to_string(mesh.processor()) + " has the wrong shape; expected " +
                        shape_string(expected) + ", got " +
                        shape_string({local.shape().begin(), local.shape().end()}));
-    state_ = std::make_shared<State>(State{std::move(layout), std::move(block), std::move(local)});
+    state_ =
+        std::make_shared<State>(State{std::move(layout), std::move(block),
+                                      std::make_shared<array_type>(std::move(local)), nullptr});
   }
 
   bool defined() const { return state_ != nullptr; }
@@ -64,8 +78,8 @@ class Tensor {
   /// The global index ranges of this processor's block.
   const Block& block() const { return state().block; }
 
-  array_type& local() { return state().local; }
-  const array_type& local() const { return state().local; }
+  array_type& local() { return *state().data; }
+  const array_type& local() const { return *state().data; }
 
   /// The value of a tensor without dims (a reduction's result); the same on every processor.
   T item() const {
@@ -75,8 +89,68 @@ class Tensor {
     return *local().data();
   }
 
-  /// A tensor with its own copy of the data.
+  /// A tensor with its own copy of the data (and no gradient history).
   Tensor clone() const { return Tensor(mesh(), layout(), array_type(local())); }
+
+  /// The same data (shared, not copied), cut off from gradient history: backward stops here.
+  Tensor detach() const {
+    Tensor out = *this;
+    out.state_ =
+        std::make_shared<State>(State{state().layout, state().block, state().data, nullptr});
+    return out;
+  }
+
+  // --- gradients -------------------------------------------------------------------------------
+
+  bool requires_grad() const { return state().node != nullptr; }
+
+  /// Marks a leaf (a parameter, an input) whose gradient backward() should fill.
+  Tensor& set_requires_grad(bool required = true) {
+    static_assert(std::is_floating_point_v<T>, "only floating-point tensors have gradients");
+    if (!required) {
+      state().node.reset();
+    } else if (!state().node) {
+      state().node = std::make_shared<GradNode<T>>();
+      state().node->keep = true;
+    }
+    return *this;
+  }
+
+  /// Keeps the gradient of an intermediate tensor after backward, for inspection.
+  Tensor& retain_grad() {
+    if (!state().node)
+      throw Error("retain_grad: tensor " + layout().to_string() +
+                  " does not depend on anything that requires a gradient");
+    state().node->keep = true;
+    return *this;
+  }
+
+  /// The accumulated gradient; an empty Tensor if backward has not reached this tensor.
+  Tensor grad() const { return state().node ? state().node->grad : Tensor(); }
+  void zero_grad() {
+    if (state().node) state().node->grad = Tensor();
+  }
+
+  /// For ops and autodiff: this tensor's gradient node (null if it needs no gradient).
+  const std::shared_ptr<GradNode<T>>& node() const { return state().node; }
+  /// For ops: gives an op's output a fresh node, whose gradient is released after backward.
+  const std::shared_ptr<GradNode<T>>& make_node() {
+    state().node = std::make_shared<GradNode<T>>();
+    return state().node;
+  }
+
+  /// For autodiff: adds `g` (same layout) into `sum`, in place unless another handle shares it.
+  static void accumulate(Tensor& sum, const Tensor& g) {
+    if (!sum.defined()) {
+      sum = g;
+      return;
+    }
+    if (sum.layout() != g.layout())
+      throw Error("gradient of layout " + g.layout().to_string() + " cannot accumulate into " +
+                  sum.layout().to_string());
+    if (sum.state_.use_count() > 1 || sum.state_->data.use_count() > 1) sum = sum.clone();
+    sum.local() += g.local();
+  }
 
   std::string to_string() const {
     return "Tensor " + layout().to_string() + " on mesh " + layout().mesh_shape().to_string();
@@ -89,7 +163,8 @@ class Tensor {
   struct State {
     TensorLayout layout;
     Block block;
-    array_type local;
+    std::shared_ptr<array_type> data;  // shared with detached views of the same tensor
+    std::shared_ptr<GradNode<T>> node = nullptr;
   };
 
   const State& state() const {

@@ -1,0 +1,98 @@
+#pragma once
+// The tape: each processor records, in order, one backward step per op whose inputs need a
+// gradient. All processors run the same ops in the same order (SPMD), so their tapes match, and
+// replaying them in reverse meets the same collectives on every processor.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor::autodiff {
+
+/// One processor's record of backward steps; kept with its Mesh.
+class Tape {
+ public:
+  bool recording() const { return recording_; }
+  void set_recording(bool on) { recording_ = on; }
+  std::size_t size() const { return steps_.size(); }
+
+  void push(std::function<void()> step) { steps_.push_back(std::move(step)); }
+
+  /// Runs the steps newest first and forgets them (and with them the tensors they kept alive).
+  void replay_and_clear() {
+    auto steps = std::move(steps_);
+    steps_.clear();
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      (*it)();
+      *it = nullptr;  // release what the step held as soon as it has run
+    }
+  }
+  void clear() { steps_.clear(); }
+
+ private:
+  bool recording_ = true;
+  std::vector<std::function<void()>> steps_;
+};
+
+inline Tape& tape(Mesh& mesh) { return mesh.context<Tape>(); }
+
+/// While alive, ops on this mesh record nothing (inference, optimiser updates, backward itself).
+class NoGrad {
+ public:
+  explicit NoGrad(Mesh& mesh) : tape_(tape(mesh)), was_recording_(tape_.recording()) {
+    tape_.set_recording(false);
+  }
+  ~NoGrad() { tape_.set_recording(was_recording_); }
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  Tape& tape_;
+  bool was_recording_;
+};
+
+/**
+ * Records the backward step of an op with output `out` and inputs `inputs`, if recording is on and
+ * some input needs a gradient. `backward(grad_out, needed)` returns one gradient per input (an
+ * empty Tensor where `needed[i]` is false), each in its input's layout.
+ */
+template <class T, class Backward>
+void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backward) {
+  if constexpr (!std::is_floating_point_v<T>) {
+    return;
+  } else {
+    Tape& steps = tape(out.mesh());
+    if (!steps.recording()) return;
+    std::vector<std::shared_ptr<GradNode<T>>> nodes;
+    std::vector<TensorLayout> layouts;
+    bool any = false;
+    for (const auto& input : inputs) {
+      nodes.push_back(input.node());
+      layouts.push_back(input.layout());
+      any |= input.node() != nullptr;
+    }
+    if (!any) return;
+    auto out_node = out.make_node();
+    steps.push([out_node, nodes, layouts, backward]() {
+      if (!out_node->grad.defined()) return;  // nothing downstream reached this op
+      std::vector<bool> needed;
+      for (const auto& node : nodes) needed.push_back(node != nullptr);
+      auto grads = backward(out_node->grad, needed);
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        if (!nodes[i] || !grads.at(i).defined()) continue;
+        if (grads[i].layout() != layouts[i])
+          throw Error("internal: a backward step returned a gradient of layout " +
+                      grads[i].layout().to_string() + " for an input of layout " +
+                      layouts[i].to_string());
+        Tensor<T>::accumulate(nodes[i]->grad, grads[i]);
+      }
+      if (!out_node->keep) out_node->grad = Tensor<T>();
+    });
+  }
+}
+
+}  // namespace meshtensor::autodiff

@@ -1,0 +1,58 @@
+#pragma once
+// Moving between a tensor and one with more dims: broadcast_to repeats a tensor over dims it lacks
+// (the gradient of a reduction), sum_to sums a gradient back onto an operand's dims (the gradient
+// of a broadcasting op). Both end in the layout they are given.
+
+#include <array>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/einsum.hpp"
+#include "meshtensor/ops/relayout.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+
+/// `t` summed over the dims `target` lacks, in `target`'s dim order and layout.
+template <class T>
+Tensor<T> sum_to(const Tensor<T>& t, const TensorLayout& target) {
+  if (t.layout() == target) return t;
+  return detail::relayout_to(einsum({t}, DimNames(target.shape())), target);
+}
+
+/**
+ * `t` repeated over the dims of `target` it lacks, laid out as `target`. Each processor fills its
+ * block from its part of `t`; nothing moves unless `t` is split differently from `target`.
+ */
+template <class T>
+Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
+  for (const auto& dim : t.shape())
+    if (!target.shape().contains(dim.name) || target.shape().dim(dim.name) != dim)
+      throw ShapeError("broadcast_to: dim " + dim.name + "=" + std::to_string(dim.size) + " of " +
+                       t.layout().to_string() + " is not in the target " + target.to_string());
+  Mesh& mesh = t.mesh();
+  const auto aligned = detail::relayout_to(t, t.layout().with_layout(target.layout()));
+  const auto sizes = target.block(mesh.coord()).sizes();
+  xt::xarray<T> out = xt::xarray<T>::from_shape(detail::to_xshape(sizes));
+  const std::array<kernels::Strides, 2> strides{
+      detail::strides_over(aligned.shape(), aligned.block().sizes(), target.shape().names()),
+      kernels::row_major_strides(sizes)};
+  const T* in = aligned.local().data();
+  T* o = out.data();
+  kernels::for_each_offset<2>(sizes, strides,
+                              [&](const std::array<std::int64_t, 2>& at) { o[at[1]] = in[at[0]]; });
+  Tensor<T> result(mesh, target, std::move(out));
+  autodiff::record(result, {t},
+                   [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
+                     return std::vector<Tensor<T>>{sum_to(g, source)};
+                   });
+  return result;
+}
+
+}  // namespace meshtensor
