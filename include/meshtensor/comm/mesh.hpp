@@ -92,6 +92,16 @@ class Mesh {
   }
 
   Communicator& world() { return *world_; }
+
+  /// Point-to-point traffic this processor has sent so far, over the world and every group.
+  Communicator::Traffic traffic() const {
+    Communicator::Traffic total = world_->traffic();
+    for (const auto& group : groups_) {
+      total.messages += group->traffic().messages;
+      total.bytes += group->traffic().bytes;
+    }
+    return total;
+  }
   /// The processors that differ from this one only along the axes in `axes`.
   Communicator& group(AxisSet axes) {
     if (axes >= groups_.size())

@@ -5,4 +5,5 @@
 
 namespace meshtensor::detail::tags {
 constexpr int relayout = 100;
+constexpr int halo = 101;
 }  // namespace meshtensor::detail::tags
