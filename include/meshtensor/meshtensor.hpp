@@ -22,12 +22,22 @@
 #include "meshtensor/comm/threads.hpp"
 
 #include "meshtensor/tensor/create.hpp"
+#include "meshtensor/tensor/random.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
+#include "meshtensor/ops/activation.hpp"
+#include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/halo.hpp"
+#include "meshtensor/ops/loss.hpp"
+#include "meshtensor/ops/norm.hpp"
+#include "meshtensor/ops/pool.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"
+#include "meshtensor/ops/resample.hpp"
+#include "meshtensor/ops/reshape.hpp"
+#include "meshtensor/ops/window.hpp"
 
 #include "meshtensor/autodiff/backward.hpp"
 #include "meshtensor/autodiff/tape.hpp"

@@ -25,7 +25,8 @@ class DimNames {
   /// The names of a shape's dims.
   DimNames(const Shape& shape) : names_(shape.names()) {}
 
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const& { return names_; }
+  std::vector<std::string> names() && { return std::move(names_); }
   std::size_t size() const { return names_.size(); }
   bool empty() const { return names_.empty(); }
   auto begin() const { return names_.begin(); }

@@ -45,7 +45,9 @@ class Layout {
   Layout(const char* text) : Layout(parse(text)) {}
   Layout(const std::string& text) : Layout(parse(text)) {}
 
-  const std::vector<LayoutRule>& rules() const { return rules_; }
+  // A temporary gives its rules away, so `for (auto& r : make_layout().rules())` is safe.
+  const std::vector<LayoutRule>& rules() const& { return rules_; }
+  std::vector<LayoutRule> rules() && { return std::move(rules_); }
   bool empty() const { return rules_.empty(); }
 
   std::optional<std::string> mesh_axis_of(std::string_view dim) const {

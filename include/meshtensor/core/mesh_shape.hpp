@@ -46,7 +46,8 @@ class MeshShape {
   MeshShape(const std::string& text) : MeshShape(parse(text)) {}
 
   std::size_t rank() const { return axes_.size(); }
-  const std::vector<MeshAxis>& axes() const { return axes_; }
+  const std::vector<MeshAxis>& axes() const& { return axes_; }
+  std::vector<MeshAxis> axes() && { return std::move(axes_); }
   const MeshAxis& operator[](std::size_t position) const { return axes_.at(position); }
   auto begin() const { return axes_.begin(); }
   auto end() const { return axes_.end(); }

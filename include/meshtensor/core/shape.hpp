@@ -37,7 +37,8 @@ class Shape {
 
   std::size_t rank() const { return dims_.size(); }
   bool empty() const { return dims_.empty(); }
-  const std::vector<Dim>& dims() const { return dims_; }
+  const std::vector<Dim>& dims() const& { return dims_; }
+  std::vector<Dim> dims() && { return std::move(dims_); }
   const Dim& operator[](std::size_t position) const { return dims_.at(position); }
   auto begin() const { return dims_.begin(); }
   auto end() const { return dims_.end(); }

@@ -1,0 +1,67 @@
+#pragma once
+// Activations: relu, leaky relu, sigmoid, softmax and log-softmax over a named dim (its max and sum
+// all-reduced when the dim is split), and dropout with masks that do not depend on the layout.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/reduce.hpp"
+#include "meshtensor/tensor/random.hpp"
+
+namespace meshtensor {
+
+template <class T>
+Tensor<T> relu(const Tensor<T>& x) {
+  return detail::unary(
+      x, [](T v) { return v > T(0) ? v : T(0); }, [](T y) { return y > T(0) ? T(1) : T(0); },
+      detail::DerivativeOf::output);
+}
+
+template <class T>
+Tensor<T> leaky_relu(const Tensor<T>& x, T slope = T(0.01)) {
+  return detail::unary(
+      x, [slope](T v) { return v > T(0) ? v : slope * v; },
+      [slope](T v) { return v > T(0) ? T(1) : slope; }, detail::DerivativeOf::input);
+}
+
+template <class T>
+Tensor<T> sigmoid(const Tensor<T>& x) {
+  return detail::unary(
+      x, [](T v) { return T(1) / (T(1) + std::exp(-v)); }, [](T y) { return y * (T(1) - y); },
+      detail::DerivativeOf::output);
+}
+
+/// log(softmax(x)) over `dim`, computed stably as x - max - log(sum(exp(x - max))).
+template <class T>
+Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
+  const auto shifted = x - stop_gradient(reduce_max(x, dim));
+  return shifted - log(reduce_sum(exp(shifted), dim));
+}
+
+/// exp(x) / sum(exp(x)) over `dim`.
+template <class T>
+Tensor<T> softmax(const Tensor<T>& x, const std::string& dim) {
+  const auto e = exp(x - stop_gradient(reduce_max(x, dim)));
+  return e / reduce_sum(e, dim);
+}
+
+/// Zeroes each element with probability `rate` and scales the rest by 1 / (1 - rate). The mask is
+/// a function of (seed, name, global index): the same on any layout.
+template <class T>
+Tensor<T> dropout(const Tensor<T>& x, double rate, std::uint64_t seed, std::string_view name) {
+  if (rate < 0 || rate >= 1)
+    throw Error("dropout: the rate must be in [0, 1), got " + std::to_string(rate));
+  if (rate == 0) return x;
+  const RandomStream stream(seed, name);
+  const T keep_scale = T(1.0 / (1.0 - rate));
+  auto mask = generate<T>(x.mesh(), x.shape(), x.layout().layout(), [&](const Index& i) {
+    return stream.uniform(i) < rate ? T(0) : keep_scale;
+  });
+  return x * mask;
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,215 @@
+#pragma once
+// Convolution and transposed convolution over named spatial dims, on any layout. A split spatial
+// dim gets its halo from the neighbours (ops/halo.hpp); a split batch dim needs nothing; a split
+// input-channel dim leaves partial sums that an all-reduce completes; a split output-channel dim
+// splits the output. The gradients follow the same rules backwards: the input's by the reverse
+// exchange-add of the halo, the weight's by an all-reduce over the axes that split batch and
+// space.
+//
+// The weight has one kernel dim per spatial dim, named "k" + the spatial dim's name (kx, ky, kz),
+// the input-channel dim (named as in the input) and one output-channel dim, which takes the input
+// channel dim's place in the output.
+
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/kernels/reference/conv.hpp"
+#include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/windowed.hpp"
+#include "meshtensor/ops/window.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+inline std::string kernel_dim(const std::string& spatial) { return "k" + spatial; }
+
+// The mesh axes that split any of `dims` in `layout`.
+inline AxisSet axes_splitting(const TensorLayout& layout, const std::vector<std::string>& dims) {
+  AxisSet set = 0;
+  for (const auto& d : dims)
+    if (layout.shape().contains(d))
+      if (auto axis = layout.mesh_axis_of(d)) set |= AxisSet{1} << *axis;
+  return set;
+}
+
+template <class T>
+void complete_partial_sums(Mesh& mesh, AxisSet axes, xt::xarray<T>& data) {
+  if (axes) all_reduce(mesh.group(axes), data.data(), data.size(), ReduceOp::sum);
+}
+
+template <class T>
+Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
+                   const Window& window, const std::string& channels, bool transposed) {
+  check_same_mesh<T>(op, {&input, &weight});
+  const Shape& in_shape = input.shape();
+  const Shape& w_shape = weight.shape();
+  const auto& spatial = window.spatial();
+  if (!in_shape.contains(channels))
+    throw ShapeError(op + ": the input " + in_shape.to_string() + " has no channel dim " +
+                     quoted(channels) + "; name it with the channels argument");
+  if (!w_shape.contains(channels))
+    throw ShapeError(op + ": the weight " + w_shape.to_string() + " has no input-channel dim " +
+                     quoted(channels));
+  if (w_shape.dim(channels).size != in_shape.dim(channels).size)
+    throw ShapeError(op + ": the input has " + channels + "=" +
+                     std::to_string(in_shape.dim(channels).size) + " but the weight has " +
+                     channels + "=" + std::to_string(w_shape.dim(channels).size) +
+                     "; the input-channel counts must agree");
+  std::vector<std::string> kernel_names;
+  for (const auto& s : spatial) {
+    if (!in_shape.contains(s))
+      throw ShapeError(op + ": spatial dim " + quoted(s) + " is not a dim of the input " +
+                       in_shape.to_string());
+    kernel_names.push_back(kernel_dim(s));
+    if (!w_shape.contains(kernel_names.back()))
+      throw ShapeError(op + ": the weight " + w_shape.to_string() + " has no kernel dim " +
+                       quoted(kernel_names.back()) + " for spatial dim " + quoted(s));
+  }
+  std::vector<Dim> out_dims;
+  for (const auto& dim : w_shape)
+    if (dim.name != channels &&
+        std::find(kernel_names.begin(), kernel_names.end(), dim.name) == kernel_names.end())
+      out_dims.push_back(dim);
+  if (out_dims.size() != 1)
+    throw ShapeError(op + ": the weight " + w_shape.to_string() +
+                     " needs exactly one output-channel dim besides the kernel dims and " +
+                     quoted(channels));
+  const Dim out_channels = out_dims[0];
+  if (out_channels.name != channels && in_shape.contains(out_channels.name))
+    throw ShapeError(op + ": the weight's output-channel dim " + quoted(out_channels.name) +
+                     " is already a dim of the input " + in_shape.to_string());
+
+  std::vector<WindowDim> windows;
+  std::vector<Dim> output_dims;
+  for (const auto& dim : in_shape) {
+    if (dim.name == channels) {
+      output_dims.push_back(out_channels);
+      continue;
+    }
+    auto s = std::find(spatial.begin(), spatial.end(), dim.name);
+    if (s == spatial.end()) {
+      output_dims.push_back(dim);
+      continue;
+    }
+    const std::size_t i = s - spatial.begin();
+    windows.push_back(
+        window.resolve(op, i, dim.size, w_shape.dim(kernel_names[i]).size, transposed));
+    const auto n = transposed ? windows.back().transposed_output(dim.size)
+                              : windows.back().conv_output(dim.size);
+    if (n < 1)
+      throw ShapeError(op + ": along dim " + quoted(dim.name) + " the output would be empty");
+    output_dims.push_back(dim.resized(n));
+  }
+
+  // One layout for both operands; kernel dims are never split.
+  std::vector<LayoutRule> rules;
+  const Layout common = common_layout({&input.layout(), &weight.layout()});
+  for (const auto& rule : common.rules())
+    if (std::find(kernel_names.begin(), kernel_names.end(), rule.dim) == kernel_names.end())
+      rules.push_back(rule);
+  const Layout layout(rules);
+  Mesh& mesh = input.mesh();
+  const auto x = relayout_to(input, input.layout().with_layout(layout));
+  const auto w = relayout_to(weight, weight.layout().with_layout(layout));
+  const WindowedPlan plan = plan_windowed(x.layout(), Shape(output_dims), layout, spatial, channels,
+                                          windows, transposed, mesh.coord());
+
+  // The weight in kernel order: kernel dims in window order, then input and output channels.
+  std::vector<std::size_t> w_order;
+  for (const auto& k : kernel_names) w_order.push_back(w_shape.position(k));
+  w_order.push_back(w_shape.position(channels));
+  w_order.push_back(w_shape.position(out_channels.name));
+  const xt::xarray<T> w_kernel = to_kernel_order(w.local(), w_order);
+
+  kernels::ConvGeometry geometry;
+  geometry.batch = plan.pass_size;
+  geometry.c_in = x.block().ranges[in_shape.position(channels)].size();
+  geometry.c_out = w.block().ranges[w_shape.position(out_channels.name)].size();
+  geometry.in = plan.in;
+  geometry.out = plan.out;
+  geometry.kernel = plan.kernel;
+  geometry.taps = plan.taps;
+
+  const xt::xarray<T> box =
+      to_kernel_order(plan.halo.exchange(mesh, x.local(), T(0)), plan.to_kernel_order);
+  std::vector<std::size_t> out_sizes;
+  for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
+  xt::xarray<T> out = xt::xarray<T>::from_shape(out_sizes);
+  if (!plan.empty()) kernels::conv_forward(geometry, box.data(), w_kernel.data(), out.data());
+  out = from_kernel_order(out, plan.to_kernel_order);
+  complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
+  Tensor<T> result(mesh, plan.output_layout, std::move(out));
+
+  std::vector<std::string> summed;  // dims a weight gradient sums over: all but the channels
+  for (const auto& dim : in_shape)
+    if (dim.name != channels) summed.push_back(dim.name);
+  autodiff::record(
+      result, {input, weight},
+      [plan, geometry, box, w_kernel, w_order, summed, channels, out_channels,
+       input_layout = input.layout(), weight_layout = weight.layout(),
+       aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
+        Mesh& mesh = g.mesh();
+        const auto g_kernel =
+            to_kernel_order(relayout_to(g, plan.output_layout).local(), plan.to_kernel_order);
+        std::vector<Tensor<T>> grads(2);
+        if (need[0]) {
+          std::vector<std::size_t> sizes(box.shape().begin(), box.shape().end());
+          xt::xarray<T> grad_box = xt::xarray<T>::from_shape(sizes);
+          grad_box.fill(T(0));
+          if (!plan.empty())
+            kernels::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
+                                         grad_box.data());
+          auto own =
+              plan.halo.exchange_add(mesh, from_kernel_order(grad_box, plan.to_kernel_order));
+          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
+          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
+        }
+        if (need[1]) {
+          std::vector<double> acc(w_kernel.size(), 0.0);
+          if (!plan.empty())
+            kernels::conv_backward_weight(geometry, box.data(), g_kernel.data(), acc.data());
+          xt::xarray<T> dw = xt::xarray<T>::from_shape(w_kernel.shape());
+          std::copy(acc.begin(), acc.end(), dw.begin());
+          complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
+          grads[1] = relayout_to(Tensor<T>(mesh, aligned_weight, from_kernel_order(dw, w_order)),
+                                 weight_layout);
+        }
+        return grads;
+      });
+  return result;
+}
+
+}  // namespace detail
+
+/**
+ * Convolution of `input` with `weight` over the window's spatial dims, on any layout.
+ *
+ * ```cpp
+ * // input [batch, x, y, z, channels=8], weight [kx=3, ky=3, kz=3, channels=8, features=16]
+ * auto y = conv(input, weight, Window("x, y, z").padding("same"));   // [batch, x, y, z,
+ * features=16]
+ * ```
+ */
+template <class T>
+Tensor<T> conv(const Tensor<T>& input, const Tensor<T>& weight, const Window& window,
+               const std::string& channels = "channels") {
+  return detail::convolve("conv", input, weight, window, channels, /*transposed=*/false);
+}
+
+/**
+ * Transposed convolution (the gradient of a convolution with respect to its input, as a layer):
+ * output o receives input i through tap k where o = i*stride - pad_before + k*dilation. With
+ * kernel 2, stride 2 and "valid" padding it doubles each spatial size (the U-Net's up-sampling).
+ */
+template <class T>
+Tensor<T> conv_transpose(const Tensor<T>& input, const Tensor<T>& weight, const Window& window,
+                         const std::string& channels = "channels") {
+  return detail::convolve("conv_transpose", input, weight, window, channels, /*transposed=*/true);
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,115 @@
+#pragma once
+// What every windowed op (convolution, transposed convolution, pooling) plans the same way: the
+// output's shape and layout, the halo each processor needs, and the order that brings a block
+// into the kernels' layout — pass-through dims, then the spatial dims in window order, then the
+// inner dim (channels) last.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/reference/conv.hpp"
+#include "meshtensor/kernels/reference/permute.hpp"
+#include "meshtensor/ops/halo.hpp"
+#include "meshtensor/ops/window.hpp"
+
+namespace meshtensor::detail {
+
+struct WindowedPlan {
+  TensorLayout input_layout, output_layout;
+  HaloPlan halo;
+  Block output_block;
+  std::vector<std::size_t> to_kernel_order;  // input (and output) dim positions in kernel order
+  std::int64_t pass_size = 1;                // product of the pass-through dims' local sizes
+  std::array<std::int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1};
+  std::array<kernels::Taps, 3> taps{};
+  std::array<WindowDim, 3> windows{};
+  std::array<std::int64_t, 3> inside_begin{0, 0, 0}, inside_end{1, 1, 1};
+
+  bool empty() const { return output_block.empty(); }
+};
+
+// `input` is already on the op's layout; `output_shape` is the input's shape with the spatial dims
+// resized (and the inner dim possibly renamed/resized); `windows[i]` is spatial dim i's window.
+inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output_shape,
+                                  const Layout& layout, const std::vector<std::string>& spatial,
+                                  const std::string& inner, const std::vector<WindowDim>& windows,
+                                  bool transposed, const MeshCoord& me) {
+  const Shape& shape = input.shape();
+  TensorLayout output_layout(output_shape, input.mesh_shape(), layout);
+  // Each input dim's read range per block index: spatial dims read through their window; the
+  // others read exactly their own block.
+  HaloNeeds needs;
+  for (std::size_t d = 0; d < shape.rank(); ++d) {
+    const auto axis = input.mesh_axis_of(d);
+    const int parts = axis ? input.mesh_shape()[*axis].size : 1;
+    const auto s = std::find(spatial.begin(), spatial.end(), shape[d].name);
+    std::vector<Range> per_block;
+    for (int j = 0; j < parts; ++j) {
+      if (s == spatial.end()) {
+        per_block.push_back(block_range(shape[d].size, parts, j));
+        continue;
+      }
+      const WindowDim& w = windows[s - spatial.begin()];
+      const Range out = block_range(output_shape[d].size, parts, j);
+      per_block.push_back(transposed ? w.transposed_reads(out) : w.conv_reads(out));
+    }
+    needs.push_back(per_block);
+  }
+  WindowedPlan plan{input, output_layout, HaloPlan(input, me, needs), output_layout.block(me), {}};
+
+  std::vector<std::size_t> pass;
+  for (std::size_t d = 0; d < shape.rank(); ++d)
+    if (std::find(spatial.begin(), spatial.end(), shape[d].name) == spatial.end() &&
+        shape[d].name != inner)
+      pass.push_back(d);
+  plan.to_kernel_order = pass;
+  for (const auto& s : spatial) plan.to_kernel_order.push_back(shape.position(s));
+  if (!inner.empty()) plan.to_kernel_order.push_back(shape.position(inner));
+  for (auto d : pass) plan.pass_size *= plan.output_block.ranges[d].size();
+
+  const Block& box = plan.halo.box();
+  for (std::size_t i = 0; i < spatial.size(); ++i) {
+    const std::size_t d = shape.position(spatial[i]);
+    const WindowDim& w = windows[i];
+    plan.windows[i] = w;
+    plan.in[i] = box.ranges[d].size();
+    plan.out[i] = plan.output_block.ranges[d].size();
+    plan.kernel[i] = w.kernel;
+    plan.inside_begin[i] = -box.ranges[d].begin;
+    plan.inside_end[i] = shape[d].size - box.ranges[d].begin;
+    kernels::Taps& taps = plan.taps[i];
+    taps.transposed = transposed;
+    taps.stride = w.stride;
+    taps.dilation = w.dilation;
+    // A convolution's box starts where output 0's window does; a transposed convolution's output
+    // o reads box index (o + origin - k*dilation) / stride.
+    taps.origin = transposed ? plan.output_block.ranges[d].begin + w.pad_before -
+                                   box.ranges[d].begin * w.stride
+                             : 0;
+  }
+  return plan;
+}
+
+// A block (in its dims' order) copied into kernel order; no copy when it already is.
+template <class T>
+xt::xarray<T> to_kernel_order(const xt::xarray<T>& block, const std::vector<std::size_t>& order) {
+  if (kernels::is_identity(order)) return block;
+  std::vector<std::int64_t> sizes(block.shape().begin(), block.shape().end());
+  std::vector<std::size_t> permuted;
+  for (auto d : order) permuted.push_back(static_cast<std::size_t>(sizes[d]));
+  xt::xarray<T> out = xt::xarray<T>::from_shape(permuted);
+  kernels::permute(block.data(), sizes, order, out.data());
+  return out;
+}
+
+// The inverse: an array in kernel order back to the dims' order.
+template <class T>
+xt::xarray<T> from_kernel_order(const xt::xarray<T>& block, const std::vector<std::size_t>& order) {
+  return to_kernel_order(block, kernels::inverse(order));
+}
+
+}  // namespace meshtensor::detail

@@ -1,0 +1,236 @@
+#pragma once
+// Ops that rebuild one dim from up to two source positions per output position: padding (zeros,
+// reflect, replicate), cropping, nearest and linear upsampling, and concatenation. Each output
+// block reads the hull of its sources, which the halo exchange brings from wherever it lies — a
+// split dim is handled like any other.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/halo.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+
+/// Where output position o of a resampled dim reads: `count` (0, 1 or 2) source positions, each
+/// with a weight.
+struct Sources {
+  int count = 0;
+  std::array<std::int64_t, 2> index{0, 0};
+  std::array<double, 2> weight{0, 0};
+};
+
+namespace detail {
+
+// Rebuilds dim `dim` of `t` with `out_size` positions, output o = sum of weight * t[source].
+template <class T, class Map>
+Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string& dim,
+                   std::int64_t out_size, Map&& sources_of) {
+  const Shape& shape = t.shape();
+  const std::size_t d = shape.position(dim);
+  if (out_size < 1)
+    throw ShapeError(op + ": dim " + quoted(dim) + " would have " + std::to_string(out_size) +
+                     " positions; it needs at least 1");
+  std::vector<Dim> out_dims = shape.dims();
+  out_dims[d] = out_dims[d].resized(out_size);
+  Mesh& mesh = t.mesh();
+  TensorLayout out_layout(Shape(out_dims), mesh.shape(), t.layout().layout());
+  const Block out_block = out_layout.block(mesh.coord());
+
+  // Read ranges: along `dim`, the hull of the sources of each block's outputs.
+  auto reads = [&](const Range& outputs) {
+    Range hull{0, 0};
+    bool any = false;
+    for (std::int64_t o = outputs.begin; o < outputs.end; ++o) {
+      const Sources s = sources_of(o);
+      for (int k = 0; k < s.count; ++k) {
+        hull = any ? Range{std::min(hull.begin, s.index[k]), std::max(hull.end, s.index[k] + 1)}
+                   : Range{s.index[k], s.index[k] + 1};
+        any = true;
+      }
+    }
+    return hull;
+  };
+  HaloNeeds needs;
+  for (std::size_t e = 0; e < shape.rank(); ++e) {
+    const auto axis = t.layout().mesh_axis_of(e);
+    const int parts = axis ? mesh.shape()[*axis].size : 1;
+    std::vector<Range> per_block;
+    for (int j = 0; j < parts; ++j)
+      per_block.push_back(e == d ? reads(block_range(out_size, parts, j))
+                                 : block_range(shape[e].size, parts, j));
+    needs.push_back(per_block);
+  }
+  const HaloPlan plan(t.layout(), mesh.coord(), needs);
+  const xt::xarray<T> box = plan.exchange(mesh, t.local(), T(0));
+
+  // Blocks as [outer][dim][inner]: outer and inner extents are the own block's.
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t e = 0; e < d; ++e) outer *= out_block.ranges[e].size();
+  for (std::size_t e = d + 1; e < shape.rank(); ++e) inner *= out_block.ranges[e].size();
+  const std::int64_t box_n = plan.box().ranges[d].size(), box_begin = plan.box().ranges[d].begin;
+  const Range outputs = out_block.ranges[d];
+  std::vector<Sources> local_sources;
+  for (std::int64_t o = outputs.begin; o < outputs.end; ++o) {
+    Sources s = sources_of(o);
+    for (int k = 0; k < s.count; ++k) s.index[k] -= box_begin;
+    local_sources.push_back(s);
+  }
+  xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(out_block.sizes()));
+  out.fill(T(0));
+  const std::int64_t n_out = outputs.size();
+  for (std::int64_t a = 0; a < outer; ++a)
+    for (std::int64_t o = 0; o < n_out; ++o) {
+      const Sources& s = local_sources[o];
+      T* dst = out.data() + (a * n_out + o) * inner;
+      for (int k = 0; k < s.count; ++k) {
+        const T* src = box.data() + (a * box_n + s.index[k]) * inner;
+        const T w = static_cast<T>(s.weight[k]);
+        for (std::int64_t b = 0; b < inner; ++b) dst[b] += w * src[b];
+      }
+    }
+  Tensor<T> result(mesh, std::move(out_layout), std::move(out));
+
+  std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
+  autodiff::record(
+      result, {t},
+      [plan, local_sources, box_sizes, outer, inner, n_out, box_n, input_layout = t.layout()](
+          const Tensor<T>& g, const std::vector<bool>&) {
+        xt::xarray<T> grad_box = xt::xarray<T>::from_shape(box_sizes);
+        grad_box.fill(T(0));
+        for (std::int64_t a = 0; a < outer; ++a)
+          for (std::int64_t o = 0; o < n_out; ++o) {
+            const Sources& s = local_sources[o];
+            const T* src = g.local().data() + (a * n_out + o) * inner;
+            for (int k = 0; k < s.count; ++k) {
+              T* dst = grad_box.data() + (a * box_n + s.index[k]) * inner;
+              const T w = static_cast<T>(s.weight[k]);
+              for (std::int64_t b = 0; b < inner; ++b) dst[b] += w * src[b];
+            }
+          }
+        auto own = plan.exchange_add(g.mesh(), grad_box);
+        return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
+      });
+  return result;
+}
+
+}  // namespace detail
+
+enum class PadMode { zeros, reflect, replicate };
+
+/// `before` and `after` extra positions along `dim`, filled with zeros, the mirror image (not
+/// repeating the edge) or copies of the edge.
+template <class T>
+Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, std::int64_t after,
+              PadMode mode = PadMode::zeros) {
+  const std::int64_t n = t.shape().dim(dim).size;
+  if (before < 0 || after < 0)
+    throw Error("pad: amounts along dim " + detail::quoted(dim) +
+                " must not be negative; use crop");
+  if (mode == PadMode::reflect && (before > n - 1 || after > n - 1))
+    throw Error("pad: reflect padding along dim " + detail::quoted(dim) + " of size " +
+                std::to_string(n) + " can add at most " + std::to_string(n - 1) +
+                " positions per side");
+  return detail::resample("pad", t, dim, n + before + after, [=](std::int64_t o) {
+    std::int64_t j = o - before;
+    if (j < 0 || j >= n) {
+      if (mode == PadMode::zeros) return Sources{};
+      j = mode == PadMode::replicate ? std::clamp<std::int64_t>(j, 0, n - 1)
+                                     : (j < 0 ? -j : 2 * (n - 1) - j);
+    }
+    return Sources{1, {j, 0}, {1.0, 0.0}};
+  });
+}
+
+/// Drops `before` and `after` positions of `dim`.
+template <class T>
+Tensor<T> crop(const Tensor<T>& t, const std::string& dim, std::int64_t before,
+               std::int64_t after) {
+  const std::int64_t n = t.shape().dim(dim).size;
+  if (before < 0 || after < 0 || before + after >= n)
+    throw Error("crop: cannot drop " + std::to_string(before) + " and " + std::to_string(after) +
+                " positions from dim " + detail::quoted(dim) + " of size " + std::to_string(n));
+  return detail::resample("crop", t, dim, n - before - after, [=](std::int64_t o) {
+    return Sources{1, {o + before, 0}, {1.0, 0.0}};
+  });
+}
+
+enum class Interpolation { nearest, linear };
+
+/// Each named dim scaled by `factor`: nearest repeats positions; linear interpolates between
+/// position centres (PyTorch's align_corners=False), so along three dims it is trilinear.
+template <class T>
+Tensor<T> upsample(const Tensor<T>& t, const DimNames& dims, std::int64_t factor,
+                   Interpolation mode = Interpolation::nearest) {
+  if (factor < 1)
+    throw Error("upsample: the factor must be at least 1, got " + std::to_string(factor));
+  Tensor<T> out = t;
+  for (const auto& dim : dims) {
+    const std::int64_t n = t.shape().dim(dim).size;
+    out = detail::resample("upsample", out, dim, n * factor, [=](std::int64_t o) {
+      if (mode == Interpolation::nearest) return Sources{1, {o / factor, 0}, {1.0, 0.0}};
+      const double source = std::max((o + 0.5) / double(factor) - 0.5, 0.0);
+      const std::int64_t i0 = static_cast<std::int64_t>(source);
+      const std::int64_t i1 = std::min(i0 + 1, n - 1);
+      const double w1 = source - double(i0);
+      if (i1 == i0 || w1 == 0.0) return Sources{1, {i0, 0}, {1.0, 0.0}};
+      return Sources{2, {i0, i1}, {1.0 - w1, w1}};
+    });
+  }
+  return out;
+}
+
+/// The operands joined along `dim` (each has it, in any size; the other dims must agree).
+template <class T>
+Tensor<T> concat(const std::vector<Tensor<T>>& parts, const std::string& dim) {
+  if (parts.empty()) throw Error("concat needs at least one operand");
+  std::int64_t total = 0;
+  for (const auto& p : parts) {
+    if (!p.shape().contains(dim))
+      throw ShapeError("concat: operand " + p.layout().to_string() + " has no dim " +
+                       detail::quoted(dim));
+    total += p.shape().dim(dim).size;
+    for (const auto& other : p.shape())
+      if (other.name != dim && parts[0].shape().contains(other.name) &&
+          parts[0].shape().dim(other.name) != other)
+        throw ShapeError("concat along " + detail::quoted(dim) + ": operands " +
+                         parts[0].shape().to_string() + " and " + p.shape().to_string() +
+                         " differ in dim " + detail::quoted(other.name));
+    if (p.rank() != parts[0].rank())
+      throw ShapeError("concat along " + detail::quoted(dim) + ": operands " +
+                       parts[0].shape().to_string() + " and " + p.shape().to_string() +
+                       " have different dims");
+  }
+  std::vector<const TensorLayout*> layouts;
+  for (const auto& p : parts) layouts.push_back(&p.layout());
+  const Layout common = detail::common_layout(layouts);
+  Tensor<T> sum;
+  std::int64_t offset = 0;
+  for (const auto& p : parts) {
+    const std::int64_t n = p.shape().dim(dim).size;
+    // Each operand, moved to its place in the joined dim (zeros elsewhere), on the common layout.
+    auto placed = detail::resample("concat", relayout(p, common), dim, total, [=](std::int64_t o) {
+      return o >= offset && o < offset + n ? Sources{1, {o - offset, 0}, {1.0, 0.0}} : Sources{};
+    });
+    sum = sum.defined() ? sum + placed : placed;
+    offset += n;
+  }
+  return sum;
+}
+
+template <class T>
+Tensor<T> concat(std::initializer_list<Tensor<T>> parts, const std::string& dim) {
+  return concat(std::vector<Tensor<T>>(parts), dim);
+}
+
+}  // namespace meshtensor

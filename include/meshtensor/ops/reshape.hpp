@@ -1,0 +1,99 @@
+#pragma once
+// Relabelling dims without moving data: rename one dim, split one dim into two (row-major: the
+// first new dim varies slowest), merge two neighbouring dims into one. A dim that is split over
+// the mesh is first gathered along its axis (a relayout), since its blocks would not line up with
+// the new dims.
+
+#include <string>
+#include <vector>
+
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/ops/relayout.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+// The same data under another shape whose blocks have the same row-major extent on this
+// processor; the gradient is the same relabelling backwards.
+template <class T>
+Tensor<T> relabel(const Tensor<T>& t, const Shape& shape, const Layout& layout) {
+  TensorLayout target(shape, t.mesh().shape(), layout);
+  xt::xarray<T> data = t.local();
+  data.reshape(to_xshape(target.block(t.mesh().coord()).sizes()));
+  Tensor<T> out(t.mesh(), target, std::move(data));
+  autodiff::record(out, {t}, [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
+    xt::xarray<T> back = g.local();
+    back.reshape(to_xshape(source.block(g.mesh().coord()).sizes()));
+    return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), source, std::move(back))};
+  });
+  return out;
+}
+
+// `t` with `dim` replicated (gathered along its mesh axis if split).
+template <class T>
+Tensor<T> unsplit(const Tensor<T>& t, const std::string& dim) {
+  if (!t.layout().is_split(dim)) return t;
+  std::vector<LayoutRule> rules;
+  for (const auto& rule : t.layout().layout().rules())
+    if (rule.dim != dim) rules.push_back(rule);
+  return relayout(t, Layout(rules));
+}
+
+}  // namespace detail
+
+/// `dim` renamed to `to`, keeping its size, position and split.
+template <class T>
+Tensor<T> rename(const Tensor<T>& t, const std::string& dim, const std::string& to) {
+  std::vector<Dim> dims = t.shape().dims();
+  dims[t.shape().position(dim)] = Dim(to, t.shape().dim(dim).size);
+  std::vector<LayoutRule> rules;
+  for (auto rule : t.layout().layout().rules()) {
+    if (rule.dim == dim) rule.dim = to;
+    rules.push_back(rule);
+  }
+  return detail::relabel(t, Shape(dims), Layout(rules));
+}
+
+/// `dim` split into `outer` and `inner` (outer.size * inner.size == dim's size), row-major.
+template <class T>
+Tensor<T> split_dim(const Tensor<T>& t, const std::string& dim, const Dim& outer,
+                    const Dim& inner) {
+  const auto& old = t.shape().dim(dim);
+  if (outer.size * inner.size != old.size)
+    throw ShapeError("split_dim: " + old.name + "=" + std::to_string(old.size) +
+                     " cannot split into " + outer.name + "=" + std::to_string(outer.size) + " x " +
+                     inner.name + "=" + std::to_string(inner.size));
+  auto whole = detail::unsplit(t, dim);
+  std::vector<Dim> dims;
+  for (const auto& d : whole.shape()) {
+    if (d.name != dim) {
+      dims.push_back(d);
+      continue;
+    }
+    dims.push_back(outer);
+    dims.push_back(inner);
+  }
+  return detail::relabel(whole, Shape(dims), whole.layout().layout());
+}
+
+/// The neighbouring dims `outer` and `inner` (in that order) merged into one dim `merged`.
+template <class T>
+Tensor<T> merge_dims(const Tensor<T>& t, const std::string& outer, const std::string& inner,
+                     const std::string& merged) {
+  const std::size_t a = t.shape().position(outer), b = t.shape().position(inner);
+  if (b != a + 1)
+    throw ShapeError("merge_dims: " + detail::quoted(outer) + " and " + detail::quoted(inner) +
+                     " must be neighbours, in that order, in " + t.shape().to_string());
+  auto whole = detail::unsplit(detail::unsplit(t, outer), inner);
+  std::vector<Dim> dims;
+  for (std::size_t d = 0; d < whole.rank(); ++d) {
+    if (d == b) continue;
+    dims.push_back(d == a ? Dim(merged, whole.shape()[a].size * whole.shape()[b].size)
+                          : whole.shape()[d]);
+  }
+  return detail::relabel(whole, Shape(dims), whole.layout().layout());
+}
+
+}  // namespace meshtensor

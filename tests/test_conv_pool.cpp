@@ -1,0 +1,135 @@
+// Convolution, transposed convolution and pooling: output, input gradient and weight gradient on
+// every spatial layout class equal the single-processor run — strided, dilated, padded, valid,
+// overlapping and halo-wider-than-a-block cases included.
+#include <catch2/catch.hpp>
+
+#include <meshtensor/autodiff/backward.hpp>
+
+#include "support/op_check.hpp"
+#include "support/spatial_cases.hpp"
+
+using namespace meshtensor;
+using namespace meshtensor::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// out, d(loss)/d(input), d(loss)/d(weight) for loss = sum(out * r) with a fixed random r.
+template <class Op>
+std::vector<Tensor<float>> forward_backward(Mesh& m, const Layout& l, const Shape& weight_shape,
+                                            Op&& op) {
+  auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+  auto w = test_input(m, weight_shape, l, 2).set_requires_grad();
+  auto out = op(x, w);
+  auto r = test_input(m, out.shape(), l, 3);
+  backward(reduce_sum(out * r));
+  return {out, x.grad(), w.grad()};
+}
+
+std::string check_conv(const Shape& weight, const Window& window, bool transposed = false) {
+  return compare_with_one_processor(
+      [&](Mesh& m, const Layout& l) {
+        return forward_backward(m, l, weight, [&](const Tensor<float>& x, const Tensor<float>& w) {
+          return transposed ? conv_transpose(x, w, window) : conv(x, w, window);
+        });
+      },
+      1e-5, spatial_cases());
+}
+
+std::string check_pool(const Window& window, bool is_max, bool count_padding = true) {
+  return compare_with_one_processor(
+      [&](Mesh& m, const Layout& l) {
+        auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+        auto out = is_max ? max_pool(x, window) : avg_pool(x, window, count_padding);
+        backward(reduce_sum(out * test_input(m, out.shape(), l, 3)));
+        return std::vector<Tensor<float>>{out, x.grad()};
+      },
+      1e-5, spatial_cases());
+}
+
+}  // namespace
+
+TEST_CASE("3-D convolution, 3x3x3 'same', matches one processor on every layout") {
+  CHECK(check_conv("kx:3, ky:3, kz:3, channels:3, features:4", Window("x, y, z").padding("same")) ==
+        "");
+}
+
+TEST_CASE("strided, dilated, valid and asymmetric convolutions match one processor") {
+  CHECK(check_conv("kx:3, ky:3, kz:3, channels:3, features:2", Window("x, y, z").stride(2)) == "");
+  CHECK(check_conv("kx:3, ky:3, channels:3, features:2",
+                   Window("x, y").dilation(2).padding("same")) == "");
+  CHECK(check_conv("kx:3, ky:1, kz:2, channels:3, features:2",
+                   Window("x, y, z").stride({2, 1, 3}).padding(
+                       Padding::explicit_sizes({{2, 0}, {0, 1}, {1, 1}}))) == "");
+  CHECK(check_conv("kx:1, ky:1, kz:1, channels:3, features:5", Window("x, y, z")) == "");
+}
+
+TEST_CASE("1-D convolutions, including a 7-tap window wider than an 8-way split's blocks") {
+  CHECK(check_conv("kx:5, channels:3, features:2",
+                   Window("x").padding(Padding::explicit_sizes({{2, 1}}))) == "");
+  CHECK(check_conv("kx:7, channels:3, features:2", Window("x").padding("same")) == "");
+  CHECK(check_conv("kx:3, channels:3, features:2", Window("x").dilation(3).padding("same")) == "");
+}
+
+TEST_CASE("transposed convolutions match one processor (the U-Net's 2x2x2 stride 2 and others)") {
+  CHECK(check_conv("kx:2, ky:2, kz:2, channels:3, features:2", Window("x, y, z").stride(2), true) ==
+        "");
+  CHECK(check_conv("kx:3, ky:3, channels:3, features:2", Window("x, y").stride(2).padding("same"),
+                   true) == "");
+  CHECK(check_conv("kx:3, channels:3, features:2",
+                   Window("x").dilation(2).padding(Padding::explicit_sizes({{1, 2}})), true) == "");
+  CHECK(check_conv("kx:4, kz:2, channels:3, features:2", Window("x, z").stride({3, 1}), true) ==
+        "");
+}
+
+TEST_CASE("max and average pooling, overlapping or not, padded or not, match one processor") {
+  CHECK(check_pool(Window("x, y, z").kernel(2), true) == "");
+  CHECK(check_pool(Window("x, y, z").kernel(3).stride(2).padding("same"), true) == "");
+  CHECK(check_pool(Window("x, y").kernel(3).stride(1).padding("same"), false, true) == "");
+  CHECK(check_pool(Window("x, y").kernel(3).stride(1).padding("same"), false, false) == "");
+  CHECK(check_pool(Window("x").kernel(3).stride(1), true) == "");
+  CHECK(check_pool(Window("x, z").kernel({4, 2}).stride({3, 2}), false) == "");
+}
+
+TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") {
+  auto errors = on_mesh("p:2", [](Mesh& m) {
+    std::vector<std::string> what;
+    auto record = [&](auto&& f) {
+      try {
+        f();
+        what.push_back("no error");
+      } catch (const Error& e) {
+        what.push_back(e.what());
+      }
+    };
+    auto x = test_input(m, volume_shape, "x:p", 1);
+    record([&] { conv(x, test_input(m, "kx:11, channels:3, out:2", "", 2), Window("x")); });
+    record([&] { conv(x, test_input(m, "kx:3, channels:4, out:2", "", 2), Window("x")); });
+    record([&] { conv(x, test_input(m, "kx:3, channels:3, out:2", "", 2), Window("w")); });
+    record([&] {
+      conv(x, test_input(m, "kx:3, channels:3, out:2", "", 2), Window("x").padding("full"));
+    });
+    record([&] { max_pool(x, Window("x, y").kernel(2).stride(0)); });
+    record([&] { max_pool(x, Window("x, y")); });
+    record([&] {
+      conv(x, test_input(m, "kx:3, ky:3, channels:3, out:2", "", 2),
+           Window("x, y").stride({1, 2, 3}));
+    });
+    record([&] {
+      conv_transpose(x, test_input(m, "kx:2, channels:3, out:2", "", 2),
+                     Window("x").padding(Padding::explicit_sizes({{9, 9}})));
+    });
+    return what;
+  });
+  for (const auto& what : errors) {
+    CHECK_THAT(what[0], Contains("conv") && Contains("dim \"x\"") && Contains("spans 11") &&
+                            Contains("padded extent is only 9"));
+    CHECK_THAT(what[1], Contains("channels=3") && Contains("channels=4"));
+    CHECK_THAT(what[2], Contains("spatial dim \"w\""));
+    CHECK_THAT(what[3], Contains("padding \"full\"") && Contains("\"same\""));
+    CHECK_THAT(what[4], Contains("max_pool") && Contains("stride (0)"));
+    CHECK_THAT(what[5], Contains("kernel size"));
+    CHECK_THAT(what[6], Contains("stride needs one value for each of the 2 spatial dims"));
+    CHECK_THAT(what[7], Contains("conv_transpose") && Contains("leaves no output"));
+  }
+}

@@ -1,0 +1,99 @@
+// Padding, cropping, upsampling, concatenation and normalisation: outputs and input gradients on
+// every spatial layout class equal the single-processor run.
+#include <catch2/catch.hpp>
+
+#include <meshtensor/autodiff/backward.hpp>
+
+#include "support/op_check.hpp"
+#include "support/spatial_cases.hpp"
+
+using namespace meshtensor;
+using namespace meshtensor::testing;
+
+namespace {
+
+// out and d(sum(out * r))/d(inputs) for an op of the volume (and extra inputs made alike).
+template <class Op>
+std::string check(Op&& op, const std::vector<Shape>& extra = {}) {
+  return compare_with_one_processor(
+      [&](Mesh& m, const Layout& l) {
+        std::vector<Tensor<float>> inputs{test_input(m, volume_shape, l, 1).set_requires_grad()};
+        for (std::size_t k = 0; k < extra.size(); ++k)
+          inputs.push_back(test_input(m, extra[k], l, int(k) + 2).set_requires_grad());
+        auto out = op(inputs);
+        backward(reduce_sum(out * test_input(m, out.shape(), l, 9)));
+        std::vector<Tensor<float>> results{out};
+        for (const auto& t : inputs) results.push_back(t.grad());
+        return results;
+      },
+      1e-5, spatial_cases());
+}
+
+}  // namespace
+
+TEST_CASE("padding with zeros, reflection and replication, and cropping, match one processor") {
+  CHECK(check([](auto& in) { return pad(in[0], "x", 2, 3); }) == "");
+  CHECK(check([](auto& in) { return pad(in[0], "x", 3, 1, PadMode::reflect); }) == "");
+  CHECK(check([](auto& in) {
+          return pad(pad(in[0], "y", 1, 2, PadMode::replicate), "z", 4, 0, PadMode::replicate);
+        }) == "");
+  CHECK(check([](auto& in) { return crop(crop(in[0], "x", 2, 3), "y", 1, 0); }) == "");
+}
+
+TEST_CASE("nearest and linear upsampling match one processor") {
+  CHECK(check([](auto& in) { return upsample(in[0], "x, y, z", 2); }) == "");
+  CHECK(check([](auto& in) { return upsample(in[0], "x, y, z", 2, Interpolation::linear); }) == "");
+  CHECK(check([](auto& in) { return upsample(in[0], "x", 3, Interpolation::linear); }) == "");
+}
+
+TEST_CASE("concatenation along a split or unsplit dim matches one processor") {
+  CHECK(check(
+            [](auto& in) {
+              return concat({in[0], in[1]}, "channels");
+            },
+            {"batch:2, x:9, y:6, z:5, channels:2"}) == "");
+  CHECK(check(
+            [](auto& in) {
+              return concat({in[1], in[0], in[2]}, "x");
+            },
+            {"batch:2, x:4, y:6, z:5, channels:3", "batch:2, x:1, y:6, z:5, channels:3"}) == "");
+}
+
+TEST_CASE("batch, instance and group norm match one processor, gradients of gamma and beta too") {
+  CHECK(check([](auto& in) { return batch_norm(in[0], in[1], in[2]); },
+              {"channels:3", "channels:3"}) == "");
+  CHECK(check([](auto& in) { return instance_norm(in[0], in[1], in[2], "x, y, z"); },
+              {"channels:3", "channels:3"}) == "");
+  CHECK(compare_with_one_processor(
+            [](Mesh& m, const Layout& l) {
+              auto x =
+                  test_input(m, "batch:2, x:9, y:6, z:5, channels:4", l, 1).set_requires_grad();
+              auto gamma = test_input(m, "channels:4", l, 2).set_requires_grad();
+              auto beta = test_input(m, "channels:4", l, 3).set_requires_grad();
+              auto out = group_norm(x, gamma, beta, 2, "x, y, z");
+              backward(reduce_sum(out * test_input(m, out.shape(), l, 9)));
+              return std::vector<Tensor<float>>{out, x.grad(), gamma.grad(), beta.grad()};
+            },
+            1e-5, spatial_cases()) == "");
+}
+
+TEST_CASE("batch statistics are the same on every layout and are stable for large offsets") {
+  CHECK(compare_with_one_processor(
+            [](Mesh& m, const Layout& l) {
+              // Values around 1e4 with spread 1: naive sums of squares lose the variance in float.
+              auto x = generate<float>(m, volume_shape, l,
+                                       [](const Index& i) { return float(1e4 + test_value(i)); });
+              Moments<float> moments;
+              normalize(x, "batch, x, y, z", 1e-5, &moments);
+              return std::vector<Tensor<float>>{moments.mean, moments.variance};
+            },
+            1e-5, spatial_cases()) == "");
+  auto variance = on_one_processor([](Mesh& m) {
+    auto x =
+        generate<float>(m, "x:1000", "", [](const Index& i) { return float(1e4 + (i["x"] % 2)); });
+    Moments<float> moments;
+    normalize(x, "x", 0.0, &moments);
+    return moments.variance.item();
+  });
+  CHECK(variance == Approx(0.25).epsilon(1e-6));
+}
