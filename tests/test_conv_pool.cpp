@@ -91,6 +91,25 @@ TEST_CASE("max and average pooling, overlapping or not, padded or not, match one
   CHECK(check_pool(Window("x, z").kernel({4, 2}).stride({3, 2}), false) == "");
 }
 
+TEST_CASE("a split that leaves processors empty blocks still gives the single-processor result") {
+  // x:3 over 4 processors: one holds nothing, yet every window is served from its owners.
+  const std::vector<LayoutCase> cases{{"x:3 split 4 ways", "p:4", "x:p"},
+                                      {"x:3 and y:2 on 4x4", "rows:4; cols:4", "x:rows; y:cols"}};
+  CHECK(compare_with_one_processor(
+            [](Mesh& m, const Layout& l) {
+              auto x = test_input(m, "batch:1, x:3, y:2, channels:2", l, 1).set_requires_grad();
+              auto w = test_input(m, "kx:3, ky:2, channels:2, out:2", l, 2).set_requires_grad();
+              auto up = test_input(m, "kx:2, channels:2, out:2", l, 3).set_requires_grad();
+              auto h = conv(x, w, Window("x, y").padding("same"));
+              auto out =
+                  conv_transpose(max_pool(h, Window("x").kernel(2).stride(1).padding("same")), up,
+                                 Window("x").stride(2), "out");
+              backward(reduce_sum(square(out)));
+              return std::vector<Tensor<float>>{out, x.grad(), w.grad(), up.grad()};
+            },
+            1e-5, cases) == "");
+}
+
 TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     std::vector<std::string> what;

@@ -42,3 +42,8 @@
 #include "meshtensor/autodiff/backward.hpp"
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/ops/broadcast.hpp"
+
+#include "meshtensor/nn/init.hpp"
+#include "meshtensor/nn/layers.hpp"
+#include "meshtensor/nn/optim.hpp"
+#include "meshtensor/nn/parameters.hpp"

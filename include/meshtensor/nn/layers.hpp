@@ -1,0 +1,161 @@
+#pragma once
+// Layers: parameters made once (named, initialised from a seed) and applied to tensors of any
+// layout. Convolutions map a channel dim to a channel dim of the same name and a new size, so
+// layers stack like the boxes of a network figure.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/nn/init.hpp"
+#include "meshtensor/nn/parameters.hpp"
+#include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/norm.hpp"
+#include "meshtensor/ops/reshape.hpp"
+#include "meshtensor/tensor/create.hpp"
+
+namespace meshtensor::nn {
+
+/**
+ * Convolution (or transposed convolution) from `in` channels to `out` channels, with bias. The
+ * weight [kx, ky, kz, <in>, <in>_out] is He-normal initialised; the bias starts at zero.
+ *
+ * ```cpp
+ * Conv<float> conv(mesh, params, "enc0/conv1", Dim{"channels", 1}, Dim{"channels", 8},
+ *                  Window("x, y, z").kernel(3).padding("same"), seed);
+ * auto h = conv(x);   // [batch, x, y, z, channels=8]
+ * ```
+ */
+template <class T = float>
+class Conv {
+ public:
+  Conv(Mesh& mesh, Parameters<T>& params, const std::string& name, const Dim& in, const Dim& out,
+       Window window, std::uint64_t seed, bool transposed = false, bool bias = true,
+       const Layout& layout = {})
+      : window_(std::move(window)),
+        channels_(in.name),
+        out_name_(in.name + "_out"),
+        output_name_(out.name),
+        transposed_(transposed) {
+    if (!window_.has_kernel())
+      throw Error("Conv " + name + ": the window needs a kernel size, e.g. .kernel(3)");
+    std::vector<Dim> dims;
+    std::int64_t taps = 1;
+    for (std::size_t i = 0; i < window_.spatial().size(); ++i) {
+      dims.emplace_back(detail::kernel_dim(window_.spatial()[i]), window_.kernel_sizes()[i]);
+      taps *= window_.kernel_sizes()[i];
+    }
+    dims.push_back(in);
+    dims.emplace_back(out_name_, out.size);
+    // Fan-in is what each output sums over: every tap of every input channel (for a transposed
+    // convolution, the taps that reach one output: about taps / stride^d).
+    const std::int64_t fan_in = taps * (transposed ? out.size : in.size);
+    weight_ = params.add(name + "/weight",
+                         he_normal<T>(mesh, Shape(dims), layout, seed, name + "/weight", fan_in));
+    if (bias)
+      bias_ =
+          params.add(name + "/bias", zeros<T>(mesh, Shape{Dim(output_name_, out.size)}, layout));
+  }
+
+  Tensor<T> operator()(const Tensor<T>& x) const {
+    auto y = transposed_ ? conv_transpose(x, weight_, window_, channels_)
+                         : conv(x, weight_, window_, channels_);
+    y = rename(y, out_name_, output_name_);
+    return bias_.defined() ? y + bias_ : y;
+  }
+
+  const Tensor<T>& weight() const { return weight_; }
+  const Tensor<T>& bias() const { return bias_; }
+
+ private:
+  Window window_;
+  std::string channels_, out_name_, output_name_;
+  bool transposed_;
+  Tensor<T> weight_, bias_;
+};
+
+/// The kinds of normalisation a block can use.
+enum class NormKind { batch, instance, group, none };
+
+inline NormKind parse_norm(const std::string& name) {
+  if (name == "batch") return NormKind::batch;
+  if (name == "instance") return NormKind::instance;
+  if (name == "group") return NormKind::group;
+  if (name == "none") return NormKind::none;
+  throw Error("normalisation " + detail::quoted(name) +
+              " is not known; valid values are \"batch\", \"instance\", \"group\" and \"none\"");
+}
+
+/**
+ * Batch, instance or group normalisation with a learned per-channel scale (gamma = 1) and shift
+ * (beta = 0). Batch norm keeps running statistics (momentum 0.1, unbiased variance, as PyTorch) and
+ * uses them when `training` is false.
+ */
+template <class T = float>
+class Norm {
+ public:
+  Norm(Mesh& mesh, Parameters<T>& params, const std::string& name, NormKind kind,
+       const Dim& channels, const DimNames& spatial, std::int64_t groups = 4, double momentum = 0.1,
+       double epsilon = 1e-5, const Layout& layout = {})
+      : kind_(kind),
+        channels_(channels.name),
+        spatial_(spatial),
+        groups_(groups),
+        momentum_(momentum),
+        epsilon_(epsilon) {
+    if (kind_ == NormKind::none) return;
+    const Shape shape{channels};
+    gamma_ = params.add(name + "/gamma", full<T>(mesh, shape, layout, T(1)));
+    beta_ = params.add(name + "/beta", zeros<T>(mesh, shape, layout));
+    if (kind_ == NormKind::batch) {
+      running_mean_ = params.add_state(name + "/running_mean", zeros<T>(mesh, shape, layout));
+      running_var_ = params.add_state(name + "/running_var", full<T>(mesh, shape, layout, T(1)));
+    }
+    if (kind_ == NormKind::group && channels.size % groups_ != 0)
+      throw Error("Norm " + name + ": " + std::to_string(channels.size) +
+                  " channels do not split into " + std::to_string(groups_) + " groups");
+  }
+
+  Tensor<T> operator()(const Tensor<T>& x, bool training) {
+    switch (kind_) {
+      case NormKind::none:
+        return x;
+      case NormKind::instance:
+        return instance_norm(x, gamma_, beta_, spatial_, epsilon_);
+      case NormKind::group:
+        return group_norm(x, gamma_, beta_, groups_, spatial_, channels_, epsilon_);
+      case NormKind::batch:
+        break;
+    }
+    if (!training) {
+      const auto inv_std =
+          map(running_var_, [e = epsilon_](T v) { return T(1.0 / std::sqrt(double(v) + e)); });
+      return (x - running_mean_) * (inv_std * gamma_) + beta_;
+    }
+    Moments<T> moments;
+    auto y = batch_norm(x, gamma_, beta_, channels_, epsilon_, &moments);
+    autodiff::NoGrad no_grad(x.mesh());
+    const T m = T(momentum_);
+    const double n = double(moments.count);
+    const T unbias = T(n > 1 ? n / (n - 1) : 1.0);
+    running_mean_.local() = (T(1) - m) * running_mean_.local() +
+                            m * relayout(moments.mean, running_mean_.layout().layout()).local();
+    running_var_.local() =
+        (T(1) - m) * running_var_.local() +
+        m * unbias * relayout(moments.variance, running_var_.layout().layout()).local();
+    return y;
+  }
+
+ private:
+  NormKind kind_;
+  std::string channels_;
+  DimNames spatial_;
+  std::int64_t groups_;
+  double momentum_, epsilon_;
+  Tensor<T> gamma_, beta_, running_mean_, running_var_;
+};
+
+}  // namespace meshtensor::nn

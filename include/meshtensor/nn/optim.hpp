@@ -1,0 +1,124 @@
+#pragma once
+// Optimisers: SGD with momentum, Adam and AdamW. Gradients are complete on every processor (the
+// ops all-reduce them), so each processor updates its own block of each parameter with no
+// communication, and replicated parameters stay identical everywhere.
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/nn/parameters.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor::nn {
+
+/// SGD with momentum (PyTorch's form: v = mu v + g; p -= lr v) and L2 weight decay.
+template <class T = float>
+class Sgd {
+ public:
+  Sgd(std::vector<Tensor<T>> parameters, double lr, double momentum = 0.0,
+      double weight_decay = 0.0)
+      : params_(std::move(parameters)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
+    for (const auto& p : params_) velocity_.emplace_back(xt::zeros<T>(p.local().shape()));
+  }
+
+  void step() {
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto g = params_[k].grad();
+      if (!g.defined()) continue;
+      T* p = params_[k].local().data();
+      T* v = velocity_[k].data();
+      const T* d = g.local().data();
+      for (std::size_t i = 0; i < params_[k].local().size(); ++i) {
+        const double grad = double(d[i]) + weight_decay_ * p[i];
+        v[i] = T(momentum_ * v[i] + grad);
+        p[i] = T(p[i] - lr_ * (momentum_ > 0 ? double(v[i]) : grad));
+      }
+    }
+  }
+  void zero_grad() {
+    for (auto& p : params_) p.zero_grad();
+  }
+  void set_learning_rate(double lr) { lr_ = lr; }
+  std::vector<xt::xarray<T>>& state() { return velocity_; }
+
+ private:
+  std::vector<Tensor<T>> params_;
+  std::vector<xt::xarray<T>> velocity_;
+  double lr_, momentum_, weight_decay_;
+};
+
+/**
+ * Adam (Kingma and Ba) with bias correction; with `decoupled` weight decay it is AdamW (Loshchilov
+ * and Hutter): p -= lr * wd * p, separately from the adaptive step.
+ */
+template <class T = float>
+class Adam {
+ public:
+  Adam(std::vector<Tensor<T>> parameters, double lr = 1e-3, double beta1 = 0.9,
+       double beta2 = 0.999, double epsilon = 1e-8, double weight_decay = 0.0,
+       bool decoupled = false)
+      : params_(std::move(parameters)),
+        lr_(lr),
+        beta1_(beta1),
+        beta2_(beta2),
+        epsilon_(epsilon),
+        weight_decay_(weight_decay),
+        decoupled_(decoupled) {
+    for (const auto& p : params_) {
+      first_.emplace_back(xt::zeros<T>(p.local().shape()));
+      second_.emplace_back(xt::zeros<T>(p.local().shape()));
+    }
+  }
+
+  void step() {
+    ++steps_;
+    const double c1 = 1.0 - std::pow(beta1_, double(steps_));
+    const double c2 = 1.0 - std::pow(beta2_, double(steps_));
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto g = params_[k].grad();
+      if (!g.defined()) continue;
+      T* p = params_[k].local().data();
+      T* m = first_[k].data();
+      T* v = second_[k].data();
+      const T* d = g.local().data();
+      for (std::size_t i = 0; i < params_[k].local().size(); ++i) {
+        double grad = d[i];
+        if (!decoupled_) grad += weight_decay_ * p[i];
+        m[i] = T(beta1_ * m[i] + (1 - beta1_) * grad);
+        v[i] = T(beta2_ * v[i] + (1 - beta2_) * grad * grad);
+        double value = p[i];
+        if (decoupled_) value -= lr_ * weight_decay_ * value;
+        value -= lr_ * (m[i] / c1) / (std::sqrt(v[i] / c2) + epsilon_);
+        p[i] = T(value);
+      }
+    }
+  }
+  void zero_grad() {
+    for (auto& p : params_) p.zero_grad();
+  }
+  void set_learning_rate(double lr) { lr_ = lr; }
+  std::int64_t steps() const { return steps_; }
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+  std::vector<xt::xarray<T>>& first_moments() { return first_; }
+  std::vector<xt::xarray<T>>& second_moments() { return second_; }
+
+ private:
+  std::vector<Tensor<T>> params_;
+  std::vector<xt::xarray<T>> first_, second_;
+  double lr_, beta1_, beta2_, epsilon_, weight_decay_;
+  bool decoupled_;
+  std::int64_t steps_ = 0;
+};
+
+/// AdamW: Adam with decoupled weight decay (default 0.01, as PyTorch).
+template <class T = float>
+Adam<T> adamw(std::vector<Tensor<T>> parameters, double lr = 1e-3, double weight_decay = 0.01,
+              double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8) {
+  return Adam<T>(std::move(parameters), lr, beta1, beta2, epsilon, weight_decay,
+                 /*decoupled=*/true);
+}
+
+}  // namespace meshtensor::nn
