@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs from Debian's packages whatever meshtensor needs and this machine lacks (nothing else),
 # then configures and builds the given targets (all when none are named) into ./build.
-#   scripts/setup.sh [target...]
+#   scripts/setup.sh [--tests] [target...]
+# --tests adds what the tests use beyond the build: PyTorch and NumPy for the cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin)
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(python3 python3-numpy python3-torch)
+  shift
+fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,0 +1,232 @@
+#pragma once
+// NumPy .npy files (format 1.0-3.0, little-endian, C order): whole arrays for checkpoints and small
+// data, and one block of a large array, so that each processor reads only its own part. Files are
+// written to a temporary name and renamed, so a reader never sees half a file.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/core/block.hpp"
+#include "meshtensor/core/error.hpp"
+
+namespace meshtensor {
+
+/// A .npy file that cannot be read or written; the message names the file.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace npy {
+
+template <class T>
+constexpr const char* descr() {
+  if constexpr (std::is_same_v<T, float>)
+    return "<f4";
+  else if constexpr (std::is_same_v<T, double>)
+    return "<f8";
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return "<i4";
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return "<i8";
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return "|u1";
+  else
+    static_assert(sizeof(T) == 0, "no .npy type for this element type");
+}
+
+/// What a .npy header says.
+struct Header {
+  std::string descr;
+  std::vector<std::int64_t> shape;
+  std::size_t data_offset = 0;  // bytes before the first element
+};
+
+namespace detail {
+inline std::string field(const std::string& dict, const std::string& key, const std::string& path) {
+  const auto at = dict.find("'" + key + "'");
+  if (at == std::string::npos)
+    throw IoError(path + ": the .npy header has no '" + key + "' entry; the header is garbage");
+  auto colon = dict.find(':', at);
+  if (colon == std::string::npos)
+    throw IoError(path + ": malformed .npy header entry '" + key + "'");
+  return dict.substr(colon + 1);
+}
+}  // namespace detail
+
+/// Reads and checks the header; throws IoError naming the file for anything that is not .npy.
+inline Header read_header(std::ifstream& in, const std::string& path) {
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw IoError(path + ": not a .npy file (the magic bytes are missing)");
+  const int major = static_cast<unsigned char>(magic[6]);
+  std::uint32_t header_length = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    if (!in.read(reinterpret_cast<char*>(b), 2)) throw IoError(path + ": truncated .npy header");
+    header_length = b[0] | (b[1] << 8);
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) throw IoError(path + ": truncated .npy header");
+    header_length = b[0] | (b[1] << 8) | (b[2] << 16) | (std::uint32_t(b[3]) << 24);
+  } else {
+    throw IoError(path + ": .npy format version " + std::to_string(major) + " is not supported");
+  }
+  if (header_length > (1u << 20)) throw IoError(path + ": the .npy header length is implausible");
+  std::string dict(header_length, '\0');
+  if (!in.read(dict.data(), header_length)) throw IoError(path + ": truncated .npy header");
+  Header h;
+  h.data_offset = (major == 1 ? 10 : 12) + header_length;
+  const std::string d = detail::field(dict, "descr", path);
+  const auto q1 = d.find('\''), q2 = d.find('\'', q1 + 1);
+  if (q1 == std::string::npos || q2 == std::string::npos)
+    throw IoError(path + ": malformed 'descr' in the .npy header");
+  h.descr = d.substr(q1 + 1, q2 - q1 - 1);
+  const std::string f = detail::field(dict, "fortran_order", path);
+  if (f.find("True") < f.find(','))
+    throw IoError(path + ": Fortran-ordered arrays are not supported; save with C order");
+  const std::string s = detail::field(dict, "shape", path);
+  const auto open = s.find('('), close = s.find(')');
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    throw IoError(path + ": malformed 'shape' in the .npy header");
+  std::string number;
+  for (std::size_t i = open + 1; i <= close; ++i) {
+    const char c = s[i];
+    if (c >= '0' && c <= '9') {
+      number += c;
+    } else if (c == ',' || c == ')') {
+      if (!number.empty()) h.shape.push_back(std::stoll(number));
+      number.clear();
+    } else if (c != ' ' && c != 'L') {
+      throw IoError(path + ": malformed 'shape' in the .npy header");
+    }
+  }
+  return h;
+}
+
+inline Header read_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading");
+  return read_header(in, path);
+}
+
+template <class T>
+void check_type(const Header& h, const std::string& path) {
+  if (h.descr != descr<T>())
+    throw IoError(path + ": holds elements of type '" + h.descr + "' but '" + descr<T>() +
+                  "' was expected");
+}
+
+inline std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+/// The whole array; the file must hold exactly the data its header promises.
+template <class T>
+xt::xarray<T> read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading");
+  const Header h = read_header(in, path);
+  check_type<T>(h, path);
+  std::vector<std::size_t> shape(h.shape.begin(), h.shape.end());
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  const std::size_t bytes = out.size() * sizeof(T);
+  if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
+    throw IoError(path + ": truncated; the header promises " + std::to_string(bytes) +
+                  " bytes of data");
+  if (in.peek() != std::char_traits<char>::eof())
+    throw IoError(path + ": has data after the " + std::to_string(bytes) +
+                  " bytes its header promises");
+  return out;
+}
+
+/// One block of the array (global index ranges per axis), read row by row without loading the rest.
+template <class T>
+xt::xarray<T> read_block(const std::string& path, const Block& block) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading");
+  const Header h = read_header(in, path);
+  check_type<T>(h, path);
+  if (h.shape.size() != block.ranges.size())
+    throw IoError(path + ": holds an array of shape " + shape_text(h.shape) + " but one with " +
+                  std::to_string(block.ranges.size()) + " axes was expected");
+  std::int64_t total = 1;
+  for (std::size_t d = 0; d < h.shape.size(); ++d) {
+    total *= h.shape[d];
+    if (block.ranges[d].begin < 0 || block.ranges[d].end > h.shape[d])
+      throw IoError(path + ": block outside the array of shape " + shape_text(h.shape));
+  }
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  if (size != h.data_offset + static_cast<std::uint64_t>(total) * sizeof(T))
+    throw IoError(path + ": is " + std::to_string(size) + " bytes, but its header promises " +
+                  std::to_string(h.data_offset + total * sizeof(T)) + " (truncated or corrupted)");
+  std::vector<std::size_t> sizes;
+  for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
+  xt::xarray<T> out = xt::xarray<T>::from_shape(sizes);
+  if (out.size() == 0) return out;
+  // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.
+  const std::size_t rank = h.shape.size();
+  std::vector<std::int64_t> strides(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * h.shape[d];
+  const std::int64_t row = rank ? block.ranges[rank - 1].size() : 1;
+  const std::int64_t rows = static_cast<std::int64_t>(out.size()) / row;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t offset = rank ? block.ranges[rank - 1].begin : 0, rest = r;
+    for (std::size_t d = rank ? rank - 1 : 0; d-- > 0;) {
+      offset += (block.ranges[d].begin + rest % block.ranges[d].size()) * strides[d];
+      rest /= block.ranges[d].size();
+    }
+    in.seekg(static_cast<std::streamoff>(h.data_offset + offset * sizeof(T)));
+    if (!in.read(reinterpret_cast<char*>(out.data() + r * row),
+                 static_cast<std::streamsize>(row * sizeof(T))))
+      throw IoError(path + ": read failed inside the data");
+  }
+  return out;
+}
+
+/// Writes `array` to `path` through a temporary file in the same directory and a rename.
+template <class T>
+void write(const std::string& path, const xt::xarray<T>& array) {
+  std::string dict =
+      "{'descr': '" + std::string(descr<T>()) + "', 'fortran_order': False, 'shape': ";
+  std::vector<std::int64_t> shape(array.shape().begin(), array.shape().end());
+  dict += shape_text(shape) + ", }";
+  // Pad so that the data starts at a multiple of 64 bytes, the header ending in '\n'.
+  const std::size_t unpadded = 10 + dict.size() + 1;
+  dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out)
+      throw IoError(path +
+                    ": cannot open for writing (does the directory exist and is it writable?)");
+    const unsigned char length[2] = {static_cast<unsigned char>(dict.size() & 0xff),
+                                     static_cast<unsigned char>(dict.size() >> 8)};
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.write(reinterpret_cast<const char*>(length), 2);
+    out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+    out.write(reinterpret_cast<const char*>(array.data()),
+              static_cast<std::streamsize>(array.size() * sizeof(T)));
+    out.flush();
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw IoError(path + ": writing failed (disk full?)");
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw IoError(path + ": cannot rename the finished temporary file into place");
+  }
+}
+
+}  // namespace npy
+}  // namespace meshtensor
