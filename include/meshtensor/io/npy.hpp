@@ -12,7 +12,7 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "meshtensor/core/block.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/core/error.hpp"
 
 namespace meshtensor {
