@@ -2,6 +2,7 @@
 // The check every op test makes: an op computed on each layout class equals, block by block, the
 // same op computed on one processor.
 
+#include <cstdio>
 #include <string>
 
 #include "support/blocks.hpp"
@@ -41,6 +42,20 @@ std::vector<Tensor<T>> as_list(const std::vector<Tensor<T>>& ts) {
 }
 }  // namespace lists
 
+// Counts the op x layout cases compared in this test executable and reports them at exit.
+struct CaseCounter {
+  int compared = 0;
+  ~CaseCounter() {
+    if (compared)
+      std::fprintf(stderr, "%s transport: %d op x layout cases compared with one processor\n",
+                   transport_under_test().c_str(), compared);
+  }
+};
+inline CaseCounter& case_counter() {
+  static CaseCounter counter;
+  return counter;
+}
+
 /**
  * Returns "" when `op(mesh, layout)` — a tensor, or a list of tensors such as an output and
  * gradients — matches the single-processor `op(mesh, "")` block by block, on every processor of
@@ -58,6 +73,7 @@ std::string compare_with_one_processor(Op&& op, double rtol = 1e-5,
   });
   for (const auto& c : cases) {
     if (!can_run(c.mesh)) continue;
+    ++case_counter().compared;
     auto results = on_mesh(c.mesh, [&](Mesh& m) {
       std::vector<LocalBlock<T>> blocks;
       for (const auto& t : lists::as_list(op(m, c.layout))) blocks.push_back(local_block(t));
