@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin)
+packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin
+          libcli11-dev nlohmann-json3-dev libpng-dev)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(python3 python3-numpy python3-torch)
   shift

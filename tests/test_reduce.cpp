@@ -18,7 +18,7 @@ Tensor<float> input(Mesh& m, const Layout& layout) {
 TEST_CASE("sum, mean, max and min over each set of dims match one processor") {
   for (const DimNames& reduced : {DimNames("x"), DimNames("x, y"), DimNames("batch, c"),
                                   DimNames("y, batch, x"), DimNames("batch, x, y, c")}) {
-    INFO("reduced over " << detail::quoted_list(reduced.names()));
+    INFO("reduced over " << detail::quote_list(reduced.names()));
     CHECK(compare_with_one_processor(
               [&](Mesh& m, const Layout& l) { return reduce_sum(input(m, l), reduced); }) == "");
     CHECK(compare_with_one_processor(

@@ -26,6 +26,7 @@
 #include "meshtensor/tensor/tensor.hpp"
 
 #include "meshtensor/ops/activation.hpp"
+#include "meshtensor/ops/argmax.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -47,3 +48,6 @@
 #include "meshtensor/nn/layers.hpp"
 #include "meshtensor/nn/optim.hpp"
 #include "meshtensor/nn/parameters.hpp"
+
+#include "meshtensor/io/npy.hpp"
+#include "meshtensor/io/tensor_npy.hpp"

@@ -16,4 +16,14 @@ inline std::optional<std::string> mpi_launcher_variable() {
   return std::nullopt;
 }
 
+/// The number of processes the launcher started (its world size), or nullopt when not launched.
+inline std::optional<int> launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"})
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 0) return n;
+    }
+  return std::nullopt;
+}
+
 }  // namespace meshtensor

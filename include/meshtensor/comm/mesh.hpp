@@ -77,8 +77,8 @@ class Mesh {
   /// Position of a mesh axis; throws naming the axis and the axes there are.
   std::size_t axis(std::string_view name) const {
     if (auto position = shape_.find(name)) return *position;
-    throw MeshError("mesh " + shape_.to_string() + " has no axis " + detail::quoted(name) +
-                    "; its axes are " + detail::quoted_list(shape_.names()));
+    throw MeshError("mesh " + shape_.to_string() + " has no axis " + detail::quote(name) +
+                    "; its axes are " + detail::quote_list(shape_.names()));
   }
   int coord(std::string_view axis_name) const { return coord_[axis(axis_name)]; }
 

@@ -27,10 +27,10 @@ struct Dim {
   Dim() = default;
   Dim(std::string dim_name, std::int64_t dim_size) : name(std::move(dim_name)), size(dim_size) {
     if (!detail::is_valid_name(name))
-      throw ShapeError("dim name " + detail::quoted(name) +
+      throw ShapeError("dim name " + detail::quote(name) +
                        " is not a name: use a letter or '_', then letters, digits or '_'");
     if (size <= 0)
-      throw ShapeError("dim " + detail::quoted(name) + " has size " + std::to_string(size) +
+      throw ShapeError("dim " + detail::quote(name) + " has size " + std::to_string(size) +
                        "; a dim's size must be positive");
   }
 

@@ -46,12 +46,12 @@ class DimNames {
   void check() const {
     for (std::size_t i = 0; i < names_.size(); ++i) {
       if (!detail::is_valid_name(names_[i]))
-        throw ShapeError("dim name " + detail::quoted(names_[i]) +
+        throw ShapeError("dim name " + detail::quote(names_[i]) +
                          " is not a name: use a letter or '_', then letters, digits or '_'");
       for (std::size_t j = 0; j < i; ++j)
         if (names_[i] == names_[j])
-          throw ShapeError("dim " + detail::quoted(names_[i]) + " is listed twice in " +
-                           detail::quoted_list(names_));
+          throw ShapeError("dim " + detail::quote(names_[i]) + " is listed twice in " +
+                           detail::quote_list(names_));
     }
   }
 

@@ -77,8 +77,8 @@ class Layout {
     std::vector<LayoutRule> rules;
     for (auto& [dim, axis] : detail::parse_pairs(text, "layout", "x:rows; y:cols")) {
       if (!detail::is_valid_name(axis))
-        throw ParseError("cannot parse layout " + detail::quoted(text) + ": dim " +
-                         detail::quoted(dim) + " is mapped to " + detail::quoted(axis) +
+        throw ParseError("cannot parse layout " + detail::quote(text) + ": dim " +
+                         detail::quote(dim) + " is mapped to " + detail::quote(axis) +
                          ", which is not a mesh axis name");
       rules.push_back({dim, axis});
     }
@@ -89,7 +89,7 @@ class Layout {
   void check() const {
     for (const auto& rule : rules_)
       if (!detail::is_valid_name(rule.dim) || !detail::is_valid_name(rule.mesh_axis))
-        throw LayoutError("layout rule " + detail::quoted(rule.dim + ":" + rule.mesh_axis) +
+        throw LayoutError("layout rule " + detail::quote(rule.dim + ":" + rule.mesh_axis) +
                           " needs a dim name and a mesh axis name");
     check_rules(rules_, to_string());
   }
@@ -99,9 +99,9 @@ class Layout {
       for (std::size_t j = 0; j < i; ++j)
         if (rules[i].dim == rules[j].dim)
           throw LayoutError(
-              "layout " + detail::quoted(text) + " maps dim " + detail::quoted(rules[i].dim) +
-              " to two mesh axes, " + detail::quoted(rules[j].mesh_axis) + " and " +
-              detail::quoted(rules[i].mesh_axis) + "; a dim is split over at most one mesh axis");
+              "layout " + detail::quote(text) + " maps dim " + detail::quote(rules[i].dim) +
+              " to two mesh axes, " + detail::quote(rules[j].mesh_axis) + " and " +
+              detail::quote(rules[i].mesh_axis) + "; a dim is split over at most one mesh axis");
   }
 
   std::vector<LayoutRule> rules_;

@@ -91,8 +91,7 @@ class MeshShape {
     for (std::size_t i = 0; i < axes_.size(); ++i) {
       if (coord[i] < 0 || coord[i] >= axes_[i].size)
         throw MeshError("coordinate " + std::to_string(coord[i]) + " is outside mesh axis " +
-                        detail::quoted(axes_[i].name) + " of size " +
-                        std::to_string(axes_[i].size));
+                        detail::quote(axes_[i].name) + " of size " + std::to_string(axes_[i].size));
       processor = processor * axes_[i].size + coord[i];
     }
     return processor;
@@ -119,8 +118,8 @@ class MeshShape {
     for (auto& [name, value] : detail::parse_pairs(text, "mesh shape", "rows:4; cols:2")) {
       auto size = detail::parse_size(value, text, "mesh shape", name);
       if (size <= 0 || size > (1 << 24))
-        throw ParseError("cannot parse mesh shape " + detail::quoted(text) + ": axis " +
-                         detail::quoted(name) + " has size " + value +
+        throw ParseError("cannot parse mesh shape " + detail::quote(text) + ": axis " +
+                         detail::quote(name) + " has size " + value +
                          "; a mesh axis needs between 1 and 16777216 processors");
       axes.push_back({name, static_cast<int>(size)});
     }
@@ -130,14 +129,14 @@ class MeshShape {
   void check() const {
     for (std::size_t i = 0; i < axes_.size(); ++i) {
       if (!detail::is_valid_name(axes_[i].name))
-        throw MeshError("mesh axis name " + detail::quoted(axes_[i].name) +
+        throw MeshError("mesh axis name " + detail::quote(axes_[i].name) +
                         " is not a name: use a letter or '_', then letters, digits or '_'");
       if (axes_[i].size <= 0)
-        throw MeshError("mesh axis " + detail::quoted(axes_[i].name) + " has size " +
+        throw MeshError("mesh axis " + detail::quote(axes_[i].name) + " has size " +
                         std::to_string(axes_[i].size) + "; a mesh axis needs at least 1 processor");
       for (std::size_t j = 0; j < i; ++j)
         if (axes_[i].name == axes_[j].name)
-          throw MeshError("mesh axis " + detail::quoted(axes_[i].name) +
+          throw MeshError("mesh axis " + detail::quote(axes_[i].name) +
                           " appears twice in a mesh shape; every mesh axis needs its own name");
     }
   }

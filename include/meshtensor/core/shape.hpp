@@ -60,8 +60,8 @@ class Shape {
   /// Position of a dim that must exist; throws naming the dim and the dims there are.
   std::size_t position(std::string_view name) const {
     if (auto i = find(name)) return *i;
-    throw ShapeError("shape " + to_string() + " has no dim " + detail::quoted(name) +
-                     "; its dims are " + detail::quoted_list(names()));
+    throw ShapeError("shape " + to_string() + " has no dim " + detail::quote(name) +
+                     "; its dims are " + detail::quote_list(names()));
   }
   const Dim& dim(std::string_view name) const { return dims_[position(name)]; }
 
@@ -97,8 +97,8 @@ class Shape {
     for (auto& [name, value] : detail::parse_pairs(text, "shape", "batch:2, x:256")) {
       auto size = detail::parse_size(value, text, "shape", name);
       if (size <= 0)
-        throw ParseError("cannot parse shape " + detail::quoted(text) + ": dim " +
-                         detail::quoted(name) + " has size " + value +
+        throw ParseError("cannot parse shape " + detail::quote(text) + ": dim " +
+                         detail::quote(name) + " has size " + value +
                          "; a dim's size must be positive");
       dims.emplace_back(name, size);
     }
@@ -109,7 +109,7 @@ class Shape {
     for (std::size_t i = 0; i < dims_.size(); ++i)
       for (std::size_t j = 0; j < i; ++j)
         if (dims_[i].name == dims_[j].name)
-          throw ShapeError("dim " + detail::quoted(dims_[i].name) +
+          throw ShapeError("dim " + detail::quote(dims_[i].name) +
                            " appears twice in a shape; every dim of a tensor needs its own name");
   }
 

@@ -75,17 +75,17 @@ class TensorLayout {
     for (const auto& rule : layout.rules()) {
       auto axis = mesh_.find(rule.mesh_axis);
       if (!axis)
-        throw LayoutError("layout " + detail::quoted(layout.to_string()) + " names mesh axis " +
-                          detail::quoted(rule.mesh_axis) + ", but mesh " + mesh_.to_string() +
-                          " has axes " + detail::quoted_list(mesh_.names()));
+        throw LayoutError("layout " + detail::quote(layout.to_string()) + " names mesh axis " +
+                          detail::quote(rule.mesh_axis) + ", but mesh " + mesh_.to_string() +
+                          " has axes " + detail::quote_list(mesh_.names()));
       auto position = shape_.find(rule.dim);
       if (!position) continue;  // a rule for dims this tensor does not have
       for (std::size_t other = 0; other < shape_.rank(); ++other)
         if (axis_of_dim_[other] == static_cast<int>(*axis))
-          throw LayoutError("layout " + detail::quoted(layout.to_string()) + " splits both dims " +
-                            detail::quoted(shape_[other].name) + " and " +
-                            detail::quoted(rule.dim) + " of tensor " + shape_.to_string() +
-                            " over mesh axis " + detail::quoted(rule.mesh_axis) +
+          throw LayoutError("layout " + detail::quote(layout.to_string()) + " splits both dims " +
+                            detail::quote(shape_[other].name) + " and " + detail::quote(rule.dim) +
+                            " of tensor " + shape_.to_string() + " over mesh axis " +
+                            detail::quote(rule.mesh_axis) +
                             "; a mesh axis splits at most one dim of a tensor");
       axis_of_dim_[*position] = static_cast<int>(*axis);
     }

@@ -12,8 +12,8 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
 
 namespace meshtensor {
 
@@ -193,31 +193,37 @@ xt::xarray<T> read_block(const std::string& path, const Block& block) {
   return out;
 }
 
+/// The header of a version 1.0 .npy file for elements T and `shape`, padded so that the data
+/// starts at a multiple of 64 bytes.
+template <class T>
+std::string header(const std::vector<std::int64_t>& shape) {
+  std::string dict = "{'descr': '" + std::string(descr<T>()) +
+                     "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  const std::size_t unpadded = 10 + dict.size() + 1;
+  dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict;
+}
+
 /// Writes `array` to `path` through a temporary file in the same directory and a rename.
 template <class T>
 void write(const std::string& path, const xt::xarray<T>& array) {
-  std::string dict =
-      "{'descr': '" + std::string(descr<T>()) + "', 'fortran_order': False, 'shape': ";
-  std::vector<std::int64_t> shape(array.shape().begin(), array.shape().end());
-  dict += shape_text(shape) + ", }";
-  // Pad so that the data starts at a multiple of 64 bytes, the header ending in '\n'.
-  const std::size_t unpadded = 10 + dict.size() + 1;
-  dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
+  const std::string head =
+      header<T>(std::vector<std::int64_t>(array.shape().begin(), array.shape().end()));
   const std::string temporary = path + ".partial";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out)
       throw IoError(path +
                     ": cannot open for writing (does the directory exist and is it writable?)");
-    const unsigned char length[2] = {static_cast<unsigned char>(dict.size() & 0xff),
-                                     static_cast<unsigned char>(dict.size() >> 8)};
-    out.write("\x93NUMPY\x01\x00", 8);
-    out.write(reinterpret_cast<const char*>(length), 2);
-    out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+    out.write(head.data(), static_cast<std::streamsize>(head.size()));
     out.write(reinterpret_cast<const char*>(array.data()),
               static_cast<std::streamsize>(array.size() * sizeof(T)));
     out.flush();
     if (!out) {
+      out.close();
       std::remove(temporary.c_str());
       throw IoError(path + ": writing failed (disk full?)");
     }

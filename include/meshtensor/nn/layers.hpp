@@ -85,7 +85,7 @@ inline NormKind parse_norm(const std::string& name) {
   if (name == "instance") return NormKind::instance;
   if (name == "group") return NormKind::group;
   if (name == "none") return NormKind::none;
-  throw Error("normalisation " + detail::quoted(name) +
+  throw Error("normalisation " + detail::quote(name) +
               " is not known; valid values are \"batch\", \"instance\", \"group\" and \"none\"");
 }
 

@@ -41,7 +41,7 @@ class Parameters {
   Tensor<T> operator[](const std::string& name) const {
     for (const auto& e : entries_)
       if (e.name == name) return e.tensor;
-    throw Error("no parameter named " + detail::quoted(name));
+    throw Error("no parameter named " + detail::quote(name));
   }
   /// Total number of elements of the trainable parameters.
   std::int64_t count() const {
@@ -57,7 +57,7 @@ class Parameters {
  private:
   Tensor<T> insert(const std::string& name, Tensor<T> tensor, bool trainable) {
     for (const auto& e : entries_)
-      if (e.name == name) throw Error("parameter " + detail::quoted(name) + " is defined twice");
+      if (e.name == name) throw Error("parameter " + detail::quote(name) + " is defined twice");
     entries_.push_back({name, tensor, trainable});
     return tensor;
   }

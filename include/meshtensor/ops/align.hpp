@@ -47,7 +47,7 @@ inline Shape merged_shape(const std::string& op, const std::vector<const Shape*>
         if (known.name == dim.name) {
           seen = true;
           if (known.size != dim.size)
-            throw ShapeError(op + ": dim " + quoted(dim.name) + " has size " +
+            throw ShapeError(op + ": dim " + quote(dim.name) + " has size " +
                              std::to_string(known.size) + " in one operand but " +
                              std::to_string(dim.size) + " in operand " + std::to_string(k + 1) +
                              " " + shapes[k]->to_string() + "; same-named dims must agree");

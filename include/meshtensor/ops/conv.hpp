@@ -17,7 +17,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
-#include "meshtensor/kernels/reference/conv.hpp"
+#include "meshtensor/kernels/conv_select.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
@@ -51,10 +51,10 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   const auto& spatial = window.spatial();
   if (!in_shape.contains(channels))
     throw ShapeError(op + ": the input " + in_shape.to_string() + " has no channel dim " +
-                     quoted(channels) + "; name it with the channels argument");
+                     quote(channels) + "; name it with the channels argument");
   if (!w_shape.contains(channels))
     throw ShapeError(op + ": the weight " + w_shape.to_string() + " has no input-channel dim " +
-                     quoted(channels));
+                     quote(channels));
   if (w_shape.dim(channels).size != in_shape.dim(channels).size)
     throw ShapeError(op + ": the input has " + channels + "=" +
                      std::to_string(in_shape.dim(channels).size) + " but the weight has " +
@@ -63,12 +63,12 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   std::vector<std::string> kernel_names;
   for (const auto& s : spatial) {
     if (!in_shape.contains(s))
-      throw ShapeError(op + ": spatial dim " + quoted(s) + " is not a dim of the input " +
+      throw ShapeError(op + ": spatial dim " + quote(s) + " is not a dim of the input " +
                        in_shape.to_string());
     kernel_names.push_back(kernel_dim(s));
     if (!w_shape.contains(kernel_names.back()))
       throw ShapeError(op + ": the weight " + w_shape.to_string() + " has no kernel dim " +
-                       quoted(kernel_names.back()) + " for spatial dim " + quoted(s));
+                       quote(kernel_names.back()) + " for spatial dim " + quote(s));
   }
   std::vector<Dim> out_dims;
   for (const auto& dim : w_shape)
@@ -78,10 +78,10 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   if (out_dims.size() != 1)
     throw ShapeError(op + ": the weight " + w_shape.to_string() +
                      " needs exactly one output-channel dim besides the kernel dims and " +
-                     quoted(channels));
+                     quote(channels));
   const Dim out_channels = out_dims[0];
   if (out_channels.name != channels && in_shape.contains(out_channels.name))
-    throw ShapeError(op + ": the weight's output-channel dim " + quoted(out_channels.name) +
+    throw ShapeError(op + ": the weight's output-channel dim " + quote(out_channels.name) +
                      " is already a dim of the input " + in_shape.to_string());
 
   std::vector<WindowDim> windows;
@@ -102,7 +102,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     const auto n = transposed ? windows.back().transposed_output(dim.size)
                               : windows.back().conv_output(dim.size);
     if (n < 1)
-      throw ShapeError(op + ": along dim " + quoted(dim.name) + " the output would be empty");
+      throw ShapeError(op + ": along dim " + quote(dim.name) + " the output would be empty");
     output_dims.push_back(dim.resized(n));
   }
 
@@ -140,7 +140,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
   xt::xarray<T> out = xt::xarray<T>::from_shape(out_sizes);
-  if (!plan.empty()) kernels::conv_forward(geometry, box.data(), w_kernel.data(), out.data());
+  if (!plan.empty())
+    kernels::conv_impl::conv_forward(geometry, box.data(), w_kernel.data(), out.data());
   out = from_kernel_order(out, plan.to_kernel_order);
   complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
   Tensor<T> result(mesh, plan.output_layout, std::move(out));
@@ -162,8 +163,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           xt::xarray<T> grad_box = xt::xarray<T>::from_shape(sizes);
           grad_box.fill(T(0));
           if (!plan.empty())
-            kernels::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
-                                         grad_box.data());
+            kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
+                                                    grad_box.data());
           auto own =
               plan.halo.exchange_add(mesh, from_kernel_order(grad_box, plan.to_kernel_order));
           complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
@@ -172,7 +173,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         if (need[1]) {
           std::vector<double> acc(w_kernel.size(), 0.0);
           if (!plan.empty())
-            kernels::conv_backward_weight(geometry, box.data(), g_kernel.data(), acc.data());
+            kernels::conv_impl::conv_backward_weight(geometry, box.data(), g_kernel.data(),
+                                                     acc.data());
           xt::xarray<T> dw = xt::xarray<T>::from_shape(w_kernel.shape());
           std::copy(acc.begin(), acc.end(), dw.begin());
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);

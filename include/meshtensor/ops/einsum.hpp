@@ -89,9 +89,9 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   std::vector<Dim> out_dims;
   for (const auto& name : output) {
     if (!all.contains(name))
-      throw ShapeError("einsum: output dim " + detail::quoted(name) +
+      throw ShapeError("einsum: output dim " + detail::quote(name) +
                        " is in no operand; the operands' dims are " +
-                       detail::quoted_list(all.names()));
+                       detail::quote_list(all.names()));
     out_dims.push_back(all.dim(name));
   }
   const Shape out_shape(out_dims);

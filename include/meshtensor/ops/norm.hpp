@@ -61,7 +61,7 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
   for (const auto& name : reduced)
     if (!shape.contains(name))
       throw ShapeError("normalize: tensor " + x.layout().to_string() + " has no dim " +
-                       detail::quoted(name));
+                       detail::quote(name));
   for (const auto& dim : shape) {
     if (reduced.contains(dim.name)) {
       reduced_names.push_back(dim.name);

@@ -41,7 +41,7 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   }
   for (const auto& s : spatial)
     if (!shape.contains(s))
-      throw ShapeError(op + ": spatial dim " + quoted(s) + " is not a dim of the input " +
+      throw ShapeError(op + ": spatial dim " + quote(s) + " is not a dim of the input " +
                        shape.to_string());
   // The last dim, when not spatial, is the contiguous inner dim of the kernels.
   const std::string inner =

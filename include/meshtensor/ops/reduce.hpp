@@ -29,8 +29,8 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
                  bool mean = false) {
   for (const auto& dim : reduced)
     if (!t.shape().contains(dim))
-      throw ShapeError(name + ": tensor " + t.layout().to_string() + " has no dim " + quoted(dim) +
-                       " to reduce; its dims are " + quoted_list(t.shape().names()));
+      throw ShapeError(name + ": tensor " + t.layout().to_string() + " has no dim " + quote(dim) +
+                       " to reduce; its dims are " + quote_list(t.shape().names()));
   std::vector<std::string> kept_names, reduced_names;
   std::vector<Dim> kept_dims;
   kernels::Sizes kept_sizes, reduced_sizes;

@@ -39,7 +39,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
   const Shape& shape = t.shape();
   const std::size_t d = shape.position(dim);
   if (out_size < 1)
-    throw ShapeError(op + ": dim " + quoted(dim) + " would have " + std::to_string(out_size) +
+    throw ShapeError(op + ": dim " + quote(dim) + " would have " + std::to_string(out_size) +
                      " positions; it needs at least 1");
   std::vector<Dim> out_dims = shape.dims();
   out_dims[d] = out_dims[d].resized(out_size);
@@ -135,10 +135,9 @@ Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, s
               PadMode mode = PadMode::zeros) {
   const std::int64_t n = t.shape().dim(dim).size;
   if (before < 0 || after < 0)
-    throw Error("pad: amounts along dim " + detail::quoted(dim) +
-                " must not be negative; use crop");
+    throw Error("pad: amounts along dim " + detail::quote(dim) + " must not be negative; use crop");
   if (mode == PadMode::reflect && (before > n - 1 || after > n - 1))
-    throw Error("pad: reflect padding along dim " + detail::quoted(dim) + " of size " +
+    throw Error("pad: reflect padding along dim " + detail::quote(dim) + " of size " +
                 std::to_string(n) + " can add at most " + std::to_string(n - 1) +
                 " positions per side");
   return detail::resample("pad", t, dim, n + before + after, [=](std::int64_t o) {
@@ -159,7 +158,7 @@ Tensor<T> crop(const Tensor<T>& t, const std::string& dim, std::int64_t before,
   const std::int64_t n = t.shape().dim(dim).size;
   if (before < 0 || after < 0 || before + after >= n)
     throw Error("crop: cannot drop " + std::to_string(before) + " and " + std::to_string(after) +
-                " positions from dim " + detail::quoted(dim) + " of size " + std::to_string(n));
+                " positions from dim " + detail::quote(dim) + " of size " + std::to_string(n));
   return detail::resample("crop", t, dim, n - before - after, [=](std::int64_t o) {
     return Sources{1, {o + before, 0}, {1.0, 0.0}};
   });
@@ -198,16 +197,16 @@ Tensor<T> concat(const std::vector<Tensor<T>>& parts, const std::string& dim) {
   for (const auto& p : parts) {
     if (!p.shape().contains(dim))
       throw ShapeError("concat: operand " + p.layout().to_string() + " has no dim " +
-                       detail::quoted(dim));
+                       detail::quote(dim));
     total += p.shape().dim(dim).size;
     for (const auto& other : p.shape())
       if (other.name != dim && parts[0].shape().contains(other.name) &&
           parts[0].shape().dim(other.name) != other)
-        throw ShapeError("concat along " + detail::quoted(dim) + ": operands " +
+        throw ShapeError("concat along " + detail::quote(dim) + ": operands " +
                          parts[0].shape().to_string() + " and " + p.shape().to_string() +
-                         " differ in dim " + detail::quoted(other.name));
+                         " differ in dim " + detail::quote(other.name));
     if (p.rank() != parts[0].rank())
-      throw ShapeError("concat along " + detail::quoted(dim) + ": operands " +
+      throw ShapeError("concat along " + detail::quote(dim) + ": operands " +
                        parts[0].shape().to_string() + " and " + p.shape().to_string() +
                        " have different dims");
   }

@@ -4,6 +4,8 @@
 // the mesh is first gathered along its axis (a relayout), since its blocks would not line up with
 // the new dims.
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,28 @@ Tensor<T> rename(const Tensor<T>& t, const std::string& dim, const std::string& 
   return detail::relabel(t, Shape(dims), Layout(rules));
 }
 
+/// A new dim of size 1 named `name`, at `position` (last by default): a channel dim for a volume,
+/// a batch dim for a single volume. Free: the blocks keep their data and their splits.
+template <class T>
+Tensor<T> append_dim(const Tensor<T>& t, const std::string& name, std::size_t position = SIZE_MAX) {
+  std::vector<Dim> dims = t.shape().dims();
+  dims.insert(dims.begin() + std::min(position, dims.size()), Dim(name, 1));
+  return detail::relabel(t, Shape(dims), t.layout().layout());
+}
+
+/// Dim `name` (of size 1) removed. Free, like append_dim.
+template <class T>
+Tensor<T> drop_dim(const Tensor<T>& t, const std::string& name) {
+  if (t.shape().dim(name).size != 1)
+    throw ShapeError("drop_dim: dim " + detail::quote(name) + " has size " +
+                     std::to_string(t.shape().dim(name).size) +
+                     "; only a dim of size 1 can be dropped");
+  std::vector<Dim> dims;
+  for (const auto& d : t.shape())
+    if (d.name != name) dims.push_back(d);
+  return detail::relabel(t, Shape(dims), t.layout().layout());
+}
+
 /// `dim` split into `outer` and `inner` (outer.size * inner.size == dim's size), row-major.
 template <class T>
 Tensor<T> split_dim(const Tensor<T>& t, const std::string& dim, const Dim& outer,
@@ -84,7 +108,7 @@ Tensor<T> merge_dims(const Tensor<T>& t, const std::string& outer, const std::st
                      const std::string& merged) {
   const std::size_t a = t.shape().position(outer), b = t.shape().position(inner);
   if (b != a + 1)
-    throw ShapeError("merge_dims: " + detail::quoted(outer) + " and " + detail::quoted(inner) +
+    throw ShapeError("merge_dims: " + detail::quote(outer) + " and " + detail::quote(inner) +
                      " must be neighbours, in that order, in " + t.shape().to_string());
   auto whole = detail::unsplit(detail::unsplit(t, outer), inner);
   std::vector<Dim> dims;

@@ -30,7 +30,7 @@ struct Padding {
   static Padding parse(const std::string& name) {
     if (name == "same") return same();
     if (name == "valid") return valid();
-    throw Error("padding " + detail::quoted(name) +
+    throw Error("padding " + detail::quote(name) +
                 " is not supported; use \"same\", \"valid\" or explicit sizes per side");
   }
 };
@@ -123,7 +123,7 @@ class Window {
     w.kernel = kernel;
     w.stride = stride_.empty() ? (transposed || !pool_default_stride_ ? 1 : kernel) : stride_[i];
     w.dilation = dilation_.empty() ? 1 : dilation_[i];
-    const std::string dim = detail::quoted(spatial_[i]);
+    const std::string dim = detail::quote(spatial_[i]);
     if (w.kernel < 1 || w.stride < 1 || w.dilation < 1)
       throw Error(op + ": along dim " + dim + " the kernel (" + std::to_string(w.kernel) +
                   "), stride (" + std::to_string(w.stride) + ") and dilation (" +
@@ -176,7 +176,7 @@ class Window {
     if (sizes.size() != spatial_.size())
       throw Error(std::string("window ") + what + " needs one value for each of the " +
                   std::to_string(spatial_.size()) + " spatial dims " +
-                  detail::quoted_list(spatial_) + ", got " + std::to_string(sizes.size()));
+                  detail::quote_list(spatial_) + ", got " + std::to_string(sizes.size()));
     field = std::move(sizes);
     return *this;
   }

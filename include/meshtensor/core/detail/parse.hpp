@@ -57,18 +57,18 @@ inline std::vector<std::pair<std::string, std::string>> parse_pairs(std::string_
   for (auto piece : split_list(text)) {
     auto colon = piece.find(':');
     auto fail = [&](const std::string& why) {
-      throw ParseError("cannot parse " + std::string(what) + " " + quoted(text) + ": " + why +
+      throw ParseError("cannot parse " + std::string(what) + " " + quote(text) + ": " + why +
                        "; expected name:value pairs separated by ',' or ';', e.g. " +
-                       quoted(example));
+                       quote(example));
     };
     if (piece.empty()) fail("empty entry between separators");
-    if (colon == std::string_view::npos) fail("entry " + quoted(piece) + " has no ':'");
+    if (colon == std::string_view::npos) fail("entry " + quote(piece) + " has no ':'");
     auto name = trim(piece.substr(0, colon));
     auto value = trim(piece.substr(colon + 1));
     if (!is_valid_name(name))
-      fail("entry " + quoted(piece) + " has name " + quoted(name) +
+      fail("entry " + quote(piece) + " has name " + quote(name) +
            ", which is not a name (a letter or '_', then letters, digits or '_')");
-    if (value.empty()) fail("entry " + quoted(piece) + " has no value after ':'");
+    if (value.empty()) fail("entry " + quote(piece) + " has no value after ':'");
     pairs.emplace_back(std::string(name), std::string(value));
   }
   return pairs;
@@ -87,8 +87,8 @@ inline std::int64_t parse_size(std::string_view value, std::string_view text, st
     result = result * 10 + (c - '0');
   }
   if (!ok)
-    throw ParseError("cannot parse " + std::string(what) + " " + quoted(text) + ": the size of " +
-                     quoted(name) + " is " + quoted(value) + ", which is not a positive integer");
+    throw ParseError("cannot parse " + std::string(what) + " " + quote(text) + ": the size of " +
+                     quote(name) + " is " + quote(value) + ", which is not a positive integer");
   return result;
 }
 

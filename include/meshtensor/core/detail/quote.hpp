@@ -7,15 +7,15 @@
 
 namespace meshtensor::detail {
 
-inline std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+inline std::string quote(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
 // Joins quoted names: `"x", "y", "z"`; `(none)` for an empty list.
-inline std::string quoted_list(const std::vector<std::string>& names) {
+inline std::string quote_list(const std::vector<std::string>& names) {
   if (names.empty()) return "(none)";
   std::string out;
   for (const auto& name : names) {
     if (!out.empty()) out += ", ";
-    out += quoted(name);
+    out += quote(name);
   }
   return out;
 }

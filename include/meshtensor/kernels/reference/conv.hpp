@@ -96,11 +96,12 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   flush();
 }
 
-/// grad_input (over the box) += the gradient of conv_forward's output with respect to its input.
+/// grad_input (over the box) = the gradient of conv_forward's output with respect to its input.
 template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
   const std::int64_t ci_n = g.c_in, co_n = g.c_out;
+  std::fill(grad_input, grad_input + g.batch * g.in[0] * g.in[1] * g.in[2] * ci_n, T(0));
   detail::for_each_tap(g, [&](std::int64_t in_at, std::int64_t out_at, std::int64_t w_at) {
     const T* go = grad_output + out_at * co_n;
     const T* w = weight + w_at * ci_n * co_n;

@@ -1,0 +1,212 @@
+#pragma once
+// Checkpoints: a directory per saved step holding one .npy per parameter, state tensor and Adam
+// moment — the global array, whatever the layout, readable by numpy — and a JSON manifest (names,
+// dims, shapes, dtype, step, seed and model flags). A step is written under a hidden name and
+// renamed when complete; `latest` names the newest complete one. Loading reads each processor's own
+// block, so a checkpoint restores onto any mesh and layout.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "model.hpp"
+
+namespace unet3d {
+
+namespace mt = meshtensor;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+inline std::string file_name(const std::string& tensor_name) {
+  std::string f = tensor_name;
+  for (char& c : f)
+    if (c == '/') c = '.';
+  return f + ".npy";
+}
+
+inline void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw mt::IoError(path + ": cannot write (is the directory writable?)");
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw mt::IoError(path + ": cannot rename the finished file into place");
+  }
+}
+
+// Runs `f` on processor 0 only and makes every processor throw if it failed.
+template <class F>
+void on_first(mt::Mesh& mesh, F&& f) {
+  std::string failure;
+  if (mesh.processor() == 0) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  mt::detail::agree_on(mesh, failure);
+}
+
+/// Creates `dir` (and its parents) if needed and checks that files can be written in it.
+inline void ensure_writable_directory(mt::Mesh& mesh, const std::string& dir,
+                                      const std::string& flag) {
+  on_first(mesh, [&] {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    const std::string probe = (fs::path(dir) / ".write-test").string();
+    std::ofstream out(probe);
+    if (error || !out)
+      throw mt::IoError(flag + " " + dir + ": cannot create or write into this directory");
+    out.close();
+    fs::remove(probe);
+  });
+}
+
+struct Moment {
+  std::string name;
+  mt::Tensor<float> tensor;
+};
+
+// Adam's moments as tensors on their parameters' layouts, named after them.
+inline std::vector<Moment> adam_moments(mt::Mesh& mesh, nn::Parameters<float>& params,
+                                        nn::Adam<float>& adam) {
+  std::vector<Moment> out;
+  const auto trainable = params.trainable();
+  std::size_t k = 0;
+  for (const auto& entry : params.entries()) {
+    if (!entry.trainable) continue;
+    out.push_back({"adam/m/" + entry.name,
+                   mt::Tensor<float>(mesh, trainable[k].layout(), adam.first_moments()[k])});
+    out.push_back({"adam/v/" + entry.name,
+                   mt::Tensor<float>(mesh, trainable[k].layout(), adam.second_moments()[k])});
+    ++k;
+  }
+  return out;
+}
+
+/// Saves the model, its state and Adam's moments as step `step` under `dir` (collective).
+inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t step, UNet& net,
+                            nn::Adam<float>& adam, const json& flags) {
+  char name[32];
+  std::snprintf(name, sizeof name, "checkpoint-%06lld", static_cast<long long>(step));
+  const fs::path staging = fs::path(dir) / ("." + std::string(name) + ".partial");
+  const fs::path final_dir = fs::path(dir) / name;
+  on_first(mesh, [&] {
+    fs::remove_all(staging);
+    if (!fs::create_directories(staging)) throw mt::IoError(staging.string() + ": cannot create");
+  });
+  json tensors = json::array();
+  auto save = [&](const std::string& tensor_name, const mt::Tensor<float>& t,
+                  const std::string& kind) {
+    mt::save_npy(t, (staging / file_name(tensor_name)).string());
+    tensors.push_back({{"name", tensor_name},
+                       {"file", file_name(tensor_name)},
+                       {"dims", t.shape().names()},
+                       {"shape", t.shape().sizes()},
+                       {"dtype", "float32"},
+                       {"kind", kind}});
+  };
+  for (const auto& entry : net.parameters().entries())
+    save(entry.name, entry.tensor, entry.trainable ? "parameter" : "state");
+  for (const auto& moment : adam_moments(mesh, net.parameters(), adam))
+    save(moment.name, moment.tensor, "optimizer");
+  on_first(mesh, [&] {
+    const json manifest{{"format", "meshtensor-unet3d-checkpoint-1"},
+                        {"step", step},
+                        {"optimizer", {{"type", "adam"}, {"steps", adam.steps()}}},
+                        {"flags", flags},
+                        {"tensors", tensors}};
+    write_text_atomically((staging / "manifest.json").string(), manifest.dump(2) + "\n");
+    fs::remove_all(final_dir);
+    fs::rename(staging, final_dir);
+    write_text_atomically((fs::path(dir) / "latest").string(), std::string(name) + "\n");
+    for (const auto& old : fs::directory_iterator(dir))  // keep only the newest
+      if (old.is_directory() && old.path().filename().string().rfind("checkpoint-", 0) == 0 &&
+          old.path() != final_dir)
+        fs::remove_all(old.path());
+  });
+}
+
+/// The manifest of the newest checkpoint under `dir`, and the directory it lives in.
+inline std::pair<json, fs::path> read_manifest(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  std::ifstream in(latest);
+  if (!in) throw mt::IoError(dir + ": no checkpoint here (" + latest.string() + " is missing)");
+  std::string name;
+  std::getline(in, name);
+  const fs::path where = fs::path(dir) / name;
+  const fs::path manifest_path = where / "manifest.json";
+  std::ifstream manifest_in(manifest_path);
+  if (name.empty() || !manifest_in)
+    throw mt::IoError(manifest_path.string() +
+                      ": missing; the checkpoint is incomplete or corrupted");
+  try {
+    json manifest = json::parse(manifest_in);
+    if (manifest.value("format", "") != "meshtensor-unet3d-checkpoint-1" ||
+        !manifest.contains("tensors") || !manifest.contains("flags") || !manifest.contains("step"))
+      throw mt::IoError(manifest_path.string() + ": not a unet3d checkpoint manifest");
+    return {manifest, where};
+  } catch (const json::exception& e) {
+    throw mt::IoError(manifest_path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+// Loads the tensor `name` of the manifest into `into` (same dims and shape), each processor its
+// block.
+inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path& where,
+                           const std::string& name, mt::Tensor<float>& into) {
+  for (const auto& entry : manifest["tensors"]) {
+    if (entry.value("name", "") != name) continue;
+    const auto dims = entry["dims"].get<std::vector<std::string>>();
+    const auto shape = entry["shape"].get<std::vector<std::int64_t>>();
+    if (dims != into.shape().names() || shape != into.shape().sizes())
+      throw mt::IoError(where.string() + ": tensor " + name + " is saved with shape " +
+                        mt::npy::shape_text(shape) + " but the model needs " +
+                        into.shape().to_string() +
+                        "; the checkpoint was made with other model flags");
+    const auto loaded =
+        mt::load_npy<float>(mesh, (where / entry["file"].get<std::string>()).string(), into.shape(),
+                            into.layout().layout());
+    into.local() = loaded.local();
+    return;
+  }
+  throw mt::IoError(where.string() + ": the checkpoint has no tensor " + name);
+}
+
+/// Restores the model (and Adam, if given) from the manifest's checkpoint; returns its step.
+inline std::int64_t restore_checkpoint(mt::Mesh& mesh, const json& manifest, const fs::path& where,
+                                       UNet& net, nn::Adam<float>* adam) {
+  for (const auto& entry : net.parameters().entries()) {
+    auto tensor = entry.tensor;
+    restore_tensor(mesh, manifest, where, entry.name, tensor);
+  }
+  if (adam) {
+    // The moments come back as tensors on their parameters' layouts, then into Adam's state.
+    auto moments = adam_moments(mesh, net.parameters(), *adam);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < moments.size(); i += 2, ++k) {
+      restore_tensor(mesh, manifest, where, moments[i].name, moments[i].tensor);
+      restore_tensor(mesh, manifest, where, moments[i + 1].name, moments[i + 1].tensor);
+      adam->first_moments()[k] = moments[i].tensor.local();
+      adam->second_moments()[k] = moments[i + 1].tensor.local();
+    }
+    adam->set_steps(manifest["optimizer"].value("steps", std::int64_t(0)));
+  }
+  return manifest["step"].get<std::int64_t>();
+}
+
+}  // namespace unet3d

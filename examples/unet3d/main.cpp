@@ -1,0 +1,194 @@
+// unet3d: train a 3D U-Net on synthetic CT volumes split over processors, and predict with it.
+//
+//   unet3d train [--size 64] [--steps 150] [--mesh "rows:2; cols:2" --layout "x:rows; y:cols"] ...
+//   unet3d predict --checkpoint DIR --input VOL.npy --output SEG.npy [--probabilities P.npy]
+//   unet3d generate --output VOL.npy [--labels LABELS.npy] [--size 64] [--seed 1] [--index 0]
+//
+// Started by hand it runs --threads processors (default: the cores) as threads; under mpirun or
+// srun one processor per rank. Without --mesh, all processors split x.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "options.hpp"
+#include "predict.hpp"
+#include "train.hpp"
+
+namespace mt = meshtensor;
+
+namespace {
+
+struct Distribution {
+  std::string mesh, layout;
+  int threads = 0;
+};
+
+void add_distribution(CLI::App& app, Distribution& d) {
+  app.add_option("--mesh", d.mesh,
+                 "mesh axes, Mesh-TensorFlow syntax (default: all processors on one axis \"p\")");
+  app.add_option("--layout", d.layout,
+                 "tensor dim to mesh axis rules (default: x, y, z on the mesh axes in order)");
+  app.add_option("--threads", d.threads,
+                 "processors when not started by an MPI launcher (default: the cores)")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_size(CLI::App& app, std::array<std::int64_t, 3>& size, std::int64_t& cube,
+              std::vector<std::int64_t>& shape) {
+  app.add_option("--size", cube, "edge of a cubic volume in voxels")->check(CLI::PositiveNumber);
+  app.add_option("--shape", shape, "volume shape x,y,z for non-cubes")->expected(3)->delimiter(',');
+  (void)size;
+}
+
+std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::int64_t cube,
+                                         const std::vector<std::int64_t>& shape) {
+  if (cube > 0 && !shape.empty()) throw mt::Error("give --size or --shape, not both");
+  if (cube > 0) return {cube, cube, cube};
+  if (!shape.empty()) return {shape[0], shape[1], shape[2]};
+  return size;
+}
+
+// The mesh and layout of this run, from the flags and the way the program was started.
+std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
+  const auto launched = mt::launcher_world_size();
+  if (launched && d.threads > 0)
+    throw mt::Error(
+        "--threads sets the processors of a run without an MPI launcher; under mpirun the ranks "
+        "are the processors");
+  const int processors =
+      launched
+          ? *launched
+          : (d.threads > 0 ? d.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  const mt::MeshShape mesh =
+      d.mesh.empty() ? mt::MeshShape{{"p", processors}} : mt::MeshShape(d.mesh);
+  if (!d.mesh.empty() && !launched && d.threads > 0 && mesh.num_processors() != d.threads)
+    throw mt::Error("--mesh \"" + d.mesh + "\" has " + std::to_string(mesh.num_processors()) +
+                    " processors but --threads is " + std::to_string(d.threads));
+  if (launched && mesh.num_processors() != *launched)
+    throw mt::Error("--mesh \"" + d.mesh + "\" has " + std::to_string(mesh.num_processors()) +
+                    " processors but the launcher started " + std::to_string(*launched));
+  if (!d.layout.empty()) return {mesh, mt::Layout(d.layout)};
+  std::vector<mt::LayoutRule> rules;
+  const char* dims[3] = {"x", "y", "z"};
+  for (std::size_t a = 0; a < mesh.rank() && a < 3; ++a) rules.push_back({dims[a], mesh[a].name});
+  return {mesh, mt::Layout(rules)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"unet3d: a 3D U-Net on CT-like volumes split over processors (meshtensor)"};
+  app.require_subcommand(1);
+  Distribution distribution;
+
+  unet3d::TrainOptions train;
+  std::int64_t train_cube = 0;
+  std::vector<std::int64_t> train_shape;
+  auto* train_cmd = app.add_subcommand("train", "train on fresh synthetic volumes each step");
+  add_distribution(*train_cmd, distribution);
+  add_size(*train_cmd, train.size, train_cube, train_shape);
+  train_cmd->add_option("--batch", train.batch, "volumes per step")->check(CLI::PositiveNumber);
+  train_cmd->add_option("--depth", train.depth, "2x2x2 poolings (levels below the top)")
+      ->check(CLI::Range(1, 6));
+  train_cmd
+      ->add_option("--channels", train.channels, "channels at the top level, doubling per level")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--norm", train.norm, "batch, instance, group or none")
+      ->check(CLI::IsMember({"batch", "instance", "group", "none"}));
+  train_cmd->add_option("--steps", train.steps, "training steps")->check(CLI::PositiveNumber);
+  train_cmd
+      ->add_option(
+          "--stop-after", train.stop_after,
+          "end this run after so many steps, checkpointed, to --resume later (job time limits)")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--lr", train.lr, "Adam learning rate (cosine-decayed to a tenth)")
+      ->check(CLI::PositiveNumber);
+  std::vector<double> class_weights;
+  train_cmd
+      ->add_option("--class-weights", class_weights,
+                   "cross-entropy weights of background, organ, tumour (default 1,3,3)")
+      ->expected(3)
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--seed", train.seed, "seed of the weights and of the data");
+  train_cmd->add_option("--checkpoint", train.checkpoint, "directory for checkpoints");
+  train_cmd->add_flag("--resume", train.resume,
+                      "continue from the newest checkpoint in --checkpoint");
+  train_cmd->add_option("--log", train.log, "metrics JSONL file (default: <out>/metrics.jsonl)");
+  train_cmd->add_option("--out", train.out, "directory for pictures, curves and metrics");
+  train_cmd->add_option("--validate-every", train.validate_every, "steps between validations")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--validation-volumes", train.validation_volumes, "held-out volumes")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps between checkpoints")
+      ->check(CLI::PositiveNumber);
+
+  unet3d::PredictOptions predict;
+  std::int64_t predict_cube = 0;
+  std::vector<std::int64_t> predict_shape;
+  auto* predict_cmd = app.add_subcommand("predict", "label a CT volume with a trained checkpoint");
+  add_distribution(*predict_cmd, distribution);
+  add_size(*predict_cmd, predict.size, predict_cube, predict_shape);
+  predict_cmd->add_option("--checkpoint", predict.checkpoint, "checkpoint directory")->required();
+  predict_cmd
+      ->add_option("--input", predict.input,
+                   "volume [x, y, z] or [batch, x, y, z], HU, float32 .npy")
+      ->required();
+  predict_cmd
+      ->add_option("--output", predict.output,
+                   "labels .npy (uint8: 0 background, 1 organ, 2 tumour)")
+      ->required();
+  predict_cmd->add_option("--probabilities", predict.probabilities,
+                          "class probabilities .npy (float32)");
+
+  unet3d::GenerateOptions generate;
+  std::int64_t generate_cube = 0;
+  std::vector<std::int64_t> generate_shape;
+  auto* generate_cmd =
+      app.add_subcommand("generate", "write a held-out phantom volume and its labels");
+  add_distribution(*generate_cmd, distribution);
+  add_size(*generate_cmd, generate.size, generate_cube, generate_shape);
+  generate_cmd->add_option("--seed", generate.seed,
+                           "the training seed whose held-out volumes to draw from");
+  generate_cmd->add_option("--index", generate.index, "which held-out volume");
+  generate_cmd->add_option("--output", generate.output, "volume .npy (float32 HU)")->required();
+  generate_cmd->add_option("--labels", generate.labels, "labels .npy (uint8)");
+
+  CLI11_PARSE(app, argc, argv);
+  std::pair<mt::MeshShape, mt::Layout> where;
+  try {
+    where = resolve(distribution);
+    if (train_cmd->parsed()) {
+      train.size = resolve_size(train.size, train_cube, train_shape);
+      if (!class_weights.empty())
+        train.class_weights = {class_weights[0], class_weights[1], class_weights[2]};
+      unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
+      if (train.norm == "group" && train.channels % 4 != 0)
+        throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
+                        std::to_string(train.channels));
+    } else if (predict_cmd->parsed()) {
+      predict.size = resolve_size(predict.size, predict_cube, predict_shape);
+    } else {
+      generate.size = resolve_size(generate.size, generate_cube, generate_shape);
+      mt::TensorLayout(mt::Shape{mt::Dim("x", generate.size[0]), mt::Dim("y", generate.size[1]),
+                                 mt::Dim("z", generate.size[2])},
+                       where.first, where.second);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unet3d: error: %s\n", e.what());
+    return 2;
+  }
+  return mt::run(argc, argv, where.first, [&](mt::Mesh& mesh) {
+    if (train_cmd->parsed())
+      unet3d::train(mesh, train, where.second);
+    else if (predict_cmd->parsed())
+      unet3d::predict(mesh, predict, where.second);
+    else
+      unet3d::generate_volume(mesh, generate, where.second);
+  });
+}

@@ -1,0 +1,114 @@
+#pragma once
+// The 3D U-Net (Çiçek et al. 2016, as in Mesh-TensorFlow's example), written against global shapes
+// [batch, x, y, z, channels]. Where the data lives is decided by the layout alone.
+//
+//   level 0: conv-norm-relu x2 (C) ─────────────────────────── concat ─ conv-norm-relu x2 (C) ─
+//   head
+//      │ max-pool 2                                                 ↑ transposed conv 2, stride 2
+//   level 1: conv-norm-relu x2 (2C) ──────────────── concat ─ conv-norm-relu x2 (2C)
+//      │ max-pool 2                                       ↑
+//      ...                                       (depth levels down, then the bottom at C·2^depth)
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <meshtensor/meshtensor.hpp>
+
+namespace unet3d {
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct ModelConfig {
+  int depth = 3;     // number of 2x2x2 poolings
+  int channels = 8;  // channels at level 0, doubling per level
+  std::string norm = "batch";
+  int classes = 3;
+  std::uint64_t seed = 1;
+};
+
+inline const mt::DimNames spatial{"x", "y", "z"};
+
+inline mt::Dim channels(std::int64_t n) { return mt::Dim("channels", n); }
+
+/// Two 3x3x3 convolutions, each followed by normalisation and ReLU.
+class DoubleConv {
+ public:
+  DoubleConv(mt::Mesh& mesh, nn::Parameters<float>& params, const std::string& name,
+             std::int64_t in, std::int64_t out, const ModelConfig& config)
+      : conv1_(mesh, params, name + "/conv1", channels(in), channels(out), three_cubed(),
+               config.seed),
+        norm1_(mesh, params, name + "/norm1", nn::parse_norm(config.norm), channels(out), spatial),
+        conv2_(mesh, params, name + "/conv2", channels(out), channels(out), three_cubed(),
+               config.seed),
+        norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial) {
+  }
+
+  mt::Tensor<float> operator()(const mt::Tensor<float>& x, bool training) {
+    auto h = mt::relu(norm1_(conv1_(x), training));
+    return mt::relu(norm2_(conv2_(h), training));
+  }
+
+ private:
+  static mt::Window three_cubed() { return mt::Window(spatial).kernel(3).padding("same"); }
+
+  nn::Conv<float> conv1_;
+  nn::Norm<float> norm1_;
+  nn::Conv<float> conv2_;
+  nn::Norm<float> norm2_;
+};
+
+class UNet {
+ public:
+  UNet(mt::Mesh& mesh, const ModelConfig& config) : config_(config) {
+    const std::int64_t c = config.channels;
+    std::int64_t in = 1;
+    for (int level = 0; level < config.depth; ++level) {
+      down_.emplace_back(mesh, params_, "down" + std::to_string(level), in, c << level, config);
+      in = c << level;
+    }
+    bottom_.emplace(mesh, params_, "bottom", in, c << config.depth, config);
+    for (int level = config.depth - 1; level >= 0; --level) {
+      const std::int64_t width = c << level;
+      up_.emplace_back(mesh, params_, "up" + std::to_string(level) + "/transposed",
+                       channels(2 * width), channels(width),
+                       mt::Window(spatial).kernel(2).stride(2), config.seed,
+                       /*transposed=*/true);
+      merge_.emplace_back(mesh, params_, "up" + std::to_string(level), 2 * width, width, config);
+    }
+    head_.emplace(mesh, params_, "head", channels(c), channels(config.classes),
+                  mt::Window(spatial).kernel(1), config.seed);
+  }
+
+  /// Logits [batch, x, y, z, classes] for a CT batch [batch, x, y, z, channels=1].
+  mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
+    std::vector<mt::Tensor<float>> skips;
+    for (auto& level : down_) {
+      x = level(x, training);
+      skips.push_back(x);
+      x = mt::max_pool(x, mt::Window(spatial).kernel(2));
+    }
+    x = (*bottom_)(x, training);
+    for (std::size_t i = 0; i < up_.size(); ++i) {
+      x = up_[i](x);
+      x = mt::concat({skips[skips.size() - 1 - i], x}, "channels");
+      x = merge_[i](x, training);
+    }
+    return mt::rename((*head_)(x), "channels", "classes");
+  }
+
+  nn::Parameters<float>& parameters() { return params_; }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;
+  nn::Parameters<float> params_;
+  std::vector<DoubleConv> down_, merge_;
+  std::optional<DoubleConv> bottom_;
+  std::vector<nn::Conv<float>> up_;
+  std::optional<nn::Conv<float>> head_;
+};
+
+}  // namespace unet3d

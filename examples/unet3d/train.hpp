@@ -1,0 +1,226 @@
+#pragma once
+// `unet3d train`: fresh phantom volumes every step, Adam, validation on fixed held-out volumes with
+// pictures, a metrics log, checkpoints, and a JSON summary line at the end.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "checkpoint.hpp"
+#include "metrics.hpp"
+#include "model.hpp"
+#include "options.hpp"
+#include "phantom.hpp"
+#include "pictures.hpp"
+
+namespace unet3d {
+
+/// This process's peak resident memory in MiB (VmHWM).
+inline double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+inline std::string duration_text(double seconds) {
+  const int s = int(seconds + 0.5);
+  return s >= 60 ? std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s"
+                 : std::to_string(s) + "s";
+}
+
+struct Validation {
+  Overlap overlap;
+};
+
+// Dice on the held-out volumes, and a picture of each one's middle axial slice.
+inline Validation validate(mt::Mesh& mesh, UNet& net, const TrainOptions& o,
+                           const mt::Layout& layout, std::int64_t step,
+                           const std::string& picture_dir) {
+  Validation v;
+  mt::autodiff::NoGrad no_grad(mesh);
+  for (std::int64_t k = 0; k < o.validation_volumes; ++k) {
+    const auto batch = make_batch(mesh, layout, o.seed, "validation", k, 1, o.size);
+    const auto logits = net(batch.input, /*training=*/false);
+    v.overlap += overlap(logits, batch.labels);
+    // Only the middle axial slice of the prediction comes to processor 0.
+    const std::int64_t mid = o.size[2] / 2;
+    const auto slice = mt::gather(
+        mt::argmax<std::uint8_t>(mt::crop(logits, "z", mid, o.size[2] - mid - 1), "classes"));
+    if (mesh.processor() == 0) {
+      const Anatomy anatomy(volume_seed(o.seed, "validation", k), o.size);
+      const mt::RandomStream noise(volume_seed(o.seed, "validation", k), "noise");
+      xt::xarray<float> hu =
+          xt::xarray<float>::from_shape({std::size_t(o.size[0]), std::size_t(o.size[1])});
+      xt::xarray<std::uint8_t> truth = xt::xarray<std::uint8_t>::from_shape(hu.shape());
+      xt::xarray<std::uint8_t> predicted = xt::xarray<std::uint8_t>::from_shape(hu.shape());
+      for (std::int64_t x = 0; x < o.size[0]; ++x)
+        for (std::int64_t y = 0; y < o.size[1]; ++y) {
+          const auto vox =
+              voxel(anatomy, o.size, {x, y, mid},
+                    noise.normal((std::uint64_t(x) * o.size[1] + y) * o.size[2] + mid));
+          hu(x, y) = vox.hu;
+          truth(x, y) = std::uint8_t(vox.label);
+          predicted(x, y) = slice(0, x, y, 0);
+        }
+      char name[64];
+      std::snprintf(name, sizeof name, "/step-%06lld-volume-%lld.png", (long long)step,
+                    (long long)k);
+      write_png(picture_dir + name, slice_picture(hu, truth, predicted));
+    }
+  }
+  return v;
+}
+
+inline nlohmann::json model_flags(const TrainOptions& o) {
+  return {{"depth", o.depth}, {"channels", o.channels},
+          {"norm", o.norm},   {"classes", num_classes},
+          {"seed", o.seed},   {"size", o.size},
+          {"batch", o.batch}, {"lr", o.lr},
+          {"steps", o.steps}, {"class_weights", o.class_weights}};
+}
+
+// With --resume the checkpoint's flags must be this run's: name the first that differs.
+inline void check_same_flags(const nlohmann::json& saved, const nlohmann::json& now) {
+  for (const auto& key :
+       {"depth", "channels", "norm", "size", "batch", "seed", "lr", "class_weights"})
+    if (saved.value(key, nlohmann::json()) != now.value(key, nlohmann::json()))
+      throw mt::Error(std::string("--resume: the checkpoint was trained with --") + key + " " +
+                      saved.value(key, nlohmann::json()).dump() + " but this run has " +
+                      now.value(key, nlohmann::json()).dump() + "; resume with the same flags");
+}
+
+inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layout) {
+  const bool speaker = mesh.processor() == 0;
+  const std::string picture_dir = o.out + "/pictures";
+  ensure_writable_directory(mesh, o.out, "--out");
+  ensure_writable_directory(mesh, picture_dir, "--out");
+  if (!o.checkpoint.empty()) ensure_writable_directory(mesh, o.checkpoint, "--checkpoint");
+  const std::string log_path = o.log.empty() ? o.out + "/metrics.jsonl" : o.log;
+
+  ModelConfig config;
+  config.depth = o.depth;
+  config.channels = o.channels;
+  config.norm = o.norm;
+  config.seed = o.seed;
+  UNet net(mesh, config);
+  nn::Adam<float> adam(net.parameters().trainable(), o.lr);
+  const auto flags = model_flags(o);
+  std::int64_t start = 0;
+  if (o.resume) {
+    if (o.checkpoint.empty()) throw mt::Error("--resume needs --checkpoint DIR");
+    const auto [manifest, where] = read_manifest(o.checkpoint);
+    check_same_flags(manifest["flags"], flags);
+    start = restore_checkpoint(mesh, manifest, where, net, &adam);
+  }
+  std::ofstream log;
+  on_first(mesh, [&] {
+    log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
+    if (!log) throw mt::IoError("--log " + log_path + ": cannot open for writing");
+  });
+  const auto weights = mt::generate<float>(mesh, "classes:3", "", [&](const mt::Index& i) {
+    return float(o.class_weights[i["classes"]]);
+  });
+  if (speaker)
+    std::printf(
+        "unet3d: %lld parameters, %d processors (%s), mesh %s, layout \"%s\", volume "
+        "%lldx%lldx%lld, batch %lld\n",
+        (long long)net.parameters().count(), mesh.num_processors(), mesh.transport().c_str(),
+        mesh.shape().to_string().c_str(), layout.to_string().c_str(), (long long)o.size[0],
+        (long long)o.size[1], (long long)o.size[2], (long long)o.batch);
+
+  std::vector<double> step_times, losses;
+  std::vector<std::pair<int, std::array<double, 2>>> dice_curve;
+  double final_loss = 0;
+  Overlap last_validation;
+  const double voxels = double(o.batch) * o.size[0] * o.size[1] * o.size[2];
+  const std::int64_t end = o.stop_after > 0 ? std::min(o.steps, start + o.stop_after) : o.steps;
+  for (std::int64_t step = start; step < end; ++step) {
+    const auto begin = std::chrono::steady_clock::now();
+    // Cosine decay to a tenth of the learning rate over the run.
+    const double lr =
+        o.lr * (0.1 + 0.45 * (1 + std::cos(3.141592653589793 * step / double(o.steps))));
+    adam.set_learning_rate(lr);
+    const auto batch = make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
+    const auto logits = net(batch.input, /*training=*/true);
+    const auto loss = segmentation_loss(logits, batch.labels, weights);
+    mt::backward(loss);
+    adam.step();
+    adam.zero_grad();
+    const Overlap train_overlap = overlap(logits, batch.labels);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    step_times.push_back(seconds);
+    final_loss = loss.item();
+    losses.push_back(final_loss);
+    if (speaker) {
+      const double eta = seconds * double(o.steps - step - 1);
+      std::printf(
+          "step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
+          (long long)step + 1, (long long)o.steps, final_loss, train_overlap.dice(organ),
+          train_overlap.dice(tumour), voxels / seconds / 1e3, duration_text(eta).c_str());
+      std::fflush(stdout);
+      log << nlohmann::json{{"step", step + 1},
+                            {"loss", final_loss},
+                            {"dice_organ", train_overlap.dice(organ)},
+                            {"dice_tumor", train_overlap.dice(tumour)},
+                            {"step_time_s", seconds},
+                            {"lr", lr}}
+                 .dump()
+          << "\n";
+      log.flush();
+    }
+    const bool last = step + 1 == end;
+    if ((step + 1) % o.validate_every == 0 || last) {
+      last_validation = validate(mesh, net, o, layout, step + 1, picture_dir).overlap;
+      dice_curve.push_back(
+          {int(step + 1), {last_validation.dice(organ), last_validation.dice(tumour)}});
+      if (speaker) {
+        std::printf(
+            "validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
+            (long long)step + 1, last_validation.dice(organ), last_validation.dice(tumour),
+            (long long)o.validation_volumes);
+        log << nlohmann::json{{"step", step + 1},
+                              {"validation_dice_organ", last_validation.dice(organ)},
+                              {"validation_dice_tumor", last_validation.dice(tumour)}}
+                   .dump()
+            << "\n";
+        log.flush();
+      }
+    }
+    if (!o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last))
+      save_checkpoint(mesh, o.checkpoint, step + 1, net, adam, flags);
+  }
+  on_first(mesh, [&] { write_curves(o.out + "/curves.svg", losses, dice_curve); });
+  std::vector<double> sorted = step_times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  const double peak = mt::all_reduce_value(mesh.world(), peak_rss_mib(), mt::ReduceOp::max);
+  if (speaker) {
+    const nlohmann::json summary{{"steps", o.steps},
+                                 {"final_loss", final_loss},
+                                 {"dice_organ", last_validation.dice(organ)},
+                                 {"dice_tumor", last_validation.dice(tumour)},
+                                 {"step_time_s", median},
+                                 {"peak_rss_mib", peak},
+                                 {"mesh", mesh.shape().to_string()},
+                                 {"layout", layout.to_string()},
+                                 {"processors", mesh.num_processors()},
+                                 {"transport", mesh.transport()},
+                                 {"size", o.size},
+                                 {"batch", o.batch}};
+    std::printf("%s\n", summary.dump().c_str());
+    log << nlohmann::json{{"summary", summary}}.dump() << "\n";
+  }
+}
+
+}  // namespace unet3d

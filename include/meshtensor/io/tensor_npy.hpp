@@ -1,0 +1,126 @@
+#pragma once
+// Distributed tensors to and from .npy files without gathering them: every processor reads only its
+// own block, and writes only its own block into a file processor 0 has laid out, at its offsets. A
+// file appears under its name only once it is complete (written to a temporary name, then renamed);
+// a failure on any processor is reported on all of them.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/io/npy.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+
+namespace detail {
+// Every processor learns of any processor's failure (empty = none) and throws it.
+inline void agree_on(Mesh& mesh, const std::string& local_failure) {
+  std::vector<char> text(local_failure.begin(), local_failure.end());
+  const auto all = all_gather(mesh.world(), text);
+  std::vector<std::int64_t> lengths{static_cast<std::int64_t>(text.size())};
+  const auto sizes = all_gather(mesh.world(), lengths);
+  std::size_t offset = 0;
+  for (auto n : sizes) {
+    if (n > 0) throw IoError(std::string(all.begin() + offset, all.begin() + offset + n));
+    offset += static_cast<std::size_t>(n);
+  }
+}
+}  // namespace detail
+
+/**
+ * Reads `path` into a tensor of `shape` on `layout`; each processor reads only its block. The file
+ * must hold an array of exactly that shape and element type; otherwise every processor throws an
+ * IoError naming the file.
+ */
+template <class T>
+Tensor<T> load_npy(Mesh& mesh, const std::string& path, const Shape& shape, const Layout& layout) {
+  TensorLayout tensor_layout(shape, mesh.shape(), layout);
+  const npy::Header header = npy::read_header(path);
+  npy::check_type<T>(header, path);
+  if (header.shape != shape.sizes())
+    throw IoError(path + ": holds an array of shape " + npy::shape_text(header.shape) + " but " +
+                  shape.to_string() + " was expected");
+  return Tensor<T>(mesh, tensor_layout,
+                   npy::read_block<T>(path, tensor_layout.block(mesh.coord())));
+}
+
+/**
+ * Writes the global tensor to `path` (a plain .npy numpy can read). Collective: processor 0 lays
+ * the file out under a temporary name, each block is written once (by the first of its replicas),
+ * and processor 0 renames the finished file into place.
+ */
+template <class T>
+void save_npy(const Tensor<T>& tensor, const std::string& path) {
+  Mesh& mesh = tensor.mesh();
+  const std::string temporary = path + ".partial";
+  const auto& shape = tensor.shape();
+  std::string failure;
+  if (mesh.processor() == 0) {
+    // The header, then the file extended to its full size for the blocks to be written into.
+    const std::string head = npy::header<T>(shape.sizes());
+    std::FILE* f = std::fopen(temporary.c_str(), "wb");
+    if (!f) {
+      failure = path + ": cannot open for writing (does the directory exist and is it writable?)";
+    } else {
+      const bool wrote = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+      const bool closed = std::fclose(f) == 0;
+      const auto total = static_cast<off_t>(head.size() + shape.num_elements() * sizeof(T));
+      if (!wrote || !closed || ::truncate(temporary.c_str(), total) != 0) {
+        std::remove(temporary.c_str());
+        failure = path + ": writing failed (disk full?)";
+      }
+    }
+  }
+  detail::agree_on(mesh, failure);
+
+  // Each block is written by one replica: the processor at coordinate 0 on the unused mesh axes.
+  bool writer = true;
+  for (std::size_t a = 0; a < mesh.shape().rank(); ++a)
+    if (!tensor.layout().dim_on_axis(a) && mesh.coord()[a] != 0) writer = false;
+  failure.clear();
+  if (writer && !tensor.block().empty()) {
+    const npy::Header header = npy::read_header(temporary);
+    const int fd = ::open(temporary.c_str(), O_WRONLY);
+    if (fd < 0) {
+      failure = path + ": cannot open the partial file to write processor " +
+                std::to_string(mesh.processor()) + "'s block";
+    } else {
+      const Block& block = tensor.block();
+      const std::size_t rank = shape.rank();
+      std::vector<std::int64_t> strides(rank, 1);
+      for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * shape[d].size;
+      const std::int64_t row = rank ? block.ranges[rank - 1].size() : 1;
+      const std::int64_t rows = block.num_elements() / row;
+      const T* data = tensor.local().data();
+      for (std::int64_t r = 0; r < rows && failure.empty(); ++r) {
+        std::int64_t offset = rank ? block.ranges[rank - 1].begin : 0, rest = r;
+        for (std::size_t d = rank ? rank - 1 : 0; d-- > 0;) {
+          offset += (block.ranges[d].begin + rest % block.ranges[d].size()) * strides[d];
+          rest /= block.ranges[d].size();
+        }
+        const auto bytes = static_cast<std::size_t>(row) * sizeof(T);
+        if (::pwrite(fd, data + r * row, bytes,
+                     static_cast<off_t>(header.data_offset + offset * sizeof(T))) !=
+            static_cast<ssize_t>(bytes))
+          failure =
+              path + ": writing processor " + std::to_string(mesh.processor()) + "'s block failed";
+      }
+      if (::close(fd) != 0 && failure.empty()) failure = path + ": closing the partial file failed";
+    }
+  }
+  detail::agree_on(mesh, failure);
+  failure.clear();
+  if (mesh.processor() == 0 && std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    failure = path + ": cannot rename the finished file into place";
+  }
+  detail::agree_on(mesh, failure);
+}
+
+}  // namespace meshtensor

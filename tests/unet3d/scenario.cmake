@@ -1,0 +1,124 @@
+# The unet3d tests, one scenario per ctest test:  cmake -DSCENARIO=<name> -DUNET3D=... -DCHECK=...
+#   -DWORK=<scratch dir> [-DMPIEXEC=... -DNP_FLAG=...] -P scenario.cmake
+# Small volumes (16^3, depth 2) keep each run to a second or two.
+
+set(small --size 16 --depth 2 --channels 4 --validate-every 100 --validation-volumes 1)
+
+# Runs a command; fails the test unless it succeeds.
+function(ok)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("$ ${ARGN}\n${out}${err}")
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "expected success, got status ${status}")
+  endif()
+endfunction()
+
+# Runs a command; fails the test unless it fails with a message matching REGEX.
+function(fails regex)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("$ ${ARGN}\n${out}${err}")
+  if(status EQUAL 0)
+    message(FATAL_ERROR "expected a failure, but the command succeeded")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${regex}")
+    message(FATAL_ERROR "the error message does not match: ${regex}")
+  endif()
+endfunction()
+
+file(REMOVE_RECURSE ${WORK}/${SCENARIO})
+file(MAKE_DIRECTORY ${WORK}/${SCENARIO})
+set(here ${WORK}/${SCENARIO})
+
+# A trained checkpoint and a held-out volume that several scenarios start from.
+function(make_model)
+  ok(${UNET3D} train ${small} --steps 3 --threads 1 --out ${here}/train --checkpoint ${here}/ckpt)
+  ok(${UNET3D} generate --size 16 --index 0 --output ${here}/volume.npy --labels ${here}/labels.npy --threads 1)
+endfunction()
+
+if(SCENARIO STREQUAL "losses_equal")
+  # The same seed and flags give the same losses on 1 processor, 2x2, 2x2x2 and (if MPI) mpirun -np 4.
+  ok(${UNET3D} train ${small} --steps 5 --threads 1 --out ${here}/one)
+  ok(${UNET3D} train ${small} --steps 5 --mesh "rows:2, cols:2" --layout "x:rows, y:cols" --out ${here}/four)
+  ok(${UNET3D} train ${small} --steps 5 --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --out ${here}/eight)
+  set(logs ${here}/one/metrics.jsonl ${here}/four/metrics.jsonl ${here}/eight/metrics.jsonl)
+  if(MPIEXEC)
+    ok(${MPIEXEC} ${NP_FLAG} 4 ${UNET3D} train ${small} --steps 5 --mesh "rows:2, cols:2" --layout "x:rows, y:cols"
+       --out ${here}/mpi)
+    list(APPEND logs ${here}/mpi/metrics.jsonl)
+  endif()
+  ok(${CHECK} losses 1e-3 ${logs})
+elseif(SCENARIO STREQUAL "predict_equal")
+  # Labels predicted on 1 processor and on 8 (2x2x2) are identical.
+  make_model()
+  ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/one.npy
+     --probabilities ${here}/p1.npy --threads 1)
+  ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/eight.npy
+     --probabilities ${here}/p8.npy --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c")
+  ok(${CHECK} same-npy ${here}/one.npy ${here}/eight.npy)
+  ok(${CHECK} same-npy ${here}/p1.npy ${here}/p8.npy)
+elseif(SCENARIO STREQUAL "resume")
+  # A run stopped after 3 steps and resumed ends exactly where an uninterrupted one does; resumed
+  # on another layout, it follows the same losses within float rounding.
+  ok(${UNET3D} train ${small} --steps 6 --threads 1 --out ${here}/whole --checkpoint ${here}/whole_ckpt)
+  ok(${UNET3D} train ${small} --steps 6 --stop-after 3 --threads 1 --out ${here}/parts --checkpoint ${here}/parts_ckpt)
+  file(COPY ${here}/parts_ckpt ${here}/parts DESTINATION ${here}/moved)
+  ok(${UNET3D} train ${small} --steps 6 --resume --threads 1 --out ${here}/parts --checkpoint ${here}/parts_ckpt)
+  ok(${CHECK} losses 0 ${here}/whole/metrics.jsonl ${here}/parts/metrics.jsonl)
+  ok(${UNET3D} train ${small} --steps 6 --resume --mesh "rows:2, cols:2" --layout "x:rows, y:cols"
+     --out ${here}/moved/parts --checkpoint ${here}/moved/parts_ckpt)
+  ok(${CHECK} losses 1e-5 ${here}/whole/metrics.jsonl ${here}/moved/parts/metrics.jsonl)
+  file(READ ${here}/whole_ckpt/latest whole_name)
+  file(READ ${here}/parts_ckpt/latest parts_name)
+  string(STRIP "${whole_name}" whole_name)
+  string(STRIP "${parts_name}" parts_name)
+  ok(${CHECK} same-dir ${here}/whole_ckpt/${whole_name} ${here}/parts_ckpt/${parts_name})
+elseif(SCENARIO STREQUAL "bad_flags")
+  fails("cannot parse mesh shape" ${UNET3D} train ${small} --mesh "rows:2,,cols" --out ${here}/o)
+  fails("maps dim \"x\" to two mesh axes" ${UNET3D} train ${small} --mesh "rows:1, cols:1" --layout "x:rows, x:cols" --out ${here}/o)
+  fails("names mesh axis \"cols\"" ${UNET3D} train ${small} --mesh "rows:1" --layout "x:cols" --out ${here}/o)
+  fails("at level 2 \\(the deepest\\) dim \"x\" has 4 voxels, fewer than the 8 processors"
+        ${UNET3D} train ${small} --threads 8 --out ${here}/o)
+  fails("size 20 along x is not divisible by 2\\^depth = 8" ${UNET3D} train --size 20 --depth 3 --out ${here}/o)
+  fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
+  fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1
+        --out ${here}/o --checkpoint /proc/ckpt)
+elseif(SCENARIO STREQUAL "bad_files")
+  make_model()
+  set(predict ${UNET3D} predict --threads 1)
+  fails("no checkpoint here" ${predict} --checkpoint ${here}/missing --input ${here}/volume.npy --output ${here}/s.npy)
+  # A failing predict leaves an existing output untouched.
+  file(WRITE ${here}/existing.npy "keep me")
+  ok(${CHECK} corrupt dtype ${here}/volume.npy ${here}/volume_f8.npy)
+  fails("volume_f8.npy: holds elements of type '<f8' but '<f4' was expected"
+        ${predict} --checkpoint ${here}/ckpt --input ${here}/volume_f8.npy --output ${here}/existing.npy)
+  foreach(mode truncate garbage shape)
+    file(COPY ${here}/ckpt DESTINATION ${here}/${mode})
+    file(READ ${here}/${mode}/ckpt/latest name)
+    string(STRIP "${name}" name)
+    set(victim ${here}/${mode}/ckpt/${name}/down0.conv1.weight.npy)
+    ok(${CHECK} corrupt ${mode} ${victim} ${victim}.bad)
+    file(RENAME ${victim}.bad ${victim})
+  endforeach()
+  fails("truncated or corrupted" ${predict} --checkpoint ${here}/truncate/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
+  fails("header is garbage|not a .npy file|malformed" ${predict} --checkpoint ${here}/garbage/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
+  fails("holds an array of shape \\(216,\\) but \\[kx=3, ky=3, kz=3, channels=1, channels_out=4\\] was expected"
+        ${predict} --checkpoint ${here}/shape/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
+  file(READ ${here}/existing.npy kept)
+  if(NOT kept STREQUAL "keep me")
+    message(FATAL_ERROR "a failing predict overwrote its output")
+  endif()
+  file(COPY ${here}/ckpt DESTINATION ${here}/json)
+  file(READ ${here}/json/ckpt/latest name)
+  string(STRIP "${name}" name)
+  file(WRITE ${here}/json/ckpt/${name}/manifest.json "{ not json")
+  fails("manifest.json: not valid JSON" ${predict} --checkpoint ${here}/json/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
+  fails("the volume is \\(16, 16, 16\\) but --size/--shape says \\(32, 32, 32\\)"
+        ${predict} --size 32 --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
+  fails("cannot open for writing" ${predict} --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/no/such/dir/s.npy)
+  fails("--resume: the checkpoint was trained with --channels 4 but this run has 8"
+        ${UNET3D} train --size 16 --depth 2 --channels 8 --steps 4 --threads 1 --out ${here}/o --checkpoint ${here}/ckpt --resume)
+  ok(${UNET3D} generate --size 18 --output ${here}/eighteen.npy --threads 1)
+  fails("size 18 along x is not divisible by 2\\^depth = 4" ${predict} --checkpoint ${here}/ckpt --input ${here}/eighteen.npy --output ${here}/s.npy)
+else()
+  message(FATAL_ERROR "unknown scenario ${SCENARIO}")
+endif()
