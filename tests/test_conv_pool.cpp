@@ -5,6 +5,7 @@
 
 #include <meshtensor/autodiff/backward.hpp>
 
+#include "support/errors.hpp"
 #include "support/op_check.hpp"
 #include "support/spatial_cases.hpp"
 
@@ -112,15 +113,7 @@ TEST_CASE("a split that leaves processors empty blocks still gives the single-pr
 
 TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
-    std::vector<std::string> what;
-    auto record = [&](auto&& f) {
-      try {
-        f();
-        what.push_back("no error");
-      } catch (const Error& e) {
-        what.push_back(e.what());
-      }
-    };
+    ErrorLog record;
     auto x = test_input(m, volume_shape, "x:p", 1);
     record([&] { conv(x, test_input(m, "kx:11, channels:3, out:2", "", 2), Window("x")); });
     record([&] { conv(x, test_input(m, "kx:3, channels:4, out:2", "", 2), Window("x")); });
@@ -138,7 +131,7 @@ TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") 
       conv_transpose(x, test_input(m, "kx:2, channels:3, out:2", "", 2),
                      Window("x").padding(Padding::explicit_sizes({{9, 9}})));
     });
-    return what;
+    return record.messages();
   });
   for (const auto& what : errors) {
     CHECK_THAT(what[0], Contains("conv") && Contains("dim \"x\"") && Contains("spans 11") &&

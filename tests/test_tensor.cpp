@@ -4,6 +4,7 @@
 
 #include "support/all_layouts.hpp"
 #include "support/blocks.hpp"
+#include "support/errors.hpp"
 #include "support/spmd.hpp"
 
 using namespace meshtensor;
@@ -100,15 +101,7 @@ TEST_CASE("relayout to the same layout shares the data; clone copies it") {
 
 TEST_CASE("tensor errors name the shapes involved") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
-    std::vector<std::string> what;
-    auto record = [&](auto&& f) {
-      try {
-        f();
-        what.push_back("no error");
-      } catch (const Error& e) {
-        what.push_back(e.what());
-      }
-    };
+    ErrorLog record;
     record([&] { scatter(m, "x:4, y:2", "x:p", xt::xarray<float>::from_shape({4, 3})); });
     record([&] {
       Tensor<float>(m, TensorLayout("x:4", m.shape(), "x:p"), xt::xarray<float>::from_shape({3}));
@@ -119,7 +112,7 @@ TEST_CASE("tensor errors name the shapes involved") {
     record([&] { zeros<float>(m, "x:4").item(); });
     record([&] { Tensor<float>().shape(); });
     record([&] { generate<float>(m, "x:4", "x:p", [](const Index& i) { return float(i["y"]); }); });
-    return what;
+    return record.messages();
   });
   for (const auto& what : errors) {
     REQUIRE(what.size() == 6);

@@ -163,7 +163,11 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     final_loss = loss.item();
     losses.push_back(final_loss);
     if (speaker) {
-      const double eta = seconds * double(o.steps - step - 1);
+      // The median of the recent steps: single steps on a shared machine are noisy.
+      std::vector<double> recent(step_times.end() - std::min<std::size_t>(step_times.size(), 10),
+                                 step_times.end());
+      std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
+      const double eta = recent[recent.size() / 2] * double(end - step - 1);
       std::printf(
           "step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
           (long long)step + 1, (long long)o.steps, final_loss, train_overlap.dice(organ),

@@ -101,13 +101,6 @@ class HaloPlan {
       out.ranges.push_back(intersect(b.ranges[d], {0, layout_.shape()[d].size}));
     return out;
   }
-  static std::int64_t offset_in(const Block& holder, const Block& box,
-                                const kernels::Strides& strides) {
-    std::int64_t offset = 0;
-    for (std::size_t d = 0; d < box.ranges.size(); ++d)
-      offset += (box.ranges[d].begin - holder.ranges[d].begin) * strides[d];
-    return offset;
-  }
 
   // Copies `box` from `src` (an array over `src_box`) into `work` (an array over `work_box`).
   template <class T>
@@ -116,8 +109,9 @@ class HaloPlan {
     if (box.empty()) return;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     const auto src_strides = kernels::row_major_strides(src_box.sizes());
-    kernels::copy_box(box.sizes(), src + offset_in(src_box, box, src_strides), src_strides,
-                      work.data() + offset_in(work_box, box, work_strides), work_strides);
+    kernels::copy_box(
+        box.sizes(), src + kernels::offset_of_box(box, src_box, src_strides), src_strides,
+        work.data() + kernels::offset_of_box(box, work_box, work_strides), work_strides);
   }
 
   template <class T>
@@ -126,7 +120,8 @@ class HaloPlan {
     xt::xarray<T> out = xt::xarray<T>::from_shape(detail_sizes(box));
     if (box.empty()) return out;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    kernels::copy_box(box.sizes(), work.data() + offset_in(work_box, box, work_strides),
+    kernels::copy_box(box.sizes(),
+                      work.data() + kernels::offset_of_box(box, work_box, work_strides),
                       work_strides, out.data(), kernels::row_major_strides(box.sizes()));
     return out;
   }
@@ -182,9 +177,9 @@ class HaloPlan {
       const Block receive = adjoint ? step_box(step, me, other) : step_box(step, other, me);
       if (!send.empty()) {
         auto& piece = outgoing.emplace_back(Piece{send, std::vector<T>(send.num_elements())});
-        kernels::copy_box(send.sizes(), work.data() + offset_in(cover_, send, work_strides),
-                          work_strides, piece.data.data(),
-                          kernels::row_major_strides(send.sizes()));
+        kernels::copy_box(
+            send.sizes(), work.data() + kernels::offset_of_box(send, cover_, work_strides),
+            work_strides, piece.data.data(), kernels::row_major_strides(send.sizes()));
         requests.push_back(group.isend(piece.data.data(), piece.data.size() * sizeof(T), other,
                                        detail::tags::halo));
       }
@@ -196,7 +191,7 @@ class HaloPlan {
     }
     wait_all(requests);
     for (const auto& piece : incoming) {
-      T* at = work.data() + offset_in(cover_, piece.box, work_strides);
+      T* at = work.data() + kernels::offset_of_box(piece.box, cover_, work_strides);
       const auto sizes = piece.box.sizes();
       const auto strides = kernels::row_major_strides(sizes);
       if (!adjoint) {

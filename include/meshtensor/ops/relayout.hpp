@@ -22,15 +22,6 @@
 namespace meshtensor {
 namespace detail {
 
-// Where `box` starts inside `holder`'s row-major storage, in elements.
-inline std::int64_t box_offset(const Block& box, const Block& holder,
-                               const kernels::Strides& strides) {
-  std::int64_t offset = 0;
-  for (std::size_t d = 0; d < box.ranges.size(); ++d)
-    offset += (box.ranges[d].begin - holder.ranges[d].begin) * strides[d];
-  return offset;
-}
-
 template <class T>
 Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   if (target == tensor.layout()) return tensor;
@@ -69,10 +60,12 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
     if (!same_replica(other)) continue;
     const Block to_send = intersect(old_block, target.block(other));
     if (!to_send.empty()) {
-      const T* from = tensor.local().data() + box_offset(to_send, old_block, old_strides);
+      const T* from =
+          tensor.local().data() + kernels::offset_of_box(to_send, old_block, old_strides);
       if (p == mesh.processor()) {
         kernels::copy_box(to_send.sizes(), from, old_strides,
-                          local.data() + box_offset(to_send, new_block, new_strides), new_strides);
+                          local.data() + kernels::offset_of_box(to_send, new_block, new_strides),
+                          new_strides);
       } else {
         auto& piece = outgoing.emplace_back(Piece{to_send, std::vector<T>(to_send.num_elements())});
         kernels::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
@@ -92,9 +85,9 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   }
   wait_all(requests);
   for (const auto& piece : incoming)
-    kernels::copy_box(piece.box.sizes(), piece.data.data(),
-                      kernels::row_major_strides(piece.box.sizes()),
-                      local.data() + box_offset(piece.box, new_block, new_strides), new_strides);
+    kernels::copy_box(
+        piece.box.sizes(), piece.data.data(), kernels::row_major_strides(piece.box.sizes()),
+        local.data() + kernels::offset_of_box(piece.box, new_block, new_strides), new_strides);
   return Tensor<T>(mesh, target, std::move(local));
 }
 

@@ -118,7 +118,7 @@ void weight_blocks(const ConvGeometry& g, const T* input, const T* grad_output,
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (g.c_out % 16 == 0) return detail::forward_blocks<T, 16, 6>(g, input, weight, output);
-  if (g.c_out % 8 == 0) return detail::forward_blocks<T, 8, 8>(g, input, weight, output);
+  if (g.c_out % 8 == 0) return detail::forward_blocks<T, 8, 14>(g, input, weight, output);
   kernels::conv_forward(g, input, weight, output);
 }
 
