@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin
-          libcli11-dev nlohmann-json3-dev libpng-dev)
+          libcli11-dev nlohmann-json3-dev libpng-dev libdnnl-dev ocl-icd-opencl-dev)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(python3 python3-numpy python3-torch)
   shift

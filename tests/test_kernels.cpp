@@ -7,6 +7,9 @@
 #include <vector>
 
 #include <meshtensor/kernels/blocked/conv.hpp>
+#ifdef MESHTENSOR_WITH_ONEDNN
+#include <meshtensor/kernels/onednn/conv.hpp>
+#endif
 
 using namespace meshtensor::kernels;
 
@@ -53,7 +56,24 @@ std::vector<double> widen(const std::vector<T>& v) {
 
 }  // namespace
 
-TEST_CASE("blocked and reference convolution kernels agree") {
+// The three kernels of one implementation, to run side by side with the reference loops.
+struct Implementation {
+  const char* name;
+  void (*forward)(const ConvGeometry&, const float*, const float*, float*);
+  void (*backward_input)(const ConvGeometry&, const float*, const float*, float*);
+  void (*backward_weight)(const ConvGeometry&, const float*, const float*, double*);
+};
+
+const std::vector<Implementation> implementations{
+    {"blocked", blocked::conv_forward<float>, blocked::conv_backward_input<float>,
+     blocked::conv_backward_weight<float>},
+#ifdef MESHTENSOR_WITH_ONEDNN
+    {"onednn", onednn::conv_forward<float>, onednn::conv_backward_input<float>,
+     onednn::conv_backward_weight<float>},
+#endif
+};
+
+TEST_CASE("fast and reference convolution kernels agree") {
   const std::vector<Case> cases{
       {{6, 5, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 8, 8, false},
       {{4, 3, 9}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 16, false},
@@ -76,16 +96,21 @@ TEST_CASE("blocked and reference convolution kernels agree") {
     for (std::size_t i = 0; i < in_n; ++i) x[i] = float(std::sin(0.7 * i + 0.3));
     for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
     for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
-    std::vector<float> y_ref(out_n), y(out_n), dx_ref(in_n), dx(in_n);
-    std::vector<double> dw_ref(w_n, 0.0), dw(w_n, 0.0);
+    std::vector<float> y_ref(out_n), dx_ref(in_n);
+    std::vector<double> dw_ref(w_n, 0.0);
     conv_forward(g, x.data(), w.data(), y_ref.data());
-    blocked::conv_forward(g, x.data(), w.data(), y.data());
     conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
-    blocked::conv_backward_input(g, dy.data(), w.data(), dx.data());
     conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
-    blocked::conv_backward_weight(g, x.data(), dy.data(), dw.data());
-    CHECK(relative_gap(widen(y_ref), widen(y)) < 1e-4);
-    CHECK(relative_gap(widen(dx_ref), widen(dx)) < 1e-4);
-    CHECK(relative_gap(dw_ref, dw) < 1e-4);
+    for (const auto& impl : implementations) {
+      INFO(impl.name << " kernels");
+      std::vector<float> y(out_n), dx(in_n);
+      std::vector<double> dw(w_n, 0.0);
+      impl.forward(g, x.data(), w.data(), y.data());
+      impl.backward_input(g, dy.data(), w.data(), dx.data());
+      impl.backward_weight(g, x.data(), dy.data(), dw.data());
+      CHECK(relative_gap(widen(y_ref), widen(y)) < 1e-4);
+      CHECK(relative_gap(widen(dx_ref), widen(dx)) < 1e-4);
+      CHECK(relative_gap(dw_ref, dw) < 1e-4);
+    }
   }
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/comm/launcher.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/threads.hpp"
@@ -24,7 +25,9 @@ namespace threads {
 /// Runs `fn(Mesh&)` on one thread per processor of `shape`; rethrows the first failure.
 template <class F>
 void run(const MeshShape& shape, F&& fn) {
+  const int kernel_threads = threads_per_processor(shape.num_processors());
   spawn(shape.num_processors(), [&](std::unique_ptr<Communicator> world) {
+    set_compute_threads(kernel_threads);
     Mesh mesh(shape, std::move(world));
     fn(mesh);
   });

@@ -1,17 +1,23 @@
 #pragma once
-// Which convolution kernels the ops use, chosen at compile time: the register-blocked ones by
-// default, the plain reference loops with MESHTENSOR_REFERENCE_KERNELS (for cross-checks).
+// Which convolution kernels the ops use, chosen at compile time: oneDNN when the program links
+// meshtensor::onednn (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference
+// loops with MESHTENSOR_REFERENCE_KERNELS (for cross-checks).
 
 #include "meshtensor/kernels/blocked/conv.hpp"
 #include "meshtensor/kernels/reference/conv.hpp"
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+#include "meshtensor/kernels/onednn/conv.hpp"
+#endif
 
 namespace meshtensor::kernels {
-#ifdef MESHTENSOR_REFERENCE_KERNELS
+#if defined(MESHTENSOR_REFERENCE_KERNELS)
 namespace conv_impl {
 using kernels::conv_backward_input;
 using kernels::conv_backward_weight;
 using kernels::conv_forward;
 }  // namespace conv_impl
+#elif defined(MESHTENSOR_WITH_ONEDNN)
+namespace conv_impl = onednn;
 #else
 namespace conv_impl = blocked;
 #endif
