@@ -88,6 +88,26 @@ TEST_CASE("distributed gradients equal single-processor gradients on every layou
         }) == "");
 }
 
+TEST_CASE("backward from a tensor with its gradient equals backward from sum(output * gradient)") {
+  CHECK(compare_with_one_processor([&](Mesh& m, const Layout& l) {
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1).set_requires_grad();
+          auto g = test_input(m, "batch:2, x:6, y:5, c:3", l, 2);
+          auto y = square(a) * 0.5f + a;
+          backward(y, g);
+          const auto given = a.grad().clone();
+          a.zero_grad();
+          backward(reduce_sum(square(a) * 0.5f * g + a * g));
+          return std::vector<Tensor<float>>{given, a.grad()};
+        }) == "");
+  auto message = on_one_processor([](Mesh& m) {
+    ErrorLog record;
+    auto a = full<double>(m, "x:3", "", 2.0).set_requires_grad();
+    record([&] { backward(a * 2.0, full<double>(m, "x:4", "", 1.0)); });
+    return record.messages();
+  });
+  CHECK_THAT(message[0], Contains("must have the output's layout") && Contains("[x=3]"));
+}
+
 TEST_CASE("retain_grad keeps an intermediate gradient; detach and NoGrad record nothing") {
   auto observed = on_one_processor([](Mesh& m) {
     auto a = full<double>(m, "x:3", "", 2.0).set_requires_grad();

@@ -114,7 +114,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       o.margin = static_cast<std::uint64_t>(inside - owned) * sizeof(double);
 
       // <exchange(x), y> summed over processors equals <x, exchange_add(y)> summed.
-      xt::xarray<double> y = xt::xarray<double>::from_shape(filled.shape());
+      Array<double> y = Array<double>::from_shape(filled.shape());
       for (std::size_t i = 0; i < y.size(); ++i)
         y.data()[i] = std::sin(1.0 + i + 7 * m.processor());
       const auto back = plan.exchange_add(m, y);

@@ -77,7 +77,8 @@ void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backw
     }
     if (!any) return;
     auto out_node = out.make_node();
-    steps.push([out_node, nodes, layouts, backward]() {
+    // The step owns the backward closure (moved, never copied: it may hold big saved arrays).
+    steps.push([out_node, nodes, layouts, backward = std::move(backward)]() {
       if (!out_node->grad.defined()) return;  // nothing downstream reached this op
       std::vector<bool> needed;
       for (const auto& node : nodes) needed.push_back(node != nullptr);

@@ -14,6 +14,7 @@
 #include "meshtensor/comm/threads.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/memory/pool.hpp"
 
 #ifdef MESHTENSOR_WITH_MPI
 #include "meshtensor/comm/mpi.hpp"
@@ -27,6 +28,7 @@ template <class F>
 void run(const MeshShape& shape, F&& fn) {
   const int kernel_threads = threads_per_processor(shape.num_processors());
   spawn(shape.num_processors(), [&](std::unique_ptr<Communicator> world) {
+    ProcessorMemory memory;  // this processor's pool, released after its Mesh
     set_compute_threads(kernel_threads);
     Mesh mesh(shape, std::move(world));
     fn(mesh);

@@ -14,6 +14,7 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 
@@ -131,13 +132,13 @@ inline std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 /// The whole array; the file must hold exactly the data its header promises.
 template <class T>
-xt::xarray<T> read(const std::string& path) {
+Array<T> read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
   const Header h = read_header(in, path);
   check_type<T>(h, path);
   std::vector<std::size_t> shape(h.shape.begin(), h.shape.end());
-  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  Array<T> out = Array<T>::from_shape(shape);
   const std::size_t bytes = out.size() * sizeof(T);
   if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
     throw IoError(path + ": truncated; the header promises " + std::to_string(bytes) +
@@ -150,7 +151,7 @@ xt::xarray<T> read(const std::string& path) {
 
 /// One block of the array (global index ranges per axis), read row by row without loading the rest.
 template <class T>
-xt::xarray<T> read_block(const std::string& path, const Block& block) {
+Array<T> read_block(const std::string& path, const Block& block) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
   const Header h = read_header(in, path);
@@ -171,7 +172,7 @@ xt::xarray<T> read_block(const std::string& path, const Block& block) {
                   std::to_string(h.data_offset + total * sizeof(T)) + " (truncated or corrupted)");
   std::vector<std::size_t> sizes;
   for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
-  xt::xarray<T> out = xt::xarray<T>::from_shape(sizes);
+  Array<T> out = Array<T>::from_shape(sizes);
   if (out.size() == 0) return out;
   // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.
   const std::size_t rank = h.shape.size();
@@ -207,9 +208,11 @@ std::string header(const std::vector<std::int64_t>& shape) {
   return out + dict;
 }
 
-/// Writes `array` to `path` through a temporary file in the same directory and a rename.
-template <class T>
-void write(const std::string& path, const xt::xarray<T>& array) {
+/// Writes `array` (any row-major xtensor container) to `path` through a temporary file in the
+/// same directory and a rename.
+template <class Container>
+void write(const std::string& path, const Container& array) {
+  using T = typename Container::value_type;
   const std::string head =
       header<T>(std::vector<std::int64_t>(array.shape().begin(), array.shape().end()));
   const std::string temporary = path + ".partial";

@@ -9,6 +9,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -42,11 +43,11 @@ class Sgd {
     for (auto& p : params_) p.zero_grad();
   }
   void set_learning_rate(double lr) { lr_ = lr; }
-  std::vector<xt::xarray<T>>& state() { return velocity_; }
+  std::vector<Array<T>>& state() { return velocity_; }
 
  private:
   std::vector<Tensor<T>> params_;
-  std::vector<xt::xarray<T>> velocity_;
+  std::vector<Array<T>> velocity_;
   double lr_, momentum_, weight_decay_;
 };
 
@@ -102,12 +103,12 @@ class Adam {
   void set_learning_rate(double lr) { lr_ = lr; }
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }
-  std::vector<xt::xarray<T>>& first_moments() { return first_; }
-  std::vector<xt::xarray<T>>& second_moments() { return second_; }
+  std::vector<Array<T>>& first_moments() { return first_; }
+  std::vector<Array<T>>& second_moments() { return second_; }
 
  private:
   std::vector<Tensor<T>> params_;
-  std::vector<xt::xarray<T>> first_, second_;
+  std::vector<Array<T>> first_, second_;
   double lr_, beta1_, beta2_, epsilon_, weight_decay_;
   bool decoupled_;
   std::int64_t steps_ = 0;

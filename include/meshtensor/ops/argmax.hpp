@@ -8,6 +8,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -29,8 +30,8 @@ Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
   for (std::size_t e = d + 1; e < sizes.size(); ++e) inner *= sizes[e];
   const std::int64_t n = sizes[d];
   TensorLayout layout(Shape(kept), whole.mesh().shape(), whole.layout().layout());
-  xt::xarray<Out> out =
-      xt::xarray<Out>::from_shape(detail::to_xshape(layout.block(whole.mesh().coord()).sizes()));
+  Array<Out> out =
+      Array<Out>::from_shape(detail::to_xshape(layout.block(whole.mesh().coord()).sizes()));
   const T* in = whole.local().data();
   for (std::int64_t a = 0; a < outer; ++a)
     for (std::int64_t b = 0; b < inner; ++b) {

@@ -12,6 +12,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/relayout.hpp"
@@ -39,7 +40,7 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
   Mesh& mesh = t.mesh();
   const auto aligned = detail::relayout_to(t, t.layout().with_layout(target.layout()));
   const auto sizes = target.block(mesh.coord()).sizes();
-  xt::xarray<T> out = xt::xarray<T>::from_shape(detail::to_xshape(sizes));
+  Array<T> out = Array<T>::from_shape(detail::to_xshape(sizes));
   const std::array<kernels::Strides, 2> strides{
       detail::strides_over(aligned.shape(), aligned.block().sizes(), target.shape().names()),
       kernels::row_major_strides(sizes)};

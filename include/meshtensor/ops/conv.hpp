@@ -18,6 +18,7 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/kernels/conv_select.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
@@ -38,7 +39,7 @@ inline AxisSet axes_splitting(const TensorLayout& layout, const std::vector<std:
 }
 
 template <class T>
-void complete_partial_sums(Mesh& mesh, AxisSet axes, xt::xarray<T>& data) {
+void complete_partial_sums(Mesh& mesh, AxisSet axes, Array<T>& data) {
   if (axes) all_reduce(mesh.group(axes), data.data(), data.size(), ReduceOp::sum);
 }
 
@@ -116,15 +117,16 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   Mesh& mesh = input.mesh();
   const auto x = relayout_to(input, input.layout().with_layout(layout));
   const auto w = relayout_to(weight, weight.layout().with_layout(layout));
+  // Convolutions leave the zero padding to the kernels: no padded copy of the block.
   const WindowedPlan plan = plan_windowed(x.layout(), Shape(output_dims), layout, spatial, channels,
-                                          windows, transposed, mesh.coord());
+                                          windows, transposed, mesh.coord(), !transposed);
 
   // The weight in kernel order: kernel dims in window order, then input and output channels.
   std::vector<std::size_t> w_order;
   for (const auto& k : kernel_names) w_order.push_back(w_shape.position(k));
   w_order.push_back(w_shape.position(channels));
   w_order.push_back(w_shape.position(out_channels.name));
-  const xt::xarray<T> w_kernel = to_kernel_order(w.local(), w_order);
+  Array<T> w_kernel = to_kernel_order(w.local(), w_order);
 
   kernels::ConvGeometry geometry;
   geometry.batch = plan.pass_size;
@@ -135,14 +137,24 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   geometry.kernel = plan.kernel;
   geometry.taps = plan.taps;
 
-  const xt::xarray<T> box =
-      to_kernel_order(plan.halo.exchange(mesh, x.local(), T(0)), plan.to_kernel_order);
+  // The kernels read the block in place when it needs no halo and no permutation; else a box.
+  const bool in_place =
+      plan.clip_padding && plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order);
+  Array<T> box;
+  if (!in_place)
+    box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
+                                            : plan.halo.exchange(mesh, x.local(), T(0)),
+                          plan.to_kernel_order);
+  const Tensor<T> source = in_place ? x.detach() : Tensor<T>();
+  const T* box_data = in_place ? source.local().data() : box.data();
+  const auto& box_shape = in_place ? source.local().shape() : box.shape();
+  const std::vector<std::size_t> box_sizes(box_shape.begin(), box_shape.end());
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
-  xt::xarray<T> out = xt::xarray<T>::from_shape(out_sizes);
+  Array<T> out = Array<T>::from_shape(out_sizes);
   if (!plan.empty())
-    kernels::conv_impl::conv_forward(geometry, box.data(), w_kernel.data(), out.data());
-  out = from_kernel_order(out, plan.to_kernel_order);
+    kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
+  out = from_kernel_order(std::move(out), plan.to_kernel_order);
   complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
   Tensor<T> result(mesh, plan.output_layout, std::move(out));
 
@@ -151,35 +163,38 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     if (dim.name != channels) summed.push_back(dim.name);
   autodiff::record(
       result, {input, weight},
-      [plan, geometry, box, w_kernel, w_order, summed, channels, out_channels,
-       input_layout = input.layout(), weight_layout = weight.layout(),
+      [plan, geometry, box = std::move(box), source, box_sizes, w_kernel = std::move(w_kernel),
+       w_order, summed, channels, out_channels, input_layout = input.layout(),
+       weight_layout = weight.layout(),
        aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
         Mesh& mesh = g.mesh();
-        const auto g_kernel =
-            to_kernel_order(relayout_to(g, plan.output_layout).local(), plan.to_kernel_order);
+        const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
+        const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
         if (need[0]) {
-          std::vector<std::size_t> sizes(box.shape().begin(), box.shape().end());
-          xt::xarray<T> grad_box = xt::xarray<T>::from_shape(sizes);
+          Array<T> grad_box = Array<T>::from_shape(box_sizes);
           grad_box.fill(T(0));
           if (!plan.empty())
             kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
                                                     grad_box.data());
-          auto own =
-              plan.halo.exchange_add(mesh, from_kernel_order(grad_box, plan.to_kernel_order));
+          auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
+          auto own = plan.clip_padding ? plan.halo.exchange_add_inside(mesh, std::move(in_order))
+                                       : plan.halo.exchange_add(mesh, in_order);
           complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
           grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
         }
         if (need[1]) {
           std::vector<double> acc(w_kernel.size(), 0.0);
           if (!plan.empty())
-            kernels::conv_impl::conv_backward_weight(geometry, box.data(), g_kernel.data(),
-                                                     acc.data());
-          xt::xarray<T> dw = xt::xarray<T>::from_shape(w_kernel.shape());
+            kernels::conv_impl::conv_backward_weight(
+                geometry, source.defined() ? source.local().data() : box.data(), g_kernel.data(),
+                acc.data());
+          Array<T> dw = Array<T>::from_shape(w_kernel.shape());
           std::copy(acc.begin(), acc.end(), dw.begin());
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
-          grads[1] = relayout_to(Tensor<T>(mesh, aligned_weight, from_kernel_order(dw, w_order)),
-                                 weight_layout);
+          grads[1] = relayout_to(
+              Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
+              weight_layout);
         }
         return grads;
       });

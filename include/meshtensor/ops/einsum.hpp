@@ -16,6 +16,7 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -28,7 +29,7 @@ template <class T>
 struct NamedBlock {
   std::vector<std::string> names;
   kernels::Sizes sizes;
-  xt::xarray<T> data;
+  Array<T> data;
 };
 
 template <class Acc, class T>
@@ -136,7 +137,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
     if (last) {
       result = std::move(partial);
     } else {
-      xt::xarray<T> data = xt::xarray<T>::from_shape(detail::to_xshape(keep_sizes));
+      Array<T> data = Array<T>::from_shape(detail::to_xshape(keep_sizes));
       std::transform(partial.begin(), partial.end(), data.begin(),
                      [](Acc v) { return static_cast<T>(v); });
       current = {keep, keep_sizes, std::move(data)};
@@ -151,8 +152,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   if (partial_axes) all_reduce(mesh.group(partial_axes), result, ReduceOp::sum);
 
   TensorLayout out_layout(out_shape, mesh.shape(), common);
-  xt::xarray<T> out =
-      xt::xarray<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
+  Array<T> out = Array<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
   std::transform(result.begin(), result.end(), out.begin(),
                  [](Acc v) { return static_cast<T>(v); });
   Tensor<T> product(mesh, std::move(out_layout), std::move(out));

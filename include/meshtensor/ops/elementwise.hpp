@@ -13,6 +13,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -22,7 +23,7 @@ namespace detail {
 
 template <class T, class F>
 Tensor<T> map_values(const Tensor<T>& t, F&& f) {
-  xt::xarray<T> out = xt::xarray<T>::from_shape(t.local().shape());
+  Array<T> out = Array<T>::from_shape(t.local().shape());
   const T* in = t.local().data();
   T* o = out.data();
   const std::size_t n = out.size();
@@ -39,7 +40,7 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   auto operands = aligned<T>({&a, &b}, common);
   TensorLayout layout(shape, a.mesh().shape(), common);
   const auto sizes = layout.block(a.mesh().coord()).sizes();
-  xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(sizes));
+  Array<T> out = Array<T>::from_shape(to_xshape(sizes));
   const auto names = shape.names();
   std::array<kernels::Strides, 3> strides{
       strides_over(operands[0].shape(), operands[0].block().sizes(), names),
@@ -57,7 +58,7 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
 // g times d(x) elementwise, where x has g's layout: the gradient of a unary op.
 template <class T, class D>
 Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivative) {
-  xt::xarray<T> out = xt::xarray<T>::from_shape(g.local().shape());
+  Array<T> out = Array<T>::from_shape(g.local().shape());
   const T* pg = g.local().data();
   const T* px = x.local().data();
   T* o = out.data();

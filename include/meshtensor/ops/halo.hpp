@@ -11,6 +11,7 @@
 // adjoint: it sends the gradient of each received part back to its owner and adds it there.
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -21,9 +22,19 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 
 namespace meshtensor {
+
+/// Time this processor has spent in halo exchanges (copies, messages and waiting for them), and how
+/// many it ran: kept with the Mesh, for benchmarks and profiles.
+struct HaloProfile {
+  double seconds = 0;
+  std::uint64_t exchanges = 0;
+  std::uint64_t bytes_sent = 0;
+};
+inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(); }
 
 /// The range of every dim that each block index reads: needs[d][j] for block j along the mesh
 /// axis of dim d (one entry for an unsplit dim).
@@ -60,13 +71,18 @@ class HaloPlan {
 
   /// This processor's read range: the box exchange() returns (padding included).
   const Block& box() const { return need_; }
+  /// The read range without the padding outside the tensor: the box exchange_inside() returns.
+  Block inside() const { return clip(need_); }
   const Block& own() const { return own_; }
+  /// True when no processor exchanges anything (no split dim) and this one reads only its own
+  /// block: the inside box is the block itself.
+  bool local_only() const { return exchanged_.empty() && inside() == own_; }
 
   /// The read box filled from this processor's block `own` (in shape order), its neighbours, and
   /// `pad` outside the tensor.
   template <class T>
-  xt::xarray<T> exchange(Mesh& mesh, const xt::xarray<T>& own, T pad) const {
-    xt::xarray<T> work = xt::xarray<T>::from_shape(detail_sizes(cover_));
+  Array<T> exchange(Mesh& mesh, const Array<T>& own, T pad) const {
+    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
     work.fill(pad);
     copy_into(work, cover_, own.data(), own_, own_);
     for (std::size_t step = 0; step < exchanged_.size(); ++step)
@@ -74,11 +90,37 @@ class HaloPlan {
     return extract(work, cover_, need_);
   }
 
+  /// Like exchange(), without the padding: the array covers inside(), for kernels that treat reads
+  /// outside their box as zeros. A processor that reads only its own block gets it back as is.
+  template <class T>
+  Array<T> exchange_inside(Mesh& mesh, const Array<T>& own) const {
+    if (local_only()) return own;
+    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
+    work.fill(T(0));
+    copy_into(work, cover_, own.data(), own_, own_);
+    for (std::size_t step = 0; step < exchanged_.size(); ++step)
+      move(mesh, step, work, /*adjoint=*/false);
+    return extract(work, cover_, inside());
+  }
+
+  /// The adjoint of exchange_inside(): `grad` over inside().
+  template <class T>
+  Array<T> exchange_add_inside(Mesh& mesh, Array<T>&& grad) const {
+    if (local_only()) return grad;
+    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
+    work.fill(T(0));
+    const Block in = inside();
+    copy_into(work, cover_, grad.data(), in, in);
+    for (std::size_t step = exchanged_.size(); step-- > 0;)
+      move(mesh, step, work, /*adjoint=*/true);
+    return extract(work, cover_, own_);
+  }
+
   /// The adjoint of exchange(): `grad` over box() becomes the gradient of this processor's own
   /// block, with the parts other processors read added in.
   template <class T>
-  xt::xarray<T> exchange_add(Mesh& mesh, const xt::xarray<T>& grad) const {
-    xt::xarray<T> work = xt::xarray<T>::from_shape(detail_sizes(cover_));
+  Array<T> exchange_add(Mesh& mesh, const Array<T>& grad) const {
+    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
     work.fill(T(0));
     copy_into(work, cover_, grad.data(), need_, clip(need_));
     for (std::size_t step = exchanged_.size(); step-- > 0;)
@@ -104,8 +146,8 @@ class HaloPlan {
 
   // Copies `box` from `src` (an array over `src_box`) into `work` (an array over `work_box`).
   template <class T>
-  static void copy_into(xt::xarray<T>& work, const Block& work_box, const T* src,
-                        const Block& src_box, const Block& box) {
+  static void copy_into(Array<T>& work, const Block& work_box, const T* src, const Block& src_box,
+                        const Block& box) {
     if (box.empty()) return;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     const auto src_strides = kernels::row_major_strides(src_box.sizes());
@@ -115,9 +157,9 @@ class HaloPlan {
   }
 
   template <class T>
-  static xt::xarray<T> extract(const xt::xarray<T>& work, const Block& work_box, const Block& box) {
+  static Array<T> extract(const Array<T>& work, const Block& work_box, const Block& box) {
     if (work_box == box) return work;
-    xt::xarray<T> out = xt::xarray<T>::from_shape(detail_sizes(box));
+    Array<T> out = Array<T>::from_shape(detail_sizes(box));
     if (box.empty()) return out;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     kernels::copy_box(box.sizes(),
@@ -154,7 +196,19 @@ class HaloPlan {
 
   // One exchange step along dim exchanged_[step]; adjoint sends gradients back and adds them.
   template <class T>
-  void move(Mesh& mesh, std::size_t step, xt::xarray<T>& work, bool adjoint) const {
+  void move(Mesh& mesh, std::size_t step, Array<T>& work, bool adjoint) const {
+    const auto start = std::chrono::steady_clock::now();
+    const auto sent_before = mesh.traffic().bytes;
+    move_pieces(mesh, step, work, adjoint);
+    HaloProfile& profile = halo_profile(mesh);
+    profile.bytes_sent += mesh.traffic().bytes - sent_before;
+    profile.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++profile.exchanges;
+  }
+
+  template <class T>
+  void move_pieces(Mesh& mesh, std::size_t step, Array<T>& work, bool adjoint) const {
     const std::size_t d = exchanged_[step];
     const std::size_t axis = *layout_.mesh_axis_of(d);
     Communicator& group = mesh.group(AxisSet{1} << axis);

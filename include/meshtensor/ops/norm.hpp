@@ -16,6 +16,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -126,7 +127,7 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
     inv_std[i] = 1.0 / std::sqrt(partial[i].m2 / double(count) + epsilon);
   }
 
-  xt::xarray<T> out = xt::xarray<T>::from_shape(x.local().shape());
+  Array<T> out = Array<T>::from_shape(x.local().shape());
   T* o = out.data();
   {
     std::size_t key = 0;
@@ -144,8 +145,8 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
 
   if (moments) {
     TensorLayout stats_layout(Shape(kept_dims), mesh.shape(), x.layout().layout());
-    xt::xarray<T> m = xt::xarray<T>::from_shape(detail::to_xshape(kept_sizes));
-    xt::xarray<T> v = xt::xarray<T>::from_shape(detail::to_xshape(kept_sizes));
+    Array<T> m = Array<T>::from_shape(detail::to_xshape(kept_sizes));
+    Array<T> v = Array<T>::from_shape(detail::to_xshape(kept_sizes));
     for (std::size_t i = 0; i < partial.size(); ++i) {
       m.data()[i] = static_cast<T>(mean[i]);
       v.data()[i] = static_cast<T>(partial[i].m2 / double(count));
@@ -175,7 +176,7 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
               ++key;
             });
         if (axes) all_reduce(g.mesh().group(axes), sums, ReduceOp::sum);
-        xt::xarray<T> dx = xt::xarray<T>::from_shape(g.local().shape());
+        Array<T> dx = Array<T>::from_shape(g.local().shape());
         T* pd = dx.data();
         key = 0;
         kernels::for_each_offset<1>(

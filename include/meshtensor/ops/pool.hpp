@@ -12,6 +12,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/kernels/reference/pool.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -63,11 +64,11 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   geometry.inside_end = plan.inside_end;
 
   const T pad = is_max ? -std::numeric_limits<T>::infinity() : T(0);
-  const xt::xarray<T> box =
+  const Array<T> box =
       to_kernel_order(plan.halo.exchange(mesh, input.local(), pad), plan.to_kernel_order);
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
-  xt::xarray<T> out = xt::xarray<T>::from_shape(out_sizes);
+  Array<T> out = Array<T>::from_shape(out_sizes);
   std::vector<std::int64_t> argmax(is_max ? out.size() : 0);
   if (!plan.empty()) {
     if (is_max)
@@ -75,15 +76,16 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
     else
       kernels::avg_pool_forward(geometry, box.data(), out.data(), count_padding);
   }
-  Tensor<T> result(mesh, plan.output_layout, from_kernel_order(out, plan.to_kernel_order));
+  Tensor<T> result(mesh, plan.output_layout,
+                   from_kernel_order(std::move(out), plan.to_kernel_order));
 
   std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
   autodiff::record(
       result, {input},
-      [plan, geometry, box_sizes, argmax, is_max, count_padding](const Tensor<T>& g,
-                                                                 const std::vector<bool>&) {
-        const auto g_kernel = to_kernel_order(g.local(), plan.to_kernel_order);
-        xt::xarray<T> grad_box = xt::xarray<T>::from_shape(box_sizes);
+      [plan, geometry, box_sizes, argmax = std::move(argmax), is_max, count_padding](
+          const Tensor<T>& g, const std::vector<bool>&) {
+        const KernelOrderView<T> g_kernel(g.local(), plan.to_kernel_order);
+        Array<T> grad_box = Array<T>::from_shape(box_sizes);
         grad_box.fill(T(0));
         if (!plan.empty()) {
           if (is_max)
@@ -91,8 +93,8 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
           else
             kernels::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(), count_padding);
         }
-        auto own =
-            plan.halo.exchange_add(g.mesh(), from_kernel_order(grad_box, plan.to_kernel_order));
+        auto own = plan.halo.exchange_add(
+            g.mesh(), from_kernel_order(std::move(grad_box), plan.to_kernel_order));
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), plan.input_layout, std::move(own))};
       });
   return result;

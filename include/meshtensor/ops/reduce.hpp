@@ -16,6 +16,7 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -60,7 +61,7 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
     using Acc = typename decltype(partial)::value_type;
     if (partial_axes) all_reduce(t.mesh().group(partial_axes), partial, op);
     TensorLayout layout(Shape(kept_dims), t.mesh().shape(), t.layout().layout());
-    xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(kept_sizes));
+    Array<T> out = Array<T>::from_shape(to_xshape(kept_sizes));
     std::transform(partial.begin(), partial.end(), out.begin(), [&](Acc v) {
       return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
     });

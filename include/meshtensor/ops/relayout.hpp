@@ -16,6 +16,7 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -43,7 +44,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   const Block new_block = target.block(me);
   const auto old_strides = kernels::row_major_strides(old_block.sizes());
   const auto new_strides = kernels::row_major_strides(new_block.sizes());
-  xt::xarray<T> local = xt::xarray<T>::from_shape(to_xshape(new_block.sizes()));
+  Array<T> local = Array<T>::from_shape(to_xshape(new_block.sizes()));
 
   struct Piece {
     Block box;
@@ -116,7 +117,7 @@ Tensor<T> relayout(const Tensor<T>& tensor, const Layout& layout) {
 
 /// The whole global array, on every processor (tests and small data: it needs the full memory).
 template <class T>
-xt::xarray<T> gather(const Tensor<T>& tensor) {
+Array<T> gather(const Tensor<T>& tensor) {
   return detail::relayout_to(tensor, tensor.layout().with_layout(Layout{})).local();
 }
 

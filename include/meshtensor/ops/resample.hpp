@@ -15,6 +15,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo.hpp"
@@ -72,7 +73,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
     needs.push_back(per_block);
   }
   const HaloPlan plan(t.layout(), mesh.coord(), needs);
-  const xt::xarray<T> box = plan.exchange(mesh, t.local(), T(0));
+  const Array<T> box = plan.exchange(mesh, t.local(), T(0));
 
   // Blocks as [outer][dim][inner]: outer and inner extents are the own block's.
   std::int64_t outer = 1, inner = 1;
@@ -86,7 +87,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
     for (int k = 0; k < s.count; ++k) s.index[k] -= box_begin;
     local_sources.push_back(s);
   }
-  xt::xarray<T> out = xt::xarray<T>::from_shape(to_xshape(out_block.sizes()));
+  Array<T> out = Array<T>::from_shape(to_xshape(out_block.sizes()));
   out.fill(T(0));
   const std::int64_t n_out = outputs.size();
   for (std::int64_t a = 0; a < outer; ++a)
@@ -104,9 +105,9 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
   std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
   autodiff::record(
       result, {t},
-      [plan, local_sources, box_sizes, outer, inner, n_out, box_n, input_layout = t.layout()](
-          const Tensor<T>& g, const std::vector<bool>&) {
-        xt::xarray<T> grad_box = xt::xarray<T>::from_shape(box_sizes);
+      [plan, local_sources = std::move(local_sources), box_sizes, outer, inner, n_out, box_n,
+       input_layout = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
+        Array<T> grad_box = Array<T>::from_shape(box_sizes);
         grad_box.fill(T(0));
         for (std::int64_t a = 0; a < outer; ++a)
           for (std::int64_t o = 0; o < n_out; ++o) {

@@ -11,6 +11,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -22,11 +23,11 @@ namespace detail {
 template <class T>
 Tensor<T> relabel(const Tensor<T>& t, const Shape& shape, const Layout& layout) {
   TensorLayout target(shape, t.mesh().shape(), layout);
-  xt::xarray<T> data = t.local();
+  Array<T> data = t.local();
   data.reshape(to_xshape(target.block(t.mesh().coord()).sizes()));
   Tensor<T> out(t.mesh(), target, std::move(data));
   autodiff::record(out, {t}, [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
-    xt::xarray<T> back = g.local();
+    Array<T> back = g.local();
     back.reshape(to_xshape(source.block(g.mesh().coord()).sizes()));
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), source, std::move(back))};
   });

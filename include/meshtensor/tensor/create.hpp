@@ -18,6 +18,7 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -52,7 +53,7 @@ template <class T, class F>
 Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn) {
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  xt::xarray<T> local = xt::xarray<T>::from_shape(detail::to_xshape(block.sizes()));
+  Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   T* out = local.data();
   const auto sizes = block.sizes();
   const auto& global = tensor_layout.shape();
@@ -74,7 +75,7 @@ template <class T>
 Tensor<T> full(Mesh& mesh, const Shape& shape, const Layout& layout, T value) {
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  xt::xarray<T> local = xt::xarray<T>::from_shape(detail::to_xshape(block.sizes()));
+  Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   local.fill(value);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
@@ -85,10 +86,9 @@ Tensor<T> zeros(Mesh& mesh, const Shape& shape, const Layout& layout = {}) {
 }
 
 /// A tensor filled from a full global array that every processor holds (tests, small data):
-/// each processor keeps its block.
-template <class T>
-Tensor<T> scatter(Mesh& mesh, const Shape& shape, const Layout& layout,
-                  const xt::xarray<T>& global) {
+/// each processor keeps its block. `global` is any row-major xtensor container.
+template <class Container, class T = typename Container::value_type>
+Tensor<T> scatter(Mesh& mesh, const Shape& shape, const Layout& layout, const Container& global) {
   const auto expected = detail::to_xshape(shape.sizes());
   if (!std::equal(expected.begin(), expected.end(), global.shape().begin(), global.shape().end())) {
     std::string got = "(";
@@ -99,7 +99,7 @@ Tensor<T> scatter(Mesh& mesh, const Shape& shape, const Layout& layout,
   }
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  xt::xarray<T> local = xt::xarray<T>::from_shape(detail::to_xshape(block.sizes()));
+  Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   const auto global_strides = kernels::row_major_strides(shape.sizes());
   kernels::copy_box(block.sizes(),
                     global.data() + kernels::offset_of(block.offsets(), global_strides),

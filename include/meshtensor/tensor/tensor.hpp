@@ -14,6 +14,7 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 
@@ -48,7 +49,7 @@ template <class T>
 class Tensor {
  public:
   using value_type = T;
-  using array_type = xt::xarray<T>;
+  using array_type = Array<T>;
 
   Tensor() = default;
 

@@ -1,12 +1,19 @@
 #pragma once
 // Convolution kernels through oneDNN (the library behind PyTorch's CPU convolutions), same contract
-// as kernels/reference/conv.hpp. oneDNN chooses its memory formats (blocked, for its jit kernels);
-// meshtensor's channels-last blocks (ndhwc, weights dhwio) are reordered into them and back where
-// they differ — with the plain formats forced, oneDNN falls back to a slow reference kernel for
-// some shapes. Primitives and their buffers are built once per shape and thread (each processor of
-// the threads transport is a thread). Transposed convolutions, and boxes that are not exactly a
-// convolution's read range, go to the blocked kernels.
-// Each processor runs oneDNN on compute_threads() OpenMP threads.
+// as kernels/reference/conv.hpp.
+//
+// Formats. meshtensor blocks are channels-last (ndhwc), and oneDNN's brgemm/jit kernels run on
+// that format directly — as fast as on its blocked formats from 16 channels up, and twice as fast
+// at 8 channels, where the blocked backward pass wastes half of each 16-lane vector. So
+// activations stay in place: no reorder in or out. Only where oneDNN has no optimised kernel for
+// the plain format (its implementation name starts with "ref", e.g. odd channel counts) do we let
+// it choose a blocked format and reorder. Weights (small) always go to the format oneDNN wants.
+//
+// Memory. Reorder buffers and oneDNN's scratchpad come from the processor's pool for the duration
+// of one call (scratchpad_mode::user), so they count in its memory and are reused, not kept per
+// shape. Primitives are built once per shape and thread (each threads-transport processor is a
+// thread). Transposed convolutions, and boxes that are not exactly a convolution's read range, go
+// to the blocked kernels. Each processor runs oneDNN on compute_threads() OpenMP threads.
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -15,11 +22,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/kernels/blocked/conv.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn {
 namespace detail {
@@ -27,21 +36,23 @@ namespace detail {
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-// A tensor an op reads or writes: meshtensor's plain layout, and the format the primitive wants,
-// with a buffer in that format when the two differ.
+// A tensor an op reads or writes: meshtensor's plain layout and the format the primitive wants.
 struct Operand {
   memory::desc plain, chosen;
-  memory buffer;  // empty when chosen == plain
+  bool reordered() const { return chosen != plain; }
+};
+
+// A primitive and the scratchpad it needs per call.
+struct Step {
+  dnnl::primitive primitive;
+  memory::desc scratchpad;
 };
 
 struct Primitives {
-  dnnl::convolution_forward forward;
-  dnnl::convolution_backward_data backward_data;
-  dnnl::convolution_backward_weights backward_weights;
+  Step forward, backward_data, backward_weights;
   Operand src, weights, dst;                            // forward
   Operand diff_dst_data, weights_data, diff_src;        // backward data
   Operand src_weights, diff_dst_weights, diff_weights;  // backward weights
-  std::vector<float> weight_gradient;  // the float result, before it joins the double sum
 };
 
 // The oneDNN engine, stream and primitives of the calling thread.
@@ -62,12 +73,23 @@ inline Context& context() {
   return c;
 }
 
-// A convolution oneDNN can run: ordinary taps, the box exactly the outputs' read range.
+// The zero padding a convolution reads beyond its box, before and after, along dim d: the box
+// starts -origin positions after output 0's first read (kernels/reference/conv.hpp).
+inline std::array<std::int64_t, 2> padding(const ConvGeometry& g, int d) {
+  const Taps& t = g.taps[d];
+  const std::int64_t before = -t.origin;
+  const std::int64_t reads = (g.out[d] - 1) * t.stride + (g.kernel[d] - 1) * t.dilation + 1;
+  return {before, reads - before - g.in[d]};
+}
+
+// A convolution oneDNN can run: ordinary taps, reading the box and zero padding around it.
 inline bool supported(const ConvGeometry& g) {
   for (int d = 0; d < 3; ++d) {
     const Taps& t = g.taps[d];
-    if (t.transposed || t.origin != 0) return false;
-    if (g.in[d] != (g.out[d] - 1) * t.stride + (g.kernel[d] - 1) * t.dilation + 1) return false;
+    if (t.transposed) return false;
+    const auto [before, after] = padding(g, d);
+    const std::int64_t extent = (g.kernel[d] - 1) * t.dilation + 1;
+    if (before < 0 || after < 0 || before >= extent || after >= extent) return false;
   }
   return g.batch > 0 && g.out[0] * g.out[1] * g.out[2] > 0;
 }
@@ -75,76 +97,128 @@ inline bool supported(const ConvGeometry& g) {
 inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
   std::vector<std::int64_t> key{g.batch, g.c_in, g.c_out};
   for (int d = 0; d < 3; ++d)
-    for (auto v : {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation})
+    for (auto v :
+         {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation, g.taps[d].origin})
       key.push_back(v);
   return key;
 }
 
-inline Operand operand(const memory::desc& plain, const memory::desc& chosen) {
-  Operand o{plain, chosen, {}};
-  if (chosen != plain) o.buffer = memory(chosen, context().engine);
-  return o;
+// oneDNN's reference kernels are a hundred times slower than its optimised ones.
+template <class PrimitiveDesc>
+bool optimised(const PrimitiveDesc& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
 }
 
-inline Primitives& primitives(const ConvGeometry& g) {
+struct Descriptors {
+  memory::desc src, weights, dst;
+};
+
+inline Primitives build(const ConvGeometry& g) {
   Context& c = context();
-  auto& slot = c.cache[key_of(g)];
-  if (slot) return *slot;
   const auto f32 = memory::data_type::f32;
-  const memory::desc src({g.batch, g.c_in, g.in[0], g.in[1], g.in[2]}, f32, tag::ndhwc);
-  const memory::desc weights({g.c_out, g.c_in, g.kernel[0], g.kernel[1], g.kernel[2]}, f32,
-                             tag::dhwio);
-  const memory::desc dst({g.batch, g.c_out, g.out[0], g.out[1], g.out[2]}, f32, tag::ndhwc);
-  const memory::desc src_any(src.dims(), f32, tag::any), weights_any(weights.dims(), f32, tag::any),
-      dst_any(dst.dims(), f32, tag::any);
-  memory::dims strides, dilates, padding{0, 0, 0};
+  const memory::dims src_dims{g.batch, g.c_in, g.in[0], g.in[1], g.in[2]},
+      weight_dims{g.c_out, g.c_in, g.kernel[0], g.kernel[1], g.kernel[2]},
+      dst_dims{g.batch, g.c_out, g.out[0], g.out[1], g.out[2]};
+  const Descriptors plain{memory::desc(src_dims, f32, tag::ndhwc),
+                          memory::desc(weight_dims, f32, tag::dhwio),
+                          memory::desc(dst_dims, f32, tag::ndhwc)};
+  const Descriptors channels_last{plain.src, memory::desc(weight_dims, f32, tag::any), plain.dst};
+  const Descriptors free_choice{memory::desc(src_dims, f32, tag::any),
+                                memory::desc(weight_dims, f32, tag::any),
+                                memory::desc(dst_dims, f32, tag::any)};
+  memory::dims strides, dilates, pad_before, pad_after;
   for (int k = 0; k < 3; ++k) {
     strides.push_back(g.taps[k].stride);
     dilates.push_back(g.taps[k].dilation - 1);  // oneDNN counts the gaps
+    pad_before.push_back(padding(g, k)[0]);
+    pad_after.push_back(padding(g, k)[1]);
   }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const auto algorithm = dnnl::algorithm::convolution_direct;
-  const dnnl::convolution_forward::primitive_desc forward(
-      {dnnl::prop_kind::forward_training, algorithm, src_any, weights_any, dst_any, strides,
-       dilates, padding, padding},
-      c.engine);
-  const dnnl::convolution_backward_data::primitive_desc backward_data(
-      {algorithm, src_any, weights_any, dst_any, strides, dilates, padding, padding}, c.engine,
-      forward);
-  const dnnl::convolution_backward_weights::primitive_desc backward_weights(
-      {algorithm, src_any, weights_any, dst_any, strides, dilates, padding, padding}, c.engine,
-      forward);
-  slot = std::make_unique<Primitives>(Primitives{
-      dnnl::convolution_forward(forward), dnnl::convolution_backward_data(backward_data),
-      dnnl::convolution_backward_weights(backward_weights), operand(src, forward.src_desc()),
-      operand(weights, forward.weights_desc()), operand(dst, forward.dst_desc()),
-      operand(dst, backward_data.diff_dst_desc()), operand(weights, backward_data.weights_desc()),
-      operand(src, backward_data.diff_src_desc()), operand(src, backward_weights.src_desc()),
-      operand(dst, backward_weights.diff_dst_desc()),
-      operand(weights, backward_weights.diff_weights_desc()),
-      std::vector<float>(
-          static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out))});
+
+  // Each pass on channels-last activations if oneDNN has an optimised kernel there, else on the
+  // formats it prefers.
+  auto forward_on = [&](const Descriptors& d) {
+    return dnnl::convolution_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, algorithm, d.src, d.weights, d.dst, strides, dilates,
+         pad_before, pad_after},
+        attr, c.engine);
+  };
+  auto forward = forward_on(channels_last);
+  if (!optimised(forward)) forward = forward_on(free_choice);
+  auto backward_data_on = [&](const Descriptors& d) {
+    return dnnl::convolution_backward_data::primitive_desc(
+        {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
+        c.engine, forward);
+  };
+  auto backward_data = backward_data_on(channels_last);
+  if (!optimised(backward_data)) backward_data = backward_data_on(free_choice);
+  auto backward_weights_on = [&](const Descriptors& d) {
+    return dnnl::convolution_backward_weights::primitive_desc(
+        {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
+        c.engine, forward);
+  };
+  auto backward_weights = backward_weights_on(channels_last);
+  if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
+
+  return Primitives{
+      {dnnl::convolution_forward(forward), forward.scratchpad_desc()},
+      {dnnl::convolution_backward_data(backward_data), backward_data.scratchpad_desc()},
+      {dnnl::convolution_backward_weights(backward_weights), backward_weights.scratchpad_desc()},
+      {plain.src, forward.src_desc()},
+      {plain.weights, forward.weights_desc()},
+      {plain.dst, forward.dst_desc()},
+      {plain.dst, backward_data.diff_dst_desc()},
+      {plain.weights, backward_data.weights_desc()},
+      {plain.src, backward_data.diff_src_desc()},
+      {plain.src, backward_weights.src_desc()},
+      {plain.dst, backward_weights.diff_dst_desc()},
+      {plain.weights, backward_weights.diff_weights_desc()}};
+}
+
+inline Primitives& primitives(const ConvGeometry& g) {
+  auto& slot = context().cache[key_of(g)];
+  if (!slot) slot = std::make_unique<Primitives>(build(g));
   return *slot;
 }
 
-inline memory wrap(const memory::desc& desc, const void* data) {
-  return memory(desc, context().engine, const_cast<void*>(data));
-}
+// The buffers of one call, from the processor's pool: freed (back to the pool) when it returns.
+class CallMemory {
+ public:
+  memory wrap(const memory::desc& desc, const void* data) {
+    return memory(desc, context().engine, const_cast<void*>(data));
+  }
+  memory fresh(const memory::desc& desc) {
+    buffers_.emplace_back((desc.get_size() + sizeof(float) - 1) / sizeof(float));
+    return wrap(desc, buffers_.back().data());
+  }
+  // The memory the primitive reads for `o`: the user's data, reordered if the primitive wants
+  // another format.
+  memory read(const Operand& o, const float* data) {
+    memory user = wrap(o.plain, data);
+    if (!o.reordered()) return user;
+    memory chosen = fresh(o.chosen);
+    dnnl::reorder(user, chosen).execute(context().stream, user, chosen);
+    return chosen;
+  }
+  // The memory the primitive writes for `o`; finish() copies a reordered result back.
+  memory write(const Operand& o, float* data) {
+    return o.reordered() ? fresh(o.chosen) : wrap(o.plain, data);
+  }
+  void finish(const Operand& o, memory written, float* data) {
+    if (!o.reordered()) return;
+    memory user = wrap(o.plain, data);
+    dnnl::reorder(written, user).execute(context().stream, written, user);
+  }
 
-// The memory the primitive reads for `o`: the user's data, reordered into the chosen format if
-// needed.
-inline memory read(Operand& o, const float* data) {
-  memory user = wrap(o.plain, data);
-  if (!o.buffer) return user;
-  dnnl::reorder(user, o.buffer).execute(context().stream, user, o.buffer);
-  return o.buffer;
-}
+ private:
+  std::vector<Buffer<float>> buffers_;
+};
 
-// The memory the primitive writes for `o`; finish() copies a reordered result back.
-inline memory write(Operand& o, float* data) { return o.buffer ? o.buffer : wrap(o.plain, data); }
-inline void finish(Operand& o, float* data) {
-  if (!o.buffer) return;
-  memory user = wrap(o.plain, data);
-  dnnl::reorder(o.buffer, user).execute(context().stream, o.buffer, user);
+inline void execute(const Step& step, CallMemory& call, std::unordered_map<int, memory> args) {
+  if (step.scratchpad.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = call.fresh(step.scratchpad);
+  step.primitive.execute(context().stream, args);
 }
 
 }  // namespace detail
@@ -155,13 +229,15 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
     return blocked::conv_forward(g, input, weight, output);
   } else {
     if (!detail::supported(g)) return blocked::conv_forward(g, input, weight, output);
-    auto& p = detail::primitives(g);
-    auto& stream = detail::context().stream;
-    p.forward.execute(stream, {{DNNL_ARG_SRC, detail::read(p.src, input)},
-                               {DNNL_ARG_WEIGHTS, detail::read(p.weights, weight)},
-                               {DNNL_ARG_DST, detail::write(p.dst, output)}});
-    detail::finish(p.dst, output);
-    stream.wait();
+    const auto& p = detail::primitives(g);
+    detail::CallMemory call;
+    auto dst = call.write(p.dst, output);
+    detail::execute(p.forward, call,
+                    {{DNNL_ARG_SRC, call.read(p.src, input)},
+                     {DNNL_ARG_WEIGHTS, call.read(p.weights, weight)},
+                     {DNNL_ARG_DST, dst}});
+    call.finish(p.dst, dst, output);
+    detail::context().stream.wait();
   }
 }
 
@@ -173,14 +249,15 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   } else {
     if (!detail::supported(g))
       return blocked::conv_backward_input(g, grad_output, weight, grad_input);
-    auto& p = detail::primitives(g);
-    auto& stream = detail::context().stream;
-    p.backward_data.execute(stream,
-                            {{DNNL_ARG_DIFF_DST, detail::read(p.diff_dst_data, grad_output)},
-                             {DNNL_ARG_WEIGHTS, detail::read(p.weights_data, weight)},
-                             {DNNL_ARG_DIFF_SRC, detail::write(p.diff_src, grad_input)}});
-    detail::finish(p.diff_src, grad_input);
-    stream.wait();
+    const auto& p = detail::primitives(g);
+    detail::CallMemory call;
+    auto diff_src = call.write(p.diff_src, grad_input);
+    detail::execute(p.backward_data, call,
+                    {{DNNL_ARG_DIFF_DST, call.read(p.diff_dst_data, grad_output)},
+                     {DNNL_ARG_WEIGHTS, call.read(p.weights_data, weight)},
+                     {DNNL_ARG_DIFF_SRC, diff_src}});
+    call.finish(p.diff_src, diff_src, grad_input);
+    detail::context().stream.wait();
   }
 }
 
@@ -192,16 +269,19 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   } else {
     if (!detail::supported(g))
       return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
-    auto& p = detail::primitives(g);
-    auto& stream = detail::context().stream;
-    float* result = p.weight_gradient.data();
-    p.backward_weights.execute(stream,
-                               {{DNNL_ARG_SRC, detail::read(p.src_weights, input)},
-                                {DNNL_ARG_DIFF_DST, detail::read(p.diff_dst_weights, grad_output)},
-                                {DNNL_ARG_DIFF_WEIGHTS, detail::write(p.diff_weights, result)}});
-    detail::finish(p.diff_weights, result);
-    stream.wait();
-    for (std::size_t i = 0; i < p.weight_gradient.size(); ++i) grad_weight[i] += result[i];
+    const auto& p = detail::primitives(g);
+    detail::CallMemory call;
+    Buffer<float> result(
+        static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
+    auto diff_weights = call.write(p.diff_weights, result.data());
+    detail::execute(p.backward_weights, call,
+                    {{DNNL_ARG_SRC, call.read(p.src_weights, input)},
+                     {DNNL_ARG_DIFF_DST, call.read(p.diff_dst_weights, grad_output)},
+                     {DNNL_ARG_DIFF_WEIGHTS, diff_weights}});
+    call.finish(p.diff_weights, diff_weights, result.data());
+    detail::context().stream.wait();
+    // The float result joins the caller's double sum.
+    for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
   }
 }
 

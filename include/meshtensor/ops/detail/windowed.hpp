@@ -13,6 +13,7 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/conv.hpp"
 #include "meshtensor/kernels/reference/permute.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/halo.hpp"
 #include "meshtensor/ops/window.hpp"
 
@@ -28,16 +29,19 @@ struct WindowedPlan {
   std::array<kernels::Taps, 3> taps{};
   std::array<WindowDim, 3> windows{};
   std::array<std::int64_t, 3> inside_begin{0, 0, 0}, inside_end{1, 1, 1};
+  bool clip_padding = false;  // the box is the halo's inside(), not its padded box()
 
   bool empty() const { return output_block.empty(); }
 };
 
 // `input` is already on the op's layout; `output_shape` is the input's shape with the spatial dims
 // resized (and the inner dim possibly renamed/resized); `windows[i]` is spatial dim i's window.
+// With `clip_padding` the kernels' box stops at the tensor's edges (the halo exchange's inside())
+// and the kernels read the zero padding beyond it implicitly; else the box includes the padding.
 inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output_shape,
                                   const Layout& layout, const std::vector<std::string>& spatial,
                                   const std::string& inner, const std::vector<WindowDim>& windows,
-                                  bool transposed, const MeshCoord& me) {
+                                  bool transposed, const MeshCoord& me, bool clip_padding = false) {
   const Shape& shape = input.shape();
   TensorLayout output_layout(output_shape, input.mesh_shape(), layout);
   // Each input dim's read range per block index: spatial dims read through their window; the
@@ -71,7 +75,9 @@ inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output
   if (!inner.empty()) plan.to_kernel_order.push_back(shape.position(inner));
   for (auto d : pass) plan.pass_size *= plan.output_block.ranges[d].size();
 
-  const Block& box = plan.halo.box();
+  plan.clip_padding = clip_padding;
+  const Block& need = plan.halo.box();
+  const Block box = clip_padding ? plan.halo.inside() : need;
   for (std::size_t i = 0; i < spatial.size(); ++i) {
     const std::size_t d = shape.position(spatial[i]);
     const WindowDim& w = windows[i];
@@ -85,30 +91,60 @@ inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output
     taps.transposed = transposed;
     taps.stride = w.stride;
     taps.dilation = w.dilation;
-    // A convolution's box starts where output 0's window does; a transposed convolution's output
-    // o reads box index (o + origin - k*dilation) / stride.
+    // A convolution's output 0 reads box index origin (negative where the box was clipped at the
+    // tensor's start); a transposed convolution's output o reads box index
+    // (o + origin - k*dilation) / stride.
     taps.origin = transposed ? plan.output_block.ranges[d].begin + w.pad_before -
                                    box.ranges[d].begin * w.stride
-                             : 0;
+                             : need.ranges[d].begin - box.ranges[d].begin;
   }
   return plan;
 }
 
 // A block (in its dims' order) copied into kernel order; no copy when it already is.
 template <class T>
-xt::xarray<T> to_kernel_order(const xt::xarray<T>& block, const std::vector<std::size_t>& order) {
+Array<T> to_kernel_order(const Array<T>& block, const std::vector<std::size_t>& order) {
   if (kernels::is_identity(order)) return block;
   std::vector<std::int64_t> sizes(block.shape().begin(), block.shape().end());
   std::vector<std::size_t> permuted;
   for (auto d : order) permuted.push_back(static_cast<std::size_t>(sizes[d]));
-  xt::xarray<T> out = xt::xarray<T>::from_shape(permuted);
+  Array<T> out = Array<T>::from_shape(permuted);
   kernels::permute(block.data(), sizes, order, out.data());
   return out;
 }
 
+// The same for an array the caller gives up: moved, not copied, when already in kernel order.
+template <class T>
+Array<T> to_kernel_order(Array<T>&& block, const std::vector<std::size_t>& order) {
+  if (kernels::is_identity(order)) return std::move(block);
+  return to_kernel_order(static_cast<const Array<T>&>(block), order);
+}
+
+// A block read in kernel order: the block itself when it already is, else a permuted copy. The
+// block must outlive the view.
+template <class T>
+class KernelOrderView {
+ public:
+  KernelOrderView(const Array<T>& block, const std::vector<std::size_t>& order)
+      : data_(block.data()) {
+    if (kernels::is_identity(order)) return;
+    copy_ = to_kernel_order(block, order);
+    data_ = copy_.data();
+  }
+  const T* data() const { return data_; }
+
+ private:
+  Array<T> copy_;
+  const T* data_;
+};
+
 // The inverse: an array in kernel order back to the dims' order.
 template <class T>
-xt::xarray<T> from_kernel_order(const xt::xarray<T>& block, const std::vector<std::size_t>& order) {
+Array<T> from_kernel_order(Array<T>&& block, const std::vector<std::size_t>& order) {
+  return to_kernel_order(std::move(block), kernels::inverse(order));
+}
+template <class T>
+Array<T> from_kernel_order(const Array<T>& block, const std::vector<std::size_t>& order) {
   return to_kernel_order(block, kernels::inverse(order));
 }
 

@@ -1,0 +1,172 @@
+// One training step of the example's 3D U-Net (forward, loss, backward, Adam) on a fixed phantom
+// volume: step time, memory and halo cost, on the transport the program is started on. One JSON
+// object per line, figures per processor (the largest over processors).
+//
+//   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3]
+//   mpirun -np 4 bench_unet --size 128 --mesh p:4
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "metrics.hpp"
+#include "model.hpp"
+#include "phantom.hpp"
+
+namespace mt = meshtensor;
+
+namespace {
+
+struct Options {
+  std::int64_t size = 64;
+  std::string mesh = "p:1";
+  int steps = 4;
+  int channels = 8;
+  int depth = 3;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw mt::Error("flag " + flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--size")
+      o.size = std::stoll(value);
+    else if (flag == "--mesh")
+      o.mesh = value;
+    else if (flag == "--steps")
+      o.steps = std::stoi(value);
+    else if (flag == "--channels")
+      o.channels = std::stoi(value);
+    else if (flag == "--depth")
+      o.depth = std::stoi(value);
+    else
+      throw mt::Error("unknown flag " + flag +
+                      "; valid flags are --size, --mesh, --steps, --channels and --depth");
+  }
+  return o;
+}
+
+// A field of /proc/self/status in MiB (VmRSS: now, VmHWM: peak).
+double status_mib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024;
+  return 0;
+}
+
+double largest(mt::Mesh& mesh, double value) {
+  mt::all_reduce(mesh.world(), &value, 1, mt::ReduceOp::max);
+  return value;
+}
+
+// The fewest bytes a processor must send in halos per step, on average: each 3x3x3 "same"
+// convolution sends one plane of its input each way across each of the P-1 cuts of x, forward and
+// again backward (but the first, whose input needs no gradient, only forward); pooling, transposed
+// convolutions and the 1x1 head need none.
+double minimum_halo_bytes(const Options& o, int parts) {
+  if (parts == 1) return 0;
+  double elements = 0;
+  auto conv = [&](int level, std::int64_t in_channels, double passes = 2) {
+    const double n = double(o.size >> level);
+    elements += passes * 2.0 * (parts - 1) * n * n * in_channels;
+  };
+  const std::int64_t c = o.channels;
+  for (int l = 0; l < o.depth; ++l) {
+    if (l == 0)
+      conv(l, 1, /*passes=*/1);
+    else
+      conv(l, c << (l - 1));
+    conv(l, c << l);
+  }
+  conv(o.depth, c << (o.depth - 1));
+  conv(o.depth, c << o.depth);
+  for (int l = 0; l < o.depth; ++l) {
+    conv(l, 2 * (c << l));
+    conv(l, c << l);
+  }
+  return elements * sizeof(float) / parts;  // shared by P processors
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_unet: %s\n", e.what());
+    return 2;
+  }
+  const double rss_start = status_mib("VmRSS");
+  return mt::run(argc, argv, mt::MeshShape(o.mesh), [&](mt::Mesh& mesh) {
+    const mt::Layout layout("x:" + mesh.shape()[0].name);
+    const std::array<std::int64_t, 3> size{o.size, o.size, o.size};
+    const auto batch = unet3d::make_batch(mesh, layout, 1, "bench", 0, 1, size);
+    const auto weights =
+        mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", unet3d::num_classes)}, mt::Layout{},
+                            [](const mt::Index& i) { return i["classes"] == 0 ? 1.0f : 3.0f; });
+    mesh.world().barrier();
+    const double rss_before_model = largest(mesh, status_mib("VmRSS"));
+    const auto pool_before_model = mt::memory_stats().in_use;
+
+    unet3d::ModelConfig config;
+    config.channels = o.channels;
+    config.depth = o.depth;
+    unet3d::UNet net(mesh, config);
+    mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
+    auto step = [&] {
+      const auto logits = net(batch.input, /*training=*/true);
+      const auto loss = unet3d::segmentation_loss(logits, batch.labels, weights);
+      mt::backward(loss);
+      adam.step();
+      adam.zero_grad();
+    };
+    step();  // warm-up: primitives built, pool filled, optimiser state allocated
+    mt::memory_pool().reset_peak();
+    const auto halo_before = mt::halo_profile(mesh);
+    std::vector<double> times;
+    for (int s = 0; s < o.steps; ++s) {
+      mesh.world().barrier();
+      const auto start = std::chrono::steady_clock::now();
+      step();
+      mesh.world().barrier();
+      times.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    const auto halo = mt::halo_profile(mesh);
+    const auto stats = mt::memory_stats();
+    const double mib = 1024.0 * 1024.0;
+    const double step_s = times[times.size() / 2];
+    const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
+    const double halo_bytes =
+        largest(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
+    const double pool_step_peak = largest(mesh, double(stats.peak_held - pool_before_model) / mib);
+    const double pool_peak = largest(mesh, double(stats.peak_held) / mib);
+    const double rss_peak = largest(mesh, status_mib("VmHWM"));
+    const double parameters_mib = largest(mesh, [&] {
+      double bytes = 0;
+      for (auto& p : net.parameters().trainable()) bytes += p.local().size() * sizeof(float);
+      return 3 * bytes / mib;  // the values and Adam's two moments
+    }());
+    if (mesh.processor() == 0)
+      std::printf(
+          "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
+          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
+          "\"pool_step_mib\":%.1f,\"parameters_and_state_mib\":%.2f,\"rss_start_mib\":%.1f,"
+          "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f}\n",
+          mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
+          o.channels, o.depth, step_s, halo_s, halo_bytes,
+          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, parameters_mib,
+          rss_start, rss_before_model, rss_peak);
+  });
+}

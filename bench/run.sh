@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Every benchmark, side by side with PyTorch in the same run: writes bench/results/results.json
+# and bench/results/results.md. Run from anywhere:
+#
+#   bash bench/run.sh            # the full set (about 20-30 minutes on 2 cores)
+#   QUICK=1 bash bench/run.sh    # small shapes only, to check the pipeline
+#
+# PyTorch comes twice: Debian's python3-torch (1.13, /usr/bin/python3) and the current release
+# from PyPI, installed into a virtual environment under build-bench/ on first use (several GB: the
+# PyPI wheel brings CUDA libraries along; the CPU kernels are what is measured). Without network
+# the PyPI column is left out and the report says so.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/build-bench"
+out="$root/bench/results"
+mkdir -p "$out"
+raw="$out/raw.jsonl"
+: > "$raw"
+cores="$(nproc)"
+
+bash "$root/scripts/setup.sh" --tests >/dev/null
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j "$cores" --target bench_conv bench_unet >/dev/null
+
+pythons=(/usr/bin/python3)
+venv="$build/torch-venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "installing the current PyTorch from PyPI into $venv ..."
+  (python3 -m venv "$venv" && "$venv/bin/pip" install -q torch) ||
+    echo '{"bench":"note","text":"PyPI PyTorch could not be installed; its column is missing"}' >> "$raw"
+fi
+if "$venv/bin/python" -c "import torch" 2>/dev/null; then pythons+=("$venv/bin/python"); fi
+
+if [[ -n "${QUICK:-}" ]]; then
+  channels=8,16; sizes=32; unet_sizes=(32); scaling_size=32; seconds=0.5
+else
+  channels=8,16,32,64; sizes=32,64,128; unet_sizes=(64 128); scaling_size=128; seconds=2
+fi
+
+echo "convolution throughput ..."
+"$build/bench/bench_conv" --channels "$channels" --sizes "$sizes" --threads "$cores" \
+  --seconds "$seconds" >> "$raw"
+for py in "${pythons[@]}"; do
+  "$py" "$root/bench/torch_bench.py" conv --channels "$channels" --sizes "$sizes" \
+    --threads "$cores" --seconds "$seconds" >> "$raw"
+done
+
+echo "U-Net training step, one processor ..."
+for size in "${unet_sizes[@]}"; do
+  MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" --steps 3 \
+    >> "$raw"
+  for py in "${pythons[@]}"; do
+    "$py" "$root/bench/torch_bench.py" unet --size "$size" --threads "$cores" --steps 3 >> "$raw"
+  done
+done
+
+echo "spatial scaling at ${scaling_size}^3 ..."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for p in 1 2 4 8; do
+  per=$(( cores / p > 0 ? cores / p : 1 ))
+  MESHTENSOR_THREADS_PER_PROCESSOR=$per "$build/bench/bench_unet" --size "$scaling_size" \
+    --mesh "p:$p" --steps 3 >> "$raw"
+  MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" --oversubscribe --bind-to none \
+    "$build/bench/bench_unet" --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
+done
+
+/usr/bin/python3 "$root/bench/report.py" "$raw" "$out/results.json" "$out/results.md"
+echo "wrote $out/results.md and $out/results.json"

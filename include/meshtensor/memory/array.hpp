@@ -1,0 +1,46 @@
+#pragma once
+// Array<T>: the n-dimensional array a processor keeps its blocks in — an xtensor array whose
+// memory comes from the processor's pool (memory/pool.hpp).
+
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+
+#include "meshtensor/memory/pool.hpp"
+
+namespace meshtensor {
+
+/// A standard allocator over the calling processor's MemoryPool.
+template <class T>
+struct PoolAllocator {
+  using value_type = T;
+  using is_always_equal = std::true_type;  // any instance frees any block: blocks name their pool
+
+  PoolAllocator() noexcept = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) { return static_cast<T*>(memory_pool().allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { MemoryPool::deallocate(p); }
+
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const PoolAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+
+/// A processor's block or buffer: row-major, memory from its pool.
+template <class T>
+using Array = xt::xarray<T, xt::layout_type::row_major, PoolAllocator<T>>;
+
+/// A flat buffer from the processor's pool (messages, kernel scratch).
+template <class T>
+using Buffer = std::vector<T, PoolAllocator<T>>;
+
+}  // namespace meshtensor
