@@ -67,6 +67,11 @@ double largest(mt::Mesh& mesh, double value) {
   return value;
 }
 
+double mean(mt::Mesh& mesh, double value) {
+  mt::all_reduce(mesh.world(), &value, 1, mt::ReduceOp::sum);
+  return value / mesh.num_processors();
+}
+
 // The fewest bytes a processor must send in halos per step, on average: each 3x3x3 "same"
 // convolution sends one plane of its input each way across each of the P-1 cuts of x, forward and
 // again backward (but the first, whose input needs no gradient, only forward); pooling, transposed
@@ -132,6 +137,7 @@ int main(int argc, char** argv) {
     step();  // warm-up: primitives built, pool filled, optimiser state allocated
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
+    const auto pool_before = mt::memory_stats();
     std::vector<double> times;
     for (int s = 0; s < o.steps; ++s) {
       mesh.world().barrier();
@@ -148,7 +154,11 @@ int main(int argc, char** argv) {
     const double step_s = times[times.size() / 2];
     const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
     const double halo_bytes =
-        largest(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
+        mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
+    const double misses =
+        largest(mesh, double(stats.system_allocations - pool_before.system_allocations) / o.steps);
+    const double allocations =
+        largest(mesh, double(stats.allocations - pool_before.allocations) / o.steps);
     const double pool_step_peak = largest(mesh, double(stats.peak_held - pool_before_model) / mib);
     const double pool_peak = largest(mesh, double(stats.peak_held) / mib);
     const double rss_peak = largest(mesh, status_mib("VmHWM"));
@@ -163,10 +173,11 @@ int main(int argc, char** argv) {
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"step_s\":%.4f,\"halo_s\":%.4f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"parameters_and_state_mib\":%.2f,\"rss_start_mib\":%.1f,"
-          "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f}\n",
+          "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
+          "\"system_allocations\":%.0f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
           o.channels, o.depth, step_s, halo_s, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, parameters_mib,
-          rss_start, rss_before_model, rss_peak);
+          rss_start, rss_before_model, rss_peak, allocations, misses);
   });
 }

@@ -55,32 +55,38 @@ class MemoryPool {
   void* allocate(std::size_t bytes) {
     const std::size_t total = bytes + alignment;
     const bool pooled = total >= pooled_from;
-    const std::size_t size = pooled ? size_class(total) : total;
+    std::size_t size = pooled ? size_class(total) : total;
     void* base = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.allocations;
+      if (pooled) {
+        // The smallest cached block that fits, if it wastes at most a quarter: steps allocate
+        // the same sizes in a slightly different order each time, and exact classes miss often.
+        for (auto it = cache_.lower_bound(size); it != cache_.end() && it->first <= size + size / 4;
+             ++it) {
+          if (it->second.empty()) continue;
+          size = it->first;
+          base = it->second.back();
+          it->second.pop_back();
+          cached_ -= size;
+          break;
+        }
+      }
       stats_.in_use += size;
       stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
-      if (pooled) {
-        auto slot = cache_.find(size);
-        if (slot != cache_.end() && !slot->second.empty()) {
-          base = slot->second.back();
-          slot->second.pop_back();
-          cached_ -= size;
-        } else {
-          // A miss: give back cached blocks until the pool stays within the peak in use.
-          for (auto it = cache_.rbegin();
-               it != cache_.rend() && stats_.held + size > stats_.peak_in_use;) {
-            if (it->second.empty()) {
-              ++it;
-              continue;
-            }
-            unmap(it->second.back(), it->first);
-            it->second.pop_back();
-            cached_ -= it->first;
-            stats_.held -= it->first;
+      high_water_ = std::max(high_water_, stats_.in_use);
+      if (pooled && !base) {
+        // A miss: give back cached blocks until the pool stays within the peak in use.
+        for (auto it = cache_.rbegin(); it != cache_.rend() && stats_.held + size > high_water_;) {
+          if (it->second.empty()) {
+            ++it;
+            continue;
           }
+          unmap(it->second.back(), it->first);
+          it->second.pop_back();
+          cached_ -= it->first;
+          stats_.held -= it->first;
         }
       }
       if (!base) {
@@ -193,6 +199,7 @@ class MemoryPool {
   MemoryStats stats_;
   std::map<std::size_t, std::vector<void*>> cache_;  // free blocks by size class
   std::size_t cached_ = 0;
+  std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
   std::atomic<long> references_{1};  // the owner, plus one per live block
 };

@@ -9,6 +9,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
@@ -46,8 +47,9 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
       kernels::row_major_strides(sizes)};
   const T* in = aligned.local().data();
   T* o = out.data();
-  kernels::for_each_offset<2>(sizes, strides,
-                              [&](const std::array<std::int64_t, 2>& at) { o[at[1]] = in[at[0]]; });
+  kernels::parallel_for_each_offset<2>(
+      sizes, strides, compute_threads(),
+      [&](const std::array<std::int64_t, 2>& at) { o[at[1]] = in[at[0]]; });
   Tensor<T> result(mesh, target, std::move(out));
   autodiff::record(result, {t},
                    [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {

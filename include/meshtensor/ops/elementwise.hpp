@@ -12,6 +12,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
@@ -26,8 +27,8 @@ Tensor<T> map_values(const Tensor<T>& t, F&& f) {
   Array<T> out = Array<T>::from_shape(t.local().shape());
   const T* in = t.local().data();
   T* o = out.data();
-  const std::size_t n = out.size();
-  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(f(in[i]));
+  kernels::parallel_for(static_cast<std::int64_t>(out.size()), compute_threads(),
+                        [&](std::int64_t i) { o[i] = static_cast<T>(f(in[i])); });
   return Tensor<T>(t.mesh(), t.layout(), std::move(out));
 }
 
@@ -49,9 +50,10 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   const T* pa = operands[0].local().data();
   const T* pb = operands[1].local().data();
   T* po = out.data();
-  kernels::for_each_offset<3>(sizes, strides, [&](const std::array<std::int64_t, 3>& o) {
-    po[o[2]] = static_cast<T>(f(pa[o[0]], pb[o[1]]));
-  });
+  kernels::parallel_for_each_offset<3>(sizes, strides, compute_threads(),
+                                       [&](const std::array<std::int64_t, 3>& o) {
+                                         po[o[2]] = static_cast<T>(f(pa[o[0]], pb[o[1]]));
+                                       });
   return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
 }
 
@@ -62,7 +64,8 @@ Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivativ
   const T* pg = g.local().data();
   const T* px = x.local().data();
   T* o = out.data();
-  for (std::size_t i = 0; i < out.size(); ++i) o[i] = pg[i] * static_cast<T>(derivative(px[i]));
+  kernels::parallel_for(static_cast<std::int64_t>(out.size()), compute_threads(),
+                        [&](std::int64_t i) { o[i] = pg[i] * static_cast<T>(derivative(px[i])); });
   return Tensor<T>(g.mesh(), g.layout(), std::move(out));
 }
 
@@ -81,7 +84,8 @@ Tensor<T> unary(const Tensor<T>& t, F f, D derivative, DerivativeOf of) {
 
 }  // namespace detail
 
-/// f applied to every element, for inputs that need no gradient (the derivative is unknown).
+/// f applied to every element, for inputs that need no gradient (the derivative is unknown). f (and
+/// df, f of zip) may run on several of the processor's compute threads at once: keep it pure.
 template <class T, class F>
 Tensor<T> map(const Tensor<T>& t, F&& f) {
   if (t.requires_grad() && autodiff::tape(t.mesh()).recording())

@@ -14,6 +14,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
@@ -45,6 +46,29 @@ inline Partial combine(const Partial& a, const Partial& b) {
   return {n, a.mean + delta * b.count / n, a.m2 + b.m2 + delta * delta * a.count * b.count / n};
 }
 
+// Sums of W terms per statistic over a block: term(offset, key) for every element, added into
+// the key's W sums; the block split over the processor's compute threads, each with its own sums.
+template <std::size_t W, class Term>
+std::vector<double> sum_per_key(const kernels::Sizes& sizes,
+                                const std::array<kernels::Strides, 2>& visit, std::size_t keys,
+                                Term&& term) {
+  const int threads = compute_threads();
+  std::vector<std::vector<double>> parts(threads, std::vector<double>(keys * W, 0.0));
+  const int used = kernels::for_each_part<2>(
+      sizes, visit, threads,
+      [&](int p, const kernels::Sizes& sub, const std::array<std::int64_t, 2>& base) {
+        double* acc = parts[p].data();
+        kernels::for_each_offset<2>(sub, visit, [&](const std::array<std::int64_t, 2>& o) {
+          const std::int64_t at = base[0] + o[0], key = base[1] + o[1];
+          const std::array<double, W> t = term(at, key);
+          for (std::size_t j = 0; j < W; ++j) acc[key * W + j] += t[j];
+        });
+      });
+  for (int p = 1; p < used; ++p)
+    for (std::size_t i = 0; i < keys * W; ++i) parts[0][i] += parts[p][i];
+  return std::move(parts[0]);
+}
+
 }  // namespace detail
 
 /**
@@ -56,7 +80,7 @@ template <class T>
 Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
                     Moments<T>* moments = nullptr) {
   const Shape& shape = x.shape();
-  std::vector<std::string> kept_names, reduced_names;
+  std::vector<std::string> reduced_names;
   std::vector<Dim> kept_dims;
   std::int64_t count = 1;
   for (const auto& name : reduced)
@@ -68,39 +92,43 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
       reduced_names.push_back(dim.name);
       count *= dim.size;
     } else {
-      kept_names.push_back(dim.name);
       kept_dims.push_back(dim);
     }
   }
   Mesh& mesh = x.mesh();
   const auto sizes = x.block().sizes();
-  kernels::Sizes kept_sizes, reduced_sizes;
+  // Blocks are visited in memory order (all statistics at once, so channels-last data streams
+  // through once per pass); the second offset of each element is its statistic's index.
+  kernels::Sizes kept_sizes;
+  std::int64_t local_count = 1;
   for (std::size_t d = 0; d < shape.rank(); ++d)
-    (reduced.contains(shape[d].name) ? reduced_sizes : kept_sizes).push_back(sizes[d]);
-  const std::array<kernels::Strides, 1> kept_strides{
-      detail::strides_over(shape, sizes, kept_names)};
-  const std::array<kernels::Strides, 1> reduced_strides{
-      detail::strides_over(shape, sizes, reduced_names)};
+    if (reduced.contains(shape[d].name))
+      local_count *= sizes[d];
+    else
+      kept_sizes.push_back(sizes[d]);
+  const auto kept_row_major = kernels::row_major_strides(kept_sizes);
+  kernels::Strides key_strides(shape.rank(), 0);
+  for (std::size_t d = 0, k = 0; d < shape.rank(); ++d)
+    if (!reduced.contains(shape[d].name)) key_strides[d] = kept_row_major[k++];
+  const std::size_t keys = static_cast<std::size_t>(kernels::num_elements(kept_sizes));
+  const std::array<kernels::Strides, 2> visit{kernels::row_major_strides(sizes), key_strides};
   const T* in = x.local().data();
 
   // Local statistics per kept index, in two passes.
-  std::vector<detail::Partial> partial;
-  kernels::for_each_offset<1>(
-      kept_sizes, kept_strides, [&](const std::array<std::int64_t, 1>& base) {
-        detail::Partial p;
-        kernels::for_each_offset<1>(reduced_sizes, reduced_strides,
-                                    [&](const std::array<std::int64_t, 1>& o) {
-                                      p.mean += in[base[0] + o[0]];
-                                      p.count += 1;
-                                    });
-        if (p.count > 0) p.mean /= p.count;
-        kernels::for_each_offset<1>(reduced_sizes, reduced_strides,
-                                    [&](const std::array<std::int64_t, 1>& o) {
-                                      const double dev = in[base[0] + o[0]] - p.mean;
-                                      p.m2 += dev * dev;
-                                    });
-        partial.push_back(p);
+  const auto sums = detail::sum_per_key<1>(sizes, visit, keys, [&](std::int64_t at, std::int64_t) {
+    return std::array<double, 1>{double(in[at])};
+  });
+  std::vector<detail::Partial> partial(keys);
+  for (std::size_t k = 0; k < keys; ++k) {
+    partial[k].count = double(local_count);
+    partial[k].mean = local_count > 0 ? sums[k] / double(local_count) : 0.0;
+  }
+  const auto squares =
+      detail::sum_per_key<1>(sizes, visit, keys, [&](std::int64_t at, std::int64_t key) {
+        const double dev = in[at] - partial[key].mean;
+        return std::array<double, 1>{dev * dev};
       });
+  for (std::size_t k = 0; k < keys; ++k) partial[k].m2 = squares[k];
 
   // The processors along the axes that split reduced dims hold parts of the same statistics.
   AxisSet axes = 0;
@@ -129,18 +157,10 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
 
   Array<T> out = Array<T>::from_shape(x.local().shape());
   T* o = out.data();
-  {
-    std::size_t key = 0;
-    kernels::for_each_offset<1>(
-        kept_sizes, kept_strides, [&](const std::array<std::int64_t, 1>& base) {
-          kernels::for_each_offset<1>(reduced_sizes, reduced_strides,
-                                      [&](const std::array<std::int64_t, 1>& r) {
-                                        const auto at = base[0] + r[0];
-                                        o[at] = static_cast<T>((in[at] - mean[key]) * inv_std[key]);
-                                      });
-          ++key;
-        });
-  }
+  kernels::parallel_for_each_offset<2>(
+      sizes, visit, compute_threads(), [&](const std::array<std::int64_t, 2>& at) {
+        o[at[0]] = static_cast<T>((in[at[0]] - mean[at[1]]) * inv_std[at[1]]);
+      });
   Tensor<T> y(mesh, x.layout(), std::move(out));
 
   if (moments) {
@@ -159,35 +179,21 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(
       y, {x},
-      [y = y.detach(), inv_std, kept_sizes, reduced_sizes, kept_strides, reduced_strides, axes,
-       count](const Tensor<T>& g, const std::vector<bool>&) {
+      [y = y.detach(), inv_std, sizes, visit, keys, axes, count](const Tensor<T>& g,
+                                                                 const std::vector<bool>&) {
         const T* pg = g.local().data();
         const T* py = y.local().data();
-        std::vector<double> sums(inv_std.size() * 2, 0.0);
-        std::size_t key = 0;
-        kernels::for_each_offset<1>(
-            kept_sizes, kept_strides, [&](const std::array<std::int64_t, 1>& base) {
-              kernels::for_each_offset<1>(reduced_sizes, reduced_strides,
-                                          [&](const std::array<std::int64_t, 1>& r) {
-                                            const auto at = base[0] + r[0];
-                                            sums[2 * key] += pg[at];
-                                            sums[2 * key + 1] += double(pg[at]) * py[at];
-                                          });
-              ++key;
-            });
+        auto sums = detail::sum_per_key<2>(sizes, visit, keys, [&](std::int64_t at, std::int64_t) {
+          return std::array<double, 2>{double(pg[at]), double(pg[at]) * py[at]};
+        });
         if (axes) all_reduce(g.mesh().group(axes), sums, ReduceOp::sum);
         Array<T> dx = Array<T>::from_shape(g.local().shape());
         T* pd = dx.data();
-        key = 0;
-        kernels::for_each_offset<1>(
-            kept_sizes, kept_strides, [&](const std::array<std::int64_t, 1>& base) {
+        kernels::parallel_for_each_offset<2>(
+            sizes, visit, compute_threads(), [&](const std::array<std::int64_t, 2>& at) {
+              const auto key = at[1];
               const double mean_g = sums[2 * key] / count, mean_gy = sums[2 * key + 1] / count;
-              kernels::for_each_offset<1>(
-                  reduced_sizes, reduced_strides, [&](const std::array<std::int64_t, 1>& r) {
-                    const auto at = base[0] + r[0];
-                    pd[at] = static_cast<T>(inv_std[key] * (pg[at] - mean_g - py[at] * mean_gy));
-                  });
-              ++key;
+              pd[at[0]] = static_cast<T>(inv_std[key] * (pg[at[0]] - mean_g - py[at[0]] * mean_gy));
             });
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), g.layout(), std::move(dx))};
       });

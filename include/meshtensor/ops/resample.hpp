@@ -8,12 +8,14 @@
 #include <array>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
@@ -125,6 +127,63 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
   return result;
 }
 
+// Concatenation along a dim no processor splits (channels, typically): each processor's output
+// block is its operands' blocks side by side, and each operand's gradient a slice of the output's.
+// Empty when the fast path does not apply.
+template <class T>
+std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, const std::string& dim,
+                                        std::int64_t total, const Layout& common) {
+  const Shape& first = parts[0].shape();
+  for (const auto& p : parts)
+    if (p.shape().names() != first.names()) return std::nullopt;
+  std::vector<Dim> dims = first.dims();
+  const std::size_t d = first.position(dim);
+  dims[d] = dims[d].resized(total);
+  Mesh& mesh = parts[0].mesh();
+  TensorLayout layout(Shape(dims), mesh.shape(), common);
+  if (layout.is_split(dim)) return std::nullopt;
+
+  const auto out_sizes = layout.block(mesh.coord()).sizes();
+  const auto out_strides = kernels::row_major_strides(out_sizes);
+  Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
+  std::vector<std::int64_t> offsets;
+  std::int64_t offset = 0;
+  for (const auto& p : parts) {
+    const auto aligned = relayout_to(p, p.layout().with_layout(common));
+    const auto sizes = aligned.block().sizes();
+    const T* src = aligned.local().data();
+    T* dst = out.data() + offset * out_strides[d];
+    kernels::parallel_for_each_offset<2>(
+        sizes, {kernels::row_major_strides(sizes), out_strides}, compute_threads(),
+        [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+    offsets.push_back(offset);
+    offset += sizes[d];
+  }
+  Tensor<T> result(mesh, layout, std::move(out));
+  std::vector<TensorLayout> part_layouts;
+  for (const auto& p : parts) part_layouts.push_back(p.layout());
+  autodiff::record(
+      result, parts,
+      [d, offsets, part_layouts, common](const Tensor<T>& g, const std::vector<bool>& need) {
+        std::vector<Tensor<T>> grads(part_layouts.size());
+        const auto g_strides = kernels::row_major_strides(g.block().sizes());
+        for (std::size_t i = 0; i < grads.size(); ++i) {
+          if (!need[i]) continue;
+          const TensorLayout aligned = part_layouts[i].with_layout(common);
+          const auto sizes = aligned.block(g.mesh().coord()).sizes();
+          Array<T> slice = Array<T>::from_shape(to_xshape(sizes));
+          const T* src = g.local().data() + offsets[i] * g_strides[d];
+          T* dst = slice.data();
+          kernels::parallel_for_each_offset<2>(
+              sizes, {g_strides, kernels::row_major_strides(sizes)}, compute_threads(),
+              [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+          grads[i] = relayout_to(Tensor<T>(g.mesh(), aligned, std::move(slice)), part_layouts[i]);
+        }
+        return grads;
+      });
+  return result;
+}
+
 }  // namespace detail
 
 enum class PadMode { zeros, reflect, replicate };
@@ -214,6 +273,9 @@ Tensor<T> concat(const std::vector<Tensor<T>>& parts, const std::string& dim) {
   std::vector<const TensorLayout*> layouts;
   for (const auto& p : parts) layouts.push_back(&p.layout());
   const Layout common = detail::common_layout(layouts);
+  if (auto joined = detail::concat_unsplit(parts, dim, total, common)) return *joined;
+  // The joined dim is split (or the operands order their dims differently): each operand moved to
+  // its place with the resampling machinery, which brings blocks across processors.
   Tensor<T> sum;
   std::int64_t offset = 0;
   for (const auto& p : parts) {

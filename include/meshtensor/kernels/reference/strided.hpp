@@ -2,9 +2,14 @@
 // The loop under every reference kernel: visit each index of a box in row-major order while keeping
 // one linear offset per operand, each operand with its own strides (0 where it is broadcast).
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace meshtensor::kernels {
 
@@ -62,6 +67,66 @@ void for_each_offset(const Sizes& sizes, const std::array<Strides, N>& strides, 
     }
     if (d < 0) return;
   }
+}
+
+/**
+ * Splits the box along its first dim of more than one index into at most `threads` parts and calls
+ * `part(p, sizes_p, base_p)` for each part p, in parallel on OpenMP threads when the program has
+ * them and the box is big enough to pay for them; `base_p[k]` is operand k's offset of the part's
+ * first index. Returns the number of parts (1 when it ran on the calling thread alone).
+ */
+template <std::size_t N, class Part>
+int for_each_part(const Sizes& sizes, const std::array<Strides, N>& strides, int threads,
+                  Part&& part) {
+  constexpr std::int64_t grain = 1 << 15;  // elements per thread below which threads cost more
+  std::size_t d = 0;
+  while (d < sizes.size() && sizes[d] == 1) ++d;
+  const std::int64_t n = num_elements(sizes);
+  const int parts = d == sizes.size()
+                        ? 1
+                        : static_cast<int>(std::max<std::int64_t>(
+                              1, std::min<std::int64_t>({threads, sizes[d], n / grain})));
+  auto run_part = [&](int p) {
+    Sizes sub = sizes;
+    const std::int64_t begin = sizes[d] * p / parts, end = sizes[d] * (p + 1) / parts;
+    sub[d] = end - begin;
+    std::array<std::int64_t, N> base{};
+    for (std::size_t k = 0; k < N; ++k) base[k] = begin * strides[k][d];
+    part(p, sub, base);
+  };
+  if (parts == 1) {
+    std::array<std::int64_t, N> base{};
+    part(0, sizes, base);
+    return 1;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int p = 0; p < parts; ++p) run_part(p);
+#else
+  for (int p = 0; p < parts; ++p) run_part(p);
+#endif
+  return parts;
+}
+
+/// for_each_offset on up to `threads` threads; `f` must be safe to call for different indices at
+/// once (each call writes only its own outputs).
+template <std::size_t N, class F>
+void parallel_for_each_offset(const Sizes& sizes, const std::array<Strides, N>& strides,
+                              int threads, F&& f) {
+  for_each_part<N>(sizes, strides, threads,
+                   [&](int, const Sizes& sub, const std::array<std::int64_t, N>& base) {
+                     for_each_offset<N>(sub, strides, [&](std::array<std::int64_t, N> o) {
+                       for (std::size_t k = 0; k < N; ++k) o[k] += base[k];
+                       f(o);
+                     });
+                   });
+}
+
+/// f(i) for i in [0, n) on up to `threads` threads (f as for parallel_for_each_offset).
+template <class F>
+void parallel_for(std::int64_t n, int threads, F&& f) {
+  parallel_for_each_offset<1>({n}, {Strides{1}}, threads,
+                              [&](const std::array<std::int64_t, 1>& i) { f(i[0]); });
 }
 
 }  // namespace meshtensor::kernels
