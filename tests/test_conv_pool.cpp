@@ -18,8 +18,8 @@ namespace {
 // out, d(loss)/d(input), d(loss)/d(weight) for loss = sum(out * r) with a fixed random r.
 template <class Op>
 std::vector<Tensor<float>> forward_backward(Mesh& m, const Layout& l, const Shape& weight_shape,
-                                            Op&& op) {
-  auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+                                            Op&& op, const Shape& input_shape = volume_shape) {
+  auto x = test_input(m, input_shape, l, 1).set_requires_grad();
   auto w = test_input(m, weight_shape, l, 2).set_requires_grad();
   auto out = op(x, w);
   auto r = test_input(m, out.shape(), l, 3);
@@ -53,6 +53,35 @@ std::string check_pool(const Window& window, bool is_max, bool count_padding = t
 TEST_CASE("3-D convolution, 3x3x3 'same', matches one processor on every layout") {
   CHECK(check_conv("kx:3, ky:3, kz:3, channels:3, features:4", Window("x, y, z").padding("same")) ==
         "");
+}
+
+TEST_CASE(
+    "convolutions that overlap the halo exchange with the interior rows match one processor") {
+  // One volume (one pass-through index) split along x only: the op computes the rows that need
+  // no halo while it is in flight. Uneven splits, blocks narrower than the halo, strides.
+  const std::vector<LayoutCase> x_splits{
+      {"one processor", "p:1", ""},
+      {"x split 2 ways", "p:2", "x:p"},
+      {"x split 3 ways (uneven)", "p:3", "x:p"},
+      {"x split 8 ways: halos wider than a block", "p:8", "x:p"}};
+  const Shape one_volume("batch:1, x:11, y:6, z:5, channels:3");
+  for (const auto& [weight, window] : std::vector<std::pair<std::string, Window>>{
+           {"kx:3, ky:3, kz:3, channels:3, features:4", Window("x, y, z").padding("same")},
+           {"kx:5, ky:3, channels:3, features:2", Window("x, y").padding("same")},
+           {"kx:3, ky:3, kz:3, channels:3, features:2", Window("x, y, z").stride(2)},
+           {"kx:3, channels:3, features:2", Window("x").dilation(2).padding("same")}}) {
+    INFO(weight);
+    CHECK(compare_with_one_processor(
+              [&](Mesh& m, const Layout& l) {
+                return forward_backward(
+                    m, l, Shape(weight),
+                    [&](const Tensor<float>& x, const Tensor<float>& w) {
+                      return conv(x, w, window);
+                    },
+                    one_volume);
+              },
+              1e-5, x_splits) == "");
+  }
 }
 
 TEST_CASE("strided, dilated, valid and asymmetric convolutions match one processor") {

@@ -10,6 +10,9 @@
 // the input-channel dim (named as in the input) and one output-channel dim, which takes the input
 // channel dim's place in the output.
 
+#include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,43 @@ inline AxisSet axes_splitting(const TensorLayout& layout, const std::vector<std:
 template <class T>
 void complete_partial_sums(Mesh& mesh, AxisSet axes, Array<T>& data) {
   if (axes) all_reduce(mesh.group(axes), data.data(), data.size(), ReduceOp::sum);
+}
+
+// Output rows [a, b) along the first kernel dim of a convolution with one pass-through index,
+// from the box rows they read: rows are contiguous, so a slab of rows is a smaller convolution.
+template <class T>
+void conv_rows(const kernels::ConvGeometry& g, const T* box, const T* weight, T* out,
+               std::int64_t a, std::int64_t b) {
+  if (a >= b) return;
+  const kernels::Taps& t = g.taps[0];
+  const std::int64_t first = t.origin + a * t.stride;
+  const std::int64_t last = t.origin + (b - 1) * t.stride + (g.kernel[0] - 1) * t.dilation;
+  const std::int64_t r0 = std::max<std::int64_t>(0, first);
+  const std::int64_t r1 = std::min<std::int64_t>(g.in[0], last + 1);
+  kernels::ConvGeometry rows = g;
+  rows.out[0] = b - a;
+  rows.in[0] = std::max<std::int64_t>(0, r1 - r0);
+  rows.taps[0].origin = first - r0;
+  kernels::conv_impl::conv_forward(rows, box + r0 * g.in[1] * g.in[2] * g.c_in, weight,
+                                   out + a * g.out[1] * g.out[2] * g.c_out);
+}
+
+// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
+// of a box of `in` rows (reads before row 0 or from row `in` on are padding, not halo).
+inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
+                                                 std::int64_t own_lo, std::int64_t own_hi) {
+  const kernels::Taps& t = g.taps[0];
+  const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
+  const std::int64_t n = g.out[0];
+  std::int64_t lo = 0, hi = n;
+  if (own_lo > 0)  // a halo below: the first read must be an own row
+    lo = std::max<std::int64_t>(0, (own_lo - t.origin + t.stride - 1) / t.stride);
+  if (own_hi < g.in[0]) {  // a halo above: the last read must be an own row
+    const std::int64_t top = own_hi - 1 - reach - t.origin;
+    hi = top < 0 ? 0 : std::min<std::int64_t>(n, top / t.stride + 1);
+  }
+  lo = std::min(lo, n);
+  return {lo, std::max(lo, hi)};
 }
 
 template <class T>
@@ -140,19 +180,36 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   // The kernels read the block in place when it needs no halo and no permutation; else a box.
   const bool in_place =
       plan.clip_padding && plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order);
+  // With the first spatial dim the only split one (and one pass-through index), the output rows
+  // that need no halo are computed while it is in flight, then the rows along the cuts.
+  const std::size_t first_spatial = in_shape.position(spatial[0]);
+  const bool overlap = plan.clip_padding && !plan.halo.local_only() && !plan.empty() &&
+                       kernels::is_identity(plan.to_kernel_order) && plan.pass_size == 1 &&
+                       plan.halo.exchanged() == std::vector<std::size_t>{first_spatial} &&
+                       plan.halo.inside_work() == plan.halo.inside();
+  std::vector<std::size_t> out_sizes;
+  for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
+  Array<T> out = Array<T>::from_shape(out_sizes);
   Array<T> box;
-  if (!in_place)
+  if (overlap) {
+    auto pending = plan.halo.begin_inside(mesh, x.local());
+    const Range inside = plan.halo.inside().ranges[first_spatial];
+    const Range own = plan.halo.own().ranges[first_spatial];
+    const auto [lo, hi] = interior_rows(geometry, own.begin - inside.begin, own.end - inside.begin);
+    conv_rows(geometry, pending.work.data(), w_kernel.data(), out.data(), lo, hi);
+    box = plan.halo.finish(mesh, std::move(pending));
+    conv_rows(geometry, box.data(), w_kernel.data(), out.data(), 0, lo);
+    conv_rows(geometry, box.data(), w_kernel.data(), out.data(), hi, geometry.out[0]);
+  } else if (!in_place) {
     box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
                                             : plan.halo.exchange(mesh, x.local(), T(0)),
                           plan.to_kernel_order);
+  }
   const Tensor<T> source = in_place ? x.detach() : Tensor<T>();
   const T* box_data = in_place ? source.local().data() : box.data();
   const auto& box_shape = in_place ? source.local().shape() : box.shape();
   const std::vector<std::size_t> box_sizes(box_shape.begin(), box_shape.end());
-  std::vector<std::size_t> out_sizes;
-  for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
-  Array<T> out = Array<T>::from_shape(out_sizes);
-  if (!plan.empty())
+  if (!plan.empty() && !overlap)
     kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
   out = from_kernel_order(std::move(out), plan.to_kernel_order);
   complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
@@ -171,6 +228,9 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
         const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
+        // The input's gradient goes back through the halo while the weight's is computed.
+        std::optional<HaloPlan::Pending<T>> returning;
+        Array<T> own;
         if (need[0]) {
           Array<T> grad_box = Array<T>::from_shape(box_sizes);
           grad_box.fill(T(0));
@@ -178,10 +238,12 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
             kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
                                                     grad_box.data());
           auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
-          auto own = plan.clip_padding ? plan.halo.exchange_add_inside(mesh, std::move(in_order))
-                                       : plan.halo.exchange_add(mesh, in_order);
-          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
-          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
+          if (!plan.clip_padding)
+            own = plan.halo.exchange_add(mesh, in_order);
+          else if (plan.halo.local_only())
+            own = std::move(in_order);
+          else
+            returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
         }
         if (need[1]) {
           std::vector<double> acc(w_kernel.size(), 0.0);
@@ -195,6 +257,11 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           grads[1] = relayout_to(
               Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
               weight_layout);
+        }
+        if (need[0]) {
+          if (returning) own = plan.halo.finish(mesh, std::move(*returning));
+          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
+          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
         }
         return grads;
       });

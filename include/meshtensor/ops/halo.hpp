@@ -67,6 +67,10 @@ class HaloPlan {
       wanted_.ranges.push_back(wanted);
       if (axis && parts > 1) exchanged_.push_back(d);
     }
+    const Block in = clip(need_);
+    for (std::size_t d = 0; d < shape.rank(); ++d)
+      inside_work_.ranges.push_back(in.ranges[d].empty() ? own_.ranges[d]
+                                                         : hull(own_.ranges[d], in.ranges[d]));
   }
 
   /// This processor's read range: the box exchange() returns (padding included).
@@ -74,6 +78,9 @@ class HaloPlan {
   /// The read range without the padding outside the tensor: the box exchange_inside() returns.
   Block inside() const { return clip(need_); }
   const Block& own() const { return own_; }
+  /// The split dims exchanged, in order (positions in the tensor's shape).
+  const std::vector<std::size_t>& exchanged() const { return exchanged_; }
+
   /// True when no processor exchanges anything (no split dim) and this one reads only its own
   /// block: the inside box is the block itself.
   bool local_only() const { return exchanged_.empty() && inside() == own_; }
@@ -86,8 +93,8 @@ class HaloPlan {
     work.fill(pad);
     copy_into(work, cover_, own.data(), own_, own_);
     for (std::size_t step = 0; step < exchanged_.size(); ++step)
-      move(mesh, step, work, /*adjoint=*/false);
-    return extract(work, cover_, need_);
+      move(mesh, step, cover_, work, /*adjoint=*/false);
+    return extract(std::move(work), cover_, need_);
   }
 
   /// Like exchange(), without the padding: the array covers inside(), for kernels that treat reads
@@ -95,25 +102,73 @@ class HaloPlan {
   template <class T>
   Array<T> exchange_inside(Mesh& mesh, const Array<T>& own) const {
     if (local_only()) return own;
-    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
-    work.fill(T(0));
-    copy_into(work, cover_, own.data(), own_, own_);
-    for (std::size_t step = 0; step < exchanged_.size(); ++step)
-      move(mesh, step, work, /*adjoint=*/false);
-    return extract(work, cover_, inside());
+    return finish(mesh, begin_inside(mesh, own));
   }
 
   /// The adjoint of exchange_inside(): `grad` over inside().
   template <class T>
   Array<T> exchange_add_inside(Mesh& mesh, Array<T>&& grad) const {
-    if (local_only()) return grad;
-    Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
-    work.fill(T(0));
+    if (local_only()) return std::move(grad);
+    return finish(mesh, begin_add_inside(mesh, std::move(grad)));
+  }
+
+  /// An exchange under way: begun, its last message step in flight, until finish(). Between the
+  /// two the caller computes what needs no halo (communication overlapped with computation).
+  template <class T>
+  struct Pending {
+    Array<T> work;  // over inside_work(): the own block, and the halo once finished
+    std::vector<Request> requests;
+    std::vector<Buffer<T>> pieces;  // messages out and in, alive until the step completes
+    std::vector<Block> unpack_at;   // where each received piece goes (empty for sent ones)
+    std::size_t step = 0;           // the step in flight
+    bool adjoint = false;
+  };
+
+  /// The box exchange_inside's work array covers: inside() and the own block. When it equals
+  /// inside(), the caller may read the own part of Pending::work before finish().
+  const Block& inside_work() const { return inside_work_; }
+
+  /// Starts exchange_inside(): the own block is in place in the work array, every step but the
+  /// last is done, and the last step's messages are in flight.
+  template <class T>
+  Pending<T> begin_inside(Mesh& mesh, const Array<T>& own) const {
+    Pending<T> pending;
+    pending.work = Array<T>::from_shape(detail_sizes(inside_work_));
+    pending.work.fill(T(0));
+    copy_into(pending.work, inside_work_, own.data(), own_, own_);
+    for (std::size_t step = 0; step + 1 < exchanged_.size(); ++step)
+      move(mesh, step, inside_work_, pending.work, /*adjoint=*/false);
+    if (!exchanged_.empty()) post(mesh, exchanged_.size() - 1, inside_work_, pending, false);
+    return pending;
+  }
+
+  /// Starts exchange_add_inside(): the first adjoint step's messages are in flight.
+  template <class T>
+  Pending<T> begin_add_inside(Mesh& mesh, Array<T>&& grad) const {
+    Pending<T> pending;
+    pending.adjoint = true;
     const Block in = inside();
-    copy_into(work, cover_, grad.data(), in, in);
-    for (std::size_t step = exchanged_.size(); step-- > 0;)
-      move(mesh, step, work, /*adjoint=*/true);
-    return extract(work, cover_, own_);
+    if (in == inside_work_) {
+      pending.work = std::move(grad);
+    } else {
+      pending.work = Array<T>::from_shape(detail_sizes(inside_work_));
+      pending.work.fill(T(0));
+      copy_into(pending.work, inside_work_, grad.data(), in, in);
+    }
+    if (!exchanged_.empty()) post(mesh, exchanged_.size() - 1, inside_work_, pending, true);
+    return pending;
+  }
+
+  /// Completes a begun exchange: exchange_inside's or exchange_add_inside's result.
+  template <class T>
+  Array<T> finish(Mesh& mesh, Pending<T>&& pending) const {
+    if (exchanged_.empty())
+      return extract(std::move(pending.work), inside_work_, pending.adjoint ? own_ : inside());
+    complete(mesh, inside_work_, pending);
+    if (!pending.adjoint) return extract(std::move(pending.work), inside_work_, inside());
+    for (std::size_t step = exchanged_.size() - 1; step-- > 0;)
+      move(mesh, step, inside_work_, pending.work, /*adjoint=*/true);
+    return extract(std::move(pending.work), inside_work_, own_);
   }
 
   /// The adjoint of exchange(): `grad` over box() becomes the gradient of this processor's own
@@ -124,8 +179,8 @@ class HaloPlan {
     work.fill(T(0));
     copy_into(work, cover_, grad.data(), need_, clip(need_));
     for (std::size_t step = exchanged_.size(); step-- > 0;)
-      move(mesh, step, work, /*adjoint=*/true);
-    return extract(work, cover_, own_);
+      move(mesh, step, cover_, work, /*adjoint=*/true);
+    return extract(std::move(work), cover_, own_);
   }
 
  private:
@@ -157,8 +212,8 @@ class HaloPlan {
   }
 
   template <class T>
-  static Array<T> extract(const Array<T>& work, const Block& work_box, const Block& box) {
-    if (work_box == box) return work;
+  static Array<T> extract(Array<T>&& work, const Block& work_box, const Block& box) {
+    if (work_box == box) return std::move(work);
     Array<T> out = Array<T>::from_shape(detail_sizes(box));
     if (box.empty()) return out;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
@@ -194,35 +249,33 @@ class HaloPlan {
     return box;
   }
 
-  // One exchange step along dim exchanged_[step]; adjoint sends gradients back and adds them.
+  // One exchange step along dim exchanged_[step] on `work` (an array over `work_box`); the adjoint
+  // sends gradients back and adds them.
   template <class T>
-  void move(Mesh& mesh, std::size_t step, Array<T>& work, bool adjoint) const {
-    const auto start = std::chrono::steady_clock::now();
-    const auto sent_before = mesh.traffic().bytes;
-    move_pieces(mesh, step, work, adjoint);
-    HaloProfile& profile = halo_profile(mesh);
-    profile.bytes_sent += mesh.traffic().bytes - sent_before;
-    profile.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++profile.exchanges;
+  void move(Mesh& mesh, std::size_t step, const Block& work_box, Array<T>& work,
+            bool adjoint) const {
+    Pending<T> pending;
+    pending.adjoint = adjoint;
+    pending.work = std::move(work);
+    post(mesh, step, work_box, pending, adjoint);
+    complete(mesh, work_box, pending);
+    work = std::move(pending.work);
   }
 
+  // Posts step `step`'s sends (copied out of the work array) and receives.
   template <class T>
-  void move_pieces(Mesh& mesh, std::size_t step, Array<T>& work, bool adjoint) const {
+  void post(Mesh& mesh, std::size_t step, const Block& work_box, Pending<T>& pending,
+            bool adjoint) const {
+    const auto start = std::chrono::steady_clock::now();
+    const auto sent_before = mesh.traffic().bytes;
     const std::size_t d = exchanged_[step];
     const std::size_t axis = *layout_.mesh_axis_of(d);
     Communicator& group = mesh.group(AxisSet{1} << axis);
     const int me = index_[d];
     const int parts = static_cast<int>(needs_[d].size());
-    struct Piece {
-      Block box;
-      std::vector<T> data;
-    };
-    std::vector<Piece> outgoing, incoming;
-    outgoing.reserve(parts);
-    incoming.reserve(parts);
-    std::vector<Request> requests;
-    const auto work_strides = kernels::row_major_strides(cover_.sizes());
+    pending.step = step;
+    pending.adjoint = adjoint;
+    const auto work_strides = kernels::row_major_strides(work_box.sizes());
     for (int other = 0; other < parts; ++other) {
       if (other == me) continue;
       // Forward: send what `other` reads of mine, receive what I read of `other`'s. The adjoint
@@ -230,38 +283,68 @@ class HaloPlan {
       const Block send = adjoint ? step_box(step, other, me) : step_box(step, me, other);
       const Block receive = adjoint ? step_box(step, me, other) : step_box(step, other, me);
       if (!send.empty()) {
-        auto& piece = outgoing.emplace_back(Piece{send, std::vector<T>(send.num_elements())});
+        Buffer<T> piece(send.num_elements());
         kernels::copy_box(
-            send.sizes(), work.data() + kernels::offset_of_box(send, cover_, work_strides),
-            work_strides, piece.data.data(), kernels::row_major_strides(send.sizes()));
-        requests.push_back(group.isend(piece.data.data(), piece.data.size() * sizeof(T), other,
-                                       detail::tags::halo));
+            send.sizes(),
+            pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
+            work_strides, piece.data(), kernels::row_major_strides(send.sizes()));
+        pending.requests.push_back(
+            group.isend(piece.data(), piece.size() * sizeof(T), other, detail::tags::halo));
+        pending.pieces.push_back(std::move(piece));
+        pending.unpack_at.push_back(Block{});
       }
       if (!receive.empty()) {
-        auto& piece = incoming.emplace_back(Piece{receive, std::vector<T>(receive.num_elements())});
-        requests.push_back(group.irecv(piece.data.data(), piece.data.size() * sizeof(T), other,
-                                       detail::tags::halo));
+        pending.pieces.emplace_back(receive.num_elements());
+        pending.unpack_at.push_back(receive);
+        pending.requests.push_back(group.irecv(pending.pieces.back().data(),
+                                               pending.pieces.back().size() * sizeof(T), other,
+                                               detail::tags::halo));
       }
     }
-    wait_all(requests);
-    for (const auto& piece : incoming) {
-      T* at = work.data() + kernels::offset_of_box(piece.box, cover_, work_strides);
-      const auto sizes = piece.box.sizes();
+    record(mesh, start, sent_before);
+  }
+
+  // Waits for the step in flight and unpacks what arrived into the work array.
+  template <class T>
+  void complete(Mesh& mesh, const Block& work_box, Pending<T>& pending) const {
+    const auto start = std::chrono::steady_clock::now();
+    const auto sent_before = mesh.traffic().bytes;
+    wait_all(pending.requests);
+    const auto work_strides = kernels::row_major_strides(work_box.sizes());
+    for (std::size_t i = 0; i < pending.pieces.size(); ++i) {
+      const Block& box = pending.unpack_at[i];
+      if (box.ranges.empty()) continue;
+      T* at = pending.work.data() + kernels::offset_of_box(box, work_box, work_strides);
+      const auto sizes = box.sizes();
       const auto strides = kernels::row_major_strides(sizes);
-      if (!adjoint) {
-        kernels::copy_box(sizes, piece.data.data(), strides, at, work_strides);
+      const T* from = pending.pieces[i].data();
+      if (!pending.adjoint) {
+        kernels::copy_box(sizes, from, strides, at, work_strides);
       } else {
-        const T* from = piece.data.data();
         kernels::for_each_offset<2>(
             sizes, {strides, work_strides},
             [&](const std::array<std::int64_t, 2>& o) { at[o[1]] += from[o[0]]; });
       }
     }
+    pending.requests.clear();
+    pending.pieces.clear();
+    pending.unpack_at.clear();
+    record(mesh, start, sent_before);
+  }
+
+  static void record(Mesh& mesh, std::chrono::steady_clock::time_point start,
+                     std::uint64_t sent_before) {
+    HaloProfile& profile = halo_profile(mesh);
+    profile.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    profile.bytes_sent += mesh.traffic().bytes - sent_before;
+    ++profile.exchanges;
   }
 
   TensorLayout layout_;
   HaloNeeds needs_;
   Block own_, need_, cover_, wanted_;
+  Block inside_work_;                   // hull of own_ and inside(): exchange_inside's work array
   std::vector<int> index_;              // this processor's block index along each dim
   std::vector<std::size_t> exchanged_;  // split dims, in exchange order
 };
