@@ -23,6 +23,7 @@
 #include "meshtensor/kernels/conv_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -205,12 +206,17 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
                                             : plan.halo.exchange(mesh, x.local(), T(0)),
                           plan.to_kernel_order);
   }
-  const Tensor<T> source = in_place ? x.detach() : Tensor<T>();
-  const T* box_data = in_place ? source.local().data() : box.data();
-  const auto& box_shape = in_place ? source.local().shape() : box.shape();
+  const T* box_data = in_place ? x.local().data() : box.data();
+  const auto& box_shape = in_place ? x.local().shape() : box.shape();
   const std::vector<std::size_t> box_sizes(box_shape.begin(), box_shape.end());
   if (!plan.empty() && !overlap)
     kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
+  // Backward keeps the input block and the halo, not a second copy of the block.
+  SavedBox<T> saved = in_place ? SavedBox<T>::own_block(x)
+                      : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
+                              plan.halo.inside_work() == plan.halo.inside()
+                          ? SavedBox<T>::halo_only(x, box, plan.halo.inside())
+                          : SavedBox<T>::whole(std::move(box));
   out = from_kernel_order(std::move(out), plan.to_kernel_order);
   complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
   Tensor<T> result(mesh, plan.output_layout, std::move(out));
@@ -220,8 +226,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     if (dim.name != channels) summed.push_back(dim.name);
   autodiff::record(
       result, {input, weight},
-      [plan, geometry, box = std::move(box), source, box_sizes, w_kernel = std::move(w_kernel),
-       w_order, summed, channels, out_channels, input_layout = input.layout(),
+      [plan, geometry, saved = std::move(saved), box_sizes, w_kernel = std::move(w_kernel), w_order,
+       summed, channels, out_channels, input_layout = input.layout(),
        weight_layout = weight.layout(),
        aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
         Mesh& mesh = g.mesh();
@@ -247,10 +253,11 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         }
         if (need[1]) {
           std::vector<double> acc(w_kernel.size(), 0.0);
-          if (!plan.empty())
-            kernels::conv_impl::conv_backward_weight(
-                geometry, source.defined() ? source.local().data() : box.data(), g_kernel.data(),
-                acc.data());
+          if (!plan.empty()) {
+            Array<T> rebuilt;
+            kernels::conv_impl::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
+                                                     acc.data());
+          }
           Array<T> dw = Array<T>::from_shape(w_kernel.shape());
           std::copy(acc.begin(), acc.end(), dw.begin());
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);

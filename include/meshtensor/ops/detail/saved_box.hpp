@@ -1,0 +1,89 @@
+#pragma once
+// What a windowed op keeps of its input box for backward. The box is the own block plus the halo
+// around it; keeping it whole would hold a second copy of every split input until backward. So
+// the own part is kept as the input tensor itself (shared, not copied) and only the halo regions
+// are saved; backward rebuilds the box when it needs it, one op at a time.
+
+#include <utility>
+#include <vector>
+
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/reference/copy_box.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor::detail {
+
+template <class T>
+class SavedBox {
+ public:
+  SavedBox() = default;
+
+  /// The box itself, kept whole (its dims in another order than the input's, say).
+  static SavedBox whole(Array<T>&& box) {
+    SavedBox saved;
+    saved.whole_ = std::move(box);
+    return saved;
+  }
+
+  /// The input block itself when the box is exactly that block.
+  static SavedBox own_block(const Tensor<T>& input) {
+    SavedBox saved;
+    saved.own_ = input.detach();
+    saved.box_ = input.block();
+    return saved;
+  }
+
+  /// `box` over `box_block` (dims in `input`'s order, containing its block): the halo regions are
+  /// copied out and the box dropped.
+  static SavedBox halo_only(const Tensor<T>& input, const Array<T>& box, const Block& box_block) {
+    SavedBox saved;
+    saved.own_ = input.detach();
+    saved.box_ = box_block;
+    const Block& own = input.block();
+    const auto box_strides = kernels::row_major_strides(box_block.sizes());
+    // Box minus own block as disjoint slabs: along dim d, the parts before and after the own
+    // range, over the own range in the dims before d and the whole box in the dims after.
+    for (std::size_t d = 0; d < own.ranges.size(); ++d)
+      for (const Range along : {Range{box_block.ranges[d].begin, own.ranges[d].begin},
+                                Range{own.ranges[d].end, box_block.ranges[d].end}}) {
+        if (along.empty()) continue;
+        Block slab;
+        for (std::size_t e = 0; e < own.ranges.size(); ++e)
+          slab.ranges.push_back(e < d ? own.ranges[e] : e == d ? along : box_block.ranges[e]);
+        if (slab.empty()) continue;
+        Buffer<T> data(slab.num_elements());
+        kernels::copy_box(slab.sizes(),
+                          box.data() + kernels::offset_of_box(slab, box_block, box_strides),
+                          box_strides, data.data(), kernels::row_major_strides(slab.sizes()));
+        saved.halo_.emplace_back(std::move(slab), std::move(data));
+      }
+    return saved;
+  }
+
+  /// The box's data: the saved array or the input block as they are, or the box rebuilt into
+  /// `scratch`.
+  const T* data(Array<T>& scratch) const {
+    if (!own_.defined()) return whole_.data();
+    if (halo_.empty()) return own_.local().data();
+    scratch = Array<T>::from_shape(to_xshape(box_.sizes()));
+    const auto box_strides = kernels::row_major_strides(box_.sizes());
+    const Block& own = own_.block();
+    kernels::copy_box(own.sizes(), own_.local().data(), kernels::row_major_strides(own.sizes()),
+                      scratch.data() + kernels::offset_of_box(own, box_, box_strides), box_strides);
+    for (const auto& [slab, data] : halo_)
+      kernels::copy_box(slab.sizes(), data.data(), kernels::row_major_strides(slab.sizes()),
+                        scratch.data() + kernels::offset_of_box(slab, box_, box_strides),
+                        box_strides);
+    return scratch.data();
+  }
+
+ private:
+  Array<T> whole_;
+  Tensor<T> own_;
+  Block box_;
+  std::vector<std::pair<Block, Buffer<T>>> halo_;
+};
+
+}  // namespace meshtensor::detail
