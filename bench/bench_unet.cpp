@@ -2,7 +2,7 @@
 // volume: step time, memory and halo cost, on the transport the program is started on. One JSON
 // object per line, figures per processor (the largest over processors).
 //
-//   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3]
+//   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 
 #include <algorithm>
@@ -28,6 +28,7 @@ struct Options {
   int steps = 4;
   int channels = 8;
   int depth = 3;
+  bool recompute = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -46,9 +47,12 @@ Options parse(int argc, char** argv) {
       o.channels = std::stoi(value);
     else if (flag == "--depth")
       o.depth = std::stoi(value);
+    else if (flag == "--recompute")
+      o.recompute = value == "1" || value == "true";
     else
-      throw mt::Error("unknown flag " + flag +
-                      "; valid flags are --size, --mesh, --steps, --channels and --depth");
+      throw mt::Error(
+          "unknown flag " + flag +
+          "; valid flags are --size, --mesh, --steps, --channels, --depth and --recompute");
   }
   return o;
 }
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
     unet3d::ModelConfig config;
     config.channels = o.channels;
     config.depth = o.depth;
+    config.recompute = o.recompute;
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
     auto step = [&] {
@@ -170,13 +175,14 @@ int main(int argc, char** argv) {
     if (mesh.processor() == 0)
       std::printf(
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
-          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"step_s\":%.4f,\"halo_s\":%"
+          ".4f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"parameters_and_state_mib\":%.2f,\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
           "\"system_allocations\":%.0f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
-          o.channels, o.depth, step_s, halo_s, halo_bytes,
+          o.channels, o.depth, o.recompute ? "true" : "false", step_s, halo_s, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, parameters_mib,
           rss_start, rss_before_model, rss_peak, allocations, misses);
   });

@@ -51,23 +51,26 @@ def conv_section(rows, peak):
 
 def unet_section(rows):
     ours = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r
-            and r["processors"] == 1 and r["transport"] == "threads"]
+            and r["processors"] == 1 and r["transport"] == "threads"
+            and "recompute" in r]
     torch = [r for r in rows if r["bench"] == "unet_step" and "impl" in r]
     lines = ["", "## U-Net training step, one processor (C=8, depth 3, batch norm, batch 1)", "",
              "Training-step memory: peak RSS minus RSS before the model is built (for meshtensor "
              "also the library's own count, pool). Targets: time ≤ 0.5x and memory ≤ 0.6x the "
              "faster / smaller PyTorch.", "",
-             "| size | meshtensor step (s) | meshtensor memory (MiB, RSS / pool) | PyTorch | "
+             "| size | meshtensor | step (s) | memory (MiB, RSS / pool) | PyTorch | "
              "PyTorch step (s) | PyTorch memory (MiB) | time ratio | memory ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     seen = set()
     for r in ours:
-        if r["size"] in seen:
+        key = (r["size"], r["recompute"])
+        if key in seen:
             continue
-        seen.add(r["size"])
+        seen.add(key)
         memory = r["rss_peak_mib"] - r["rss_before_model_mib"]
+        variant = "--recompute" if r["recompute"] else "activations kept"
         for t in [t for t in torch if t["size"] == r["size"]]:
-            lines.append(f"| {r['size']}³ | {r['step_s']:.3f} | {memory:.0f} / "
+            lines.append(f"| {r['size']}³ | {variant} | {r['step_s']:.3f} | {memory:.0f} / "
                          f"{r['pool_step_mib']:.0f} | {t['impl']} | {t['step_s']:.3f} | "
                          f"{t['step_memory_mib']:.0f} | {r['step_s'] / t['step_s']:.2f}x | "
                          f"{memory / t['step_memory_mib']:.2f}x |")

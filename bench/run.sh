@@ -47,8 +47,10 @@ done
 
 echo "U-Net training step, one processor ..."
 for size in "${unet_sizes[@]}"; do
-  MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" --steps 3 \
-    >> "$raw"
+  for recompute in 0 1; do
+    MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" --steps 3 \
+      --recompute "$recompute" >> "$raw"
+  done
   for py in "${pythons[@]}"; do
     "$py" "$root/bench/torch_bench.py" unet --size "$size" --threads "$cores" --steps 3 >> "$raw"
   done

@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--norm", train.norm, "batch, instance, group or none")
       ->check(CLI::IsMember({"batch", "instance", "group", "none"}));
+  train_cmd->add_flag("--recompute", train.recompute,
+                      "keep only each level's input and output for backward and compute the "
+                      "rest again (less memory, about a third more compute)");
   train_cmd->add_option("--steps", train.steps, "training steps")->check(CLI::PositiveNumber);
   train_cmd
       ->add_option(

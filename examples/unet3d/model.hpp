@@ -27,6 +27,7 @@ struct ModelConfig {
   std::string norm = "batch";
   int classes = 3;
   std::uint64_t seed = 1;
+  bool recompute = false;  // levels recomputed in backward instead of keeping their activations
 };
 
 inline const mt::DimNames spatial{"x", "y", "z"};
@@ -86,15 +87,15 @@ class UNet {
   mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
     std::vector<mt::Tensor<float>> skips;
     for (auto& level : down_) {
-      x = level(x, training);
+      x = run(level, x, training);
       skips.push_back(x);
       x = mt::max_pool(x, mt::Window(spatial).kernel(2));
     }
-    x = (*bottom_)(x, training);
+    x = run(*bottom_, x, training);
     for (std::size_t i = 0; i < up_.size(); ++i) {
       x = up_[i](x);
       x = mt::concat({skips[skips.size() - 1 - i], x}, "channels");
-      x = merge_[i](x, training);
+      x = run(merge_[i], x, training);
     }
     return mt::rename((*head_)(x), "channels", "classes");
   }
@@ -103,6 +104,13 @@ class UNet {
   const ModelConfig& config() const { return config_; }
 
  private:
+  // A level's two convolutions, recomputed in backward when the config says so.
+  mt::Tensor<float> run(DoubleConv& level, const mt::Tensor<float>& x, bool training) {
+    if (!config_.recompute || !training) return level(x, training);
+    return mt::autodiff::recompute<float>(
+        [&level](const std::vector<mt::Tensor<float>>& in) { return level(in[0], true); }, {x});
+  }
+
   ModelConfig config_;
   nn::Parameters<float> params_;
   std::vector<DoubleConv> down_, merge_;

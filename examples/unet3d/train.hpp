@@ -112,6 +112,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   config.channels = o.channels;
   config.norm = o.norm;
   config.seed = o.seed;
+  config.recompute = o.recompute;
   UNet net(mesh, config);
   nn::Adam<float> adam(net.parameters().trainable(), o.lr);
   const auto flags = model_flags(o);
@@ -209,6 +210,10 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   const double peak = mt::all_reduce_value(mesh.world(), peak_rss_mib(), mt::ReduceOp::max);
+  // What the library's pool held at most on the busiest processor: per processor also when the
+  // processors are threads of one process.
+  const double processor_peak = mt::all_reduce_value(
+      mesh.world(), double(mt::memory_stats().peak_held) / (1 << 20), mt::ReduceOp::max);
   if (speaker) {
     const nlohmann::json summary{{"steps", o.steps},
                                  {"final_loss", final_loss},
@@ -216,6 +221,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                                  {"dice_tumor", last_validation.dice(tumour)},
                                  {"step_time_s", median},
                                  {"peak_rss_mib", peak},
+                                 {"peak_processor_memory_mib", processor_peak},
                                  {"mesh", mesh.shape().to_string()},
                                  {"layout", layout.to_string()},
                                  {"processors", mesh.num_processors()},

@@ -41,6 +41,7 @@
 #include "meshtensor/ops/window.hpp"
 
 #include "meshtensor/autodiff/backward.hpp"
+#include "meshtensor/autodiff/recompute.hpp"
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 
