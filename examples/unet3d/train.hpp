@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -133,11 +134,20 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   });
   if (speaker)
     std::printf(
-        "unet3d: %lld parameters, %d processors (%s), mesh %s, layout \"%s\", volume "
-        "%lldx%lldx%lld, batch %lld\n",
+        "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
+        "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", volume %lldx%lldx%lld, "
+        "batch %lld%s\n",
         (long long)net.parameters().count(), mesh.num_processors(), mesh.transport().c_str(),
-        mesh.shape().to_string().c_str(), layout.to_string().c_str(), (long long)o.size[0],
-        (long long)o.size[1], (long long)o.size[2], (long long)o.batch);
+        mt::compute_threads(), mesh.shape().to_string().c_str(), layout.to_string().c_str(),
+        (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch,
+        o.recompute ? ", levels recomputed in backward" : "");
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (speaker && mesh.transport() == "threads" &&
+      mesh.num_processors() * mt::compute_threads() > cores)
+    std::fprintf(stderr,
+                 "unet3d: warning: %d processors x %d threads exceed this machine's %d cores; "
+                 "steps will be slower than with fewer processors or threads\n",
+                 mesh.num_processors(), mt::compute_threads(), cores);
 
   std::vector<double> step_times, losses;
   std::vector<std::pair<int, std::array<double, 2>>> dice_curve;
