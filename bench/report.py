@@ -51,8 +51,7 @@ def conv_section(rows, peak):
 
 def unet_section(rows):
     ours = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r
-            and r["processors"] == 1 and r["transport"] == "threads"
-            and "recompute" in r]
+            and r["processors"] == 1 and r["transport"] == "threads"]
     torch = [r for r in rows if r["bench"] == "unet_step" and "impl" in r]
     lines = ["", "## U-Net training step, one processor (C=8, depth 3, batch norm, batch 1)", "",
              "Training-step memory: peak RSS minus RSS before the model is built (for meshtensor "
@@ -63,12 +62,12 @@ def unet_section(rows):
              "|---|---|---|---|---|---|---|---|---|"]
     seen = set()
     for r in ours:
-        key = (r["size"], r["recompute"])
+        key = (r["size"], r.get("recompute", False))
         if key in seen:
             continue
         seen.add(key)
         memory = r["rss_peak_mib"] - r["rss_before_model_mib"]
-        variant = "--recompute" if r["recompute"] else "activations kept"
+        variant = "--recompute" if r.get("recompute") else "activations kept"
         for t in [t for t in torch if t["size"] == r["size"]]:
             lines.append(f"| {r['size']}³ | {variant} | {r['step_s']:.3f} | {memory:.0f} / "
                          f"{r['pool_step_mib']:.0f} | {t['impl']} | {t['step_s']:.3f} | "
@@ -93,7 +92,8 @@ def scaling_section(rows):
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for transport in ("threads", "mpi"):
         latest = {r["processors"]: r for r in runs  # the scaling run, not the one-processor table's
-                  if r["transport"] == transport and r["size"] == size}
+                  if r["transport"] == transport and r["size"] == size
+                  and not r.get("recompute")}
         series = [latest[p] for p in sorted(latest)]
         if not series or series[0]["processors"] != 1:
             continue
