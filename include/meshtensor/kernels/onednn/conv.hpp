@@ -3,11 +3,12 @@
 // as kernels/reference/conv.hpp.
 //
 // Formats. meshtensor blocks are channels-last (ndhwc), and oneDNN's brgemm/jit kernels run on
-// that format directly — as fast as on its blocked formats from 16 channels up, and twice as fast
-// at 8 channels, where the blocked backward pass wastes half of each 16-lane vector. So
-// activations stay in place: no reorder in or out. Only where oneDNN has no optimised kernel for
-// the plain format (its implementation name starts with "ref", e.g. odd channel counts) do we let
-// it choose a blocked format and reorder. Weights (small) always go to the format oneDNN wants.
+// that format directly — twice as fast as its blocked formats at 8 channels, where the blocked
+// backward pass wastes half of each 16-lane vector — while at many channels and large volumes its
+// blocked formats win even with the reorders in and out. So each pass of each shape is timed once
+// both ways and runs the faster (MESHTENSOR_ONEDNN_FORMATS=channels_last|blocked forces one).
+// Where oneDNN has no optimised kernel for the plain format (its implementation name starts with
+// "ref"), only the blocked one is considered. Weights (small) go to the format oneDNN wants.
 //
 // Memory. Reorder buffers and oneDNN's scratchpad come from the processor's pool for the duration
 // of one call (scratchpad_mode::user), so they count in its memory and are reused, not kept per
@@ -19,7 +20,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,11 +51,17 @@ struct Step {
   memory::desc scratchpad;
 };
 
+// One pass (forward, backward data or backward weights): its primitive, the two tensors it reads
+// and the one it writes.
+struct Pass {
+  Step step;
+  Operand first, second, result;
+};
+
 struct Primitives {
-  Step forward, backward_data, backward_weights;
-  Operand src, weights, dst;                            // forward
-  Operand diff_dst_data, weights_data, diff_src;        // backward data
-  Operand src_weights, diff_dst_weights, diff_weights;  // backward weights
+  Pass forward;           // reads src, weights; writes dst
+  Pass backward_data;     // reads diff_dst, weights; writes diff_src
+  Pass backward_weights;  // reads src, diff_dst; writes diff_weights
 };
 
 // The oneDNN engine, stream and primitives of the calling thread.
@@ -113,7 +122,9 @@ struct Descriptors {
   memory::desc src, weights, dst;
 };
 
-inline Primitives build(const ConvGeometry& g) {
+// The primitives of one shape: each pass on channels-last activations if `channels_last` and
+// oneDNN has an optimised kernel there, else on the formats oneDNN prefers.
+inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
   Context& c = context();
   const auto f32 = memory::data_type::f32;
   const memory::dims src_dims{g.batch, g.c_in, g.in[0], g.in[1], g.in[2]},
@@ -122,10 +133,13 @@ inline Primitives build(const ConvGeometry& g) {
   const Descriptors plain{memory::desc(src_dims, f32, tag::ndhwc),
                           memory::desc(weight_dims, f32, tag::dhwio),
                           memory::desc(dst_dims, f32, tag::ndhwc)};
-  const Descriptors channels_last{plain.src, memory::desc(weight_dims, f32, tag::any), plain.dst};
   const Descriptors free_choice{memory::desc(src_dims, f32, tag::any),
                                 memory::desc(weight_dims, f32, tag::any),
                                 memory::desc(dst_dims, f32, tag::any)};
+  const Descriptors channels_last =
+      channels_last_first
+          ? Descriptors{plain.src, memory::desc(weight_dims, f32, tag::any), plain.dst}
+          : free_choice;
   memory::dims strides, dilates, pad_before, pad_after;
   for (int k = 0; k < 3; ++k) {
     strides.push_back(g.taps[k].stride);
@@ -137,8 +151,6 @@ inline Primitives build(const ConvGeometry& g) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const auto algorithm = dnnl::algorithm::convolution_direct;
 
-  // Each pass on channels-last activations if oneDNN has an optimised kernel there, else on the
-  // formats it prefers.
   auto forward_on = [&](const Descriptors& d) {
     return dnnl::convolution_forward::primitive_desc(
         {dnnl::prop_kind::forward_training, algorithm, d.src, d.weights, d.dst, strides, dilates,
@@ -163,23 +175,35 @@ inline Primitives build(const ConvGeometry& g) {
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
   return Primitives{
-      {dnnl::convolution_forward(forward), forward.scratchpad_desc()},
-      {dnnl::convolution_backward_data(backward_data), backward_data.scratchpad_desc()},
-      {dnnl::convolution_backward_weights(backward_weights), backward_weights.scratchpad_desc()},
-      {plain.src, forward.src_desc()},
-      {plain.weights, forward.weights_desc()},
-      {plain.dst, forward.dst_desc()},
-      {plain.dst, backward_data.diff_dst_desc()},
-      {plain.weights, backward_data.weights_desc()},
-      {plain.src, backward_data.diff_src_desc()},
-      {plain.src, backward_weights.src_desc()},
-      {plain.dst, backward_weights.diff_dst_desc()},
-      {plain.weights, backward_weights.diff_weights_desc()}};
+      {{dnnl::convolution_forward(forward), forward.scratchpad_desc()},
+       {plain.src, forward.src_desc()},
+       {plain.weights, forward.weights_desc()},
+       {plain.dst, forward.dst_desc()}},
+      {{dnnl::convolution_backward_data(backward_data), backward_data.scratchpad_desc()},
+       {plain.dst, backward_data.diff_dst_desc()},
+       {plain.weights, backward_data.weights_desc()},
+       {plain.src, backward_data.diff_src_desc()}},
+      {{dnnl::convolution_backward_weights(backward_weights), backward_weights.scratchpad_desc()},
+       {plain.src, backward_weights.src_desc()},
+       {plain.dst, backward_weights.diff_dst_desc()},
+       {plain.weights, backward_weights.diff_weights_desc()}}};
 }
+
+inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
 
 inline Primitives& primitives(const ConvGeometry& g) {
   auto& slot = context().cache[key_of(g)];
-  if (!slot) slot = std::make_unique<Primitives>(build(g));
+  if (slot) return *slot;
+  // MESHTENSOR_ONEDNN_FORMATS: channels_last, blocked, or (default) the faster per pass, timed
+  // once per shape: channels-last wins at few channels, blocked (with its reorders) at many.
+  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
+  const std::string formats = forced ? forced : "auto";
+  if (formats == "channels_last")
+    slot = std::make_unique<Primitives>(build(g, true));
+  else if (formats == "blocked")
+    slot = std::make_unique<Primitives>(build(g, false));
+  else
+    slot = std::make_unique<Primitives>(choose_faster(build(g, true), build(g, false)));
   return *slot;
 }
 
@@ -221,6 +245,62 @@ inline void execute(const Step& step, CallMemory& call, std::unordered_map<int, 
   step.primitive.execute(context().stream, args);
 }
 
+// Runs a pass on the caller's plain arrays: reads `first` and `second`, writes `result`.
+inline void run(const Pass& pass, const std::array<int, 3>& args, const float* first,
+                const float* second, float* result) {
+  CallMemory call;
+  auto written = call.write(pass.result, result);
+  execute(pass.step, call,
+          {{args[0], call.read(pass.first, first)},
+           {args[1], call.read(pass.second, second)},
+           {args[2], written}});
+  call.finish(pass.result, written, result);
+  context().stream.wait();
+}
+
+constexpr std::array<int, 3> forward_args{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+constexpr std::array<int, 3> backward_data_args{DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS,
+                                                DNNL_ARG_DIFF_SRC};
+constexpr std::array<int, 3> backward_weights_args{DNNL_ARG_SRC, DNNL_ARG_DIFF_DST,
+                                                   DNNL_ARG_DIFF_WEIGHTS};
+
+// Per pass, the variant that runs faster on this shape (reorders included), timed on zeros; passes
+// whose variants use the same formats are not timed.
+inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
+  const auto count = [](const Operand& o) { return o.plain.get_size() / sizeof(float); };
+  const Pass& f = channels_last.forward;
+  Buffer<float> src(count(f.first), 0.0f), weights(count(f.second), 0.0f),
+      dst(count(f.result), 0.0f);
+  auto seconds = [](auto&& run_once) {
+    const auto start = std::chrono::steady_clock::now();
+    run_once();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // Warm-up runs, then the best of two interleaved runs each: one slow moment on a shared
+  // machine should not decide.
+  auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
+                    const float* first, const float* second, float* result) {
+    if (chosen.result.chosen == other.result.chosen && chosen.first.chosen == other.first.chosen)
+      return;  // same formats: nothing to choose
+    auto with = [&](const Pass& pass) { return [&] { run(pass, args, first, second, result); }; };
+    with(chosen)();
+    with(other)();
+    double mine = 1e300, theirs = 1e300;
+    for (int round = 0; round < 2; ++round) {
+      mine = std::min(mine, seconds(with(chosen)));
+      theirs = std::min(theirs, seconds(with(other)));
+    }
+    if (theirs < mine) chosen = other;
+  };
+  Primitives chosen = channels_last;
+  choose(chosen.forward, blocked.forward, forward_args, src.data(), weights.data(), dst.data());
+  choose(chosen.backward_data, blocked.backward_data, backward_data_args, dst.data(),
+         weights.data(), src.data());
+  choose(chosen.backward_weights, blocked.backward_weights, backward_weights_args, src.data(),
+         dst.data(), weights.data());
+  return chosen;
+}
+
 }  // namespace detail
 
 template <class T>
@@ -229,15 +309,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
     return blocked::conv_forward(g, input, weight, output);
   } else {
     if (!detail::supported(g)) return blocked::conv_forward(g, input, weight, output);
-    const auto& p = detail::primitives(g);
-    detail::CallMemory call;
-    auto dst = call.write(p.dst, output);
-    detail::execute(p.forward, call,
-                    {{DNNL_ARG_SRC, call.read(p.src, input)},
-                     {DNNL_ARG_WEIGHTS, call.read(p.weights, weight)},
-                     {DNNL_ARG_DST, dst}});
-    call.finish(p.dst, dst, output);
-    detail::context().stream.wait();
+    detail::run(detail::primitives(g).forward, detail::forward_args, input, weight, output);
   }
 }
 
@@ -249,15 +321,8 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   } else {
     if (!detail::supported(g))
       return blocked::conv_backward_input(g, grad_output, weight, grad_input);
-    const auto& p = detail::primitives(g);
-    detail::CallMemory call;
-    auto diff_src = call.write(p.diff_src, grad_input);
-    detail::execute(p.backward_data, call,
-                    {{DNNL_ARG_DIFF_DST, call.read(p.diff_dst_data, grad_output)},
-                     {DNNL_ARG_WEIGHTS, call.read(p.weights_data, weight)},
-                     {DNNL_ARG_DIFF_SRC, diff_src}});
-    call.finish(p.diff_src, diff_src, grad_input);
-    detail::context().stream.wait();
+    detail::run(detail::primitives(g).backward_data, detail::backward_data_args, grad_output,
+                weight, grad_input);
   }
 }
 
@@ -269,17 +334,10 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   } else {
     if (!detail::supported(g))
       return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
-    const auto& p = detail::primitives(g);
-    detail::CallMemory call;
     Buffer<float> result(
         static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
-    auto diff_weights = call.write(p.diff_weights, result.data());
-    detail::execute(p.backward_weights, call,
-                    {{DNNL_ARG_SRC, call.read(p.src_weights, input)},
-                     {DNNL_ARG_DIFF_DST, call.read(p.diff_dst_weights, grad_output)},
-                     {DNNL_ARG_DIFF_WEIGHTS, diff_weights}});
-    call.finish(p.diff_weights, diff_weights, result.data());
-    detail::context().stream.wait();
+    detail::run(detail::primitives(g).backward_weights, detail::backward_weights_args, input,
+                grad_output, result.data());
     // The float result joins the caller's double sum.
     for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
   }
