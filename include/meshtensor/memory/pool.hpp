@@ -69,7 +69,6 @@ class MemoryPool {
           size = it->first;
           base = it->second.back();
           it->second.pop_back();
-          cached_ -= size;
           break;
         }
       }
@@ -85,7 +84,6 @@ class MemoryPool {
           }
           unmap(it->second.back(), it->first);
           it->second.pop_back();
-          cached_ -= it->first;
           stats_.held -= it->first;
         }
       }
@@ -106,7 +104,6 @@ class MemoryPool {
     auto* header = static_cast<Header*>(base);
     header->pool = this;
     header->size = size;
-    header->pooled = pooled;
     return static_cast<char*>(base) + alignment;
   }
 
@@ -117,13 +114,12 @@ class MemoryPool {
     auto* header = static_cast<Header*>(base);
     MemoryPool* pool = header->pool;
     const std::size_t size = header->size;
-    const bool pooled = header->pooled;
+    const bool pooled = size >= pooled_from;  // malloc'd blocks are all smaller
     {
       std::lock_guard<std::mutex> lock(pool->mutex_);
       pool->stats_.in_use -= size;
       if (pooled && pool->open_) {
         pool->cache_[size].push_back(base);
-        pool->cached_ += size;
         base = nullptr;
       } else {
         pool->stats_.held -= size;
@@ -158,14 +154,12 @@ class MemoryPool {
       stats_.held -= size * blocks.size();
       blocks.clear();
     }
-    cached_ = 0;
   }
 
  private:
   struct Header {
     MemoryPool* pool;
     std::size_t size;
-    bool pooled;
   };
   static_assert(sizeof(Header) <= alignment);
 
@@ -198,7 +192,6 @@ class MemoryPool {
   mutable std::mutex mutex_;
   MemoryStats stats_;
   std::map<std::size_t, std::vector<void*>> cache_;  // free blocks by size class
-  std::size_t cached_ = 0;
   std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
   std::atomic<long> references_{1};  // the owner, plus one per live block

@@ -67,7 +67,8 @@ class HaloPlan {
       wanted_.ranges.push_back(wanted);
       if (axis && parts > 1) exchanged_.push_back(d);
     }
-    const Block in = clip(need_);
+    inside_ = clip(need_);
+    const Block& in = inside_;
     for (std::size_t d = 0; d < shape.rank(); ++d)
       inside_work_.ranges.push_back(in.ranges[d].empty() ? own_.ranges[d]
                                                          : hull(own_.ranges[d], in.ranges[d]));
@@ -76,7 +77,7 @@ class HaloPlan {
   /// This processor's read range: the box exchange() returns (padding included).
   const Block& box() const { return need_; }
   /// The read range without the padding outside the tensor: the box exchange_inside() returns.
-  Block inside() const { return clip(need_); }
+  const Block& inside() const { return inside_; }
   const Block& own() const { return own_; }
   /// The split dims exchanged, in order (positions in the tensor's shape).
   const std::vector<std::size_t>& exchanged() const { return exchanged_; }
@@ -147,7 +148,7 @@ class HaloPlan {
   Pending<T> begin_add_inside(Mesh& mesh, Array<T>&& grad) const {
     Pending<T> pending;
     pending.adjoint = true;
-    const Block in = inside();
+    const Block& in = inside_;
     if (in == inside_work_) {
       pending.work = std::move(grad);
     } else {
@@ -177,7 +178,7 @@ class HaloPlan {
   Array<T> exchange_add(Mesh& mesh, const Array<T>& grad) const {
     Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
     work.fill(T(0));
-    copy_into(work, cover_, grad.data(), need_, clip(need_));
+    copy_into(work, cover_, grad.data(), need_, inside_);
     for (std::size_t step = exchanged_.size(); step-- > 0;)
       move(mesh, step, cover_, work, /*adjoint=*/true);
     return extract(std::move(work), cover_, own_);
@@ -344,6 +345,7 @@ class HaloPlan {
   TensorLayout layout_;
   HaloNeeds needs_;
   Block own_, need_, cover_, wanted_;
+  Block inside_;                        // need_ clipped to the tensor
   Block inside_work_;                   // hull of own_ and inside(): exchange_inside's work array
   std::vector<int> index_;              // this processor's block index along each dim
   std::vector<std::size_t> exchanged_;  // split dims, in exchange order
