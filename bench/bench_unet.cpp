@@ -162,6 +162,8 @@ int main(int argc, char** argv) {
         mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
     const double misses =
         largest(mesh, double(stats.system_allocations - pool_before.system_allocations) / o.steps);
+    const double fresh_mib =
+        largest(mesh, double(stats.fresh_bytes - pool_before.fresh_bytes) / o.steps / (1 << 20));
     const double allocations =
         largest(mesh, double(stats.allocations - pool_before.allocations) / o.steps);
     const double pool_step_peak = largest(mesh, double(stats.peak_held - pool_before_model) / mib);
@@ -180,10 +182,10 @@ int main(int argc, char** argv) {
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"parameters_and_state_mib\":%.2f,\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
-          "\"system_allocations\":%.0f}\n",
+          "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
           o.channels, o.depth, o.recompute ? "true" : "false", step_s, halo_s, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, parameters_mib,
-          rss_start, rss_before_model, rss_peak, allocations, misses);
+          rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib);
   });
 }

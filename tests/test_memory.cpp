@@ -1,8 +1,9 @@
-// The per-processor memory pool: reuse without new system memory, exact accounting, a cache that
-// never holds more than the peak in use, blocks freed on other threads, and one pool per processor
-// under the threads transport.
+// The per-processor memory pool: reuse without new system memory (whole, split or grown blocks),
+// exact accounting, a cache that never holds more than the peak in use, blocks freed on other
+// threads, and one pool per processor under the threads transport.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <thread>
 
 #include <meshtensor/meshtensor.hpp>
@@ -26,6 +27,36 @@ TEST_CASE("a freed block serves the next allocation of its size without new syst
   CHECK(pool.stats().held == after_first.held);
   MemoryPool::deallocate(b);
   CHECK(reinterpret_cast<std::uintptr_t>(b) % MemoryPool::alignment == 0);
+}
+
+TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller one") {
+  ProcessorMemory scope;
+  MemoryPool& pool = memory_pool();
+  void* big = pool.allocate(4'000'000);
+  std::memset(big, 1, 4'000'000);
+  MemoryPool::deallocate(big);
+  const MemoryStats cached = pool.stats();
+  CHECK(cached.in_use == 0);
+
+  // Far smaller: the front of the cached block, its tail stays cached; nothing new is mapped.
+  auto* front = static_cast<unsigned char*>(pool.allocate(1'000'000));
+  CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+  CHECK(pool.stats().held == cached.held);
+  CHECK(front[999'999] == 1);             // the cached block's page, not a fresh zero page
+  void* rest = pool.allocate(2'500'000);  // served from the tail
+  CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+  MemoryPool::deallocate(front);
+  MemoryPool::deallocate(rest);
+
+  // Bigger than any cached block: one grows, and only the growth is new memory.
+  const MemoryStats before_growth = pool.stats();
+  auto* grown = static_cast<unsigned char*>(pool.allocate(6'000'000));
+  const MemoryStats after_growth = pool.stats();
+  CHECK(after_growth.fresh_bytes - before_growth.fresh_bytes < 6'000'000);
+  CHECK(after_growth.held <= after_growth.peak_in_use);
+  std::memset(grown, 2, 6'000'000);
+  CHECK(grown[5'999'999] == 2);
+  MemoryPool::deallocate(grown);
 }
 
 TEST_CASE("the pool never holds more than the peak in use") {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -25,6 +26,17 @@ struct PoolAllocator {
   T* allocate(std::size_t n) { return static_cast<T*>(memory_pool().allocate(n * sizeof(T))); }
   void deallocate(T* p, std::size_t) noexcept { MemoryPool::deallocate(p); }
 
+  // Default-initialisation, not value-initialisation: a buffer of n floats is not zeroed, since
+  // every user overwrites it (zeroing also faults in every page before the kernel does).
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+
   template <class U>
   bool operator==(const PoolAllocator<U>&) const noexcept {
     return true;
@@ -39,7 +51,8 @@ struct PoolAllocator {
 template <class T>
 using Array = xt::xarray<T, xt::layout_type::row_major, PoolAllocator<T>>;
 
-/// A flat buffer from the processor's pool (messages, kernel scratch).
+/// A flat buffer from the processor's pool (messages, kernel scratch); `Buffer<T>(n)` leaves its
+/// elements uninitialised, `Buffer<T>(n, value)` fills them.
 template <class T>
 using Buffer = std::vector<T, PoolAllocator<T>>;
 

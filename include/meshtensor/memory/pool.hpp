@@ -6,9 +6,10 @@
 //    costs ~8k page faults per allocation otherwise).
 //  - Accounting. It knows what this processor holds, now and at its peak — also under the threads
 //    transport, where all processors share one process and its RSS says nothing per processor.
-// Big blocks (>= 64 KiB) are mmap'd in size classes (8 per power of two) and cached when freed; the
-// cache never lets the pool hold more than the peak in use (a miss first gives cached blocks back),
-// so reuse costs no memory beyond the peak. Small blocks go to malloc and are only counted.
+// Big blocks (>= 64 KiB) are mmap'd in size classes (8 per power of two) and cached when freed; a
+// request no cached block fits splits a bigger one or grows a smaller one (mremap keeps its pages).
+// The cache never lets the pool hold more than the peak in use (a miss first gives cached blocks
+// back), so reuse costs no memory beyond the peak. Small blocks go to malloc and are only counted.
 // Every block starts with a header naming its pool, so a block may be freed on any thread.
 
 #include <sys/mman.h>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -31,6 +33,7 @@ struct MemoryStats {
   std::size_t in_use = 0, peak_in_use = 0;
   std::size_t held = 0, peak_held = 0;
   std::size_t allocations = 0, system_allocations = 0;  // hits = allocations - system ones
+  std::size_t fresh_bytes = 0;  // taken from the system (new or grown blocks): page faults to come
 };
 
 class MemoryPool {
@@ -55,55 +58,46 @@ class MemoryPool {
   void* allocate(std::size_t bytes) {
     const std::size_t total = bytes + alignment;
     const bool pooled = total >= pooled_from;
-    std::size_t size = pooled ? size_class(total) : total;
+    const std::size_t size = pooled ? size_class(total) : total;
+    std::size_t granted = size;  // a cached block may be somewhat bigger than asked
     void* base = nullptr;
+    Resize resize;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.allocations;
-      if (pooled) {
-        // The smallest cached block that fits, if it wastes at most a quarter: steps allocate
-        // the same sizes in a slightly different order each time, and exact classes miss often.
-        for (auto it = cache_.lower_bound(size); it != cache_.end() && it->first <= size + size / 4;
-             ++it) {
-          if (it->second.empty()) continue;
-          size = it->first;
-          base = it->second.back();
-          it->second.pop_back();
-          break;
-        }
-      }
-      stats_.in_use += size;
+      if (pooled) base = take_cached(size, granted, resize);
+      stats_.in_use += granted;
       stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
       high_water_ = std::max(high_water_, stats_.in_use);
-      if (pooled && !base) {
-        // A miss: give back cached blocks until the pool stays within the peak in use.
-        for (auto it = cache_.rbegin(); it != cache_.rend() && stats_.held + size > high_water_;) {
-          if (it->second.empty()) {
-            ++it;
-            continue;
-          }
-          unmap(it->second.back(), it->first);
-          it->second.pop_back();
-          stats_.held -= it->first;
-        }
-      }
-      if (!base) {
-        ++stats_.system_allocations;
-        stats_.held += size;
+      if (pooled && (!base || resize.from)) {
+        // Memory from the system (a new block, or a cached one grown): give back other cached
+        // blocks until the pool stays within the peak in use.
+        stats_.held = stats_.held + granted - resize.from;
+        if (granted > resize.from) stats_.fresh_bytes += granted - resize.from;
+        trim_to(high_water_);
         stats_.peak_held = std::max(stats_.peak_held, stats_.held);
+        ++stats_.system_allocations;
+      } else if (!base) {
+        stats_.held += granted;
+        stats_.fresh_bytes += granted;
+        stats_.peak_held = std::max(stats_.peak_held, stats_.held);
+        ++stats_.system_allocations;
       }
     }
-    if (!base) base = pooled ? map(size) : std::aligned_alloc(alignment, round_up(total));
+    if (resize.from)
+      base = remap(resize.block, resize.from, granted);
+    else if (!base)
+      base = pooled ? map(granted) : std::aligned_alloc(alignment, round_up(total));
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);
-      stats_.in_use -= size;
-      stats_.held -= size;
+      stats_.in_use -= granted;
+      stats_.held -= granted;
       throw std::bad_alloc();
     }
     references_.fetch_add(1, std::memory_order_relaxed);
     auto* header = static_cast<Header*>(base);
     header->pool = this;
-    header->size = size;
+    header->size = granted;
     return static_cast<char*>(base) + alignment;
   }
 
@@ -152,8 +146,8 @@ class MemoryPool {
     for (auto& [size, blocks] : cache_) {
       for (void* base : blocks) unmap(base, size);
       stats_.held -= size * blocks.size();
-      blocks.clear();
     }
+    cache_.clear();
   }
 
  private:
@@ -167,6 +161,62 @@ class MemoryPool {
 
   void drop_reference() {
     if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // A cached block grown into the one asked for: its faulted-in pages are kept (mremap), only the
+  // growth is new memory.
+  struct Resize {
+    void* block = nullptr;
+    std::size_t from = 0;  // its size in the cache; 0: no resize
+  };
+
+  // Under the lock: a cached block for a request of `size` bytes, or nullptr for a fresh map.
+  // Best is the smallest block that fits while wasting at most a quarter (`granted` is its size).
+  // Steps allocate the same sizes each time, in a slightly different order, so such matches miss
+  // often; then a bigger cached block is split (its tail stays cached) or the biggest smaller one
+  // grown, never a new block mapped while cached pages could serve: page faults, and the kernel
+  // zeroing each page, cost a U-Net step a fifth of its time when every miss maps afresh.
+  void* take_cached(std::size_t size, std::size_t& granted, Resize& resize) {
+    auto pop = [&](std::map<std::size_t, std::vector<void*>>::iterator it) {
+      void* block = it->second.back();
+      it->second.pop_back();
+      if (it->second.empty()) cache_.erase(it);
+      return block;
+    };
+    if (cache_.empty()) return nullptr;
+    auto fit = cache_.lower_bound(size);
+    if (fit != cache_.end()) {
+      const std::size_t found = fit->first;
+      void* block = pop(fit);
+      if (found <= size + size / 4) {
+        granted = found;
+        return block;
+      }
+      // Pages of one mapping can be unmapped and remapped separately: the tail is a block too.
+      void* tail = static_cast<char*>(block) + size;
+      if (found - size >= pooled_from) {
+        cache_[found - size].push_back(tail);
+      } else {
+        unmap(tail, found - size);
+        stats_.held -= found - size;
+      }
+      return block;
+    }
+    resize.from = std::prev(cache_.end())->first;
+    resize.block = pop(std::prev(cache_.end()));
+    return resize.block;
+  }
+
+  // Under the lock: unmaps cached blocks, smallest first (the big ones serve more requests, split
+  // or whole), until the pool holds at most `limit`.
+  void trim_to(std::size_t limit) {
+    while (stats_.held > limit && !cache_.empty()) {
+      auto it = cache_.begin();
+      unmap(it->second.back(), it->first);
+      stats_.held -= it->first;
+      it->second.pop_back();
+      if (it->second.empty()) cache_.erase(it);
+    }
   }
 
   static std::size_t round_up(std::size_t bytes) {
@@ -188,6 +238,20 @@ class MemoryPool {
     return p;
   }
   static void unmap(void* base, std::size_t size) { munmap(base, size); }
+  // `base` (a mapped block of `from` bytes) resized to `to` bytes, keeping its pages.
+  static void* remap(void* base, std::size_t from, std::size_t to) {
+#ifdef MREMAP_MAYMOVE
+    void* p = mremap(base, from, to, MREMAP_MAYMOVE);
+    if (p != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+      if (to > from && to >= (std::size_t{4} << 20)) madvise(p, to, MADV_HUGEPAGE);
+#endif
+      return p;
+    }
+#endif
+    unmap(base, from);
+    return map(to);
+  }
 
   mutable std::mutex mutex_;
   MemoryStats stats_;
