@@ -15,8 +15,8 @@ void all_reduce(Communicator& comm, T* data, std::size_t count, ReduceOp op) {
   comm.all_reduce(data, count, dtype_of<T>(), op);
 }
 
-template <class T>
-void all_reduce(Communicator& comm, std::vector<T>& data, ReduceOp op) {
+template <class T, class Allocator>
+void all_reduce(Communicator& comm, std::vector<T, Allocator>& data, ReduceOp op) {
   all_reduce(comm, data.data(), data.size(), op);
 }
 

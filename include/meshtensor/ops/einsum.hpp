@@ -13,6 +13,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
@@ -24,24 +25,25 @@
 namespace meshtensor {
 namespace detail {
 
-// A block with its dim names: what the local contraction works on.
+// A block with its dim names: what the local contraction works on. It points at an operand's
+// block (never a copy) or owns an intermediate product.
 template <class T>
 struct NamedBlock {
   std::vector<std::string> names;
   kernels::Sizes sizes;
-  Array<T> data;
+  const T* data = nullptr;
+  Array<T> owned;
 };
 
 template <class Acc, class T>
-std::vector<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
-                          const std::vector<std::string>& out_names,
-                          const kernels::Sizes& out_sizes,
-                          const std::vector<std::string>& inner_names,
-                          const kernels::Sizes& inner_sizes) {
-  std::vector<Acc> out(static_cast<std::size_t>(kernels::num_elements(out_sizes)));
+Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
+                     const std::vector<std::string>& out_names, const kernels::Sizes& out_sizes,
+                     const std::vector<std::string>& inner_names,
+                     const kernels::Sizes& inner_sizes) {
+  Buffer<Acc> out(static_cast<std::size_t>(kernels::num_elements(out_sizes)));
   auto operand = [&](const NamedBlock<T>& b) {
     kernels::FoldOperand<T> op;
-    op.data = b.data.data();
+    op.data = b.data;
     const auto own = kernels::row_major_strides(b.sizes);
     auto strides = [&](const std::vector<std::string>& names) {
       kernels::Strides s(names.size(), 0);
@@ -54,12 +56,13 @@ std::vector<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
     op.inner_strides = strides(inner_names);
     return op;
   };
-  auto plus = [](Acc a, Acc b) { return a + b; };
+  const int threads = compute_threads();
   if (in.size() == 1)
-    kernels::fold<Acc, T, 1>(out_sizes, inner_sizes, {operand(*in[0])}, out.data(), Acc(0), plus);
+    kernels::parallel_sum<Acc, T, 1>(out_sizes, inner_sizes, {operand(*in[0])}, out.data(),
+                                     threads);
   else
-    kernels::fold<Acc, T, 2>(out_sizes, inner_sizes, {operand(*in[0]), operand(*in[1])}, out.data(),
-                             Acc(0), plus);
+    kernels::parallel_sum<Acc, T, 2>(out_sizes, inner_sizes, {operand(*in[0]), operand(*in[1])},
+                                     out.data(), threads);
   return out;
 }
 
@@ -107,9 +110,10 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
 
   // Contract left to right; each step keeps the dims the output or a later operand still needs.
   std::vector<detail::NamedBlock<T>> blocks;
-  for (const auto& t : aligned) blocks.push_back({t.shape().names(), t.block().sizes(), t.local()});
-  detail::NamedBlock<T> current = blocks[0];
-  std::vector<Acc> result;
+  for (const auto& t : aligned)
+    blocks.push_back({t.shape().names(), t.block().sizes(), t.local().data(), {}});
+  detail::NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, {}};
+  Buffer<Acc> result;
   const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);
   for (std::size_t step = 0; step < steps; ++step) {
     std::vector<const detail::NamedBlock<T>*> in{&current};
@@ -140,7 +144,8 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
       Array<T> data = Array<T>::from_shape(detail::to_xshape(keep_sizes));
       std::transform(partial.begin(), partial.end(), data.begin(),
                      [](Acc v) { return static_cast<T>(v); });
-      current = {keep, keep_sizes, std::move(data)};
+      current = {keep, keep_sizes, nullptr, std::move(data)};
+      current.data = current.owned.data();
     }
   }
 

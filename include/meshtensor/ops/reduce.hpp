@@ -13,6 +13,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
@@ -70,9 +71,9 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
   const auto n = static_cast<std::size_t>(kernels::num_elements(kept_sizes));
   if (op == ReduceOp::sum) {
     using Acc = kernels::accumulator_t<T>;
-    std::vector<Acc> partial(n);
-    kernels::fold<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(), Acc(0),
-                             [](Acc a, Acc b) { return a + b; });
+    Buffer<Acc> partial(n);
+    kernels::parallel_sum<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(),
+                                     compute_threads());
     return finish(partial);
   }
   // An empty block (a dim smaller than its mesh axis) contributes the identity of max or min.
@@ -81,9 +82,10 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
       std::numeric_limits<T>::has_infinity
           ? (is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
           : (is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
-  std::vector<T> partial(n);
-  kernels::fold<T, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
-                         [is_max](T a, T b) { return is_max ? (a < b ? b : a) : (b < a ? b : a); });
+  Buffer<T> partial(n);
+  kernels::parallel_fold<T, T, 1>(
+      kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
+      [is_max](T a, T b) { return is_max ? (a < b ? b : a) : (b < a ? b : a); }, compute_threads());
   return finish(partial);
 }
 
@@ -99,9 +101,9 @@ Tensor<T> reduce_recorded(const Tensor<T>& t, const DimNames& reduced, ReduceOp 
     const T scale = mean ? T(out.shape().num_elements()) / T(t.shape().num_elements()) : T(1);
     autodiff::record(out, {t},
                      [layout = t.layout(), scale](const Tensor<T>& g, const std::vector<bool>&) {
-                       auto spread = broadcast_to(g, layout);
-                       if (scale != T(1)) spread.local() *= scale;
-                       return std::vector<Tensor<T>>{spread};
+                       if (scale == T(1)) return std::vector<Tensor<T>>{broadcast_to(g, layout)};
+                       // Scaled before spreading: the small tensor, not the big one.
+                       return std::vector<Tensor<T>>{broadcast_to(g * scale, layout)};
                      });
   } else {
     autodiff::record(

@@ -11,9 +11,11 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
@@ -150,7 +152,11 @@ class Tensor {
       throw Error("gradient of layout " + g.layout().to_string() + " cannot accumulate into " +
                   sum.layout().to_string());
     if (sum.state_.use_count() > 1 || sum.state_->data.use_count() > 1) sum = sum.clone();
-    sum.local() += g.local();
+    // In place on the compute threads (xtensor's `+=` would build a temporary).
+    T* into = sum.local().data();
+    const T* add = g.local().data();
+    kernels::parallel_for(static_cast<std::int64_t>(sum.local().size()), compute_threads(),
+                          [into, add](std::int64_t i) { into[i] += add[i]; });
   }
 
   std::string to_string() const {

@@ -2,8 +2,10 @@
 // Folds over an inner box for each index of an outer box: the kernel under einsum (a sum of
 // products) and under the reductions (sum, max, min of one operand).
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "meshtensor/kernels/reference/strided.hpp"
 
@@ -42,6 +44,81 @@ void fold(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T
     });
     out[o++] = static_cast<Out>(acc);
   });
+}
+
+/// fold() with the outputs shared out among up to `threads` threads.
+template <class Acc, class T, std::size_t N, class Out, class Combine>
+void parallel_fold(const Sizes& outer, const Sizes& inner,
+                   const std::array<FoldOperand<T>, N>& operands, Out* out, Acc init,
+                   Combine combine, int threads) {
+  std::array<Strides, N + 1> strides;
+  for (std::size_t k = 0; k < N; ++k) strides[k] = operands[k].outer_strides;
+  strides[N] = row_major_strides(outer);
+  // A part is a run of whole outer indices: its outputs are contiguous from its base.
+  for_each_part<N + 1>(outer, strides, threads,
+                       [&](int, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+                         auto shifted = operands;
+                         for (std::size_t k = 0; k < N; ++k) shifted[k].data += base[k];
+                         fold<Acc, T, N>(sub, inner, shifted, out + base[N], init, combine);
+                       });
+}
+
+/**
+ * out[o] = sum over every inner index i of the product of the operands at (o, i), on up to
+ * `threads` threads: what einsum and the sum reductions compute. A small output (a bias or scale
+ * gradient: a few sums over a whole activation) is summed in the first operand's memory order,
+ * each thread into its own copy of `out`, rather than one strided pass per output; a big output
+ * is shared out among the threads.
+ */
+template <class Acc, class T, std::size_t N>
+void parallel_sum(const Sizes& outer, const Sizes& inner,
+                  const std::array<FoldOperand<T>, N>& operands, Acc* out, int threads) {
+  const std::int64_t outputs = num_elements(outer);
+  const std::int64_t terms = num_elements(inner);
+  const auto output_strides = row_major_strides(outer);
+  if (outputs > (1 << 14) || terms < 8)
+    return parallel_fold<Acc, T, N>(
+        outer, inner, operands, out, Acc(0), [](Acc a, Acc b) { return a + b; }, threads);
+  // Every dim, outer then inner, ordered by the first operand's strides: its memory order.
+  struct Axis {
+    std::int64_t size;
+    std::array<std::int64_t, N + 1> strides;
+  };
+  std::vector<Axis> axes;
+  for (std::size_t d = 0; d < outer.size() + inner.size(); ++d) {
+    const bool is_outer = d < outer.size();
+    const std::size_t e = is_outer ? d : d - outer.size();
+    Axis axis{is_outer ? outer[e] : inner[e], {}};
+    for (std::size_t k = 0; k < N; ++k)
+      axis.strides[k] = is_outer ? operands[k].outer_strides[e] : operands[k].inner_strides[e];
+    axis.strides[N] = is_outer ? output_strides[e] : 0;
+    axes.push_back(axis);
+  }
+  std::stable_sort(axes.begin(), axes.end(),
+                   [](const Axis& a, const Axis& b) { return a.strides[0] > b.strides[0]; });
+  Sizes sizes;
+  std::array<Strides, N + 1> strides;
+  for (const auto& axis : axes) {
+    sizes.push_back(axis.size);
+    for (std::size_t k = 0; k <= N; ++k) strides[k].push_back(axis.strides[k]);
+  }
+  std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
+  const int used = for_each_part<N + 1>(
+      sizes, strides, threads,
+      [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+        Acc* acc = sums[p].data();
+        for_each_offset<N + 1>(sub, strides, [&](const std::array<std::int64_t, N + 1>& o) {
+          Acc product = static_cast<Acc>(operands[0].data[base[0] + o[0]]);
+          for (std::size_t k = 1; k < N; ++k)
+            product *= static_cast<Acc>(operands[k].data[base[k] + o[k]]);
+          acc[base[N] + o[N]] += product;
+        });
+      });
+  for (std::int64_t i = 0; i < outputs; ++i) {
+    Acc total = sums[0][i];
+    for (int p = 1; p < used; ++p) total += sums[p][i];
+    out[i] = total;
+  }
 }
 
 }  // namespace meshtensor::kernels
