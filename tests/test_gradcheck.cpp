@@ -77,6 +77,13 @@ TEST_CASE("normalisation") {
             {image, "channels:2", "channels:2"},
             [](Mesh&, const Inputs& in) { return weigh(batch_norm(in[0], in[1], in[2])); },
             1e-5) == "");
+  CHECK(gradcheck(
+            {image, "channels:2", "channels:2"},
+            [](Mesh&, const Inputs& in) {
+              return weigh(
+                  batch_norm(in[0], in[1], in[2], "channels", 1e-5, nullptr, Activation::relu));
+            },
+            1e-5) == "");
   CHECK(
       gradcheck(
           {image, "channels:2", "channels:2"},

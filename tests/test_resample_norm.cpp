@@ -62,6 +62,11 @@ TEST_CASE("concatenation along a split or unsplit dim matches one processor") {
 TEST_CASE("batch, instance and group norm match one processor, gradients of gamma and beta too") {
   CHECK(check([](auto& in) { return batch_norm(in[0], in[1], in[2]); },
               {"channels:3", "channels:3"}) == "");
+  CHECK(check(
+            [](auto& in) {
+              return batch_norm(in[0], in[1], in[2], "channels", 1e-5, nullptr, Activation::relu);
+            },
+            {"channels:3", "channels:3"}) == "");
   CHECK(check([](auto& in) { return instance_norm(in[0], in[1], in[2], "x, y, z"); },
               {"channels:3", "channels:3"}) == "");
   CHECK(compare_with_one_processor(
@@ -75,6 +80,36 @@ TEST_CASE("batch, instance and group norm match one processor, gradients of gamm
               return std::vector<Tensor<float>>{out, x.grad(), gamma.grad(), beta.grad()};
             },
             1e-5, spatial_cases()) == "");
+}
+
+TEST_CASE("fused batch norm (+ ReLU) equals normalise, scale, shift (and ReLU) as separate ops") {
+  auto run = [](bool fused, Activation activation) {
+    return on_one_processor([&](Mesh& m) {
+      auto x = test_input(m, volume_shape, "", 1).set_requires_grad();
+      auto gamma = test_input(m, "channels:3", "", 2).set_requires_grad();
+      auto beta = test_input(m, "channels:3", "", 3).set_requires_grad();
+      Tensor<float> out;
+      if (fused) {
+        out = batch_norm(x, gamma, beta, "channels", 1e-5, nullptr, activation);
+      } else {
+        out = normalize(x, "batch, x, y, z", 1e-5) * gamma + beta;
+        if (activation == Activation::relu) out = relu(out);
+      }
+      backward(reduce_sum(out * test_input(m, out.shape(), "", 9)));
+      std::vector<std::vector<float>> values;
+      for (const auto& t : {out, x.grad(), gamma.grad(), beta.grad()})
+        values.emplace_back(t.local().begin(), t.local().end());
+      return values;
+    });
+  };
+  for (auto activation : {Activation::none, Activation::relu}) {
+    const auto fused = run(true, activation), separate = run(false, activation);
+    for (std::size_t k = 0; k < fused.size(); ++k) {
+      REQUIRE(fused[k].size() == separate[k].size());
+      for (std::size_t i = 0; i < fused[k].size(); ++i)
+        CHECK(fused[k][i] == Approx(separate[k][i]).epsilon(1e-4).margin(1e-5));
+    }
+  }
 }
 
 TEST_CASE("batch statistics are the same on every layout and are stable for large offsets") {

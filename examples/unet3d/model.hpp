@@ -48,8 +48,8 @@ class DoubleConv {
   }
 
   mt::Tensor<float> operator()(const mt::Tensor<float>& x, bool training) {
-    auto h = mt::relu(norm1_(conv1_(x), training));
-    return mt::relu(norm2_(conv2_(h), training));
+    auto h = norm1_(conv1_(x), training, mt::Activation::relu);
+    return norm2_(conv2_(h), training, mt::Activation::relu);
   }
 
  private:

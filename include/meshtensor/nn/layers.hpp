@@ -120,7 +120,16 @@ class Norm {
                   " channels do not split into " + std::to_string(groups_) + " groups");
   }
 
-  Tensor<T> operator()(const Tensor<T>& x, bool training) {
+  /// The normalised x, then `activation` (fused into batch norm's passes).
+  Tensor<T> operator()(const Tensor<T>& x, bool training,
+                       Activation activation = Activation::none) {
+    if (kind_ == NormKind::batch && training) return batch_statistics(x, activation);
+    auto y = normalized(x, training);
+    return activation == Activation::relu ? relu(y) : y;
+  }
+
+ private:
+  Tensor<T> normalized(const Tensor<T>& x, bool training) {
     switch (kind_) {
       case NormKind::none:
         return x;
@@ -131,13 +140,16 @@ class Norm {
       case NormKind::batch:
         break;
     }
-    if (!training) {
-      const auto inv_std =
-          map(running_var_, [e = epsilon_](T v) { return T(1.0 / std::sqrt(double(v) + e)); });
-      return (x - running_mean_) * (inv_std * gamma_) + beta_;
-    }
+    if (training) return batch_statistics(x, Activation::none);
+    const auto inv_std =
+        map(running_var_, [e = epsilon_](T v) { return T(1.0 / std::sqrt(double(v) + e)); });
+    return (x - running_mean_) * (inv_std * gamma_) + beta_;
+  }
+
+  // Batch norm on the batch's statistics, which also update the running ones.
+  Tensor<T> batch_statistics(const Tensor<T>& x, Activation activation) {
     Moments<T> moments;
-    auto y = batch_norm(x, gamma_, beta_, channels_, epsilon_, &moments);
+    auto y = batch_norm(x, gamma_, beta_, channels_, epsilon_, &moments, activation);
     if (autodiff::recomputing(x.mesh())) return y;  // the statistics were taken the first time
     autodiff::NoGrad no_grad(x.mesh());
     const T m = T(momentum_);
@@ -151,7 +163,6 @@ class Norm {
     return y;
   }
 
- private:
   NormKind kind_;
   std::string channels_;
   DimNames spatial_;
