@@ -195,6 +195,45 @@ inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
 
+// The shape the formats are timed on: `g` itself, or where its activations are big, a slab of its
+// first rows (same channels and cross-section, so the same per-row speed). Timing the whole shape
+// would hold a copy of its activations in both formats at the moment of first use — at 128^3, late
+// in the first forward pass, on top of every saved activation: 400 MiB added to the step's peak.
+inline ConvGeometry timing_slab(const ConvGeometry& g) {
+  constexpr std::int64_t budget = std::int64_t{4} << 20;  // floats per activation (16 MiB)
+  const std::int64_t in_row = g.batch * g.in[1] * g.in[2] * g.c_in;
+  const std::int64_t out_row = g.batch * g.out[1] * g.out[2] * g.c_out;
+  const std::int64_t per_row =
+      std::max<std::int64_t>({in_row * std::max<std::int64_t>(1, g.taps[0].stride), out_row, 1});
+  const std::int64_t rows = std::max<std::int64_t>(1, budget / per_row);
+  if (rows >= g.out[0]) return g;
+  ConvGeometry slab = g;
+  slab.out[0] = rows;
+  slab.in[0] = g.in[0] - (g.out[0] - rows) * g.taps[0].stride;  // the same padding after
+  return slab.in[0] >= 1 && supported(slab) ? slab : g;
+}
+
+// `channels_last` with each pass that runs faster on the blocked formats taken from `blocked`,
+// timed on timing_slab(g).
+inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last,
+                                 Primitives blocked) {
+  const ConvGeometry probe = timing_slab(g);
+  if (key_of(probe) == key_of(g))
+    return choose_faster(std::move(channels_last), std::move(blocked));
+  const Primitives timed = choose_faster(build(probe, true), build(probe, false));
+  const Primitives probe_channels_last = build(probe, true);
+  auto same = [](const Pass& a, const Pass& b) {
+    return a.result.chosen == b.result.chosen && a.first.chosen == b.first.chosen;
+  };
+  Primitives chosen = channels_last;
+  if (!same(timed.forward, probe_channels_last.forward)) chosen.forward = blocked.forward;
+  if (!same(timed.backward_data, probe_channels_last.backward_data))
+    chosen.backward_data = blocked.backward_data;
+  if (!same(timed.backward_weights, probe_channels_last.backward_weights))
+    chosen.backward_weights = blocked.backward_weights;
+  return chosen;
+}
+
 inline Primitives& primitives(const ConvGeometry& g) {
   auto& slot = context().cache[key_of(g)];
   if (slot) return *slot;
@@ -204,7 +243,7 @@ inline Primitives& primitives(const ConvGeometry& g) {
   const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
   const std::string formats = forced ? forced : "auto";
   if (formats == "auto")
-    slot = std::make_unique<Primitives>(choose_faster(build(g, true), build(g, false)));
+    slot = std::make_unique<Primitives>(choose_formats(g, build(g, true), build(g, false)));
   else if (formats == "channels_last" || formats == "blocked")
     slot = std::make_unique<Primitives>(build(g, formats == "channels_last"));
   else if (formats == "by_channels")
