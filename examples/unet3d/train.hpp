@@ -174,15 +174,21 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     final_loss = loss.item();
     losses.push_back(final_loss);
     if (speaker) {
-      // The median of the recent steps: single steps on a shared machine are noisy.
-      std::vector<double> recent(step_times.end() - std::min<std::size_t>(step_times.size(), 10),
-                                 step_times.end());
+      // The median of the recent steps: single steps on a shared machine are noisy. The run's
+      // first step also builds and times the kernels for each shape, so it predicts nothing.
+      const std::size_t window = std::min<std::size_t>(
+          step_times.size() > 1 ? step_times.size() - 1 : step_times.size(), 10);
+      std::vector<double> recent(step_times.end() - window, step_times.end());
       std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
       const double eta = recent[recent.size() / 2] * double(end - step - 1);
+      const std::string eta_text = step_times.size() == 1 && end - step > 1
+                                       ? "after the next step (this one set up the "
+                                         "kernels)"
+                                       : duration_text(eta);
       std::printf(
           "step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
           (long long)step + 1, (long long)o.steps, final_loss, train_overlap.dice(organ),
-          train_overlap.dice(tumour), voxels / seconds / 1e3, duration_text(eta).c_str());
+          train_overlap.dice(tumour), voxels / seconds / 1e3, eta_text.c_str());
       std::fflush(stdout);
       log << nlohmann::json{{"step", step + 1},
                             {"loss", final_loss},
