@@ -220,8 +220,8 @@ inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last
   const ConvGeometry probe = timing_slab(g);
   if (key_of(probe) == key_of(g))
     return choose_faster(std::move(channels_last), std::move(blocked));
-  const Primitives timed = choose_faster(build(probe, true), build(probe, false));
-  const Primitives probe_channels_last = build(probe, true);
+  const Primitives probe_channels_last = build(probe, true);  // handles: copies share the kernels
+  const Primitives timed = choose_faster(probe_channels_last, build(probe, false));
   auto same = [](const Pass& a, const Pass& b) {
     return a.result.chosen == b.result.chosen && a.first.chosen == b.first.chosen;
   };
