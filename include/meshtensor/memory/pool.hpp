@@ -69,17 +69,13 @@ class MemoryPool {
       stats_.in_use += granted;
       stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
       high_water_ = std::max(high_water_, stats_.in_use);
-      if (pooled && (!base || resize.from)) {
-        // Memory from the system (a new block, or a cached one grown): give back other cached
-        // blocks until the pool stays within the peak in use.
-        stats_.held = stats_.held + granted - resize.from;
-        if (granted > resize.from) stats_.fresh_bytes += granted - resize.from;
-        trim_to(high_water_);
-        stats_.peak_held = std::max(stats_.peak_held, stats_.held);
-        ++stats_.system_allocations;
-      } else if (!base) {
-        stats_.held += granted;
-        stats_.fresh_bytes += granted;
+      if (!base || resize.from) {
+        // Memory from the system: a new block, or a cached one grown (only ever grown: a bigger
+        // cached block is split instead). Pooled, other cached blocks go back until the pool
+        // stays within the peak in use.
+        stats_.held += granted - resize.from;
+        stats_.fresh_bytes += granted - resize.from;
+        if (pooled) trim_to(high_water_);
         stats_.peak_held = std::max(stats_.peak_held, stats_.held);
         ++stats_.system_allocations;
       }

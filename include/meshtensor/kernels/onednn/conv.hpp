@@ -195,6 +195,11 @@ inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
 
+// Whether two variants of a pass run on the same formats (then there is nothing to time).
+inline bool same_formats(const Pass& a, const Pass& b) {
+  return a.result.chosen == b.result.chosen && a.first.chosen == b.first.chosen;
+}
+
 // The shape the formats are timed on: `g` itself, or where its activations are big, a slab of its
 // first rows (same channels and cross-section, so the same per-row speed). Timing the whole shape
 // would hold a copy of its activations in both formats at the moment of first use — at 128^3, late
@@ -222,14 +227,11 @@ inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last
     return choose_faster(std::move(channels_last), std::move(blocked));
   const Primitives probe_channels_last = build(probe, true);  // handles: copies share the kernels
   const Primitives timed = choose_faster(probe_channels_last, build(probe, false));
-  auto same = [](const Pass& a, const Pass& b) {
-    return a.result.chosen == b.result.chosen && a.first.chosen == b.first.chosen;
-  };
   Primitives chosen = channels_last;
-  if (!same(timed.forward, probe_channels_last.forward)) chosen.forward = blocked.forward;
-  if (!same(timed.backward_data, probe_channels_last.backward_data))
+  if (!same_formats(timed.forward, probe_channels_last.forward)) chosen.forward = blocked.forward;
+  if (!same_formats(timed.backward_data, probe_channels_last.backward_data))
     chosen.backward_data = blocked.backward_data;
-  if (!same(timed.backward_weights, probe_channels_last.backward_weights))
+  if (!same_formats(timed.backward_weights, probe_channels_last.backward_weights))
     chosen.backward_weights = blocked.backward_weights;
   return chosen;
 }
@@ -327,8 +329,7 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
   // machine should not decide.
   auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
                     const float* first, const float* second, float* result) {
-    if (chosen.result.chosen == other.result.chosen && chosen.first.chosen == other.first.chosen)
-      return;  // same formats: nothing to choose
+    if (same_formats(chosen, other)) return;  // nothing to choose
     auto with = [&](const Pass& pass) { return [&] { run(pass, args, first, second, result); }; };
     with(chosen)();
     with(other)();
