@@ -112,6 +112,71 @@ TEST_CASE("transposed convolutions match one processor (the U-Net's 2x2x2 stride
         "");
 }
 
+namespace {
+
+// conv(concat(relu(batch_norm(conv(x))), x)): the second convolution saves a concatenation of a
+// normalisation's output, both of which it keeps as recipes. `plain` multiplies by one first,
+// which gives the same values without a recipe.
+std::vector<Tensor<float>> norm_concat_chain(Mesh& m, const Layout& l, bool plain) {
+  auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+  auto w1 = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:3", l, 2).set_requires_grad();
+  auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:6, features:2", l, 3).set_requires_grad();
+  auto gamma = test_input(m, "channels:3", l, 4).set_requires_grad();
+  auto beta = test_input(m, "channels:3", l, 5).set_requires_grad();
+  const Window same = Window("x, y, z").padding("same");
+  auto h = rename(conv(x, w1, same), "features", "channels");
+  h = batch_norm(h, gamma, beta, "channels", 1e-5, nullptr, Activation::relu);
+  auto joined = concat({h, x}, "channels");
+  if (plain) joined = joined * 1.0f;
+  auto out = conv(joined, w2, same);
+  backward(reduce_sum(out * test_input(m, out.shape(), l, 6)));
+  return {out, x.grad(), w1.grad(), w2.grad(), gamma.grad(), beta.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("a convolution keeps the recipes of a normalisation's output and of a concatenation") {
+  SECTION("the gradients are the same, bit for bit, as with the outputs kept") {
+    const auto kept = on_one_processor([](Mesh& m) { return norm_concat_chain(m, "", true); });
+    const auto recomputed =
+        on_one_processor([](Mesh& m) { return norm_concat_chain(m, "", false); });
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      INFO("result " << k);
+      const bool same_bits = gather(kept[k]) == gather(recomputed[k]);
+      CHECK(same_bits);
+    }
+  }
+  SECTION("and match one processor on every layout, halos included") {
+    CHECK(compare_with_one_processor(
+              [](Mesh& m, const Layout& l) { return norm_concat_chain(m, l, false); }, 1e-5,
+              spatial_cases()) == "");
+  }
+  SECTION("the normalisation's output and the concatenation are freed after forward") {
+    // Held after forward, with and without the recipes: the recipes save the normalised output
+    // and the concatenation (3 + 6 channels of the volume).
+    auto held_after_forward = [](bool plain) {
+      return on_one_processor([plain](Mesh& m) {
+        const auto before = memory_stats().in_use;
+        auto x = test_input(m, "batch:1, x:32, y:32, z:32, channels:3", "", 1).set_requires_grad();
+        auto w1 = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:3", "", 2);
+        auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:6, features:2", "", 3);
+        auto gamma = test_input(m, "channels:3", "", 4).set_requires_grad();
+        auto beta = test_input(m, "channels:3", "", 5);
+        const Window same = Window("x, y, z").padding("same");
+        auto h = rename(conv(x, w1.set_requires_grad(), same), "features", "channels");
+        h = batch_norm(h, gamma, beta, "channels", 1e-5, nullptr, Activation::relu);
+        auto joined = concat({h, x}, "channels");
+        if (plain) joined = joined * 1.0f;
+        auto out = conv(joined, w2.set_requires_grad(), same);
+        h = joined = Tensor<float>();
+        return double(memory_stats().in_use - before);
+      });
+    };
+    const double volume = 32.0 * 32 * 32 * sizeof(float);
+    CHECK(held_after_forward(true) - held_after_forward(false) >= 5.5 * volume);
+  }
+}
+
 TEST_CASE("max and average pooling, overlapping or not, padded or not, match one processor") {
   CHECK(check_pool(Window("x, y, z").kernel(2), true) == "");
   CHECK(check_pool(Window("x, y, z").kernel(3).stride(2).padding("same"), true) == "");

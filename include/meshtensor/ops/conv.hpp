@@ -211,8 +211,12 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   const std::vector<std::size_t> box_sizes(box_shape.begin(), box_shape.end());
   if (!plan.empty() && !overlap)
     kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
-  // Backward keeps the input block and the halo, not a second copy of the block.
-  SavedBox<T> saved = in_place ? SavedBox<T>::own_block(x)
+  // Backward keeps the input block and the halo, not a second copy of the block (nor the box of a
+  // transposed convolution that needs neither halo nor padding: that box is the block).
+  const bool box_is_block =
+      in_place || (plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order) &&
+                   box_sizes == to_xshape(x.block().sizes()));
+  SavedBox<T> saved = box_is_block ? SavedBox<T>::own_block(x)
                       : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
                               plan.halo.inside_work() == plan.halo.inside()
                           ? SavedBox<T>::halo_only(x, box, plan.halo.inside())
@@ -234,24 +238,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
         const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
-        // The input's gradient goes back through the halo while the weight's is computed.
-        std::optional<HaloPlan::Pending<T>> returning;
-        Array<T> own;
-        if (need[0]) {
-          Array<T> grad_box = Array<T>::from_shape(box_sizes);
-          grad_box.fill(T(0));
-          if (!plan.empty())
-            kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
-                                                    grad_box.data());
-          auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
-          if (!plan.clip_padding)
-            own = plan.halo.exchange_add(mesh, in_order);
-          else if (plan.halo.local_only())
-            own = std::move(in_order);
-          else
-            returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
-        }
-        if (need[1]) {
+        auto weight_gradient = [&] {
           std::vector<double> acc(w_kernel.size(), 0.0);
           if (!plan.empty()) {
             Array<T> rebuilt;
@@ -264,7 +251,29 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           grads[1] = relayout_to(
               Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
               weight_layout);
+        };
+        // The input's gradient goes back through the halo while the weight's is computed. With
+        // no halo there is nothing to overlap: the weight's goes first, so that the input box it
+        // rebuilds is freed before the input's gradient is allocated.
+        const bool halo_traffic = !plan.halo.local_only();
+        if (need[1] && !halo_traffic) weight_gradient();
+        std::optional<HaloPlan::Pending<T>> returning;
+        Array<T> own;
+        if (need[0]) {
+          Array<T> grad_box = Array<T>::from_shape(box_sizes);
+          grad_box.fill(T(0));
+          if (!plan.empty())
+            kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
+                                                    grad_box.data());
+          auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
+          if (!plan.clip_padding)
+            own = plan.halo.exchange_add(mesh, in_order);
+          else if (!halo_traffic)
+            own = std::move(in_order);
+          else
+            returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
         }
+        if (need[1] && halo_traffic) weight_gradient();
         if (need[0]) {
           if (returning) own = plan.halo.finish(mesh, std::move(*returning));
           complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);

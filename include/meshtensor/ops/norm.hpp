@@ -315,10 +315,17 @@ enum class Activation { none, relu };
 
 namespace detail {
 
+// The fused normalisation's output value; one function, so that a recomputed output (and the
+// ReLU mask taken from it) matches the forward one bit for bit.
+template <class T>
+inline T affine_floor(T scale, T x, T shift, T floor) {
+  return std::max(scale * x + shift, floor);
+}
+
 /**
  * activation(gamma * (x - mean) * inv_std + beta) in one pass, for gamma and beta over exactly the
- * kept dims (batch norm's channels). It keeps x (not x̂: no extra array) and, with a ReLU, the
- * output for its mask; backward is one pass for the sums, one for dx:
+ * kept dims (batch norm's channels). It keeps x alone (not x̂, not the output: the ReLU's mask is
+ * recomputed from x); backward is one pass for the sums, one for dx:
  *   g' = g masked by the ReLU, dbeta = sum g', dgamma = sum g' x̂,
  *   dx = gamma inv_std (g' - dbeta / n - x̂ dgamma / n).
  */
@@ -340,51 +347,58 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
     a[k] = static_cast<T>(g_scale[k] * st.inv_std[k]);
     b[k] = static_cast<T>(shift[k] - st.mean[k] * g_scale[k] * st.inv_std[k]);
   }
-  const bool relu = activation == Activation::relu;
-  const T* in = x.local().data();
+  // The output is computed by its recipe, which stays with it: an op that saves it for backward
+  // (the next convolution) keeps the recipe, and the output itself is freed after forward.
+  const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
+  auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
+      [x = x.detach(), st, a, b, floor](T* into) {
+        const T* in = x.local().data();
+        for_each_value(st, [&](std::int64_t at, std::int64_t key) {
+          into[at] = affine_floor(a[key], in[at], b[key], floor);
+        });
+      });
   Array<T> out = Array<T>::from_shape(x.local().shape());
-  T* o = out.data();
-  const T floor = relu ? T(0) : -std::numeric_limits<T>::infinity();
-  for_each_value(st, [&](std::int64_t at, std::int64_t key) {
-    o[at] = std::max(a[key] * in[at] + b[key], floor);
-  });
+  (*recipe)(out.data());
   Tensor<T> y(mesh, x.layout(), std::move(out));
+  y.set_recipe(std::move(recipe));
 
+  // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record(
       y, {x, gamma, beta},
-      [x = x.detach(), y = relu ? y.detach() : Tensor<T>(), relu, st, g_scale, stats_layout,
-       gamma_layout = gamma.layout(),
+      [x = x.detach(), relu = activation == Activation::relu, a, b, floor, st, g_scale,
+       stats_layout, gamma_layout = gamma.layout(),
        beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
         const T* pg = g.local().data();
         const T* px = x.local().data();
-        const T* py = relu ? y.local().data() : nullptr;
-        auto masked = [&](std::int64_t at) { return relu && !(py[at] > T(0)) ? T(0) : pg[at]; };
+        auto masked = [&](std::int64_t at, std::int64_t key) {
+          return relu && !(affine_floor(a[key], px[at], b[key], floor) > T(0)) ? T(0) : pg[at];
+        };
         std::vector<T> norm_scale(st.keys), norm_shift(st.keys);  // x̂ = scale x + shift
         for (std::size_t k = 0; k < st.keys; ++k) {
           norm_scale[k] = static_cast<T>(st.inv_std[k]);
           norm_shift[k] = static_cast<T>(-st.mean[k] * st.inv_std[k]);
         }
         auto sums = sum_keys<2>(st, [&](std::int64_t at, std::int64_t key) {
-          const T gm = masked(at);
+          const T gm = masked(at, key);
           return std::array<double, 2>{double(gm),
                                        double(gm * (norm_scale[key] * px[at] + norm_shift[key]))};
         });
         if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
         std::vector<Tensor<T>> grads(3);
         if (needed[0]) {
-          // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = a g' + b x + c per key.
-          std::vector<T> a(st.keys), b(st.keys), c(st.keys);
+          // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
+          std::vector<T> p(st.keys), q(st.keys), r(st.keys);
           for (std::size_t k = 0; k < st.keys; ++k) {
             const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
             const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
-            a[k] = static_cast<T>(scale);
-            b[k] = static_cast<T>(-slope);
-            c[k] = static_cast<T>(-scale * sums[2 * k] / n + slope * st.mean[k]);
+            p[k] = static_cast<T>(scale);
+            q[k] = static_cast<T>(-slope);
+            r[k] = static_cast<T>(-scale * sums[2 * k] / n + slope * st.mean[k]);
           }
           Array<T> dx = Array<T>::from_shape(g.local().shape());
           T* pd = dx.data();
           for_each_value(st, [&](std::int64_t at, std::int64_t key) {
-            pd[at] = a[key] * masked(at) + b[key] * px[at] + c[key];
+            pd[at] = p[key] * masked(at, key) + q[key] * px[at] + r[key];
           });
           grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }

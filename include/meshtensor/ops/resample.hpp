@@ -19,6 +19,7 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -145,21 +146,35 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
 
   const auto out_sizes = layout.block(mesh.coord()).sizes();
   const auto out_strides = kernels::row_major_strides(out_sizes);
-  Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
-  std::vector<std::int64_t> offsets;
-  std::int64_t offset = 0;
-  for (const auto& p : parts) {
-    const auto aligned = relayout_to(p, p.layout().with_layout(common));
-    const auto sizes = aligned.block().sizes();
-    const T* src = aligned.local().data();
-    T* dst = out.data() + offset * out_strides[d];
+  // Part i's block goes at offsets[i] along d.
+  auto place = [d, out_strides](const T* src, const kernels::Sizes& sizes, std::int64_t offset,
+                                T* out) {
+    T* dst = out + offset * out_strides[d];
     kernels::parallel_for_each_offset<2>(
         sizes, {kernels::row_major_strides(sizes), out_strides}, compute_threads(),
         [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+  };
+  Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
+  std::vector<std::int64_t> offsets;
+  std::vector<KeptBlock<T>> kept;
+  std::int64_t offset = 0;
+  for (const auto& p : parts) {
+    const auto aligned = relayout_to(p, p.layout().with_layout(common));
+    place(aligned.local().data(), aligned.block().sizes(), offset, out.data());
+    kept.emplace_back(aligned);
     offsets.push_back(offset);
-    offset += sizes[d];
+    offset += aligned.block().sizes()[d];
   }
   Tensor<T> result(mesh, layout, std::move(out));
+  // The parts are often kept anyway (a skip connection, a normalisation's input), so an op that
+  // saves the concatenation keeps them, not a second copy side by side.
+  result.set_recipe(std::make_shared<const typename Tensor<T>::Recipe>(
+      [kept = std::move(kept), offsets, place](T* into) {
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+          Array<T> scratch;
+          place(kept[i].data(scratch), kept[i].block().sizes(), offsets[i], into);
+        }
+      }));
   std::vector<TensorLayout> part_layouts;
   for (const auto& p : parts) part_layouts.push_back(p.layout());
   autodiff::record(

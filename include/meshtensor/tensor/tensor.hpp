@@ -3,6 +3,7 @@
 // handle: copies share the block (as in PyTorch); clone() copies the data.
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -52,6 +53,8 @@ class Tensor {
  public:
   using value_type = T;
   using array_type = Array<T>;
+  /// Writes this processor's block (row-major, its block's sizes) into the pointer it is given.
+  using Recipe = std::function<void(T* into)>;
 
   Tensor() = default;
 
@@ -68,9 +71,9 @@ class Tensor {
                        std::to_string(mesh.processor()) + " has the wrong shape; expected " +
                        shape_string(expected) + ", got " +
                        shape_string({local.shape().begin(), local.shape().end()}));
-    state_ =
-        std::make_shared<State>(State{std::move(layout), std::move(block),
-                                      std::make_shared<array_type>(std::move(local)), nullptr});
+    state_ = std::make_shared<State>(State{std::move(layout), std::move(block),
+                                           std::make_shared<array_type>(std::move(local)), nullptr,
+                                           nullptr});
   }
 
   bool defined() const { return state_ != nullptr; }
@@ -81,7 +84,12 @@ class Tensor {
   /// The global index ranges of this processor's block.
   const Block& block() const { return state().block; }
 
-  array_type& local() { return *state().data; }
+  /// The block, for writing: a block written in place no longer matches its recipe, so the recipe
+  /// is dropped (see recipe()).
+  array_type& local() {
+    state().recipe = nullptr;
+    return *state().data;
+  }
   const array_type& local() const { return *state().data; }
 
   /// The value of a tensor without dims (a reduction's result); the same on every processor.
@@ -92,15 +100,39 @@ class Tensor {
     return *local().data();
   }
 
+  /// Whether this handle is the only way to the block: no copy of the handle, no detached view, no
+  /// op that saved it. An op given such a tensor as an rvalue may reuse its block.
+  bool sole_owner() const { return state_.use_count() == 1 && state().data.use_count() == 1; }
+
+  /// For ops consuming an rvalue tensor: its block, moved out if this handle is its sole owner
+  /// (the tensor is left without data, as a moved-from object), else copied.
+  array_type release_local() {
+    if (sole_owner()) return std::move(*state().data);
+    return *state().data;
+  }
+
   /// A tensor with its own copy of the data (and no gradient history).
   Tensor clone() const { return Tensor(mesh(), layout(), array_type(local())); }
 
   /// The same data (shared, not copied), cut off from gradient history: backward stops here.
   Tensor detach() const {
     Tensor out = *this;
-    out.state_ =
-        std::make_shared<State>(State{state().layout, state().block, state().data, nullptr});
+    out.state_ = std::make_shared<State>(
+        State{state().layout, state().block, state().data, nullptr, state().recipe});
     return out;
+  }
+
+  // --- recomputation ---------------------------------------------------------------------------
+
+  /// How to compute this block again from tensors that backward keeps anyway (a normalisation's
+  /// output from its input and statistics), or null. An op that saves this tensor for backward
+  /// keeps the recipe instead of the block, so the block is freed as soon as forward is done with
+  /// it; the recipe must reproduce the block bit for bit.
+  const std::shared_ptr<const Recipe>& recipe() const { return state().recipe; }
+  /// For ops: attaches the recipe of an output they computed with that same recipe.
+  Tensor& set_recipe(std::shared_ptr<const Recipe> recipe) {
+    state().recipe = std::move(recipe);
+    return *this;
   }
 
   // --- gradients -------------------------------------------------------------------------------
@@ -172,6 +204,7 @@ class Tensor {
     Block block;
     std::shared_ptr<array_type> data;  // shared with detached views of the same tensor
     std::shared_ptr<GradNode<T>> node = nullptr;
+    std::shared_ptr<const Recipe> recipe = nullptr;  // see recipe()
   };
 
   const State& state() const {

@@ -2,8 +2,10 @@
 // What a windowed op keeps of its input box for backward. The box is the own block plus the halo
 // around it; keeping it whole would hold a second copy of every split input until backward. So
 // the own part is kept as the input tensor itself (shared, not copied) and only the halo regions
-// are saved; backward rebuilds the box when it needs it, one op at a time.
+// are saved; backward rebuilds the box when it needs it, one op at a time. An input with a recipe
+// (a normalisation's output) is not kept at all: its recipe is, and backward recomputes the block.
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,36 @@
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::detail {
+
+/// An input block kept for backward: the tensor itself (shared, not copied) or, when the tensor
+/// can be recomputed from what backward keeps anyway, its recipe.
+template <class T>
+class KeptBlock {
+ public:
+  KeptBlock() = default;
+  explicit KeptBlock(const Tensor<T>& input) : block_(input.block()) {
+    if (input.recipe())
+      recipe_ = input.recipe();
+    else
+      tensor_ = input.detach();
+  }
+
+  bool defined() const { return tensor_.defined() || recipe_ != nullptr; }
+  const Block& block() const { return block_; }
+
+  /// The block's data: the tensor's, or recomputed into `scratch` (the block's sizes).
+  const T* data(Array<T>& scratch) const {
+    if (tensor_.defined()) return tensor_.local().data();
+    scratch = Array<T>::from_shape(to_xshape(block_.sizes()));
+    (*recipe_)(scratch.data());
+    return scratch.data();
+  }
+
+ private:
+  Block block_;
+  Tensor<T> tensor_;
+  std::shared_ptr<const typename Tensor<T>::Recipe> recipe_;
+};
 
 template <class T>
 class SavedBox {
@@ -30,7 +62,7 @@ class SavedBox {
   /// The input block itself when the box is exactly that block.
   static SavedBox own_block(const Tensor<T>& input) {
     SavedBox saved;
-    saved.own_ = input.detach();
+    saved.own_ = KeptBlock<T>(input);
     saved.box_ = input.block();
     return saved;
   }
@@ -39,7 +71,7 @@ class SavedBox {
   /// copied out and the box dropped.
   static SavedBox halo_only(const Tensor<T>& input, const Array<T>& box, const Block& box_block) {
     SavedBox saved;
-    saved.own_ = input.detach();
+    saved.own_ = KeptBlock<T>(input);
     saved.box_ = box_block;
     const Block& own = input.block();
     const auto box_strides = kernels::row_major_strides(box_block.sizes());
@@ -66,11 +98,13 @@ class SavedBox {
   /// `scratch`.
   const T* data(Array<T>& scratch) const {
     if (!own_.defined()) return whole_.data();
-    if (halo_.empty()) return own_.local().data();
+    if (halo_.empty()) return own_.data(scratch);
+    Array<T> own_scratch;
+    const T* own_data = own_.data(own_scratch);
     scratch = Array<T>::from_shape(to_xshape(box_.sizes()));
     const auto box_strides = kernels::row_major_strides(box_.sizes());
     const Block& own = own_.block();
-    kernels::copy_box(own.sizes(), own_.local().data(), kernels::row_major_strides(own.sizes()),
+    kernels::copy_box(own.sizes(), own_data, kernels::row_major_strides(own.sizes()),
                       scratch.data() + kernels::offset_of_box(own, box_, box_strides), box_strides);
     for (const auto& [slab, data] : halo_)
       kernels::copy_box(slab.sizes(), data.data(), kernels::row_major_strides(slab.sizes()),
@@ -81,7 +115,7 @@ class SavedBox {
 
  private:
   Array<T> whole_;
-  Tensor<T> own_;
+  KeptBlock<T> own_;
   Block box_;
   std::vector<std::pair<Block, Buffer<T>>> halo_;
 };
