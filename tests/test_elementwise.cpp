@@ -86,3 +86,27 @@ TEST_CASE("operands whose same-named dims differ in size are rejected, naming th
   for (const auto& what : errors)
     CHECK_THAT(what, Contains("add") && Contains("dim \"x\"") && Contains("6") && Contains("4"));
 }
+
+TEST_CASE("an rvalue's block holds a sum or a renamed tensor only when nothing else holds it") {
+  on_one_processor([](Mesh& m) {
+    const auto bias = test_input(m, "c:3", "", 2);
+    auto a = test_input(m, "batch:2, x:6, c:3", "", 1);
+    const auto expected = gather(a + bias);
+
+    auto shared = a;  // a second handle: the block must not change under it
+    const auto before = gather(shared);
+    const bool kept_shared = gather(std::move(a) + bias) == expected && gather(shared) == before;
+    CHECK(kept_shared);
+
+    auto sole = shared.clone();
+    const float* block = sole.local().data();
+    auto sum = std::move(sole) + bias;
+    CHECK(sum.local().data() == block);  // written in place
+    const bool sum_right = gather(sum) == expected;
+    CHECK(sum_right);
+    auto renamed = rename(std::move(sum), "c", "features");
+    CHECK(renamed.local().data() == block);  // handed over, not copied
+    CHECK(renamed.shape().to_string() == "[batch=2, x=6, features=3]");
+    return 0;
+  });
+}

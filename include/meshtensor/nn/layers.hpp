@@ -64,8 +64,8 @@ class Conv {
   Tensor<T> operator()(const Tensor<T>& x) const {
     auto y = transposed_ ? conv_transpose(x, weight_, window_, channels_)
                          : conv(x, weight_, window_, channels_);
-    y = rename(y, out_name_, output_name_);
-    return bias_.defined() ? y + bias_ : y;
+    y = rename(std::move(y), out_name_, output_name_);  // both in place: y is ours alone
+    return bias_.defined() ? std::move(y) + bias_ : y;
   }
 
   const Tensor<T>& weight() const { return weight_; }

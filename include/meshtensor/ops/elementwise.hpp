@@ -32,22 +32,25 @@ Tensor<T> map_values(const Tensor<T>& t, F&& f) {
   return Tensor<T>(t.mesh(), t.layout(), std::move(out));
 }
 
-// f of the elements of a and b with the same global index, broadcasting missing dims.
+// f of the elements of a and b with the same global index, broadcasting missing dims. With
+// `a_consumed`, a's block holds the result when a has the result's layout and no other owner.
 template <class T, class F>
-Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& op) {
+Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::string& op,
+                     Tensor<T>* a_consumed = nullptr) {
   check_same_mesh<T>(op, {&a, &b});
   const Shape shape = merged_shape(op, {&a.shape(), &b.shape()});
   const Layout common = common_layout({&a.layout(), &b.layout()});
-  auto operands = aligned<T>({&a, &b}, common);
   TensorLayout layout(shape, a.mesh().shape(), common);
   const auto sizes = layout.block(a.mesh().coord()).sizes();
-  Array<T> out = Array<T>::from_shape(to_xshape(sizes));
+  const bool in_place = a_consumed && a.layout() == layout && a.sole_owner();
+  Array<T> out = in_place ? a_consumed->release_local() : Array<T>::from_shape(to_xshape(sizes));
+  auto operands = aligned<T>({&a, &b}, common);  // (a, without its block if it went to `out`)
   const auto names = shape.names();
   std::array<kernels::Strides, 3> strides{
       strides_over(operands[0].shape(), operands[0].block().sizes(), names),
       strides_over(operands[1].shape(), operands[1].block().sizes(), names),
       kernels::row_major_strides(sizes)};
-  const T* pa = operands[0].local().data();
+  const T* pa = in_place ? out.data() : operands[0].local().data();
   const T* pb = operands[1].local().data();
   T* po = out.data();
   kernels::parallel_for_each_offset<3>(sizes, strides, compute_threads(),
@@ -115,10 +118,11 @@ Tensor<T> stop_gradient(const Tensor<T>& t) {
   return t.detach();
 }
 
+namespace detail {
 template <class T>
-Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) {
-  auto out = detail::zip_values(
-      a, b, [](T x, T y) { return x + y; }, "add");
+Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>* a_consumed) {
+  auto out = zip_values(
+      a, b, [](T x, T y) { return x + y; }, "add", a_consumed);
   autodiff::record(
       out, {a, b},
       [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
@@ -126,6 +130,18 @@ Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) {
                                       need[1] ? sum_to(g, lb) : Tensor<T>()};
       });
   return out;
+}
+}  // namespace detail
+
+template <class T>
+Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::add<T>(a, b, nullptr);
+}
+
+/// a + b into a's block when a is an rvalue nothing else holds (`std::move(y) + bias`).
+template <class T>
+Tensor<T> operator+(Tensor<T>&& a, const Tensor<T>& b) {
+  return detail::add(a, b, &a);
 }
 
 template <class T>
@@ -146,12 +162,15 @@ template <class T>
 Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) {
   auto out = detail::zip_values(
       a, b, [](T x, T y) { return x * y; }, "multiply");
-  autodiff::record(
-      out, {a, b},
-      [a = a.detach(), b = b.detach()](const Tensor<T>& g, const std::vector<bool>& need) {
-        return std::vector<Tensor<T>>{need[0] ? sum_to(g * b, a.layout()) : Tensor<T>(),
-                                      need[1] ? sum_to(g * a, b.layout()) : Tensor<T>()};
-      });
+  // Each operand's gradient needs the other operand only: keep just what will be needed (a loss
+  // weighting predictions by labels keeps the labels, not the predictions).
+  autodiff::record(out, {a, b},
+                   [kept_a = b.requires_grad() ? a.detach() : Tensor<T>(),
+                    kept_b = a.requires_grad() ? b.detach() : Tensor<T>(), la = a.layout(),
+                    lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
+                     return std::vector<Tensor<T>>{need[0] ? sum_to(g * kept_b, la) : Tensor<T>(),
+                                                   need[1] ? sum_to(g * kept_a, lb) : Tensor<T>()};
+                   });
   return out;
 }
 

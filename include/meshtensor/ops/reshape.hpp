@@ -21,9 +21,9 @@ namespace detail {
 // The same data under another shape whose blocks have the same row-major extent on this
 // processor; the gradient is the same relabelling backwards.
 template <class T>
-Tensor<T> relabel(const Tensor<T>& t, const Shape& shape, const Layout& layout) {
+Tensor<T> relabel(Tensor<T> t, const Shape& shape, const Layout& layout) {
   TensorLayout target(shape, t.mesh().shape(), layout);
-  Array<T> data = t.local();
+  Array<T> data = t.release_local();  // moved when the caller gave its tensor away
   data.reshape(to_xshape(target.block(t.mesh().coord()).sizes()));
   Tensor<T> out(t.mesh(), target, std::move(data));
   autodiff::record(out, {t}, [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
@@ -46,9 +46,10 @@ Tensor<T> unsplit(const Tensor<T>& t, const std::string& dim) {
 
 }  // namespace detail
 
-/// `dim` renamed to `to`, keeping its size, position and split.
+/// `dim` renamed to `to`, keeping its size, position and split. Free for an rvalue (`y =
+/// rename(std::move(y), ...)`): the block is handed over, not copied.
 template <class T>
-Tensor<T> rename(const Tensor<T>& t, const std::string& dim, const std::string& to) {
+Tensor<T> rename(Tensor<T> t, const std::string& dim, const std::string& to) {
   std::vector<Dim> dims = t.shape().dims();
   dims[t.shape().position(dim)] = Dim(to, t.shape().dim(dim).size);
   std::vector<LayoutRule> rules;
@@ -56,7 +57,7 @@ Tensor<T> rename(const Tensor<T>& t, const std::string& dim, const std::string& 
     if (rule.dim == dim) rule.dim = to;
     rules.push_back(rule);
   }
-  return detail::relabel(t, Shape(dims), Layout(rules));
+  return detail::relabel(std::move(t), Shape(dims), Layout(rules));
 }
 
 /// A new dim of size 1 named `name`, at `position` (last by default): a channel dim for a volume,
@@ -100,7 +101,8 @@ Tensor<T> split_dim(const Tensor<T>& t, const std::string& dim, const Dim& outer
     dims.push_back(outer);
     dims.push_back(inner);
   }
-  return detail::relabel(whole, Shape(dims), whole.layout().layout());
+  const Layout layout = whole.layout().layout();
+  return detail::relabel(std::move(whole), Shape(dims), layout);
 }
 
 /// The neighbouring dims `outer` and `inner` (in that order) merged into one dim `merged`.
@@ -118,7 +120,8 @@ Tensor<T> merge_dims(const Tensor<T>& t, const std::string& outer, const std::st
     dims.push_back(d == a ? Dim(merged, whole.shape()[a].size * whole.shape()[b].size)
                           : whole.shape()[d]);
   }
-  return detail::relabel(whole, Shape(dims), whole.layout().layout());
+  const Layout layout = whole.layout().layout();
+  return detail::relabel(std::move(whole), Shape(dims), layout);
 }
 
 }  // namespace meshtensor
