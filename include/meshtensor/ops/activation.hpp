@@ -35,18 +35,35 @@ Tensor<T> sigmoid(const Tensor<T>& x) {
       detail::DerivativeOf::output);
 }
 
-/// log(softmax(x)) over `dim`, computed stably as x - max - log(sum(exp(x - max))).
+/// log(softmax(x)) over `dim`, computed stably as x - max - log(sum(exp(x - max))). Backward keeps
+/// the output alone: dx = g - softmax * sum(g).
 template <class T>
 Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
-  const auto shifted = x - stop_gradient(reduce_max(x, dim));
-  return shifted - log(reduce_sum(exp(shifted), dim));
+  Tensor<T> out;
+  {
+    autodiff::NoGrad no_grad(x.mesh());
+    const auto shifted = x - reduce_max(x, dim);
+    out = shifted - log(reduce_sum(exp(shifted), dim));
+  }
+  autodiff::record(out, {x}, [y = out.detach(), dim](const Tensor<T>& g, const std::vector<bool>&) {
+    return std::vector<Tensor<T>>{g - exp(y) * reduce_sum(g, dim)};
+  });
+  return out;
 }
 
-/// exp(x) / sum(exp(x)) over `dim`.
+/// exp(x) / sum(exp(x)) over `dim`. Backward keeps the output alone: dx = y (g - sum(g y)).
 template <class T>
 Tensor<T> softmax(const Tensor<T>& x, const std::string& dim) {
-  const auto e = exp(x - stop_gradient(reduce_max(x, dim)));
-  return e / reduce_sum(e, dim);
+  Tensor<T> out;
+  {
+    autodiff::NoGrad no_grad(x.mesh());
+    const auto e = exp(x - reduce_max(x, dim));
+    out = e / reduce_sum(e, dim);
+  }
+  autodiff::record(out, {x}, [y = out.detach(), dim](const Tensor<T>& g, const std::vector<bool>&) {
+    return std::vector<Tensor<T>>{y * (g - reduce_sum(g * y, dim))};
+  });
+  return out;
 }
 
 /// Zeroes each element with probability `rate` and scales the rest by 1 / (1 - rate). The mask is
