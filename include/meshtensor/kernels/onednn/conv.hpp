@@ -16,8 +16,9 @@
 // Memory. Reorder buffers and oneDNN's scratchpad come from the processor's pool for the duration
 // of one call (scratchpad_mode::user), so they count in its memory and are reused, not kept per
 // shape. Primitives are built once per shape and thread (each threads-transport processor is a
-// thread). Transposed convolutions, and boxes that are not exactly a convolution's read range, go
-// to the blocked kernels. Each processor runs oneDNN on compute_threads() OpenMP threads.
+// thread). Transposed convolutions run on oneDNN's deconvolution; boxes that are not exactly a
+// convolution's read range go to the blocked kernels. Each processor runs oneDNN on
+// compute_threads() OpenMP threads.
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -86,29 +87,43 @@ inline Context& context() {
   return c;
 }
 
-// The zero padding a convolution reads beyond its box, before and after, along dim d: the box
-// starts -origin positions after output 0's first read (kernels/reference/conv.hpp).
+// Whether `g` is a transposed convolution (oneDNN's deconvolution). Dims a window leaves unused
+// have plain one-tap taps, which read the same either way.
+inline bool transposed(const ConvGeometry& g) {
+  return g.taps[0].transposed || g.taps[1].transposed || g.taps[2].transposed;
+}
+
+// oneDNN's padding along dim d, before and after. A convolution reads zeros beyond its box: the
+// box starts -origin positions after output 0's first read (kernels/reference/conv.hpp). A
+// transposed convolution writes input i to outputs i*stride - origin + k*dilation: its padding is
+// the outputs cut off the full result, origin before and the rest after.
 inline std::array<std::int64_t, 2> padding(const ConvGeometry& g, int d) {
   const Taps& t = g.taps[d];
+  const std::int64_t extent = (g.kernel[d] - 1) * t.dilation + 1;
+  if (transposed(g)) {
+    const std::int64_t full = (g.in[d] - 1) * t.stride + extent;
+    return {t.origin, full - t.origin - g.out[d]};
+  }
   const std::int64_t before = -t.origin;
-  const std::int64_t reads = (g.out[d] - 1) * t.stride + (g.kernel[d] - 1) * t.dilation + 1;
+  const std::int64_t reads = (g.out[d] - 1) * t.stride + extent;
   return {before, reads - before - g.in[d]};
 }
 
-// A convolution oneDNN can run: ordinary taps, reading the box and zero padding around it.
+// A convolution oneDNN can run: ordinary taps, reading the box and zero padding around it; or a
+// transposed one that cuts less than a kernel's extent off each side.
 inline bool supported(const ConvGeometry& g) {
   for (int d = 0; d < 3; ++d) {
     const Taps& t = g.taps[d];
-    if (t.transposed) return false;
+    if (t.transposed != transposed(g) && g.kernel[d] > 1) return false;
     const auto [before, after] = padding(g, d);
     const std::int64_t extent = (g.kernel[d] - 1) * t.dilation + 1;
     if (before < 0 || after < 0 || before >= extent || after >= extent) return false;
   }
-  return g.batch > 0 && g.out[0] * g.out[1] * g.out[2] > 0;
+  return g.batch > 0 && g.out[0] * g.out[1] * g.out[2] > 0 && g.in[0] * g.in[1] * g.in[2] > 0;
 }
 
 inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
-  std::vector<std::int64_t> key{g.batch, g.c_in, g.c_out};
+  std::vector<std::int64_t> key{transposed(g), g.batch, g.c_in, g.c_out};
   for (int d = 0; d < 3; ++d)
     for (auto v :
          {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation, g.taps[d].origin})
@@ -126,11 +141,16 @@ struct Descriptors {
   memory::desc src, weights, dst;
 };
 
-// The primitives of one shape: each pass on channels-last activations if `channels_last` and
-// oneDNN has an optimised kernel there, else on the formats oneDNN prefers.
-inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
+// The primitives of one shape from one family (convolution or deconvolution): each pass on
+// channels-last activations if `channels_last` and oneDNN has an optimised kernel there, else on
+// the formats oneDNN prefers.
+template <class Forward, class BackwardData, class BackwardWeights>
+Primitives build_family(const ConvGeometry& g, bool channels_last_first,
+                        dnnl::algorithm algorithm) {
   Context& c = context();
   const auto f32 = memory::data_type::f32;
+  // Weights are [kernel..., c_in, c_out] (dhwio) for both families: oneDNN's deconvolution
+  // weights are (output channels, input channels, kernel) in its own terms too.
   const memory::dims src_dims{g.batch, g.c_in, g.in[0], g.in[1], g.in[2]},
       weight_dims{g.c_out, g.c_in, g.kernel[0], g.kernel[1], g.kernel[2]},
       dst_dims{g.batch, g.c_out, g.out[0], g.out[1], g.out[2]};
@@ -153,10 +173,9 @@ inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
   }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const auto algorithm = dnnl::algorithm::convolution_direct;
 
   auto forward_on = [&](const Descriptors& d) {
-    return dnnl::convolution_forward::primitive_desc(
+    return typename Forward::primitive_desc(
         {dnnl::prop_kind::forward_training, algorithm, d.src, d.weights, d.dst, strides, dilates,
          pad_before, pad_after},
         attr, c.engine);
@@ -164,33 +183,42 @@ inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
   auto forward = forward_on(channels_last);
   if (!optimised(forward)) forward = forward_on(free_choice);
   auto backward_data_on = [&](const Descriptors& d) {
-    return dnnl::convolution_backward_data::primitive_desc(
+    return typename BackwardData::primitive_desc(
         {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
         c.engine, forward);
   };
   auto backward_data = backward_data_on(channels_last);
   if (!optimised(backward_data)) backward_data = backward_data_on(free_choice);
   auto backward_weights_on = [&](const Descriptors& d) {
-    return dnnl::convolution_backward_weights::primitive_desc(
+    return typename BackwardWeights::primitive_desc(
         {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
         c.engine, forward);
   };
   auto backward_weights = backward_weights_on(channels_last);
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
-  return Primitives{
-      {{dnnl::convolution_forward(forward), forward.scratchpad_desc()},
-       {plain.src, forward.src_desc()},
-       {plain.weights, forward.weights_desc()},
-       {plain.dst, forward.dst_desc()}},
-      {{dnnl::convolution_backward_data(backward_data), backward_data.scratchpad_desc()},
-       {plain.dst, backward_data.diff_dst_desc()},
-       {plain.weights, backward_data.weights_desc()},
-       {plain.src, backward_data.diff_src_desc()}},
-      {{dnnl::convolution_backward_weights(backward_weights), backward_weights.scratchpad_desc()},
-       {plain.src, backward_weights.src_desc()},
-       {plain.dst, backward_weights.diff_dst_desc()},
-       {plain.weights, backward_weights.diff_weights_desc()}}};
+  return Primitives{{{Forward(forward), forward.scratchpad_desc()},
+                     {plain.src, forward.src_desc()},
+                     {plain.weights, forward.weights_desc()},
+                     {plain.dst, forward.dst_desc()}},
+                    {{BackwardData(backward_data), backward_data.scratchpad_desc()},
+                     {plain.dst, backward_data.diff_dst_desc()},
+                     {plain.weights, backward_data.weights_desc()},
+                     {plain.src, backward_data.diff_src_desc()}},
+                    {{BackwardWeights(backward_weights), backward_weights.scratchpad_desc()},
+                     {plain.src, backward_weights.src_desc()},
+                     {plain.dst, backward_weights.diff_dst_desc()},
+                     {plain.weights, backward_weights.diff_weights_desc()}}};
+}
+
+inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
+  if (transposed(g))
+    return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                        dnnl::deconvolution_backward_weights>(
+        g, channels_last_first, dnnl::algorithm::deconvolution_direct);
+  return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                      dnnl::convolution_backward_weights>(g, channels_last_first,
+                                                          dnnl::algorithm::convolution_direct);
 }
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
@@ -208,14 +236,24 @@ inline ConvGeometry timing_slab(const ConvGeometry& g) {
   constexpr std::int64_t budget = std::int64_t{4} << 20;  // floats per activation (16 MiB)
   const std::int64_t in_row = g.batch * g.in[1] * g.in[2] * g.c_in;
   const std::int64_t out_row = g.batch * g.out[1] * g.out[2] * g.c_out;
-  const std::int64_t per_row =
-      std::max<std::int64_t>({in_row * std::max<std::int64_t>(1, g.taps[0].stride), out_row, 1});
+  // Rows of the side with more rows per row of the other: outputs for a convolution, inputs for
+  // a transposed one (each input row spreads over `stride` output rows).
+  const std::int64_t stride = std::max<std::int64_t>(1, g.taps[0].stride);
+  const std::int64_t per_row = transposed(g)
+                                   ? std::max<std::int64_t>({in_row, out_row * stride, 1})
+                                   : std::max<std::int64_t>({in_row * stride, out_row, 1});
   const std::int64_t rows = std::max<std::int64_t>(1, budget / per_row);
-  if (rows >= g.out[0]) return g;
   ConvGeometry slab = g;
-  slab.out[0] = rows;
-  slab.in[0] = g.in[0] - (g.out[0] - rows) * g.taps[0].stride;  // the same padding after
-  return slab.in[0] >= 1 && supported(slab) ? slab : g;
+  if (transposed(g)) {
+    if (rows >= g.in[0]) return g;
+    slab.in[0] = rows;
+    slab.out[0] = g.out[0] - (g.in[0] - rows) * stride;  // the same padding after
+  } else {
+    if (rows >= g.out[0]) return g;
+    slab.out[0] = rows;
+    slab.in[0] = g.in[0] - (g.out[0] - rows) * stride;
+  }
+  return slab.in[0] >= 1 && slab.out[0] >= 1 && supported(slab) ? slab : g;
 }
 
 // `channels_last` with each pass that runs faster on the blocked formats taken from `blocked`,
