@@ -47,9 +47,11 @@ class DoubleConv {
         norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial) {
   }
 
-  mt::Tensor<float> operator()(const mt::Tensor<float>& x, bool training) {
-    auto h = norm1_(conv1_(x), training, mt::Activation::relu);
-    return norm2_(conv2_(h), training, mt::Activation::relu);
+  // x is taken by value and replaced: the convolution keeps what backward needs of its input, so
+  // a level's input (the decoder's concatenation) is freed as soon as its first convolution ran.
+  mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
+    x = norm1_(conv1_(x), training, mt::Activation::relu);
+    return norm2_(conv2_(x), training, mt::Activation::relu);
   }
 
  private:
@@ -93,9 +95,9 @@ class UNet {
     }
     x = run(*bottom_, x, training);
     for (std::size_t i = 0; i < up_.size(); ++i) {
-      x = up_[i](x);
-      x = mt::concat({skips[skips.size() - 1 - i], x}, "channels");
-      x = run(merge_[i], x, training);
+      auto joined = mt::concat({skips.back(), up_[i](x)}, "channels");
+      skips.pop_back();  // what backward needs of the skip, the concatenation keeps
+      x = run(merge_[i], std::move(joined), training);
     }
     return mt::rename((*head_)(x), "channels", "classes");
   }
@@ -105,8 +107,8 @@ class UNet {
 
  private:
   // A level's two convolutions, recomputed in backward when the config says so.
-  mt::Tensor<float> run(DoubleConv& level, const mt::Tensor<float>& x, bool training) {
-    if (!config_.recompute || !training) return level(x, training);
+  mt::Tensor<float> run(DoubleConv& level, mt::Tensor<float> x, bool training) {
+    if (!config_.recompute || !training) return level(std::move(x), training);
     return mt::autodiff::recompute<float>(
         [&level](const std::vector<mt::Tensor<float>>& in) { return level(in[0], true); }, {x});
   }
