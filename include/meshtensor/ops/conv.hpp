@@ -213,9 +213,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
   // Backward keeps the input block and the halo, not a second copy of the block (nor the box of a
   // transposed convolution that needs neither halo nor padding: that box is the block).
-  const bool box_is_block =
-      in_place || (plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order) &&
-                   box_sizes == to_xshape(x.block().sizes()));
+  const bool box_is_block = plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order) &&
+                            box_sizes == to_xshape(x.block().sizes());
   SavedBox<T> saved = box_is_block ? SavedBox<T>::own_block(x)
                       : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
                               plan.halo.inside_work() == plan.halo.inside()
