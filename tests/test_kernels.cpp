@@ -1,14 +1,18 @@
 // The blocked and oneDNN convolution kernels agree with the reference loops (1e-4 relative) on
 // convolutions and transposed convolutions of many shapes: strides, dilations, channel counts the
-// blocks divide and ones they do not.
+// blocks divide and ones they do not. oneDNN's pooling agrees with the reference pooling, ties
+// (as after a ReLU) routed to the same window position.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <meshtensor/kernels/blocked/conv.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/onednn/conv.hpp>
+#include <meshtensor/kernels/onednn/pool.hpp>
 #endif
 
 using namespace meshtensor::kernels;
@@ -122,3 +126,63 @@ TEST_CASE("fast and reference convolution kernels agree") {
     }
   }
 }
+
+#ifdef MESHTENSOR_WITH_ONEDNN
+TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
+  struct PoolCase {
+    std::array<std::int64_t, 3> out, kernel, stride;
+    std::int64_t batch, channels;
+    std::int64_t extra = 0;  // box positions beyond the last window: oneDNN cannot take those
+  };
+  const std::vector<PoolCase> cases{
+      {{8, 6, 4}, {2, 2, 2}, {2, 2, 2}, 1, 8},  // the U-Net's down-sampling
+      {{3, 5, 4}, {2, 2, 2}, {2, 2, 2}, 2, 17},
+      {{4, 3, 5}, {3, 3, 3}, {2, 2, 2}, 1, 16},  // overlapping windows
+      {{5, 4, 3}, {3, 1, 2}, {1, 1, 2}, 3, 1},
+      {{4, 4, 4}, {3, 3, 3}, {2, 2, 2}, 1, 8, 1},  // falls back to reference
+  };
+  for (const auto& c : cases) {
+    PoolGeometry g;
+    g.batch = c.batch;
+    g.channels = c.channels;
+    g.out = c.out;
+    g.kernel = c.kernel;
+    for (int d = 0; d < 3; ++d) {
+      g.taps[d] = Taps{false, 0, c.stride[d], 1};
+      g.in[d] = (c.out[d] - 1) * c.stride[d] + c.kernel[d] + c.extra;
+      g.inside_begin[d] = 0;
+      g.inside_end[d] = g.in[d];
+    }
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", kernel " << c.kernel[0]
+                << "x" << c.kernel[1] << "x" << c.kernel[2] << ", " << c.channels << " channels");
+    CHECK(onednn::detail::supported(g) == (c.extra == 0));
+    const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
+    const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
+    // Half the inputs are ReLU's zeros: many windows have several maxima.
+    std::vector<float> x(in_n), dy(out_n);
+    for (std::size_t i = 0; i < in_n; ++i) x[i] = std::max(0.0f, float(std::sin(0.7 * i + 0.3)));
+    for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+
+    std::vector<std::uint8_t> ws_ref(max_pool_workspace_bytes(g)),
+        ws(onednn::max_pool_workspace_bytes<float>(g));
+    if (c.extra == 0) CHECK(ws.size() * 8 <= ws_ref.size());  // a byte per output, not eight
+    std::vector<float> y_ref(out_n), y(out_n), dx_ref(in_n, 7.0f), dx(in_n, 7.0f);
+    max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
+    max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
+    onednn::max_pool_forward(g, x.data(), y.data(), ws.data());
+    onednn::max_pool_backward(g, dy.data(), ws.data(), dx.data());
+    CHECK(y == y_ref);
+    CHECK(relative_gap(widen(dx_ref), widen(dx)) < 1e-6);
+
+    for (bool count_padding : {true, false}) {
+      std::vector<float> a_ref(out_n), a(out_n), da_ref(in_n, 7.0f), da(in_n, 7.0f);
+      avg_pool_forward(g, x.data(), a_ref.data(), count_padding);
+      avg_pool_backward(g, dy.data(), da_ref.data(), count_padding);
+      onednn::avg_pool_forward(g, x.data(), a.data(), count_padding);
+      onednn::avg_pool_backward(g, dy.data(), da.data(), count_padding);
+      CHECK(relative_gap(widen(a_ref), widen(a)) < 1e-6);
+      CHECK(relative_gap(widen(da_ref), widen(da)) < 1e-6);
+    }
+  }
+}
+#endif

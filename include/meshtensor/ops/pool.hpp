@@ -4,6 +4,7 @@
 // the gradient returns through the reverse exchange-add.
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/kernels/reference/pool.hpp"
+#include "meshtensor/kernels/pool_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
@@ -69,12 +70,14 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
   Array<T> out = Array<T>::from_shape(out_sizes);
-  std::vector<std::int64_t> argmax(is_max ? out.size() : 0);
+  // What max pooling's backward reads: which position of each window won.
+  Buffer<std::uint8_t> workspace(
+      is_max && !plan.empty() ? kernels::pool_impl::max_pool_workspace_bytes<T>(geometry) : 0);
   if (!plan.empty()) {
     if (is_max)
-      kernels::max_pool_forward(geometry, box.data(), out.data(), argmax.data());
+      kernels::pool_impl::max_pool_forward(geometry, box.data(), out.data(), workspace.data());
     else
-      kernels::avg_pool_forward(geometry, box.data(), out.data(), count_padding);
+      kernels::pool_impl::avg_pool_forward(geometry, box.data(), out.data(), count_padding);
   }
   Tensor<T> result(mesh, plan.output_layout,
                    from_kernel_order(std::move(out), plan.to_kernel_order));
@@ -82,17 +85,18 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
   autodiff::record(
       result, {input},
-      [plan, geometry, box_sizes, argmax = std::move(argmax), is_max, count_padding](
+      [plan, geometry, box_sizes, workspace = std::move(workspace), is_max, count_padding](
           const Tensor<T>& g, const std::vector<bool>&) {
         const KernelOrderView<T> g_kernel(g.local(), plan.to_kernel_order);
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
-        grad_box.fill(T(0));
-        if (!plan.empty()) {
-          if (is_max)
-            kernels::max_pool_backward(geometry, g_kernel.data(), argmax.data(), grad_box.data());
-          else
-            kernels::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(), count_padding);
-        }
+        if (plan.empty())
+          grad_box.fill(T(0));
+        else if (is_max)
+          kernels::pool_impl::max_pool_backward(geometry, g_kernel.data(), workspace.data(),
+                                                grad_box.data());
+        else
+          kernels::pool_impl::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(),
+                                                count_padding);
         auto own = plan.halo.exchange_add(
             g.mesh(), from_kernel_order(std::move(grad_box), plan.to_kernel_order));
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), plan.input_layout, std::move(own))};

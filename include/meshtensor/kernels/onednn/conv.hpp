@@ -20,9 +20,7 @@
 // convolution's read range go to the blocked kernels. Each processor runs oneDNN on
 // compute_threads() OpenMP threads.
 
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <stdexcept>
 
 #include <array>
 #include <chrono>
@@ -30,30 +28,22 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/kernels/blocked/conv.hpp"
+#include "meshtensor/kernels/onednn/context.hpp"
 #include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn {
 namespace detail {
 
-using dnnl::memory;
-using tag = dnnl::memory::format_tag;
-
 // A tensor an op reads or writes: meshtensor's plain layout and the format the primitive wants.
 struct Operand {
   memory::desc plain, chosen;
   bool reordered() const { return chosen != plain; }
-};
-
-// A primitive and the scratchpad it needs per call.
-struct Step {
-  dnnl::primitive primitive;
-  memory::desc scratchpad;
 };
 
 // One pass (forward, backward data or backward weights): its primitive, the two tensors it reads
@@ -69,21 +59,9 @@ struct Primitives {
   Pass backward_weights;  // reads src, diff_dst; writes diff_weights
 };
 
-// The oneDNN engine, stream and primitives of the calling thread.
-struct Context {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>> cache;
-};
-
-inline Context& context() {
-  thread_local Context c;
-  // oneDNN runs on OpenMP: give this processor its share of the cores, not all of them.
-  thread_local int threads = 0;
-  if (threads != compute_threads()) {
-    threads = compute_threads();
-    omp_set_num_threads(threads);
-  }
+// The primitives of the calling thread, per shape.
+inline std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>>& cache() {
+  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>> c;
   return c;
 }
 
@@ -129,12 +107,6 @@ inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
          {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation, g.taps[d].origin})
       key.push_back(v);
   return key;
-}
-
-// oneDNN's reference kernels are a hundred times slower than its optimised ones.
-template <class PrimitiveDesc>
-bool optimised(const PrimitiveDesc& pd) {
-  return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
 }
 
 struct Descriptors {
@@ -275,7 +247,7 @@ inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last
 }
 
 inline Primitives& primitives(const ConvGeometry& g) {
-  auto& slot = context().cache[key_of(g)];
+  auto& slot = cache()[key_of(g)];
   if (slot) return *slot;
   // MESHTENSOR_ONEDNN_FORMATS: auto (default: the faster per pass, timed once per shape),
   // channels_last, blocked, or by_channels: the rule bench/RESULTS.md suggests, channels-last
@@ -294,54 +266,37 @@ inline Primitives& primitives(const ConvGeometry& g) {
   return *slot;
 }
 
-// The buffers of one call, from the processor's pool: freed (back to the pool) when it returns.
-class CallMemory {
- public:
-  memory wrap(const memory::desc& desc, const void* data) {
-    return memory(desc, context().engine, const_cast<void*>(data));
-  }
-  memory fresh(const memory::desc& desc) {
-    buffers_.emplace_back((desc.get_size() + sizeof(float) - 1) / sizeof(float));
-    return wrap(desc, buffers_.back().data());
-  }
-  // The memory the primitive reads for `o`: the user's data, reordered if the primitive wants
-  // another format.
-  memory read(const Operand& o, const float* data) {
-    memory user = wrap(o.plain, data);
-    if (!o.reordered()) return user;
-    memory chosen = fresh(o.chosen);
-    dnnl::reorder(user, chosen).execute(context().stream, user, chosen);
-    return chosen;
-  }
-  // The memory the primitive writes for `o`; finish() copies a reordered result back.
-  memory write(const Operand& o, float* data) {
-    return o.reordered() ? fresh(o.chosen) : wrap(o.plain, data);
-  }
-  void finish(const Operand& o, memory written, float* data) {
-    if (!o.reordered()) return;
-    memory user = wrap(o.plain, data);
-    dnnl::reorder(written, user).execute(context().stream, written, user);
-  }
+// The memory a primitive reads for `o`: the user's data, reordered if the primitive wants another
+// format.
+inline memory read(CallMemory& call, const Operand& o, const float* data) {
+  memory user = call.wrap(o.plain, data);
+  if (!o.reordered()) return user;
+  memory chosen = call.fresh(o.chosen);
+  dnnl::reorder(user, chosen).execute(context().stream, user, chosen);
+  return chosen;
+}
 
- private:
-  std::vector<Buffer<float>> buffers_;
-};
+// The memory a primitive writes for `o`; finish() copies a reordered result back.
+inline memory write(CallMemory& call, const Operand& o, float* data) {
+  return o.reordered() ? call.fresh(o.chosen) : call.wrap(o.plain, data);
+}
 
-inline void execute(const Step& step, CallMemory& call, std::unordered_map<int, memory> args) {
-  if (step.scratchpad.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = call.fresh(step.scratchpad);
-  step.primitive.execute(context().stream, args);
+inline void finish(CallMemory& call, const Operand& o, memory written, float* data) {
+  if (!o.reordered()) return;
+  memory user = call.wrap(o.plain, data);
+  dnnl::reorder(written, user).execute(context().stream, written, user);
 }
 
 // Runs a pass on the caller's plain arrays: reads `first` and `second`, writes `result`.
 inline void run(const Pass& pass, const std::array<int, 3>& args, const float* first,
                 const float* second, float* result) {
   CallMemory call;
-  auto written = call.write(pass.result, result);
+  auto written = write(call, pass.result, result);
   execute(pass.step, call,
-          {{args[0], call.read(pass.first, first)},
-           {args[1], call.read(pass.second, second)},
+          {{args[0], read(call, pass.first, first)},
+           {args[1], read(call, pass.second, second)},
            {args[2], written}});
-  call.finish(pass.result, written, result);
+  finish(call, pass.result, written, result);
   context().stream.wait();
 }
 

@@ -5,6 +5,7 @@
 // a convolution; channels (and any other dims) pass through.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -33,9 +34,18 @@ void for_each_window(const PoolGeometry& g, F&& f) {
 }
 }  // namespace detail
 
-/// output = max over each window; argmax (box offset / channels, per output element) for backward.
+/// Bytes of the workspace max pooling's forward fills for its backward: here the argmax (box
+/// offset / channels) of every output element.
+inline std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
+  return static_cast<std::size_t>(g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels) *
+         sizeof(std::int64_t);
+}
+
+/// output = max over each window; the first maximum in window order wins ties (as in oneDNN).
+/// `workspace` (max_pool_workspace_bytes, 8-byte aligned) is what the backward pass reads.
 template <class T>
-void max_pool_forward(const PoolGeometry& g, const T* input, T* output, std::int64_t* argmax) {
+void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
+  auto* argmax = static_cast<std::int64_t*>(workspace);
   const std::int64_t n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
   for (std::int64_t i = 0; i < n; ++i) {
     output[i] = -std::numeric_limits<T>::infinity();
@@ -46,17 +56,20 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, std::int
     T* o = output + out_at * g.channels;
     std::int64_t* a = argmax + out_at * g.channels;
     for (std::int64_t c = 0; c < g.channels; ++c)
-      if (x[c] > o[c] || a[c] < 0) {  // the first maximum in window order wins ties
+      if (x[c] > o[c] || a[c] < 0) {
         o[c] = x[c];
         a[c] = in_at;
       }
   });
 }
 
-/// grad_input (over the box) += grad_output routed to each window's maximum.
+/// grad_input (over the box) = grad_output routed to each window's maximum.
 template <class T>
-void max_pool_backward(const PoolGeometry& g, const T* grad_output, const std::int64_t* argmax,
+void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
                        T* grad_input) {
+  const auto* argmax = static_cast<const std::int64_t*>(workspace);
+  const std::int64_t in_size = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
+  for (std::int64_t i = 0; i < in_size; ++i) grad_input[i] = T(0);
   const std::int64_t positions = g.batch * g.out[0] * g.out[1] * g.out[2];
   for (std::int64_t p = 0; p < positions; ++p)
     for (std::int64_t c = 0; c < g.channels; ++c) {
@@ -103,10 +116,12 @@ void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
         }
 }
 
-/// grad_input (over the box) += grad_output spread evenly over each window.
+/// grad_input (over the box) = grad_output spread evenly over each window.
 template <class T>
 void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
                        bool count_padding) {
+  const std::int64_t in_size = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
+  for (std::int64_t i = 0; i < in_size; ++i) grad_input[i] = T(0);
   std::int64_t current = -1;
   T scale = 0;
   detail::for_each_window(g, [&](std::int64_t in_at, std::int64_t out_at, std::int64_t) {
