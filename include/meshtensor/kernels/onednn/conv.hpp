@@ -57,6 +57,9 @@ struct Primitives {
   Pass forward;           // reads src, weights; writes dst
   Pass backward_data;     // reads diff_dst, weights; writes diff_src
   Pass backward_weights;  // reads src, diff_dst; writes diff_weights
+  // False where some pass has no kernel optimised() accepts on any format: the blocked kernels
+  // run the shape instead.
+  bool usable = true;
 };
 
 // The primitives of the calling thread, per shape.
@@ -169,6 +172,7 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first,
   auto backward_weights = backward_weights_on(channels_last);
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
+  const bool usable = optimised(forward) && optimised(backward_data) && optimised(backward_weights);
   return Primitives{{{Forward(forward), forward.scratchpad_desc()},
                      {plain.src, forward.src_desc()},
                      {plain.weights, forward.weights_desc()},
@@ -180,7 +184,8 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first,
                     {{BackwardWeights(backward_weights), backward_weights.scratchpad_desc()},
                      {plain.src, backward_weights.src_desc()},
                      {plain.dst, backward_weights.diff_dst_desc()},
-                     {plain.weights, backward_weights.diff_weights_desc()}}};
+                     {plain.weights, backward_weights.diff_weights_desc()}},
+                    usable};
 }
 
 inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
@@ -254,8 +259,13 @@ inline Primitives& primitives(const ConvGeometry& g) {
   // (2.3-2.8x faster at 8 channels, about even at 16) up to 16 channels, blocked from 32.
   const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
   const std::string formats = forced ? forced : "auto";
+  Primitives preferred = build(g, true);
+  if (!preferred.usable) {
+    slot = std::make_unique<Primitives>(std::move(preferred));
+    return *slot;
+  }
   if (formats == "auto")
-    slot = std::make_unique<Primitives>(choose_formats(g, build(g, true), build(g, false)));
+    slot = std::make_unique<Primitives>(choose_formats(g, std::move(preferred), build(g, false)));
   else if (formats == "channels_last" || formats == "blocked")
     slot = std::make_unique<Primitives>(build(g, formats == "channels_last"));
   else if (formats == "by_channels")
@@ -349,7 +359,8 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_forward(g, input, weight, output);
   } else {
-    if (!detail::supported(g)) return blocked::conv_forward(g, input, weight, output);
+    if (!detail::supported(g) || !detail::primitives(g).usable)
+      return blocked::conv_forward(g, input, weight, output);
     detail::run(detail::primitives(g).forward, detail::forward_args, input, weight, output);
   }
 }
@@ -360,7 +371,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_input(g, grad_output, weight, grad_input);
   } else {
-    if (!detail::supported(g))
+    if (!detail::supported(g) || !detail::primitives(g).usable)
       return blocked::conv_backward_input(g, grad_output, weight, grad_input);
     detail::run(detail::primitives(g).backward_data, detail::backward_data_args, grad_output,
                 weight, grad_input);
@@ -373,7 +384,7 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
   } else {
-    if (!detail::supported(g))
+    if (!detail::supported(g) || !detail::primitives(g).usable)
       return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
     Buffer<float> result(
         static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
