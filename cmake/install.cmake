@@ -10,6 +10,9 @@ endif()
 if(MESHTENSOR_HAS_ONEDNN)
   list(APPEND meshtensor_targets meshtensor_onednn)
 endif()
+if(MESHTENSOR_HAS_NIFTI)
+  list(APPEND meshtensor_targets meshtensor_nifti)
+endif()
 install(TARGETS ${meshtensor_targets} EXPORT meshtensorTargets)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/meshtensor DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
@@ -20,6 +23,6 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/meshtensorConfig.cmake
                               INSTALL_DESTINATION ${meshtensor_config_dir})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
-install(FILES ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake
+install(FILES ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake ${PROJECT_SOURCE_DIR}/cmake/FindNIFTI.cmake
               ${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
         DESTINATION ${meshtensor_config_dir})

@@ -2,14 +2,14 @@
 # Installs from Debian's packages whatever meshtensor needs and this machine lacks (nothing else),
 # then configures and builds the given targets (all when none are named) into ./build.
 #   scripts/setup.sh [--tests] [target...]
-# --tests adds what the tests use beyond the build: PyTorch and NumPy for the cross-checks.
+# --tests adds what the tests use beyond the build: PyTorch, NumPy and nibabel for the cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin
-          libcli11-dev nlohmann-json3-dev libpng-dev libdnnl-dev ocl-icd-opencl-dev)
+          libcli11-dev nlohmann-json3-dev libpng-dev libdnnl-dev ocl-icd-opencl-dev libnifti2-dev)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3 python3-numpy python3-torch)
+  packages+=(python3 python3-numpy python3-torch python3-nibabel)
   shift
 fi
 missing=()

@@ -43,6 +43,12 @@ class CommError : public Error {
   using Error::Error;
 };
 
+/// A file that cannot be read or written (.npy, NIfTI, checkpoints); the message names the file.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Thrown on every other processor when one processor of an in-process run failed, so that none of
 /// them waits forever for a message that will never come.
 class PeerFailure : public Error {

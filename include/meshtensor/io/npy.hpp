@@ -18,12 +18,6 @@
 
 namespace meshtensor {
 
-/// A .npy file that cannot be read or written; the message names the file.
-class IoError : public Error {
- public:
-  using Error::Error;
-};
-
 namespace npy {
 
 template <class T>

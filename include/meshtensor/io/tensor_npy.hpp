@@ -13,25 +13,11 @@
 
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
-
-namespace detail {
-// Every processor learns of any processor's failure (empty = none) and throws it.
-inline void agree_on(Mesh& mesh, const std::string& local_failure) {
-  std::vector<char> text(local_failure.begin(), local_failure.end());
-  const auto all = all_gather(mesh.world(), text);
-  std::vector<std::int64_t> lengths{static_cast<std::int64_t>(text.size())};
-  const auto sizes = all_gather(mesh.world(), lengths);
-  std::size_t offset = 0;
-  for (auto n : sizes) {
-    if (n > 0) throw IoError(std::string(all.begin() + offset, all.begin() + offset + n));
-    offset += static_cast<std::size_t>(n);
-  }
-}
-}  // namespace detail
 
 /**
  * Reads `path` into a tensor of `shape` on `layout`; each processor reads only its block. The file

@@ -264,6 +264,39 @@ Tensor<T> upsample(const Tensor<T>& t, const DimNames& dims, std::int64_t factor
   return out;
 }
 
+/**
+ * `dim` resampled to `size` positions, output o sitting at source position o * step: by default
+ * step = (n - 1) / (size - 1), so that the first and last positions keep their places (a volume
+ * resized to a shape); with a given step, e.g. target spacing / voxel spacing, the grid keeps its
+ * origin (a volume resampled to a voxel spacing, as MONAI's Spacing does). Linear interpolates
+ * between the two nearest sources (images); nearest takes the nearer one (labels). Positions past
+ * the last source repeat it. Each output is a function of global positions only, so the result is
+ * the same however `dim` is split.
+ */
+template <class T>
+Tensor<T> resize(const Tensor<T>& t, const std::string& dim, std::int64_t size,
+                 Interpolation mode = Interpolation::linear, double step = 0) {
+  const std::int64_t n = t.shape().dim(dim).size;
+  if (size < 1)
+    throw Error("resize: dim " + detail::quote(dim) + " needs at least 1 position, got " +
+                std::to_string(size));
+  if (step < 0 || !std::isfinite(step))
+    throw Error("resize: the step along dim " + detail::quote(dim) + " must be positive, got " +
+                std::to_string(step));
+  if (step == 0) step = size > 1 ? double(n - 1) / double(size - 1) : 0.0;
+  return detail::resample("resize", t, dim, size, [=](std::int64_t o) {
+    const double source = std::min(double(o) * step, double(n - 1));
+    if (mode == Interpolation::nearest) {
+      const auto i = std::min<std::int64_t>(static_cast<std::int64_t>(source + 0.5), n - 1);
+      return Sources{1, {i, 0}, {1.0, 0.0}};
+    }
+    const std::int64_t i0 = static_cast<std::int64_t>(source);
+    const double w1 = source - double(i0);
+    if (w1 == 0.0 || i0 + 1 >= n) return Sources{1, {i0, 0}, {1.0, 0.0}};
+    return Sources{2, {i0, i0 + 1}, {1.0 - w1, w1}};
+  });
+}
+
 /// The operands joined along `dim` (each has it, in any size; the other dims must agree).
 template <class T>
 Tensor<T> concat(const std::vector<Tensor<T>>& parts, const std::string& dim) {

@@ -6,4 +6,5 @@
 namespace meshtensor::detail::tags {
 constexpr int relayout = 100;
 constexpr int halo = 101;
+constexpr int volume_io = 102;
 }  // namespace meshtensor::detail::tags

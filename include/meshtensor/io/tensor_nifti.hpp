@@ -1,0 +1,237 @@
+#pragma once
+// Distributed NIfTI volumes (link meshtensor::nifti). Loading: every processor reads only its own
+// block, in the canonical orientation (x, y, z nearest to R, A, S) or the file's, straight from the
+// file — no processor holds the whole volume. Saving: one .nii or .nii.gz in the geometry of the
+// volume it was computed from (axis order, directions, affine and header of the input), streamed
+// through processor 0 a slab of planes at a time, so that processor 0 too holds only a slab.
+// A failure on any processor is thrown on all; an output appears only once complete.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/core/detail/quote.hpp"
+#include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/io/detail/agree.hpp"
+#include "meshtensor/io/nifti_file.hpp"
+#include "meshtensor/io/orientation.hpp"
+#include "meshtensor/memory/array.hpp"
+#include "meshtensor/ops/detail/tags.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+
+/// A NIfTI volume as a network sees it: the file, and how its axes map to the tensor's x, y, z.
+struct NiftiVolume {
+  nifti::File file;
+  Orientation orientation;             // tensor axis d holds file axis orientation.axis[d]
+  std::array<std::int64_t, 3> size{};  // voxels along x, y, z
+  Affine affine = identity_affine();   // (x, y, z) index to world millimetres
+
+  std::array<double, 3> spacing() const { return voxel_spacing(affine); }
+  Shape shape(const std::array<std::string, 3>& dims = {"x", "y", "z"}) const {
+    return Shape{Dim(dims[0], size[0]), Dim(dims[1], size[1]), Dim(dims[2], size[2])};
+  }
+};
+
+/**
+ * Opens `path` on every processor: each reads the header, and a problem on any is thrown on all.
+ * `canonical`: the tensor's x, y, z are the voxel axes nearest to world R, A, S, increasing that
+ * way (what nibabel's as_closest_canonical gives); otherwise they are the file's i, j, k.
+ */
+inline NiftiVolume open_nifti(Mesh& mesh, const std::string& path, bool canonical = true) {
+  NiftiVolume v;
+  detail::agree_on(mesh, detail::failure_of([&] { v.file = nifti::open(path); }));
+  if (canonical) v.orientation = Orientation::closest_canonical(v.file.affine);
+  v.size = v.orientation.canonical_size(v.file.size);
+  v.affine = v.orientation.canonical_affine(v.file.affine, v.file.size);
+  return v;
+}
+
+namespace detail {
+
+// Where the voxels of a file box lie in a processor's row-major block of the tensor: the offset of
+// the box's first voxel and the offset steps along the file's i, j, k (negative where flipped).
+struct BoxInBlock {
+  std::array<Range, 3> box;  // file ranges
+  std::int64_t first = 0;
+  std::array<std::int64_t, 3> step{};
+};
+
+// `block`'s ranges along the tensor's first three dims, clipped to `canonical` ranges, seen from
+// the file; `strides` are the block's row-major strides.
+inline BoxInBlock box_in_block(const NiftiVolume& v, const Block& block,
+                               const std::vector<std::int64_t>& strides,
+                               const std::array<Range, 3>& canonical) {
+  BoxInBlock b;
+  for (int d = 0; d < 3; ++d) {
+    const int a = v.orientation.axis[d];
+    const Range mine = intersect(block.ranges[d], canonical[d]);
+    b.box[a] = v.orientation.file_range(d, mine, v.file.size[a]);
+    const bool flip = v.orientation.flip[d];
+    b.step[a] = flip ? -strides[d] : strides[d];
+    // The box's first file index is the last canonical index of the range where flipped.
+    b.first += ((flip ? mine.end - 1 : mine.begin) - block.ranges[d].begin) * strides[d];
+  }
+  return b;
+}
+
+inline std::vector<std::int64_t> row_major_strides(const Block& block) {
+  std::vector<std::int64_t> strides(block.ranges.size(), 1);
+  for (std::size_t d = block.ranges.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * block.ranges[d].size();
+  return strides;
+}
+
+inline std::array<Range, 3> whole(const std::array<std::int64_t, 3>& size) {
+  return {Range{0, size[0]}, Range{0, size[1]}, Range{0, size[2]}};
+}
+
+}  // namespace detail
+
+/**
+ * The volume as a tensor of dims `dims` (x, y, z) on `layout`, values scaled by the file's slope
+ * and intercept and converted to T. Each processor reads only its own block from the file.
+ */
+template <class T>
+Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
+                     const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
+  TensorLayout tensor_layout(v.shape(dims), mesh.shape(), layout);
+  const Block block = tensor_layout.block(mesh.coord());
+  Array<T> local = Array<T>::from_shape({std::size_t(block.ranges[0].size()),
+                                         std::size_t(block.ranges[1].size()),
+                                         std::size_t(block.ranges[2].size())});
+  const auto b =
+      detail::box_in_block(v, block, detail::row_major_strides(block), detail::whole(v.size));
+  detail::agree_on(mesh, detail::failure_of([&] {
+                     nifti::read_box<T>(
+                         v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
+                           T* out = local.data() + b.first + (j - b.box[1].begin) * b.step[1] +
+                                    (k - b.box[2].begin) * b.step[2];
+                           for (std::int64_t i = 0; i < b.box[0].size(); ++i)
+                             out[i * b.step[0]] = values[i];
+                         });
+                   }));
+  return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
+}
+
+/**
+ * Writes `t` into `path` (.nii or .nii.gz) in the file geometry of `like`: the tensor's first three
+ * dims are like's x, y, z (their sizes must match); a fourth dim, if any, becomes NIfTI dim 4 (one
+ * 3-D volume per entry, e.g. class probabilities). Voxels are stored as T. Collective.
+ */
+template <class T>
+void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& like,
+                const nifti::Description& description = {}) {
+  Mesh& mesh = t.mesh();
+  const Shape& shape = t.shape();
+  if (shape.rank() != 3 && shape.rank() != 4)
+    throw ShapeError("save_nifti " + path + ": a tensor of shape " + shape.to_string() +
+                     "; a volume has 3 dims (x, y, z) and optionally a 4th (volumes)");
+  for (int d = 0; d < 3; ++d)
+    if (shape[d].size != like.size[d])
+      throw ShapeError("save_nifti " + path + ": dim " + detail::quote(shape[d].name) + " has " +
+                       std::to_string(shape[d].size) + " voxels but " + like.file.path + " has " +
+                       std::to_string(like.size[d]) + " along that axis");
+  const std::int64_t volumes = shape.rank() == 4 ? shape[3].size : 1;
+  const std::size_t bytes_per_voxel = sizeof(T);
+
+  std::unique_ptr<nifti::Writer> writer;
+  if (mesh.processor() == 0)
+    detail::agree_on(mesh, detail::failure_of([&] {
+                       writer = std::make_unique<nifti::Writer>(
+                           like.file, path, nifti::datatype_of<T>(), volumes, description);
+                     }));
+  else
+    detail::agree_on(mesh, {});
+
+  // Each block is sent once, by its first replica: coordinate 0 on mesh axes that split no dim.
+  const TensorLayout& layout = t.layout();
+  auto writes = [&](int processor) {
+    const MeshCoord coord = mesh.shape().coord_of(processor);
+    for (std::size_t a = 0; a < mesh.shape().rank(); ++a)
+      if (!layout.dim_on_axis(a) && coord[a] != 0) return false;
+    return true;
+  };
+  // Slabs of whole file planes (along k) of about 16 MiB.
+  const std::int64_t plane = like.file.size[0] * like.file.size[1];
+  const std::int64_t planes_per_slab = std::max<std::int64_t>(
+      1,
+      (std::int64_t(16) << 20) / std::max<std::int64_t>(1, plane * std::int64_t(bytes_per_voxel)));
+  const int k_axis_dim = [&] {
+    for (int d = 0; d < 3; ++d)
+      if (like.orientation.axis[d] == 2) return d;
+    return 2;
+  }();
+  Communicator& world = mesh.world();
+  std::string failure;
+  std::vector<T> slab, piece;
+  for (std::int64_t volume = 0; volume < volumes; ++volume)
+    for (std::int64_t k0 = 0; k0 < like.file.size[2]; k0 += planes_per_slab) {
+      const Range k_slab{k0, std::min(like.file.size[2], k0 + planes_per_slab)};
+      // The slab's canonical ranges: all of x, y, z but the dim that reads file axis k.
+      std::array<Range, 3> canonical = detail::whole(like.size);
+      canonical[k_axis_dim] = like.orientation.file_range(k_axis_dim, k_slab, like.file.size[2]);
+      auto piece_of = [&](int processor, detail::BoxInBlock& b, Block& block) {
+        block = layout.block(processor);
+        if (shape.rank() == 4 && !block.ranges[3].contains(volume)) return false;
+        b = detail::box_in_block(like, block, detail::row_major_strides(block), canonical);
+        if (shape.rank() == 4)
+          b.first += (volume - block.ranges[3].begin) * detail::row_major_strides(block)[3];
+        return !b.box[0].empty() && !b.box[1].empty() && !b.box[2].empty();
+      };
+      // Every sender packs its piece in file order (i fastest) and sends it to processor 0.
+      detail::BoxInBlock b;
+      Block block;
+      if (mesh.processor() != 0 && writes(mesh.processor()) &&
+          piece_of(mesh.processor(), b, block)) {
+        piece.resize(std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size()));
+        std::size_t n = 0;
+        for (std::int64_t k = b.box[2].begin; k < b.box[2].end; ++k)
+          for (std::int64_t j = b.box[1].begin; j < b.box[1].end; ++j) {
+            const T* in = t.local().data() + b.first + (j - b.box[1].begin) * b.step[1] +
+                          (k - b.box[2].begin) * b.step[2];
+            for (std::int64_t i = 0; i < b.box[0].size(); ++i) piece[n++] = in[i * b.step[0]];
+          }
+        world.isend(piece.data(), piece.size() * sizeof(T), 0, detail::tags::volume_io).wait();
+      }
+      if (mesh.processor() != 0) continue;
+      // Processor 0 places every piece into the slab, then appends the slab to the file.
+      slab.assign(std::size_t(plane * k_slab.size()), T{});
+      for (int p = 0; p < mesh.num_processors(); ++p) {
+        if (!writes(p) || !piece_of(p, b, block)) continue;
+        auto place = [&](auto&& value_at) {
+          std::size_t n = 0;
+          for (std::int64_t k = b.box[2].begin; k < b.box[2].end; ++k)
+            for (std::int64_t j = b.box[1].begin; j < b.box[1].end; ++j) {
+              T* out = slab.data() + ((k - k0) * like.file.size[1] + j) * like.file.size[0] +
+                       b.box[0].begin;
+              for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i] = value_at(n++, i, j, k);
+            }
+        };
+        if (p == 0) {
+          place([&](std::size_t, std::int64_t i, std::int64_t j, std::int64_t k) {
+            return t.local().data()[b.first + i * b.step[0] + (j - b.box[1].begin) * b.step[1] +
+                                    (k - b.box[2].begin) * b.step[2]];
+          });
+        } else {
+          piece.resize(std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size()));
+          world.irecv(piece.data(), piece.size() * sizeof(T), p, detail::tags::volume_io).wait();
+          place([&](std::size_t n, std::int64_t, std::int64_t, std::int64_t) { return piece[n]; });
+        }
+      }
+      // After a failure processor 0 still takes every piece, so no sender waits forever.
+      if (failure.empty())
+        failure = detail::failure_of(
+            [&] { writer->write(slab.data(), std::int64_t(slab.size() * sizeof(T))); });
+    }
+  if (mesh.processor() == 0 && failure.empty())
+    failure = detail::failure_of([&] { writer->commit(); });
+  writer.reset();
+  detail::agree_on(mesh, failure);
+}
+
+}  // namespace meshtensor

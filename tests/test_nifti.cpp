@@ -1,0 +1,255 @@
+// NIfTI volumes against files nibabel wrote (tests/nifti/make_volumes.py, run first by
+// tests/nifti/run.cmake, which also checks the files written here with nibabel afterwards): values,
+// scale and intercept, byte order, NIfTI-1 and -2, gz and not, orientation and affine, block reads
+// on uneven splits equal to the whole file, writing in the input's geometry, and each kind of bad
+// file.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meshtensor/io/tensor_nifti.hpp>
+
+#include "support/blocks.hpp"
+#include "support/errors.hpp"
+#include "support/spmd.hpp"
+
+using namespace meshtensor;
+using namespace meshtensor::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string cases_dir() {
+  const char* dir = std::getenv("MESHTENSOR_NIFTI_CASES");
+  if (!dir) FAIL("MESHTENSOR_NIFTI_CASES is not set: run this test through ctest (-R nifti)");
+  return dir;
+}
+
+xt::xarray<double> read_npy(const std::string& path, std::size_t rank = 3) {
+  const npy::Header h = npy::read_header(path);
+  Block whole;
+  for (auto n : h.shape) whole.ranges.push_back({0, n});
+  const auto all = npy::read_block<double>(path, whole);
+  xt::xarray<double> out = xt::xarray<double>::from_shape(
+      std::vector<std::size_t>(h.shape.begin(), h.shape.begin() + rank));
+  std::copy(all.begin(), all.end(), out.begin());
+  return out;
+}
+
+// Under MPI every rank runs the test: one rank handles the files, the others wait for it.
+bool lead_rank() {
+#ifdef MESHTENSOR_TEST_MPI
+  return boost::mpi::communicator().rank() == 0;
+#else
+  return true;
+#endif
+}
+void wait_for_all_ranks() {
+#ifdef MESHTENSOR_TEST_MPI
+  boost::mpi::communicator().barrier();
+#endif
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+void check_affine(const Affine& got, const nlohmann::json& want) {
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) CHECK(got[r][c] == Approx(want[r][c].get<double>()).margin(1e-4));
+}
+
+const char* const volumes[] = {"ct_int16", "labels_uint8", "int32_nifti2", "float32_4d",
+                               "float64_big"};
+
+struct Split {
+  const char* mesh;
+  const char* layout;
+};
+// One split dim (uneven), two dims on two axes, all three dims, and replication.
+const Split splits[] = {{"p:1", ""},
+                        {"p:3", "x:p"},
+                        {"p:4", "y:p"},
+                        {"rows:2; cols:2", "x:rows; z:cols"},
+                        {"a:2; b:2; c:2", "x:a; y:b; z:c"},
+                        {"rows:2; cols:2", "y:cols"}};
+
+}  // namespace
+
+TEST_CASE(
+    "NIfTI files from nibabel read the same whole and block by block, in either orientation") {
+  const std::string dir = cases_dir();
+  for (const char* name : volumes) {
+    const auto meta = read_json(dir + "/" + name + ".json");
+    for (bool canonical : {true, false}) {
+      const auto expected =
+          read_npy(dir + "/" + name + (canonical ? ".canonical.npy" : ".file.npy"));
+      for (const auto& split : splits) {
+        if (!can_run(split.mesh)) continue;
+        INFO(name << (canonical ? " canonical" : " as stored") << " on " << split.mesh << " "
+                  << split.layout);
+        auto got = on_mesh(split.mesh, [&](Mesh& m) {
+          const auto v = open_nifti(m, dir + "/" + meta["file"].get<std::string>(), canonical);
+          return std::make_pair(local_block(load_nifti<double>(m, v, split.layout)), v);
+        });
+        for (const auto& [block, v] : got) {
+          CHECK(mismatch(block, expected, 1e-12) == "");
+          const auto& shape = meta[canonical ? "canonical_shape" : "shape"];
+          for (int d = 0; d < 3; ++d) CHECK(v.size[d] == shape[d].get<std::int64_t>());
+          check_affine(v.affine, meta[canonical ? "canonical_affine" : "affine"]);
+          check_affine(v.file.affine, meta["affine"]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the file's axis codes and voxel spacing are those nibabel reports") {
+  const std::string dir = cases_dir();
+  on_one_processor([&](Mesh& m) {
+    for (const char* name : volumes) {
+      const auto meta = read_json(dir + "/" + name + ".json");
+      const auto v = open_nifti(m, dir + "/" + meta["file"].get<std::string>());
+      CHECK(v.orientation.file_codes() == meta["codes"].get<std::string>());
+    }
+    const auto ct = open_nifti(m, dir + "/ct_int16.nii.gz");
+    CHECK(ct.spacing()[0] == Approx(0.8));
+    CHECK(ct.spacing()[2] == Approx(2.5));
+    CHECK(ct.file.version == 1);
+    CHECK(ct.file.compressed);
+    CHECK(ct.file.slope == 0.5);
+    CHECK(ct.file.intercept == -1024.0);
+    const auto big = open_nifti(m, dir + "/float64_big.nii");
+    CHECK(big.file.version == 2);
+    CHECK(big.file.swapped);
+    return 0;
+  });
+}
+
+TEST_CASE("bad NIfTI files are refused on every processor, naming the file and the fault") {
+  const std::string dir = cases_dir();
+  const std::pair<const char*, const char*> bad[] = {
+      {"missing.nii.gz", "no such file"},
+      {"bad_name.img", "not a NIfTI file name"},
+      {"bad_short.nii", "shorter than a NIfTI header"},
+      {"bad_not_nifti.nii", "not a NIfTI-1 or NIfTI-2 file"},
+      {"bad_truncated.nii", "(truncated)"},
+      {"bad_truncated.nii.gz", "truncated or corrupt .gz"},
+      {"bad_corrupt.nii.gz", "truncated or corrupt .gz"},
+      {"bad_complex.nii", "COMPLEX64 are not supported"},
+      {"bad_2d.nii", "a 2-D image"},
+      {"bad_4d.nii.gz", "3 entries along dim 4"}};
+  for (const auto& [file, fault] : bad) {
+    INFO(file);
+    auto logs = on_mesh("p:4", [&](Mesh& m) {
+      ErrorLog log;
+      log([&] {
+        const auto v = open_nifti(m, dir + "/" + file);
+        load_nifti<float>(m, v, "x:p");
+      });
+      return log;
+    });
+    for (const auto& log : logs) {
+      REQUIRE(log.messages().size() == 1);
+      CHECK_THAT(log.messages()[0], Contains(file) && Contains(fault));
+    }
+  }
+}
+
+TEST_CASE("a volume saved from any split is the input's geometry and values, nothing else left") {
+  const std::string dir = cases_dir();
+  for (const auto& split : splits) {
+    if (!can_run(split.mesh)) continue;
+    INFO(split.mesh << " " << split.layout);
+    const std::string out = dir + "/out_ct_float32.nii.gz";
+    if (lead_rank()) std::remove(out.c_str());
+    wait_for_all_ranks();
+    on_mesh(split.mesh, [&](Mesh& m) {
+      const auto v = open_nifti(m, dir + "/ct_int16.nii.gz");
+      save_nifti(load_nifti<float>(m, v, split.layout), out, v);
+      return 0;
+    });
+    wait_for_all_ranks();
+    if (!lead_rank()) continue;
+    // Read back as stored: the file's own axis order and values (k * 0.5 - 1024 is exact).
+    const auto expected = read_npy(dir + "/ct_int16.file.npy");
+    auto got = on_one_processor([&](Mesh& m) {
+      const auto v = open_nifti(m, out, /*canonical=*/false);
+      return std::make_pair(local_block(load_nifti<double>(m, v, "")), v);
+    });
+    CHECK(mismatch(got.first, expected, 0) == "");
+    CHECK(got.second.file.datatype == nifti::datatype_of<float>());
+    CHECK(got.second.file.version == 1);
+    CHECK(got.second.orientation.is_identity());
+    check_affine(got.second.file.affine, read_json(dir + "/ct_int16.json")["affine"]);
+    std::ifstream partial(dir + "/out_ct_float32.partial.nii.gz");
+    CHECK_FALSE(partial.good());
+  }
+  // A label volume (uint8) and class scores (4-D, one volume per class) for nibabel to check.
+  on_mesh(can_run("rows:2; cols:2") ? "rows:2; cols:2" : "p:1", [&](Mesh& m) {
+    const auto v = open_nifti(m, dir + "/labels_uint8.nii");
+    const auto labels =
+        load_nifti<std::uint8_t>(m, v, m.shape().rank() == 2 ? "y:rows; z:cols" : "");
+    save_nifti(labels, dir + "/out_labels.nii", v, {"labels again", NIFTI_INTENT_LABEL, 0, 2});
+    const Shape scores_shape{Dim("x", v.size[0]), Dim("y", v.size[1]), Dim("z", v.size[2]),
+                             Dim("classes", 3)};
+    const auto scores = generate<float>(
+        m, scores_shape, m.shape().rank() == 2 ? "x:rows; classes:cols" : "",
+        [](const Index& i) { return float(100 * i["classes"] + 10 * i["x"] + i["y"] - i["z"]); });
+    save_nifti(scores, dir + "/out_scores.nii.gz", v);
+    return 0;
+  });
+}
+
+TEST_CASE("saving into a missing directory is refused on every processor and writes nothing") {
+  const std::string dir = cases_dir();
+  auto logs = on_mesh("p:2", [&](Mesh& m) {
+    ErrorLog log;
+    const auto v = open_nifti(m, dir + "/float64_big.nii");
+    const auto t = load_nifti<float>(m, v, "x:p");
+    log([&] { save_nifti(t, dir + "/no/such/dir/out.nii.gz", v); });
+    log([&] { save_nifti(t, dir + "/out.nrrd", v); });
+    return log;
+  });
+  for (const auto& log : logs) {
+    CHECK_THAT(log.messages()[0], Contains("no/such/dir/out.nii.gz") && Contains("directory"));
+    CHECK_THAT(log.messages()[1], Contains("out.nrrd") && Contains(".nii or .nii.gz"));
+  }
+}
+
+TEST_CASE("resize to a shape or a spacing is the same on every split, images and labels") {
+  const Shape shape{Dim("x", 13), Dim("y", 10), Dim("z", 7)};
+  auto value_at = [](std::int64_t x, std::int64_t y, std::int64_t z) {
+    return float(x * x - 3 * y + 7 * z);
+  };
+  auto value = [&](const Index& i) { return value_at(i["x"], i["y"], i["z"]); };
+  auto resized = [&](Mesh& m, const Layout& layout) {
+    auto t = generate<float>(m, shape, layout, value);
+    auto linear = resize(resize(resize(t, "x", 20), "y", 4), "z", 7, Interpolation::linear, 0.6);
+    auto nearest =
+        resize(resize(t, "x", 5, Interpolation::nearest), "y", 17, Interpolation::nearest);
+    return std::make_pair(local_block(linear), local_block(nearest));
+  };
+  const auto reference = on_one_processor([&](Mesh& m) { return resized(m, ""); });
+  // Known values: x to 20 positions keeps both ends; nearest picks the closer source.
+  CHECK(reference.first.data(0, 0, 0) == value_at(0, 0, 0));
+  CHECK(reference.first.data(19, 0, 0) == Approx(value_at(12, 0, 0)));
+  CHECK(reference.second.data(4, 16, 6) == value_at(12, 9, 6));
+  CHECK(reference.second.data(1, 2, 0) == value_at(3, 1, 0));
+  for (const auto& split : splits) {
+    if (!can_run(split.mesh)) continue;
+    INFO(split.mesh << " " << split.layout);
+    for (const auto& [linear, nearest] :
+         on_mesh(split.mesh, [&](Mesh& m) { return resized(m, split.layout); })) {
+      CHECK(mismatch(linear, reference.first.data, 0) == "");
+      CHECK(mismatch(nearest, reference.second.data, 0) == "");
+    }
+  }
+}
