@@ -1,6 +1,8 @@
 // unet3d: train a 3D U-Net on synthetic CT volumes split over processors, and predict with it.
 //
 //   unet3d train [--size 64] [--steps 150] [--mesh "rows:2; cols:2" --layout "x:rows; y:cols"] ...
+//   unet3d train --data DIR [--spacing 1.5,1.5,2] [--shape 128,128,64] ...
+//   unet3d predict --checkpoint DIR --input scan.nii.gz --output seg.nii.gz [--probabilities P]
 //   unet3d predict --checkpoint DIR --input VOL.npy --output SEG.npy [--probabilities P.npy]
 //   unet3d generate --output VOL.npy [--labels LABELS.npy] [--size 64] [--seed 1] [--index 0]
 //
@@ -89,7 +91,8 @@ int main(int argc, char** argv) {
   unet3d::TrainOptions train;
   std::int64_t train_cube = 0;
   std::vector<std::int64_t> train_shape;
-  auto* train_cmd = app.add_subcommand("train", "train on fresh synthetic volumes each step");
+  auto* train_cmd = app.add_subcommand(
+      "train", "train on fresh synthetic volumes each step, or on the CT scans of --data");
   add_distribution(*train_cmd, distribution);
   add_size(*train_cmd, train.size, train_cube, train_shape);
   train_cmd->add_option("--batch", train.batch, "volumes per step")->check(CLI::PositiveNumber);
@@ -130,6 +133,18 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps between checkpoints")
       ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--data", train.data,
+                        "a folder of CT scans (NIfTI) with label volumes: LiTS names "
+                        "volume-N.nii[.gz] + segmentation-N.nii[.gz], or a pairs.csv of "
+                        "image,label; instead of phantoms. --size/--shape then resize each scan");
+  std::vector<double> spacing;
+  train_cmd
+      ->add_option("--spacing", spacing,
+                   "with --data: resample scans to this voxel spacing in mm, x,y,z (default: "
+                   "each scan's own)")
+      ->expected(3)
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
 
   unet3d::PredictOptions predict;
   std::int64_t predict_cube = 0;
@@ -140,14 +155,16 @@ int main(int argc, char** argv) {
   predict_cmd->add_option("--checkpoint", predict.checkpoint, "checkpoint directory")->required();
   predict_cmd
       ->add_option("--input", predict.input,
-                   "volume [x, y, z] or [batch, x, y, z], HU, float32 .npy")
+                   "a CT scan (.nii, .nii.gz), or a volume [x, y, z] or [batch, x, y, z] in HU "
+                   "(float32 .npy)")
       ->required();
   predict_cmd
       ->add_option("--output", predict.output,
-                   "labels .npy (uint8: 0 background, 1 organ, 2 tumour)")
+                   "labels (uint8: 0 background, 1 organ, 2 tumour): .nii/.nii.gz on the scan's "
+                   "grid for a scan, .npy for an .npy volume")
       ->required();
   predict_cmd->add_option("--probabilities", predict.probabilities,
-                          "class probabilities .npy (float32)");
+                          "class probabilities (float32), as --output");
 
   unet3d::GenerateOptions generate;
   std::int64_t generate_cube = 0;
@@ -168,9 +185,23 @@ int main(int argc, char** argv) {
     where = resolve(distribution);
     if (train_cmd->parsed()) {
       train.size = resolve_size(train.size, train_cube, train_shape);
+      train.preprocessing.depth = train.depth;
+      if (!spacing.empty()) {
+        if (train.data.empty())
+          throw mt::Error("--spacing resamples the scans of --data; give --data DIR");
+        train.preprocessing.spacing = {spacing[0], spacing[1], spacing[2]};
+      }
+      if (!train.data.empty()) {
+        if (train.batch != 1)
+          throw mt::Error(
+              "--batch " + std::to_string(train.batch) +
+              ": with --data each step is one whole scan (scans differ in shape); use --batch 1");
+        if (train_cube > 0 || !train_shape.empty()) train.preprocessing.shape = train.size;
+      }
       if (!class_weights.empty())
         train.class_weights = {class_weights[0], class_weights[1], class_weights[2]};
-      unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
+      if (train.data.empty())
+        unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
       if (train.norm == "group" && train.channels % 4 != 0)
         throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
                         std::to_string(train.channels));

@@ -11,6 +11,14 @@ namespace unet3d {
 
 namespace mt = meshtensor;
 
+/// How scans become network volumes: a target voxel spacing in mm (0: keep the scan's) or a target
+/// shape (0: from the spacing), and the depth whose 2^depth the padded size must be a multiple of.
+struct Preprocessing {
+  std::array<double, 3> spacing{0, 0, 0};
+  std::array<std::int64_t, 3> shape{0, 0, 0};
+  int depth = 3;
+};
+
 struct TrainOptions {
   std::array<std::int64_t, 3> size{64, 64, 64};
   std::int64_t batch = 1;
@@ -31,6 +39,8 @@ struct TrainOptions {
   std::int64_t validate_every = 50;
   std::int64_t validation_volumes = 2;
   std::int64_t checkpoint_every = 50;
+  std::string data;  // a folder of scans; empty: phantoms
+  Preprocessing preprocessing;
 };
 
 struct PredictOptions {

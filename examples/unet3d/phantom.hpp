@@ -106,6 +106,9 @@ inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
 /// 1].
 inline float network_input(float hu) { return (std::clamp(hu, -160.0f, 240.0f) - 40.0f) / 200.0f; }
 
+/// The Hounsfield units of a network input (clipped to the window).
+inline float hounsfield_of_input(float v) { return v * 200.0f + 40.0f; }
+
 /// A batch of volumes: the CT [batch, x, y, z, channels=1] (network input, windowed), the one-hot
 /// labels [batch, x, y, z, classes] and the HU values (for pictures), on `layout`.
 struct Batch {

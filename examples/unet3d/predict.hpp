@@ -1,7 +1,8 @@
 #pragma once
-// `unet3d predict`: labels (and optionally class probabilities) for a CT volume in Hounsfield
-// units, with the model of a checkpoint, on any mesh and layout. Each processor reads only its
-// block of the input and writes only its block of the output.
+// `unet3d predict`: labels (and optionally class probabilities) for a CT volume — a NIfTI scan, or
+// an .npy array in Hounsfield units — with the model of a checkpoint, on any mesh and layout, the
+// whole volume at once (no sliding windows, no seams). Each processor reads only its block of the
+// input; NIfTI outputs are on the scan's own grid, with its header.
 //
 // `unet3d generate`: a phantom volume and its labels as .npy files, to try predict on.
 
@@ -14,6 +15,7 @@
 #include "model.hpp"
 #include "options.hpp"
 #include "phantom.hpp"
+#include "scan.hpp"
 
 namespace unet3d {
 
@@ -26,9 +28,42 @@ inline ModelConfig config_from(const json& flags) {
   return c;
 }
 
-inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout) {
-  const auto [manifest, where] = read_manifest(o.checkpoint);
-  const ModelConfig config = config_from(manifest["flags"]);
+inline bool is_nifti_name(const std::string& path) {
+  auto ends = [&](const std::string& tail) {
+    return path.size() >= tail.size() &&
+           path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".nii") || ends(".nii.gz");
+}
+
+// A CT scan (NIfTI): prepared as in training, predicted whole, and the labels (and probabilities)
+// written on the scan's own grid, in its orientation, with its header.
+inline void predict_scan(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
+                         const json& flags, UNet& net) {
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--output", o.output},
+                                   {"--probabilities", o.probabilities}})
+    if (!path.empty() && !is_nifti_name(path))
+      throw mt::Error(flag + " " + path +
+                      ": the labels of a NIfTI scan are written as NIfTI; name it .nii or .nii.gz");
+  Preprocessing p;
+  p.depth = flags.value("depth", 3);
+  p.spacing = flags.value("spacing", p.spacing);
+  p.shape = flags.value("resize", p.shape);
+  const Scan scan = read_scan(mesh, o.input, "", layout, p);
+  const auto logits = net(scan.input, /*training=*/false);
+  const auto probabilities =
+      to_scan_grid(mt::drop_dim(mt::softmax(logits, "classes"), "batch"), scan.grid);
+  mt::save_nifti(mt::argmax<std::uint8_t>(probabilities, "classes"), o.output, scan.volume,
+                 {"unet3d labels: 0 background, 1 organ, 2 tumour", NIFTI_INTENT_LABEL, 0, 2});
+  if (!o.probabilities.empty())
+    mt::save_nifti(
+        probabilities, o.probabilities, scan.volume,
+        {"unet3d class probabilities (background, organ, tumour)", NIFTI_INTENT_NONE, 0, 1});
+}
+
+// A volume (.npy, HU, float32), unbatched [x, y, z] or batched [batch, x, y, z].
+inline void predict_array(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
+                          UNet& net, int depth) {
   const mt::npy::Header header = mt::npy::read_header(o.input);
   mt::npy::check_type<float>(header, o.input);
   const bool batched = header.shape.size() == 4;
@@ -43,11 +78,7 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
     throw mt::Error(o.input + ": the volume is " +
                     mt::npy::shape_text({size[0], size[1], size[2]}) + " but --size/--shape says " +
                     mt::npy::shape_text({o.size[0], o.size[1], o.size[2]}));
-  check_geometry(size, config.depth, mesh.shape(), layout, batched ? header.shape[0] : 1);
-
-  UNet net(mesh, config);
-  restore_checkpoint(mesh, manifest, where, net, nullptr);
-  mt::autodiff::NoGrad no_grad(mesh);
+  check_geometry(size, depth, mesh.shape(), layout, batched ? header.shape[0] : 1);
   mt::Shape volume_shape =
       batched ? mt::Shape{mt::Dim("batch", header.shape[0]), mt::Dim("x", size[0]),
                           mt::Dim("y", size[1]), mt::Dim("z", size[2])}
@@ -65,6 +96,18 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
     if (!batched) p = mt::drop_dim(p, "batch");
     mt::save_npy(p, o.probabilities);
   }
+}
+
+inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout) {
+  const auto [manifest, where] = read_manifest(o.checkpoint);
+  const ModelConfig config = config_from(manifest["flags"]);
+  UNet net(mesh, config);
+  restore_checkpoint(mesh, manifest, where, net, nullptr);
+  mt::autodiff::NoGrad no_grad(mesh);
+  if (is_nifti_name(o.input))
+    predict_scan(mesh, o, layout, manifest["flags"], net);
+  else
+    predict_array(mesh, o, layout, net, config.depth);
   if (mesh.processor() == 0)
     std::printf("unet3d: labels of %s written to %s%s%s\n", o.input.c_str(), o.output.c_str(),
                 o.probabilities.empty() ? "" : ", probabilities to ", o.probabilities.c_str());

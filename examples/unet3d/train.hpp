@@ -16,11 +16,13 @@
 #include <meshtensor/meshtensor.hpp>
 
 #include "checkpoint.hpp"
+#include "dataset.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "phantom.hpp"
 #include "pictures.hpp"
+#include "scan.hpp"
 
 namespace unet3d {
 
@@ -39,61 +41,69 @@ inline std::string duration_text(double seconds) {
                  : std::to_string(s) + "s";
 }
 
-struct Validation {
-  Overlap overlap;
-};
-
-// Dice on the held-out volumes, and a picture of each one's middle axial slice.
-inline Validation validate(mt::Mesh& mesh, UNet& net, const TrainOptions& o,
-                           const mt::Layout& layout, std::int64_t step,
-                           const std::string& picture_dir) {
-  Validation v;
-  mt::autodiff::NoGrad no_grad(mesh);
-  for (std::int64_t k = 0; k < o.validation_volumes; ++k) {
-    const auto batch = make_batch(mesh, layout, o.seed, "validation", k, 1, o.size);
-    const auto logits = net(batch.input, /*training=*/false);
-    v.overlap += overlap(logits, batch.labels);
-    // Only the middle axial slice of the prediction comes to processor 0.
-    const std::int64_t mid = o.size[2] / 2;
-    const auto slice = mt::gather(
-        mt::argmax<std::uint8_t>(mt::crop(logits, "z", mid, o.size[2] - mid - 1), "classes"));
-    if (mesh.processor() == 0) {
-      const Anatomy anatomy(volume_seed(o.seed, "validation", k), o.size);
-      const mt::RandomStream noise(volume_seed(o.seed, "validation", k), "noise");
-      xt::xarray<float> hu =
-          xt::xarray<float>::from_shape({std::size_t(o.size[0]), std::size_t(o.size[1])});
-      xt::xarray<std::uint8_t> truth = xt::xarray<std::uint8_t>::from_shape(hu.shape());
-      xt::xarray<std::uint8_t> predicted = xt::xarray<std::uint8_t>::from_shape(hu.shape());
-      for (std::int64_t x = 0; x < o.size[0]; ++x)
-        for (std::int64_t y = 0; y < o.size[1]; ++y) {
-          const auto vox =
-              voxel(anatomy, o.size, {x, y, mid},
-                    noise.normal((std::uint64_t(x) * o.size[1] + y) * o.size[2] + mid));
-          hu(x, y) = vox.hu;
-          truth(x, y) = std::uint8_t(vox.label);
-          predicted(x, y) = slice(0, x, y, 0);
-        }
-      char name[64];
-      std::snprintf(name, sizeof name, "/step-%06lld-volume-%lld.png", (long long)step,
-                    (long long)k);
-      write_png(picture_dir + name, slice_picture(hu, truth, predicted));
-    }
+/// Dice of one held-out volume, and a picture of its middle axial slice: the CT (from the
+/// network's windowed input), the true outlines left and the predicted ones right.
+inline Overlap validate_volume(UNet& net, const Batch& volume, const std::string& picture) {
+  const auto logits = net(volume.input, /*training=*/false);
+  const Overlap o = overlap(logits, volume.labels);
+  // Only the middle axial slice comes to processor 0.
+  const std::int64_t nz = volume.input.shape().dim("z").size, mid = nz / 2;
+  auto middle = [&](const mt::Tensor<float>& t) { return mt::crop(t, "z", mid, nz - mid - 1); };
+  const auto predicted = mt::gather(mt::argmax<std::uint8_t>(middle(logits), "classes"));
+  const auto truth = mt::gather(mt::argmax<std::uint8_t>(middle(volume.labels), "classes"));
+  const auto input = mt::gather(middle(volume.input));
+  if (volume.input.mesh().processor() == 0) {
+    const std::size_t nx = input.shape()[1], ny = input.shape()[2];
+    xt::xarray<float> hu = xt::xarray<float>::from_shape({nx, ny});
+    xt::xarray<std::uint8_t> t = xt::xarray<std::uint8_t>::from_shape({nx, ny}), p = t;
+    for (std::size_t x = 0; x < nx; ++x)
+      for (std::size_t y = 0; y < ny; ++y) {
+        hu(x, y) = hounsfield_of_input(input(0, x, y, 0, 0));
+        t(x, y) = truth(0, x, y, 0);
+        p(x, y) = predicted(0, x, y, 0);
+      }
+    write_png(picture, slice_picture(hu, t, p));
   }
-  return v;
+  return o;
+}
+
+// Dice on the held-out volumes (phantoms, or the held-out scans of --data), with pictures.
+inline Overlap validate(mt::Mesh& mesh, UNet& net, const TrainOptions& o, const mt::Layout& layout,
+                        const Dataset* dataset, std::int64_t step, const std::string& picture_dir) {
+  mt::autodiff::NoGrad no_grad(mesh);
+  Overlap total;
+  const std::int64_t count =
+      dataset ? std::int64_t(dataset->validation.size()) : o.validation_volumes;
+  for (std::int64_t k = 0; k < count; ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/step-%06lld-volume-%lld.png", (long long)step, (long long)k);
+    const Batch volume =
+        dataset ? scan_batch(mesh, dataset->validation[std::size_t(k)], layout, o.preprocessing)
+                : make_batch(mesh, layout, o.seed, "validation", k, 1, o.size);
+    total += validate_volume(net, volume, picture_dir + name);
+  }
+  return total;
 }
 
 inline nlohmann::json model_flags(const TrainOptions& o) {
-  return {{"depth", o.depth}, {"channels", o.channels},
-          {"norm", o.norm},   {"classes", num_classes},
-          {"seed", o.seed},   {"size", o.size},
-          {"batch", o.batch}, {"lr", o.lr},
-          {"steps", o.steps}, {"class_weights", o.class_weights}};
+  nlohmann::json flags{{"depth", o.depth}, {"channels", o.channels},
+                       {"norm", o.norm},   {"classes", num_classes},
+                       {"seed", o.seed},   {"size", o.size},
+                       {"batch", o.batch}, {"lr", o.lr},
+                       {"steps", o.steps}, {"class_weights", o.class_weights}};
+  // How scans were prepared: prediction prepares its scans the same way.
+  if (!o.data.empty()) {
+    flags["data"] = o.data;
+    flags["spacing"] = o.preprocessing.spacing;
+    flags["resize"] = o.preprocessing.shape;
+  }
+  return flags;
 }
 
 // With --resume the checkpoint's flags must be this run's: name the first that differs.
 inline void check_same_flags(const nlohmann::json& saved, const nlohmann::json& now) {
-  for (const auto& key :
-       {"depth", "channels", "norm", "size", "batch", "seed", "lr", "class_weights"})
+  for (const auto& key : {"depth", "channels", "norm", "size", "batch", "seed", "lr",
+                          "class_weights", "data", "spacing", "resize"})
     if (saved.value(key, nlohmann::json()) != now.value(key, nlohmann::json()))
       throw mt::Error(std::string("--resume: the checkpoint was trained with --") + key + " " +
                       saved.value(key, nlohmann::json()).dump() + " but this run has " +
@@ -114,6 +124,9 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   config.norm = o.norm;
   config.seed = o.seed;
   config.recompute = o.recompute;
+  const bool scans = !o.data.empty();
+  Dataset dataset;
+  if (scans) dataset = read_dataset(o.data, o.validation_volumes, o.seed);
   UNet net(mesh, config);
   nn::Adam<float> adam(net.parameters().trainable(), o.lr);
   const auto flags = model_flags(o);
@@ -132,15 +145,18 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   const auto weights = mt::generate<float>(mesh, "classes:3", "", [&](const mt::Index& i) {
     return float(o.class_weights[i["classes"]]);
   });
+  const std::string volumes =
+      scans ? std::to_string(dataset.train.size()) + " training and " +
+                  std::to_string(dataset.validation.size()) + " held-out scans of " + o.data
+            : "phantom volumes " + std::to_string(o.size[0]) + "x" + std::to_string(o.size[1]) +
+                  "x" + std::to_string(o.size[2]);
   if (speaker)
     std::printf(
         "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
-        "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", volume %lldx%lldx%lld, "
-        "batch %lld%s\n",
+        "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", %s, batch %lld%s\n",
         (long long)net.parameters().count(), mesh.num_processors(), mesh.transport().c_str(),
         mt::compute_threads(), mesh.shape().to_string().c_str(), layout.to_string().c_str(),
-        (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch,
-        o.recompute ? ", levels recomputed in backward" : "");
+        volumes.c_str(), (long long)o.batch, o.recompute ? ", levels recomputed in backward" : "");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   if (speaker && mesh.transport() == "threads" &&
       mesh.num_processors() * mt::compute_threads() > cores)
@@ -153,7 +169,6 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   std::vector<std::pair<int, std::array<double, 2>>> dice_curve;
   double final_loss = 0;
   Overlap last_validation;
-  const double voxels = double(o.batch) * o.size[0] * o.size[1] * o.size[2];
   const std::int64_t end = o.stop_after > 0 ? std::min(o.steps, start + o.stop_after) : o.steps;
   for (std::int64_t step = start; step < end; ++step) {
     const auto begin = std::chrono::steady_clock::now();
@@ -161,7 +176,10 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     const double lr =
         o.lr * (0.1 + 0.45 * (1 + std::cos(3.141592653589793 * step / double(o.steps))));
     adam.set_learning_rate(lr);
-    const auto batch = make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
+    const auto batch =
+        scans ? scan_batch(mesh, dataset.for_step(step), layout, o.preprocessing)
+              : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
+    const double voxels = double(batch.input.shape().num_elements());
     const auto logits = net(batch.input, /*training=*/true);
     const auto loss = segmentation_loss(logits, batch.labels, weights);
     mt::backward(loss);
@@ -202,14 +220,15 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     }
     const bool last = step + 1 == end;
     if ((step + 1) % o.validate_every == 0 || last) {
-      last_validation = validate(mesh, net, o, layout, step + 1, picture_dir).overlap;
+      last_validation =
+          validate(mesh, net, o, layout, scans ? &dataset : nullptr, step + 1, picture_dir);
       dice_curve.push_back(
           {int(step + 1), {last_validation.dice(organ), last_validation.dice(tumour)}});
       if (speaker) {
         std::printf(
             "validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
             (long long)step + 1, last_validation.dice(organ), last_validation.dice(tumour),
-            (long long)o.validation_volumes);
+            (long long)(scans ? dataset.validation.size() : o.validation_volumes));
         log << nlohmann::json{{"step", step + 1},
                               {"validation_dice_organ", last_validation.dice(organ)},
                               {"validation_dice_tumor", last_validation.dice(tumour)}}
@@ -231,19 +250,23 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   const double processor_peak = mt::all_reduce_value(
       mesh.world(), double(mt::memory_stats().peak_held) / (1 << 20), mt::ReduceOp::max);
   if (speaker) {
-    const nlohmann::json summary{{"steps", o.steps},
-                                 {"final_loss", final_loss},
-                                 {"dice_organ", last_validation.dice(organ)},
-                                 {"dice_tumor", last_validation.dice(tumour)},
-                                 {"step_time_s", median},
-                                 {"peak_rss_mib", peak},
-                                 {"peak_processor_memory_mib", processor_peak},
-                                 {"mesh", mesh.shape().to_string()},
-                                 {"layout", layout.to_string()},
-                                 {"processors", mesh.num_processors()},
-                                 {"transport", mesh.transport()},
-                                 {"size", o.size},
-                                 {"batch", o.batch}};
+    nlohmann::json summary{{"steps", o.steps},
+                           {"final_loss", final_loss},
+                           {"dice_organ", last_validation.dice(organ)},
+                           {"dice_tumor", last_validation.dice(tumour)},
+                           {"step_time_s", median},
+                           {"peak_rss_mib", peak},
+                           {"peak_processor_memory_mib", processor_peak},
+                           {"mesh", mesh.shape().to_string()},
+                           {"layout", layout.to_string()},
+                           {"processors", mesh.num_processors()},
+                           {"transport", mesh.transport()},
+                           {"batch", o.batch}};
+    // Phantoms have one size; scans have each their own.
+    if (scans)
+      summary["data"] = o.data;
+    else
+      summary["size"] = o.size;
     std::printf("%s\n", summary.dump().c_str());
     log << nlohmann::json{{"summary", summary}}.dump() << "\n";
   }

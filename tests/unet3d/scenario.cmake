@@ -121,6 +121,63 @@ elseif(SCENARIO STREQUAL "bad_files")
         ${UNET3D} train --size 16 --depth 2 --channels 8 --steps 4 --threads 1 --out ${here}/o --checkpoint ${here}/ckpt --resume)
   ok(${UNET3D} generate --size 18 --output ${here}/eighteen.npy --threads 1)
   fails("size 18 along x is not divisible by 2\\^depth = 4" ${predict} --checkpoint ${here}/ckpt --input ${here}/eighteen.npy --output ${here}/s.npy)
+elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
+  # A folder of NIfTI scans made by nibabel from phantoms (LPS axes, int16 with slope, 0.8 x 0.8 x
+  # 2 mm, shapes that differ), resampled to 1.6 x 1.6 x 2 mm for training.
+  include(${CMAKE_CURRENT_LIST_DIR}/../support/nibabel.cmake)
+  require_nibabel(have_nibabel)
+  if(NOT have_nibabel)
+    return()
+  endif()
+  set(shapes "40,36,14" "36,40,12" "44,32,16")
+  set(pairs)
+  set(index 0)
+  foreach(shape ${shapes})
+    ok(${UNET3D} generate --shape ${shape} --index ${index} --output ${here}/v${index}.npy
+       --labels ${here}/l${index}.npy --threads 1)
+    list(APPEND pairs ${here}/v${index}.npy ${here}/l${index}.npy)
+    math(EXPR index "${index} + 1")
+  endforeach()
+  ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/make_scans.py ${here} ${pairs})
+  set(scan_flags --depth 2 --channels 4 --spacing 1.6,1.6,2 --validate-every 100 --validation-volumes 1)
+  if(SCENARIO STREQUAL "scans")
+    # Training on the folder, then whole-scan prediction on 1 processor, 8 and MPI: equal labels,
+    # on the scan's grid with its header.
+    ok(${UNET3D} train --data ${here}/scans ${scan_flags} --steps 3 --threads 2 --out ${here}/train
+       --checkpoint ${here}/ckpt)
+    set(scan ${here}/scans/volume-0.nii.gz)
+    ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${scan} --output ${here}/one.nii.gz
+       --probabilities ${here}/p1.nii.gz --threads 1)
+    ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${scan} --output ${here}/eight.nii
+       --probabilities ${here}/p8.nii.gz --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c")
+    set(labels ${here}/one.nii.gz ${here}/eight.nii)
+    set(probabilities ${here}/p1.nii.gz ${here}/p8.nii.gz)
+    if(MPIEXEC)
+      ok(${MPIEXEC} ${NP_FLAG} 4 ${UNET3D} predict --checkpoint ${here}/ckpt --input ${scan}
+         --output ${here}/mpi.nii.gz --mesh "rows:2, cols:2" --layout "y:rows, z:cols")
+      list(APPEND labels ${here}/mpi.nii.gz)
+    endif()
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_scans.py ${scan} ${labels} -- ${probabilities})
+  else()
+    set(train ${UNET3D} train ${scan_flags} --steps 1 --threads 2 --out ${here}/o)
+    fails("--data ${here}/empty: no image/label pairs; expected LiTS names" ${train} --data ${here}/empty)
+    fails("--data ${here}/missing: no such directory" ${train} --data ${here}/missing)
+    fails("volume-0.nii.gz: has no label volume .*segmentation-0.nii\\[.gz\\]" ${train} --data ${here}/unlabelled)
+    fails("segmentation-1.nii: 36x40x12 voxels, but its image .*volume-0.nii.gz has 40x36x14; a label volume needs its image's grid"
+          ${train} --data ${here}/mismatch)
+    fails("--batch 2: with --data each step is one whole scan" ${train} --data ${here}/scans --batch 2)
+    fails("--spacing resamples the scans of --data" ${UNET3D} train --spacing 1,1,1 --out ${here}/o)
+    ok(${UNET3D} train --data ${here}/scans ${scan_flags} --steps 1 --threads 1 --out ${here}/t --checkpoint ${here}/ckpt)
+    set(predict ${UNET3D} predict --checkpoint ${here}/ckpt --threads 2)
+    fails("--output ${here}/s.npy: the labels of a NIfTI scan are written as NIfTI"
+          ${predict} --input ${here}/scans/volume-1.nii --output ${here}/s.npy)
+    fails("truncated.nii: .* bytes, but its header promises .* \\(truncated\\)"
+          ${predict} --input ${here}/truncated.nii --output ${here}/s.nii.gz)
+    fails("nothing.nii.gz: no such file" ${predict} --input ${here}/nothing.nii.gz --output ${here}/s.nii.gz)
+    if(EXISTS ${here}/s.nii.gz OR EXISTS ${here}/s.partial.nii.gz)
+      message(FATAL_ERROR "a failing predict left an output behind")
+    endif()
+  endif()
 else()
   message(FATAL_ERROR "unknown scenario ${SCENARIO}")
 endif()

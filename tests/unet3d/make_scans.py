@@ -1,0 +1,56 @@
+"""Turns phantom volumes (.npy, HU, from `unet3d generate`) into a folder of NIfTI scans the way
+CT data come: LiTS names, int16 with a scale slope and intercept, axes stored L, P, S with 0.8 x
+0.8 x 2 mm voxels, gz and not; and a few broken folders for the error tests.
+
+    make_scans.py WORK VOLUME_0.npy LABELS_0.npy VOLUME_1.npy LABELS_1.npy ...
+"""
+import os
+import shutil
+import sys
+
+import nibabel as nib
+import numpy as np
+
+
+def lps_affine(spacing):
+    return np.array([[-spacing[0], 0, 0, 30.0], [0, -spacing[1], 0, 20.0],
+                     [0, 0, spacing[2], -40.0], [0, 0, 0, 1]])
+
+
+def write_pair(folder, n, hu, labels, gz):
+    aff = lps_affine((0.8, 0.8, 2.0))
+    # Stored as int16 with slope 0.5 and intercept -1024 (HU = 0.5 * stored - 1024), rounded.
+    stored = np.round((hu + 1024.0) / 0.5).astype(np.int16)
+    image = nib.Nifti1Image(stored, aff)
+    image.header.set_slope_inter(0.5, -1024.0)
+    ext = ".nii.gz" if gz else ".nii"
+    nib.save(image, os.path.join(folder, f"volume-{n}{ext}"))
+    nib.save(nib.Nifti1Image(labels.astype(np.uint8), aff),
+             os.path.join(folder, f"segmentation-{n}.nii"))
+
+
+def main(work, pairs):
+    scans = os.path.join(work, "scans")
+    os.makedirs(scans, exist_ok=True)
+    for n in range(len(pairs) // 2):
+        hu, labels = np.load(pairs[2 * n]), np.load(pairs[2 * n + 1])
+        write_pair(scans, n, hu, labels, gz=n % 2 == 0)
+    # Broken folders.
+    os.makedirs(os.path.join(work, "empty"), exist_ok=True)
+    unlabelled = os.path.join(work, "unlabelled")
+    os.makedirs(unlabelled, exist_ok=True)
+    shutil.copy(os.path.join(scans, "volume-0.nii.gz"), unlabelled)
+    mismatch = os.path.join(work, "mismatch")
+    os.makedirs(mismatch, exist_ok=True)
+    with open(os.path.join(mismatch, "pairs.csv"), "w") as f:
+        f.write("image,label\n")
+        f.write(f"{os.path.join(scans, 'volume-0.nii.gz')},{os.path.join(scans, 'segmentation-1.nii')}\n")
+        f.write(f"{os.path.join(scans, 'volume-1.nii')},{os.path.join(scans, 'segmentation-1.nii')}\n")
+    with open(os.path.join(scans, "volume-1.nii"), "rb") as f:
+        data = f.read()
+    with open(os.path.join(work, "truncated.nii"), "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
