@@ -5,6 +5,7 @@
 #   bash bench/run.sh            # the full set (about 20-30 minutes on 2 cores)
 #   QUICK=1 bash bench/run.sh    # small shapes only, to check the pipeline
 #
+# The whole-scan comparison runs MONAI (PyPI, same environment) beside unet3d predict.
 # PyTorch comes twice: Debian's python3-torch (1.13, /usr/bin/python3) and the current release
 # from PyPI, installed into a virtual environment under build-bench/ on first use (several GB: the
 # PyPI wheel brings CUDA libraries along; the CPU kernels are what is measured). Without network
@@ -20,13 +21,13 @@ cores="$(nproc)"
 
 bash "$root/scripts/setup.sh" --tests >/dev/null
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j "$cores" --target bench_conv bench_unet >/dev/null
+cmake --build "$build" -j "$cores" --target bench_conv bench_unet unet3d >/dev/null
 
 pythons=(/usr/bin/python3)
 venv="$build/torch-venv"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "installing the current PyTorch from PyPI into $venv ..."
-  (python3 -m venv "$venv" && "$venv/bin/pip" install -q torch) ||
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, monai, nibabel" 2>/dev/null; then
+  echo "installing the current PyTorch, MONAI and nibabel from PyPI into $venv ..."
+  (python3 -m venv "$venv" && "$venv/bin/pip" install -q torch monai nibabel) ||
     echo '{"bench":"note","text":"PyPI PyTorch could not be installed; its column is missing"}' >> "$raw"
 fi
 if "$venv/bin/python" -c "import torch" 2>/dev/null; then pythons+=("$venv/bin/python"); fi
@@ -67,4 +68,13 @@ for p in 1 2 4 8; do
 done
 
 /usr/bin/python3 "$root/bench/report.py" "$raw" "$out/results.json" "$out/results.md"
-echo "wrote $out/results.md and $out/results.json"
+
+if "$venv/bin/python" -c "import monai" 2>/dev/null; then
+  echo "whole-scan prediction beside MONAI's sliding windows ..."
+  /usr/bin/python3 "$root/bench/scan_bench.py" run --unet3d "$build/examples/unet3d/unet3d" \
+    --venv-python "$venv/bin/python" --out "$out/scans" ${QUICK:+--quick} >/dev/null
+  cat "$out/scans/scans.md" >> "$out/results.md"
+else
+  echo "MONAI is not installed: the whole-scan comparison is left out" >> "$out/results.md"
+fi
+echo "wrote $out/results.md and $out/results.json (whole scans: $out/scans/scans.json)"

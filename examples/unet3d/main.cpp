@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -207,6 +208,10 @@ int main(int argc, char** argv) {
                         std::to_string(train.channels));
     } else if (predict_cmd->parsed()) {
       predict.size = resolve_size(predict.size, predict_cube, predict_shape);
+      // A prediction meets each convolution shape once: timing oneDNN's two memory formats per
+      // shape (what training does, over hundreds of steps) would cost ten times the inference.
+      // The fixed rule by channel count instead, unless the user chose.
+      setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", /*overwrite=*/0);
     } else {
       generate.size = resolve_size(generate.size, generate_cube, generate_shape);
       mt::TensorLayout(mt::Shape{mt::Dim("x", generate.size[0]), mt::Dim("y", generate.size[1]),

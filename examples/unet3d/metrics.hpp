@@ -4,6 +4,7 @@
 // over volumes before dividing (a global Dice), so small tumours count by their size.
 
 #include <array>
+#include <fstream>
 #include <string>
 
 #include <meshtensor/meshtensor.hpp>
@@ -13,6 +14,15 @@
 namespace unet3d {
 
 namespace mt = meshtensor;
+
+/// This process's peak resident memory in MiB (VmHWM).
+inline double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
 
 /// loss = CE(logits, labels; class weights) + (1 - soft Dice of the tumour).
 inline mt::Tensor<float> segmentation_loss(const mt::Tensor<float>& logits,

@@ -6,12 +6,14 @@
 //
 // `unet3d generate`: a phantom volume and its labels as .npy files, to try predict on.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include <meshtensor/meshtensor.hpp>
 
 #include "checkpoint.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "phantom.hpp"
@@ -28,6 +30,15 @@ inline ModelConfig config_from(const json& flags) {
   return c;
 }
 
+/// Wall time of predict's phases, in seconds: what a user waits for, beside the network alone.
+struct PredictTimes {
+  double read = 0, network = 0, write = 0;
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 inline bool is_nifti_name(const std::string& path) {
   auto ends = [&](const std::string& tail) {
     return path.size() >= tail.size() &&
@@ -38,8 +49,10 @@ inline bool is_nifti_name(const std::string& path) {
 
 // A CT scan (NIfTI): prepared as in training, predicted whole, and the labels (and probabilities)
 // written on the scan's own grid, in its orientation, with its header.
-inline void predict_scan(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
-                         const json& flags, UNet& net) {
+inline PredictTimes predict_scan(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
+                                 const json& flags, UNet& net) {
+  PredictTimes times;
+  auto start = std::chrono::steady_clock::now();
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--output", o.output},
                                    {"--probabilities", o.probabilities}})
     if (!path.empty() && !is_nifti_name(path))
@@ -50,20 +63,29 @@ inline void predict_scan(mt::Mesh& mesh, const PredictOptions& o, const mt::Layo
   p.spacing = flags.value("spacing", p.spacing);
   p.shape = flags.value("resize", p.shape);
   const Scan scan = read_scan(mesh, o.input, "", layout, p);
+  times.read = seconds_since(start);
+  start = std::chrono::steady_clock::now();
   const auto logits = net(scan.input, /*training=*/false);
   const auto probabilities =
       to_scan_grid(mt::drop_dim(mt::softmax(logits, "classes"), "batch"), scan.grid);
-  mt::save_nifti(mt::argmax<std::uint8_t>(probabilities, "classes"), o.output, scan.volume,
+  const auto labels = mt::argmax<std::uint8_t>(probabilities, "classes");
+  times.network = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  mt::save_nifti(labels, o.output, scan.volume,
                  {"unet3d labels: 0 background, 1 organ, 2 tumour", NIFTI_INTENT_LABEL, 0, 2});
   if (!o.probabilities.empty())
     mt::save_nifti(
         probabilities, o.probabilities, scan.volume,
         {"unet3d class probabilities (background, organ, tumour)", NIFTI_INTENT_NONE, 0, 1});
+  times.write = seconds_since(start);
+  return times;
 }
 
 // A volume (.npy, HU, float32), unbatched [x, y, z] or batched [batch, x, y, z].
-inline void predict_array(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
-                          UNet& net, int depth) {
+inline PredictTimes predict_array(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
+                                  UNet& net, int depth) {
+  PredictTimes times;
+  auto start = std::chrono::steady_clock::now();
   const mt::npy::Header header = mt::npy::read_header(o.input);
   mt::npy::check_type<float>(header, o.input);
   const bool batched = header.shape.size() == 4;
@@ -84,18 +106,24 @@ inline void predict_array(mt::Mesh& mesh, const PredictOptions& o, const mt::Lay
                           mt::Dim("y", size[1]), mt::Dim("z", size[2])}
               : mt::Shape{mt::Dim("x", size[0]), mt::Dim("y", size[1]), mt::Dim("z", size[2])};
   auto hu = mt::load_npy<float>(mesh, o.input, volume_shape, layout);
+  times.read = seconds_since(start);
+  start = std::chrono::steady_clock::now();
   if (!batched) hu = mt::append_dim(hu, "batch", 0);
   const auto input =
       mt::append_dim(mt::map(hu, [](float v) { return network_input(v); }), "channels");
   const auto logits = net(input, /*training=*/false);
   auto labels = mt::argmax<std::uint8_t>(logits, "classes");
   if (!batched) labels = mt::drop_dim(labels, "batch");
+  times.network = seconds_since(start);
+  start = std::chrono::steady_clock::now();
   mt::save_npy(labels, o.output);
   if (!o.probabilities.empty()) {
     auto p = mt::softmax(logits, "classes");
     if (!batched) p = mt::drop_dim(p, "batch");
     mt::save_npy(p, o.probabilities);
   }
+  times.write = seconds_since(start);
+  return times;
 }
 
 inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout) {
@@ -104,13 +132,25 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
   UNet net(mesh, config);
   restore_checkpoint(mesh, manifest, where, net, nullptr);
   mt::autodiff::NoGrad no_grad(mesh);
-  if (is_nifti_name(o.input))
-    predict_scan(mesh, o, layout, manifest["flags"], net);
-  else
-    predict_array(mesh, o, layout, net, config.depth);
-  if (mesh.processor() == 0)
+  const PredictTimes times = is_nifti_name(o.input)
+                                 ? predict_scan(mesh, o, layout, manifest["flags"], net)
+                                 : predict_array(mesh, o, layout, net, config.depth);
+  const double peak = mt::all_reduce_value(mesh.world(), peak_rss_mib(), mt::ReduceOp::max);
+  if (mesh.processor() == 0) {
     std::printf("unet3d: labels of %s written to %s%s%s\n", o.input.c_str(), o.output.c_str(),
                 o.probabilities.empty() ? "" : ", probabilities to ", o.probabilities.c_str());
+    // The first use of each shape also builds its kernels: network_s includes that.
+    std::printf("%s\n", json{{"read_s", times.read},
+                             {"network_s", times.network},
+                             {"write_s", times.write},
+                             {"peak_rss_mib", peak},
+                             {"processors", mesh.num_processors()},
+                             {"mesh", mesh.shape().to_string()},
+                             {"layout", layout.to_string()},
+                             {"transport", mesh.transport()}}
+                            .dump()
+                            .c_str());
+  }
 }
 
 struct GenerateOptions {

@@ -26,15 +26,6 @@
 
 namespace unet3d {
 
-/// This process's peak resident memory in MiB (VmHWM).
-inline double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
-
 inline std::string duration_text(double seconds) {
   const int s = int(seconds + 0.5);
   return s >= 60 ? std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s"
