@@ -130,8 +130,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--out", train.out, "directory for pictures, curves and metrics");
   train_cmd->add_option("--validate-every", train.validate_every, "steps between validations")
       ->check(CLI::PositiveNumber);
-  train_cmd->add_option("--validation-volumes", train.validation_volumes, "held-out volumes")
-      ->check(CLI::PositiveNumber);
+  train_cmd
+      ->add_option("--validation-volumes", train.validation_volumes,
+                   "held-out volumes (0: no validation)")
+      ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps between checkpoints")
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--data", train.data,

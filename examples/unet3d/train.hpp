@@ -118,6 +118,8 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   const bool scans = !o.data.empty();
   Dataset dataset;
   if (scans) dataset = read_dataset(o.data, o.validation_volumes, o.seed);
+  const std::int64_t held_out =
+      scans ? std::int64_t(dataset.validation.size()) : o.validation_volumes;
   UNet net(mesh, config);
   nn::Adam<float> adam(net.parameters().trainable(), o.lr);
   const auto flags = model_flags(o);
@@ -210,7 +212,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
       log.flush();
     }
     const bool last = step + 1 == end;
-    if ((step + 1) % o.validate_every == 0 || last) {
+    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last)) {
       last_validation =
           validate(mesh, net, o, layout, scans ? &dataset : nullptr, step + 1, picture_dir);
       dice_curve.push_back(
@@ -219,7 +221,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
         std::printf(
             "validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
             (long long)step + 1, last_validation.dice(organ), last_validation.dice(tumour),
-            (long long)(scans ? dataset.validation.size() : o.validation_volumes));
+            (long long)held_out);
         log << nlohmann::json{{"step", step + 1},
                               {"validation_dice_organ", last_validation.dice(organ)},
                               {"validation_dice_tumor", last_validation.dice(tumour)}}
@@ -243,8 +245,8 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   if (speaker) {
     nlohmann::json summary{{"steps", o.steps},
                            {"final_loss", final_loss},
-                           {"dice_organ", last_validation.dice(organ)},
-                           {"dice_tumor", last_validation.dice(tumour)},
+                           {"dice_organ", held_out ? json(last_validation.dice(organ)) : json()},
+                           {"dice_tumor", held_out ? json(last_validation.dice(tumour)) : json()},
                            {"step_time_s", median},
                            {"peak_rss_mib", peak},
                            {"peak_processor_memory_mib", processor_peak},

@@ -46,6 +46,22 @@ def main(work, pairs):
         f.write("image,label\n")
         f.write(f"{os.path.join(scans, 'volume-0.nii.gz')},{os.path.join(scans, 'segmentation-1.nii')}\n")
         f.write(f"{os.path.join(scans, 'volume-1.nii')},{os.path.join(scans, 'segmentation-1.nii')}\n")
+    # Same grid size, but the label volume is shifted 5 mm: its voxels are not the image's.
+    misaligned = os.path.join(work, "misaligned")
+    os.makedirs(misaligned, exist_ok=True)
+    shutil.copy(os.path.join(scans, "volume-1.nii"), misaligned)
+    shifted = nib.load(os.path.join(scans, "segmentation-1.nii"))
+    moved = shifted.affine.copy()
+    moved[2, 3] += 5.0
+    nib.save(nib.Nifti1Image(np.asarray(shifted.dataobj), moved),
+             os.path.join(misaligned, "segmentation-1.nii"))
+    # A label volume with a value that is no class.
+    strange = os.path.join(work, "strange_labels")
+    os.makedirs(strange, exist_ok=True)
+    shutil.copy(os.path.join(scans, "volume-1.nii"), strange)
+    labels = np.asarray(shifted.dataobj).copy()
+    labels[-1, -1, -1] = 7
+    nib.save(nib.Nifti1Image(labels, shifted.affine), os.path.join(strange, "segmentation-1.nii"))
     with open(os.path.join(scans, "volume-1.nii"), "rb") as f:
         data = f.read()
     with open(os.path.join(work, "truncated.nii"), "wb") as f:

@@ -139,7 +139,8 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
     math(EXPR index "${index} + 1")
   endforeach()
   ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/make_scans.py ${here} ${pairs})
-  set(scan_flags --depth 2 --channels 4 --spacing 1.6,1.6,2 --validate-every 100 --validation-volumes 1)
+  set(model_flags --depth 2 --channels 4 --spacing 1.6,1.6,2 --validate-every 100)
+  set(scan_flags ${model_flags} --validation-volumes 1)
   if(SCENARIO STREQUAL "scans")
     # Training on the folder, then whole-scan prediction on 1 processor, 8 and MPI: equal labels,
     # on the scan's grid with its header.
@@ -165,6 +166,13 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
     fails("volume-0.nii.gz: has no label volume .*segmentation-0.nii\\[.gz\\]" ${train} --data ${here}/unlabelled)
     fails("segmentation-1.nii: 36x40x12 voxels, but its image .*volume-0.nii.gz has 40x36x14; a label volume needs its image's grid"
           ${train} --data ${here}/mismatch)
+    # One pair, trained on: hold none out.
+    fails("misaligned/segmentation-1.nii: its affine \\(voxel to world\\) differs from that of its image .*volume-1.nii at row 2, column 3"
+          ${UNET3D} train ${model_flags} --validation-volumes 0 --steps 1 --threads 2 --out ${here}/o
+          --data ${here}/misaligned)
+    fails("strange_labels/segmentation-1.nii: holds the label value 7.000000; labels must be 0 \\(background\\), 1 \\(organ\\) or 2 \\(tumour\\)"
+          ${UNET3D} train ${model_flags} --validation-volumes 0 --steps 1 --threads 2 --out ${here}/o
+          --data ${here}/strange_labels)
     fails("--batch 2: with --data each step is one whole scan" ${train} --data ${here}/scans --batch 2)
     fails("--spacing resamples the scans of --data" ${UNET3D} train --spacing 1,1,1 --out ${here}/o)
     ok(${UNET3D} train --data ${here}/scans ${scan_flags} --steps 1 --threads 1 --out ${here}/t --checkpoint ${here}/ckpt)
