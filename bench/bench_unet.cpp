@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
         largest(mesh, double(stats.allocations - pool_before.allocations) / o.steps);
     const double pool_step_peak = largest(mesh, double(stats.peak_held - pool_before_model) / mib);
     const double pool_peak = largest(mesh, double(stats.peak_held) / mib);
+    // What live tensors and buffers needed at most; held beyond it is cached for reuse.
+    const double pool_in_use_peak = largest(mesh, double(stats.peak_in_use) / mib);
     const double rss_peak = largest(mesh, status_mib("VmHWM"));
     const double parameters_mib = largest(mesh, [&] {
       double bytes = 0;
@@ -180,12 +182,13 @@ int main(int argc, char** argv) {
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"step_s\":%.4f,\"halo_s\":%"
           ".4f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
-          "\"pool_step_mib\":%.1f,\"parameters_and_state_mib\":%.2f,\"rss_start_mib\":%.1f,"
+          "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
+          "\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
           o.channels, o.depth, o.recompute ? "true" : "false", step_s, halo_s, halo_bytes,
-          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, parameters_mib,
-          rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib);
+          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
+          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib);
   });
 }

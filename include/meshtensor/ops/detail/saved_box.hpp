@@ -5,6 +5,7 @@
 // are saved; backward rebuilds the box when it needs it, one op at a time. An input with a recipe
 // (a normalisation's output) is not kept at all: its recipe is, and backward recomputes the block.
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -39,6 +40,14 @@ class KeptBlock {
     scratch = Array<T>::from_shape(to_xshape(block_.sizes()));
     (*recipe_)(scratch.data());
     return scratch.data();
+  }
+
+  /// Writes the block's elements, in order, to `out`.
+  void write_to(T* out) const {
+    if (tensor_.defined())
+      std::copy(tensor_.local().begin(), tensor_.local().end(), out);
+    else
+      (*recipe_)(out);
   }
 
  private:
@@ -99,13 +108,19 @@ class SavedBox {
   const T* data(Array<T>& scratch) const {
     if (!own_.defined()) return whole_.data();
     if (halo_.empty()) return own_.data(scratch);
-    Array<T> own_scratch;
-    const T* own_data = own_.data(own_scratch);
     scratch = Array<T>::from_shape(to_xshape(box_.sizes()));
     const auto box_strides = kernels::row_major_strides(box_.sizes());
     const Block& own = own_.block();
-    kernels::copy_box(own.sizes(), own_data, kernels::row_major_strides(own.sizes()),
-                      scratch.data() + kernels::offset_of_box(own, box_, box_strides), box_strides);
+    T* own_in_box = scratch.data() + kernels::offset_of_box(own, box_, box_strides);
+    if (contiguous_in_box(own)) {
+      // Straight into the box (a recomputed block too): no second block-sized buffer at the
+      // moment of backward's peak.
+      own_.write_to(own_in_box);
+    } else {
+      Array<T> own_scratch;
+      kernels::copy_box(own.sizes(), own_.data(own_scratch),
+                        kernels::row_major_strides(own.sizes()), own_in_box, box_strides);
+    }
     for (const auto& [slab, data] : halo_)
       kernels::copy_box(slab.sizes(), data.data(), kernels::row_major_strides(slab.sizes()),
                         scratch.data() + kernels::offset_of_box(slab, box_, box_strides),
@@ -114,6 +129,16 @@ class SavedBox {
   }
 
  private:
+  // Whether the own block is one run of the box's memory: single positions along the dims before
+  // some dim, and the whole box along the dims after it (a split of the outer dims only).
+  bool contiguous_in_box(const Block& own) const {
+    std::size_t d = 0;
+    while (d < own.ranges.size() && own.ranges[d].size() == 1) ++d;
+    for (std::size_t e = d + 1; e < own.ranges.size(); ++e)
+      if (own.ranges[e] != box_.ranges[e]) return false;
+    return true;
+  }
+
   Array<T> whole_;
   KeptBlock<T> own_;
   Block box_;
