@@ -124,8 +124,8 @@ def run(args):
         f"(C=8, depth 3, batch norm) trained briefly on phantoms, the same weights in both; "
         f"{threads} threads. MONAI {result['monai']} with PyTorch {result['torch']}, Gaussian "
         "blending. Time: the whole process (reading, inference, writing), MONAI's inference "
-        "alone in brackets (meshtensor's includes building and timing its oneDNN kernels for each "
-        "shape, which a single prediction pays once). Memory: the process's peak RSS. Dice: organ / tumour.",
+        "alone in brackets (meshtensor's includes creating its oneDNN kernels for each shape, "
+        "which a single prediction pays once). Memory: the process's peak RSS. Dice: organ / tumour.",
         "",
         "| method | window | overlap | processors | time (s) | peak RSS (MiB) | Dice vs meshtensor | "
         "Dice vs truth |",
