@@ -145,14 +145,16 @@ def run(args):
     print("\n".join(lines))
 
 
-def torch_state(checkpoint, depth):
+def torch_state(checkpoint):
     """meshtensor's checkpoint (global .npy arrays named by parameter) as the PyTorch model's
-    state dict: weights [kx, ky, kz, in, out] to [out, in, kx, ky, kz] ([in, out, ...] transposed)."""
+    state dict (weights [kx, ky, kz, in, out] to [out, in, kx, ky, kz], [in, out, ...] for the
+    transposed ones), and the flags it was trained with."""
     import torch
     name = open(os.path.join(checkpoint, "latest")).read().strip()
     where = os.path.join(checkpoint, name)
     manifest = json.load(open(os.path.join(where, "manifest.json")))
     arrays = {t["name"]: np.load(os.path.join(where, t["file"])) for t in manifest["tensors"]}
+    depth = manifest["flags"]["depth"]
     state = {}
 
     def conv(ours, theirs, transposed=False):
@@ -188,10 +190,8 @@ def monai(args):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_bench import UNet
     torch.set_num_threads(args.threads)
-    flags = json.load(open(os.path.join(args.checkpoint, open(
-        os.path.join(args.checkpoint, "latest")).read().strip(), "manifest.json")))["flags"]
+    state, flags = torch_state(args.checkpoint)
     model = UNet(flags["channels"], flags["depth"])
-    state, _ = torch_state(args.checkpoint, flags["depth"])
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Only batch norm's step counters have no meshtensor counterpart.
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (

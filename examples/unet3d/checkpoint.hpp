@@ -51,13 +51,7 @@ inline void write_text_atomically(const std::string& path, const std::string& te
 template <class F>
 void on_first(mt::Mesh& mesh, F&& f) {
   std::string failure;
-  if (mesh.processor() == 0) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  }
+  if (mesh.processor() == 0) failure = mt::detail::failure_of(f);
   mt::detail::agree_on(mesh, failure);
 }
 

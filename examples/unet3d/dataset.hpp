@@ -23,6 +23,15 @@ struct ScanFiles {
   std::string image, label;
 };
 
+/// 0 .. n-1 shuffled (Fisher-Yates) by draws `first + 1 .. first + n - 1` of `stream`.
+inline std::vector<std::size_t> seeded_order(std::size_t n, const mt::RandomStream& stream,
+                                             std::uint64_t first = 0) {
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  for (std::size_t i = n; i-- > 1;) std::swap(order[i], order[stream.bits(first + i) % (i + 1)]);
+  return order;
+}
+
 struct Dataset {
   std::vector<ScanFiles> train, validation;
   std::uint64_t seed = 1;
@@ -30,14 +39,9 @@ struct Dataset {
   /// The pair for training step `step`: epochs are seeded permutations of the training pairs.
   const ScanFiles& for_step(std::int64_t step) const {
     const auto n = static_cast<std::int64_t>(train.size());
-    const std::int64_t epoch = step / n;
-    std::vector<std::size_t> order(train.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const mt::RandomStream draw(seed, "epoch-order");
-    for (std::size_t i = order.size(); i-- > 1;) {
-      const auto j = draw.bits(std::uint64_t(epoch) * order.size() + i) % (i + 1);
-      std::swap(order[i], order[j]);
-    }
+    const auto epoch = std::uint64_t(step / n);
+    const auto order =
+        seeded_order(train.size(), mt::RandomStream(seed, "epoch-order"), epoch * train.size());
     return train[order[std::size_t(step % n)]];
   }
 };
@@ -123,10 +127,7 @@ inline Dataset read_dataset(const std::string& dir, std::int64_t validation_coun
                     " has " + std::to_string(pairs.size()) +
                     " pairs; hold out fewer so that some are left for training");
   // A seeded shuffle decides which pairs are held out; the rest train, in the folder's order.
-  std::vector<std::size_t> order(pairs.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const mt::RandomStream draw(seed, "validation-split");
-  for (std::size_t i = order.size(); i-- > 1;) std::swap(order[i], order[draw.bits(i) % (i + 1)]);
+  const auto order = seeded_order(pairs.size(), mt::RandomStream(seed, "validation-split"));
   std::vector<bool> held_out(pairs.size(), false);
   for (std::int64_t k = 0; k < validation_count; ++k) held_out[order[std::size_t(k)]] = true;
   Dataset d;

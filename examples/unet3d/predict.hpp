@@ -39,14 +39,6 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-inline bool is_nifti_name(const std::string& path) {
-  auto ends = [&](const std::string& tail) {
-    return path.size() >= tail.size() &&
-           path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return ends(".nii") || ends(".nii.gz");
-}
-
 // A CT scan (NIfTI): prepared as in training, predicted whole, and the labels (and probabilities)
 // written on the scan's own grid, in its orientation, with its header.
 inline PredictTimes predict_scan(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout,
@@ -55,7 +47,7 @@ inline PredictTimes predict_scan(mt::Mesh& mesh, const PredictOptions& o, const 
   auto start = std::chrono::steady_clock::now();
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--output", o.output},
                                    {"--probabilities", o.probabilities}})
-    if (!path.empty() && !is_nifti_name(path))
+    if (!path.empty() && !mt::nifti::is_nifti_name(path))
       throw mt::Error(flag + " " + path +
                       ": the labels of a NIfTI scan are written as NIfTI; name it .nii or .nii.gz");
   Preprocessing p;
@@ -132,7 +124,7 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
   UNet net(mesh, config);
   restore_checkpoint(mesh, manifest, where, net, nullptr);
   mt::autodiff::NoGrad no_grad(mesh);
-  const PredictTimes times = is_nifti_name(o.input)
+  const PredictTimes times = mt::nifti::is_nifti_name(o.input)
                                  ? predict_scan(mesh, o, layout, manifest["flags"], net)
                                  : predict_array(mesh, o, layout, net, config.depth);
   const double peak = mt::all_reduce_value(mesh.world(), peak_rss_mib(), mt::ReduceOp::max);

@@ -45,6 +45,36 @@ inline bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// Calls f(Stored{}) with the C++ type of a voxel of `datatype`; false for types meshtensor does
+// not read (complex, RGB, float128, bits).
+template <class F>
+bool with_stored_type(int datatype, F&& f) {
+  switch (datatype) {
+    case NIFTI_TYPE_UINT8:
+      return f(std::uint8_t{}), true;
+    case NIFTI_TYPE_INT8:
+      return f(std::int8_t{}), true;
+    case NIFTI_TYPE_INT16:
+      return f(std::int16_t{}), true;
+    case NIFTI_TYPE_UINT16:
+      return f(std::uint16_t{}), true;
+    case NIFTI_TYPE_INT32:
+      return f(std::int32_t{}), true;
+    case NIFTI_TYPE_UINT32:
+      return f(std::uint32_t{}), true;
+    case NIFTI_TYPE_INT64:
+      return f(std::int64_t{}), true;
+    case NIFTI_TYPE_UINT64:
+      return f(std::uint64_t{}), true;
+    case NIFTI_TYPE_FLOAT32:
+      return f(float{}), true;
+    case NIFTI_TYPE_FLOAT64:
+      return f(double{}), true;
+    default:
+      return false;
+  }
+}
+
 inline void quiet() {
   static const bool once = [] {
     nifti_set_debug_level(0);
@@ -57,21 +87,12 @@ inline void quiet() {
 
 /// The voxel types meshtensor reads: the integer and real types of NIfTI, not complex or RGB.
 inline bool readable_datatype(int datatype) {
-  switch (datatype) {
-    case NIFTI_TYPE_UINT8:
-    case NIFTI_TYPE_INT8:
-    case NIFTI_TYPE_INT16:
-    case NIFTI_TYPE_UINT16:
-    case NIFTI_TYPE_INT32:
-    case NIFTI_TYPE_UINT32:
-    case NIFTI_TYPE_INT64:
-    case NIFTI_TYPE_UINT64:
-    case NIFTI_TYPE_FLOAT32:
-    case NIFTI_TYPE_FLOAT64:
-      return true;
-    default:
-      return false;
-  }
+  return detail::with_stored_type(datatype, [](auto) {});
+}
+
+/// Whether `path` names a NIfTI file meshtensor reads and writes: .nii or .nii.gz.
+inline bool is_nifti_name(const std::string& path) {
+  return detail::ends_with(path, ".nii") || detail::ends_with(path, ".nii.gz");
 }
 
 /// The NIfTI datatype code that stores T.
@@ -99,16 +120,13 @@ struct File {
   std::array<std::int64_t, 3> size{};  // voxels along the file's axes i, j, k
   int datatype = 0;
   int bytes_per_voxel = 0;
-  double slope = 1, intercept = 0;  // value = slope * stored + intercept
-  Affine affine = identity_affine();
-  std::string affine_source;  // "sform", "qform" or "pixdim" (no orientation in the file)
+  double slope = 1, intercept = 0;    // value = slope * stored + intercept
+  Affine affine = identity_affine();  // the sform if the file has one, else the qform
   std::int64_t data_offset = 0;
   bool swapped = false;  // stored in the other byte order
   std::shared_ptr<const nifti_image> header;
 
-  std::string datatype_name() const { return nifti_datatype_to_string(datatype); }
   std::int64_t num_voxels() const { return size[0] * size[1] * size[2]; }
-  std::array<double, 3> spacing() const { return voxel_spacing(affine); }
 };
 
 /**
@@ -122,9 +140,9 @@ inline File open(const std::string& path) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) throw IoError(path + ": no such file");
   if (!S_ISREG(info.st_mode)) throw IoError(path + ": not a regular file");
-  const bool gz = detail::ends_with(path, ".nii.gz");
-  if (!gz && !detail::ends_with(path, ".nii"))
+  if (!is_nifti_name(path))
     throw IoError(path + ": not a NIfTI file name; meshtensor reads .nii and .nii.gz");
+  const bool gz = detail::ends_with(path, ".gz");
 
   // The first bytes, to tell a damaged file from a foreign one before niftilib parses it.
   int version = 0;
@@ -173,7 +191,6 @@ inline File open(const std::string& path) {
     f.intercept = std::isfinite(image->scl_inter) ? image->scl_inter : 0;
   }
   const nifti_dmat44& m = image->sform_code > 0 ? image->sto_xyz : image->qto_xyz;
-  f.affine_source = image->sform_code > 0 ? "sform" : image->qform_code > 0 ? "qform" : "pixdim";
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) f.affine[r][c] = m.m[r][c];
   f.data_offset = image->iname_offset;
@@ -209,30 +226,9 @@ void convert(const void* raw, std::int64_t n, double slope, double intercept, T*
 template <class T>
 void convert(int datatype, const void* raw, std::int64_t n, double slope, double intercept,
              T* out) {
-  switch (datatype) {
-    case NIFTI_TYPE_UINT8:
-      return convert<std::uint8_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_INT8:
-      return convert<std::int8_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_INT16:
-      return convert<std::int16_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_UINT16:
-      return convert<std::uint16_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_INT32:
-      return convert<std::int32_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_UINT32:
-      return convert<std::uint32_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_INT64:
-      return convert<std::int64_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_UINT64:
-      return convert<std::uint64_t>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_FLOAT32:
-      return convert<float>(raw, n, slope, intercept, out);
-    case NIFTI_TYPE_FLOAT64:
-      return convert<double>(raw, n, slope, intercept, out);
-    default:
-      throw IoError("unsupported NIfTI datatype " + std::to_string(datatype));
-  }
+  if (!with_stored_type(
+          datatype, [&](auto stored) { convert<decltype(stored)>(raw, n, slope, intercept, out); }))
+    throw IoError("unsupported NIfTI datatype " + std::to_string(datatype));
 }
 
 }  // namespace detail
@@ -301,9 +297,8 @@ class Writer {
          const Description& description)
       : path_(std::move(path)) {
     detail::quiet();
-    const bool gz = detail::ends_with(path_, ".nii.gz");
-    if (!gz && !detail::ends_with(path_, ".nii"))
-      throw IoError(path_ + ": name the output .nii or .nii.gz");
+    if (!is_nifti_name(path_)) throw IoError(path_ + ": name the output .nii or .nii.gz");
+    const bool gz = detail::ends_with(path_, ".gz");
     const std::string stem = path_.substr(0, path_.size() - (gz ? 7 : 4));
     temporary_ = stem + ".partial" + (gz ? ".nii.gz" : ".nii");
     detail::Image image(nifti_copy_nim_info(like.header.get()));

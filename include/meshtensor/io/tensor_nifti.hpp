@@ -18,6 +18,7 @@
 #include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/nifti_file.hpp"
 #include "meshtensor/io/orientation.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -79,11 +80,13 @@ inline BoxInBlock box_in_block(const NiftiVolume& v, const Block& block,
   return b;
 }
 
-inline std::vector<std::int64_t> row_major_strides(const Block& block) {
-  std::vector<std::int64_t> strides(block.ranges.size(), 1);
-  for (std::size_t d = block.ranges.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * block.ranges[d].size();
-  return strides;
+// Calls f(j, k, at) for each row of the box in file order: `at` is the block offset of the row's
+// first voxel; the row's voxels lie b.step[0] apart.
+template <class F>
+void for_each_row(const BoxInBlock& b, F&& f) {
+  for (std::int64_t k = b.box[2].begin; k < b.box[2].end; ++k)
+    for (std::int64_t j = b.box[1].begin; j < b.box[1].end; ++j)
+      f(j, k, b.first + (j - b.box[1].begin) * b.step[1] + (k - b.box[2].begin) * b.step[2]);
 }
 
 inline std::array<Range, 3> whole(const std::array<std::int64_t, 3>& size) {
@@ -104,8 +107,8 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
   Array<T> local = Array<T>::from_shape({std::size_t(block.ranges[0].size()),
                                          std::size_t(block.ranges[1].size()),
                                          std::size_t(block.ranges[2].size())});
-  const auto b =
-      detail::box_in_block(v, block, detail::row_major_strides(block), detail::whole(v.size));
+  const auto b = detail::box_in_block(v, block, kernels::row_major_strides(block.sizes()),
+                                      detail::whole(v.size));
   detail::agree_on(mesh, detail::failure_of([&] {
                      nifti::read_box<T>(
                          v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
@@ -175,53 +178,52 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
       // The slab's canonical ranges: all of x, y, z but the dim that reads file axis k.
       std::array<Range, 3> canonical = detail::whole(like.size);
       canonical[k_axis_dim] = like.orientation.file_range(k_axis_dim, k_slab, like.file.size[2]);
-      auto piece_of = [&](int processor, detail::BoxInBlock& b, Block& block) {
-        block = layout.block(processor);
+      // Processor p's piece of the slab, if any: its block seen from the file.
+      auto piece_of = [&](int p, detail::BoxInBlock& b) {
+        const Block block = layout.block(p);
         if (shape.rank() == 4 && !block.ranges[3].contains(volume)) return false;
-        b = detail::box_in_block(like, block, detail::row_major_strides(block), canonical);
-        if (shape.rank() == 4)
-          b.first += (volume - block.ranges[3].begin) * detail::row_major_strides(block)[3];
+        const auto strides = kernels::row_major_strides(block.sizes());
+        b = detail::box_in_block(like, block, strides, canonical);
+        if (shape.rank() == 4) b.first += (volume - block.ranges[3].begin) * strides[3];
         return !b.box[0].empty() && !b.box[1].empty() && !b.box[2].empty();
       };
-      // Every sender packs its piece in file order (i fastest) and sends it to processor 0.
+      auto size_of = [](const detail::BoxInBlock& b) {
+        return std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size());
+      };
+      // This processor's piece in file order (i fastest).
+      auto pack = [&](const detail::BoxInBlock& b) {
+        piece.resize(size_of(b));
+        T* out = piece.data();
+        detail::for_each_row(b, [&](std::int64_t, std::int64_t, std::int64_t at) {
+          for (std::int64_t i = 0; i < b.box[0].size(); ++i)
+            *out++ = t.local().data()[at + i * b.step[0]];
+        });
+      };
       detail::BoxInBlock b;
-      Block block;
-      if (mesh.processor() != 0 && writes(mesh.processor()) &&
-          piece_of(mesh.processor(), b, block)) {
-        piece.resize(std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size()));
-        std::size_t n = 0;
-        for (std::int64_t k = b.box[2].begin; k < b.box[2].end; ++k)
-          for (std::int64_t j = b.box[1].begin; j < b.box[1].end; ++j) {
-            const T* in = t.local().data() + b.first + (j - b.box[1].begin) * b.step[1] +
-                          (k - b.box[2].begin) * b.step[2];
-            for (std::int64_t i = 0; i < b.box[0].size(); ++i) piece[n++] = in[i * b.step[0]];
-          }
-        world.isend(piece.data(), piece.size() * sizeof(T), 0, detail::tags::volume_io).wait();
+      if (mesh.processor() != 0) {
+        if (writes(mesh.processor()) && piece_of(mesh.processor(), b)) {
+          pack(b);
+          world.isend(piece.data(), piece.size() * sizeof(T), 0, detail::tags::volume_io).wait();
+        }
+        continue;
       }
-      if (mesh.processor() != 0) continue;
-      // Processor 0 places every piece into the slab, then appends the slab to the file.
+      // Processor 0 places every piece (its own too) into the slab, then appends the slab.
       slab.assign(std::size_t(plane * k_slab.size()), T{});
       for (int p = 0; p < mesh.num_processors(); ++p) {
-        if (!writes(p) || !piece_of(p, b, block)) continue;
-        auto place = [&](auto&& value_at) {
-          std::size_t n = 0;
-          for (std::int64_t k = b.box[2].begin; k < b.box[2].end; ++k)
-            for (std::int64_t j = b.box[1].begin; j < b.box[1].end; ++j) {
-              T* out = slab.data() + ((k - k0) * like.file.size[1] + j) * like.file.size[0] +
-                       b.box[0].begin;
-              for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i] = value_at(n++, i, j, k);
-            }
-        };
+        if (!writes(p) || !piece_of(p, b)) continue;
         if (p == 0) {
-          place([&](std::size_t, std::int64_t i, std::int64_t j, std::int64_t k) {
-            return t.local().data()[b.first + i * b.step[0] + (j - b.box[1].begin) * b.step[1] +
-                                    (k - b.box[2].begin) * b.step[2]];
-          });
+          pack(b);
         } else {
-          piece.resize(std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size()));
+          piece.resize(size_of(b));
           world.irecv(piece.data(), piece.size() * sizeof(T), p, detail::tags::volume_io).wait();
-          place([&](std::size_t n, std::int64_t, std::int64_t, std::int64_t) { return piece[n]; });
         }
+        const T* in = piece.data();
+        detail::for_each_row(b, [&](std::int64_t j, std::int64_t k, std::int64_t) {
+          std::copy(in, in + b.box[0].size(),
+                    slab.data() + ((k - k0) * like.file.size[1] + j) * like.file.size[0] +
+                        b.box[0].begin);
+          in += b.box[0].size();
+        });
       }
       // After a failure processor 0 still takes every piece, so no sender waits forever.
       if (failure.empty())
