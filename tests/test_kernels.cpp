@@ -24,9 +24,13 @@ struct Case {
   std::int64_t batch, c_in, c_out;
   bool transposed;
   bool exact_multiple = false;  // transposed: in = out / stride, origin 0 (the U-Net's up-sampling)
+  // Convolutions: zero padding of `pad` positions before each dim's box, and after it unless
+  // `pad_before_only` (a split block's slab at the tensor's start).
+  std::int64_t pad = 0;
+  bool pad_before_only = false;
 };
 
-// A geometry whose box covers exactly what the outputs read.
+// A geometry whose box covers exactly what the outputs read, less the padding.
 ConvGeometry geometry(const Case& c) {
   ConvGeometry g;
   g.batch = c.batch;
@@ -38,7 +42,8 @@ ConvGeometry geometry(const Case& c) {
     const std::int64_t span = (c.kernel[d] - 1) * c.dilation[d] + 1;
     g.taps[d] = Taps{c.transposed, 0, c.stride[d], c.dilation[d]};
     if (!c.transposed) {
-      g.in[d] = (c.out[d] - 1) * c.stride[d] + span;
+      g.taps[d].origin = -c.pad;
+      g.in[d] = (c.out[d] - 1) * c.stride[d] + span - c.pad * (c.pad_before_only ? 1 : 2);
     } else if (c.exact_multiple) {
       g.in[d] = c.out[d] / c.stride[d];
     } else {  // outputs o read (o + origin - k*dilation) / stride; origin keeps every read >= 0
@@ -88,6 +93,11 @@ TEST_CASE("fast and reference convolution kernels agree") {
       {{5, 5, 13}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, 32, 8, false},
       {{4, 4, 4}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 1, 8, false},
       {{3, 3, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 3, 5, false},  // falls back to reference
+      // 'same' padding, as the U-Net's convolutions, whole and as a split block's first rows
+      {{6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 16, false, false, 1},
+      {{4, 6, 6}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 8, false, false, 1, true},
+      {{5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 8, 8, false, false, 2},
+      {{1, 5, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false, false, 1},
       {{8, 6, 10}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 16, 8, true},
       {{8, 6, 10}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 16, 8, true, true},  // the U-Net's
       {{16, 16, 16}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 64, 32, true, true},

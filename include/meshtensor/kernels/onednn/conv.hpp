@@ -35,31 +35,21 @@
 
 #include "meshtensor/kernels/blocked/conv.hpp"
 #include "meshtensor/kernels/onednn/context.hpp"
+#include "meshtensor/kernels/onednn/pass.hpp"
+#include "meshtensor/kernels/onednn/weight_planes.hpp"
 #include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn {
 namespace detail {
 
-// A tensor an op reads or writes: meshtensor's plain layout and the format the primitive wants.
-struct Operand {
-  memory::desc plain, chosen;
-  bool reordered() const { return chosen != plain; }
-};
-
-// One pass (forward, backward data or backward weights): its primitive, the two tensors it reads
-// and the one it writes.
-struct Pass {
-  Step step;
-  Operand first, second, result;
-};
-
 struct Primitives {
   Pass forward;           // reads src, weights; writes dst
   Pass backward_data;     // reads diff_dst, weights; writes diff_src
   Pass backward_weights;  // reads src, diff_dst; writes diff_weights
-  // False where some pass has no kernel optimised() accepts on any format: the blocked kernels
-  // run the shape instead.
-  bool usable = true;
+  // Whether any pass runs on oneDNN.
+  bool usable() const {
+    return forward.optimised || backward_data.optimised || backward_weights.optimised;
+  }
 };
 
 // The primitives of the calling thread, per shape.
@@ -172,20 +162,21 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first,
   auto backward_weights = backward_weights_on(channels_last);
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
-  const bool usable = optimised(forward) && optimised(backward_data) && optimised(backward_weights);
-  return Primitives{{{Forward(forward), forward.scratchpad_desc()},
-                     {plain.src, forward.src_desc()},
-                     {plain.weights, forward.weights_desc()},
-                     {plain.dst, forward.dst_desc()}},
-                    {{BackwardData(backward_data), backward_data.scratchpad_desc()},
-                     {plain.dst, backward_data.diff_dst_desc()},
-                     {plain.weights, backward_data.weights_desc()},
-                     {plain.src, backward_data.diff_src_desc()}},
-                    {{BackwardWeights(backward_weights), backward_weights.scratchpad_desc()},
-                     {plain.src, backward_weights.src_desc()},
-                     {plain.dst, backward_weights.diff_dst_desc()},
-                     {plain.weights, backward_weights.diff_weights_desc()}},
-                    usable};
+  // A pass no optimised kernel runs gets no primitive (building one would compile its kernel).
+  auto pass = [](const auto& pd, auto make, Operand first, Operand second, Operand result) {
+    if (!optimised(pd)) return Pass{{}, first, second, result, false};
+    return Pass{{make(pd), pd.scratchpad_desc()}, first, second, result, true};
+  };
+  return Primitives{
+      pass(forward, [](const auto& pd) { return Forward(pd); }, {plain.src, forward.src_desc()},
+           {plain.weights, forward.weights_desc()}, {plain.dst, forward.dst_desc()}),
+      pass(backward_data, [](const auto& pd) { return BackwardData(pd); },
+           {plain.dst, backward_data.diff_dst_desc()},
+           {plain.weights, backward_data.weights_desc()},
+           {plain.src, backward_data.diff_src_desc()}),
+      pass(backward_weights, [](const auto& pd) { return BackwardWeights(pd); },
+           {plain.src, backward_weights.src_desc()}, {plain.dst, backward_weights.diff_dst_desc()},
+           {plain.weights, backward_weights.diff_weights_desc()})};
 }
 
 inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
@@ -202,7 +193,8 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
 
 // Whether two variants of a pass run on the same formats (then there is nothing to time).
 inline bool same_formats(const Pass& a, const Pass& b) {
-  return a.result.chosen == b.result.chosen && a.first.chosen == b.first.chosen;
+  return a.optimised == b.optimised && a.result.chosen == b.result.chosen &&
+         a.first.chosen == b.first.chosen;
 }
 
 // The shape the formats are timed on: `g` itself, or where its activations are big, a slab of its
@@ -263,7 +255,7 @@ inline Primitives& primitives(const ConvGeometry& g) {
     Primitives channels_last = build(g, true);
     // A shape the blocked kernels run (not usable) has nothing to time.
     slot = std::make_unique<Primitives>(
-        channels_last.usable ? choose_formats(g, channels_last, build(g, false)) : channels_last);
+        channels_last.usable() ? choose_formats(g, channels_last, build(g, false)) : channels_last);
   } else if (formats == "channels_last" || formats == "blocked")
     slot = std::make_unique<Primitives>(build(g, formats == "channels_last"));
   else if (formats == "by_channels")
@@ -273,46 +265,6 @@ inline Primitives& primitives(const ConvGeometry& g) {
                                 ": expected auto, by_channels, channels_last or blocked");
   return *slot;
 }
-
-// The memory a primitive reads for `o`: the user's data, reordered if the primitive wants another
-// format.
-inline memory read(CallMemory& call, const Operand& o, const float* data) {
-  memory user = call.wrap(o.plain, data);
-  if (!o.reordered()) return user;
-  memory chosen = call.fresh(o.chosen);
-  dnnl::reorder(user, chosen).execute(context().stream, user, chosen);
-  return chosen;
-}
-
-// The memory a primitive writes for `o`; finish() copies a reordered result back.
-inline memory write(CallMemory& call, const Operand& o, float* data) {
-  return o.reordered() ? call.fresh(o.chosen) : call.wrap(o.plain, data);
-}
-
-inline void finish(CallMemory& call, const Operand& o, memory written, float* data) {
-  if (!o.reordered()) return;
-  memory user = call.wrap(o.plain, data);
-  dnnl::reorder(written, user).execute(context().stream, written, user);
-}
-
-// Runs a pass on the caller's plain arrays: reads `first` and `second`, writes `result`.
-inline void run(const Pass& pass, const std::array<int, 3>& args, const float* first,
-                const float* second, float* result) {
-  CallMemory call;
-  auto written = write(call, pass.result, result);
-  execute(pass.step, call,
-          {{args[0], read(call, pass.first, first)},
-           {args[1], read(call, pass.second, second)},
-           {args[2], written}});
-  finish(call, pass.result, written, result);
-  context().stream.wait();
-}
-
-constexpr std::array<int, 3> forward_args{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-constexpr std::array<int, 3> backward_data_args{DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS,
-                                                DNNL_ARG_DIFF_SRC};
-constexpr std::array<int, 3> backward_weights_args{DNNL_ARG_SRC, DNNL_ARG_DIFF_DST,
-                                                   DNNL_ARG_DIFF_WEIGHTS};
 
 // Per pass, the variant that runs faster on this shape (reorders included), timed on zeros; passes
 // whose variants use the same formats are not timed.
@@ -330,7 +282,11 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
   // machine should not decide.
   auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
                     const float* first, const float* second, float* result) {
-    if (same_formats(chosen, other)) return;  // nothing to choose
+    if (!other.optimised || same_formats(chosen, other)) return;  // nothing to choose
+    if (!chosen.optimised) {
+      chosen = other;
+      return;
+    }
     auto with = [&](const Pass& pass) { return [&] { run(pass, args, first, second, result); }; };
     with(chosen)();
     with(other)();
@@ -354,7 +310,7 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
 inline const Primitives* fast_path(const ConvGeometry& g) {
   if (!supported(g)) return nullptr;
   const Primitives& p = primitives(g);
-  return p.usable ? &p : nullptr;
+  return p.usable() ? &p : nullptr;
 }
 
 }  // namespace detail
@@ -365,7 +321,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
     return blocked::conv_forward(g, input, weight, output);
   } else {
     const detail::Primitives* p = detail::fast_path(g);
-    if (!p) return blocked::conv_forward(g, input, weight, output);
+    if (!p || !p->forward.optimised) return blocked::conv_forward(g, input, weight, output);
     detail::run(p->forward, detail::forward_args, input, weight, output);
   }
 }
@@ -377,7 +333,8 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
     return blocked::conv_backward_input(g, grad_output, weight, grad_input);
   } else {
     const detail::Primitives* p = detail::fast_path(g);
-    if (!p) return blocked::conv_backward_input(g, grad_output, weight, grad_input);
+    if (!p || !p->backward_data.optimised)
+      return blocked::conv_backward_input(g, grad_output, weight, grad_input);
     detail::run(p->backward_data, detail::backward_data_args, grad_output, weight, grad_input);
   }
 }
@@ -390,6 +347,12 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   } else {
     const detail::Primitives* p = detail::fast_path(g);
     if (!p) return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+    if (!p->backward_weights.optimised) {
+      if (!detail::weight_gradient_by_planes(g, {detail::padding(g, 1), detail::padding(g, 2)},
+                                             input, grad_output, grad_weight))
+        blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+      return;
+    }
     Buffer<float> result(
         static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
     detail::run(p->backward_weights, detail::backward_weights_args, input, grad_output,
