@@ -15,8 +15,10 @@
 //
 // Memory. Reorder buffers and oneDNN's scratchpad come from the processor's pool for the duration
 // of one call (scratchpad_mode::user), so they count in its memory and are reused, not kept per
-// shape. Primitives are built once per shape and thread (each threads-transport processor is a
-// thread). Transposed convolutions run on oneDNN's deconvolution; boxes that are not exactly a
+// shape; big shapes run in slabs of rows (rows_per_call) so that those stay an eighth of an
+// operand. Timing the formats takes scratch memory that is given back at once (ScratchMemory).
+// Primitives are built once per shape and thread (each threads-transport processor is a thread).
+// Transposed convolutions run on oneDNN's deconvolution; boxes that are not exactly a
 // convolution's read range go to the blocked kernels. Each processor runs oneDNN on
 // compute_threads() OpenMP threads.
 
@@ -253,6 +255,7 @@ inline Primitives& primitives(const ConvGeometry& g) {
   const std::string formats = forced ? forced : "auto";
   if (formats == "auto") {
     Primitives channels_last = build(g, true);
+    const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
     // A shape the blocked kernels run (not usable) has nothing to time.
     slot = std::make_unique<Primitives>(
         channels_last.usable() ? choose_formats(g, channels_last, build(g, false)) : channels_last);
@@ -313,6 +316,66 @@ inline const Primitives* fast_path(const ConvGeometry& g) {
   return p.usable() ? &p : nullptr;
 }
 
+// grad_weight += the weight gradient of `g`, in one call: oneDNN's kernel, else the 2-D one per
+// tap, else the blocked kernels.
+inline void weight_gradient(const ConvGeometry& g, const float* input, const float* grad_output,
+                            double* grad_weight) {
+  const Primitives* p = fast_path(g);
+  if (p && p->backward_weights.optimised) {
+    Buffer<float> result(
+        static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
+    run(p->backward_weights, backward_weights_args, input, grad_output, result.data());
+    // The float result joins the caller's double sum.
+    for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
+    return;
+  }
+  if (p &&
+      weight_gradient_by_planes(g, {padding(g, 1), padding(g, 2)}, input, grad_output, grad_weight))
+    return;
+  blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+}
+
+inline std::int64_t in_row(const ConvGeometry& g) { return g.in[1] * g.in[2] * g.c_in; }
+inline std::int64_t out_row(const ConvGeometry& g) { return g.out[1] * g.out[2] * g.c_out; }
+
+// Rows of the first dim per oneDNN call (output rows for forward and the weight gradient, input
+// rows for the input gradient). Every output row, and the gradient of every input row, depends
+// only on the rows around it, and the weight gradient is a sum over rows: a convolution is the
+// same computation done slab by slab. Two things make that pay. oneDNN's fastest kernels often
+// want blocked copies of their operands; whole, those copies were the largest transients of a
+// U-Net's backward pass, and with each processor's shape timed to its own format, why a split
+// run's peak fell slower than 1/P. In slabs of an eighth of the operand (at least `min_floats`,
+// below which calls get too thin to run fast) they cost at most an eighth of it on any split. And
+// rows away from the box's edges read no padding: on AVX2, oneDNN 2.6 has a direct 3-D
+// weight-gradient kernel only for those (130 GFLOP/s on 2 cores vs 80 for the 2-D one per tap,
+// 64x64 cross-section, 16 channels).
+inline std::int64_t& min_slab_floats() {               // tests lower it to cut small shapes too
+  static std::int64_t floats = std::int64_t{1} << 18;  // 1 MiB
+  return floats;
+}
+
+inline std::int64_t rows_per_call(const ConvGeometry& g) {
+  if (transposed(g) || g.batch != 1) return std::max(g.in[0], g.out[0]);
+  const std::int64_t per_row =
+      std::max<std::int64_t>({in_row(g) * g.taps[0].stride, out_row(g), 1});
+  const std::int64_t largest = std::max(in_row(g) * g.in[0], out_row(g) * g.out[0]);
+  return std::max<std::int64_t>(1, std::max(min_slab_floats(), largest / 8) / per_row);
+}
+
+inline void forward(const ConvGeometry& g, const float* input, const float* weight, float* output) {
+  const Primitives* p = fast_path(g);
+  if (!p || !p->forward.optimised) return blocked::conv_forward(g, input, weight, output);
+  run(p->forward, forward_args, input, weight, output);
+}
+
+inline void backward_data(const ConvGeometry& g, const float* grad_output, const float* weight,
+                          float* grad_input) {
+  const Primitives* p = fast_path(g);
+  if (!p || !p->backward_data.optimised)
+    return blocked::conv_backward_input(g, grad_output, weight, grad_input);
+  run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
+}
+
 }  // namespace detail
 
 template <class T>
@@ -320,9 +383,13 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_forward(g, input, weight, output);
   } else {
-    const detail::Primitives* p = detail::fast_path(g);
-    if (!p || !p->forward.optimised) return blocked::conv_forward(g, input, weight, output);
-    detail::run(p->forward, detail::forward_args, input, weight, output);
+    const std::int64_t rows = detail::rows_per_call(g);
+    if (rows >= g.out[0]) return detail::forward(g, input, weight, output);
+    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+      detail::forward(slab.geometry, input + slab.r0 * detail::in_row(g), weight,
+                      output + a * detail::out_row(g));
+    }
   }
 }
 
@@ -332,10 +399,18 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_input(g, grad_output, weight, grad_input);
   } else {
-    const detail::Primitives* p = detail::fast_path(g);
-    if (!p || !p->backward_data.optimised)
-      return blocked::conv_backward_input(g, grad_output, weight, grad_input);
-    detail::run(p->backward_data, detail::backward_data_args, grad_output, weight, grad_input);
+    const std::int64_t rows = detail::rows_per_call(g);
+    if (rows >= g.in[0]) return detail::backward_data(g, grad_output, weight, grad_input);
+    for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows) {
+      const std::int64_t r1 = std::min(g.in[0], r0 + rows);
+      const InputSlab slab = input_rows(g, r0, r1);
+      float* rows_out = grad_input + r0 * detail::in_row(g);
+      if (slab.o0 < slab.o1)
+        detail::backward_data(slab.geometry, grad_output + slab.o0 * detail::out_row(g), weight,
+                              rows_out);
+      else  // no output reads these rows
+        std::fill(rows_out, rows_out + (r1 - r0) * detail::in_row(g), 0.0f);
+    }
   }
 }
 
@@ -345,20 +420,14 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
   } else {
-    const detail::Primitives* p = detail::fast_path(g);
-    if (!p) return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
-    if (!p->backward_weights.optimised) {
-      if (!detail::weight_gradient_by_planes(g, {detail::padding(g, 1), detail::padding(g, 2)},
-                                             input, grad_output, grad_weight))
-        blocked::conv_backward_weight(g, input, grad_output, grad_weight);
-      return;
+    const std::int64_t rows = detail::rows_per_call(g);
+    if (rows >= g.out[0]) return detail::weight_gradient(g, input, grad_output, grad_weight);
+    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+      if (slab.r0 < slab.r1)  // else every read is padding
+        detail::weight_gradient(slab.geometry, input + slab.r0 * detail::in_row(g),
+                                grad_output + a * detail::out_row(g), grad_weight);
     }
-    Buffer<float> result(
-        static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
-    detail::run(p->backward_weights, detail::backward_weights_args, input, grad_output,
-                result.data());
-    // The float result joins the caller's double sum.
-    for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
   }
 }
 

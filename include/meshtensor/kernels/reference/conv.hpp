@@ -36,6 +36,57 @@ struct ConvGeometry {
   std::array<Taps, 3> taps{};
 };
 
+/// Output rows [a, b) along the first dim of a convolution (not transposed) with one pass-through
+/// index, as a convolution of their own: rows are contiguous, so that is the box rows [r0, r1)
+/// they read with the padding outside the box kept.
+struct RowSlab {
+  std::int64_t r0 = 0, r1 = 0;
+  ConvGeometry geometry;
+};
+
+inline RowSlab output_rows(const ConvGeometry& g, std::int64_t a, std::int64_t b) {
+  const Taps& t = g.taps[0];
+  const std::int64_t first = t.origin + a * t.stride;
+  const std::int64_t last = t.origin + (b - 1) * t.stride + (g.kernel[0] - 1) * t.dilation;
+  RowSlab slab;
+  slab.r0 = std::max<std::int64_t>(0, first);
+  slab.r1 = std::max(slab.r0, std::min<std::int64_t>(g.in[0], last + 1));
+  slab.geometry = g;
+  slab.geometry.out[0] = b - a;
+  slab.geometry.in[0] = slab.r1 - slab.r0;
+  slab.geometry.taps[0].origin = first - slab.r0;
+  return slab;
+}
+
+/// Box rows [r0, r1) of a convolution (not transposed) with one pass-through index, as a box of
+/// their own for the input gradient: read by output rows [o0, o1) (empty if none reads them).
+struct InputSlab {
+  std::int64_t o0 = 0, o1 = 0;
+  ConvGeometry geometry;
+};
+
+inline InputSlab input_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t r1) {
+  const Taps& t = g.taps[0];
+  const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
+  auto ceil_div = [](std::int64_t p, std::int64_t q) {
+    return p >= 0 ? (p + q - 1) / q : -(-p / q);
+  };
+  auto floor_div = [](std::int64_t p, std::int64_t q) {
+    return p >= 0 ? p / q : -((-p + q - 1) / q);
+  };
+  // Output o reads rows origin + o*stride + [0, reach]: the first output whose reads reach r0 and
+  // the last whose reads start before r1.
+  InputSlab slab;
+  slab.o0 = std::max<std::int64_t>(0, ceil_div(r0 - t.origin - reach, t.stride));
+  slab.o1 = std::max(slab.o0,
+                     std::min<std::int64_t>(g.out[0], floor_div(r1 - 1 - t.origin, t.stride) + 1));
+  slab.geometry = g;
+  slab.geometry.in[0] = r1 - r0;
+  slab.geometry.out[0] = slab.o1 - slab.o0;
+  slab.geometry.taps[0].origin = t.origin + slab.o0 * t.stride - r0;
+  return slab;
+}
+
 namespace detail {
 // Calls f(input offset / c_in, output offset / c_out, weight offset / (c_in * c_out)) for every
 // output position and every tap that reads inside the box.
