@@ -23,6 +23,7 @@
 #include "meshtensor/kernels/conv_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
@@ -47,42 +48,32 @@ void complete_partial_sums(Mesh& mesh, AxisSet axes, Array<T>& data) {
   if (axes) all_reduce(mesh.group(axes), data.data(), data.size(), ReduceOp::sum);
 }
 
-// Output rows [a, b) along the first kernel dim of a convolution with one pass-through index,
-// from the box rows they read: rows are contiguous, so a slab of rows is a smaller convolution.
-template <class T>
-void conv_rows(const kernels::ConvGeometry& g, const T* box, const T* weight, T* out,
-               std::int64_t a, std::int64_t b) {
-  if (a >= b) return;
-  const kernels::Taps& t = g.taps[0];
-  const std::int64_t first = t.origin + a * t.stride;
-  const std::int64_t last = t.origin + (b - 1) * t.stride + (g.kernel[0] - 1) * t.dilation;
-  const std::int64_t r0 = std::max<std::int64_t>(0, first);
-  const std::int64_t r1 = std::min<std::int64_t>(g.in[0], last + 1);
-  kernels::ConvGeometry rows = g;
-  rows.out[0] = b - a;
-  rows.in[0] = std::max<std::int64_t>(0, r1 - r0);
-  rows.taps[0].origin = first - r0;
-  kernels::conv_impl::conv_forward(rows, box + r0 * g.in[1] * g.in[2] * g.c_in, weight,
-                                   out + a * g.out[1] * g.out[2] * g.c_out);
-}
+// Where the rows of a box split along its first kernel dim lie: the own block's rows
+// [own_lo, own_hi) of the box, the halo pieces' rows around them.
+struct RowsOfBox {
+  RowsOfBox(const WindowedPlan& plan, std::size_t split_dim)
+      : dim(split_dim),
+        box_begin(plan.halo.inside().ranges[split_dim].begin),
+        own_lo(plan.halo.own().ranges[split_dim].begin - box_begin),
+        own_hi(plan.halo.own().ranges[split_dim].end - box_begin) {}
 
-// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
-// of a box of `in` rows (reads before row 0 or from row `in` on are padding, not halo).
-inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
-                                                 std::int64_t own_lo, std::int64_t own_hi) {
-  const kernels::Taps& t = g.taps[0];
-  const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
-  const std::int64_t n = g.out[0];
-  std::int64_t lo = 0, hi = n;
-  if (own_lo > 0)  // a halo below: the first read must be an own row
-    lo = std::max<std::int64_t>(0, (own_lo - t.origin + t.stride - 1) / t.stride);
-  if (own_hi < g.in[0]) {  // a halo above: the last read must be an own row
-    const std::int64_t top = own_hi - 1 - reach - t.origin;
-    hi = top < 0 ? 0 : std::min<std::int64_t>(n, top / t.stride + 1);
+  // The box's rows with only the own block's (at `own`) known yet.
+  template <class T>
+  BoxRows<T> own(const kernels::ConvGeometry& g, const T* own_data) const {
+    BoxRows<T> rows(input_row_size(g));
+    rows.add(own_lo, own_hi - own_lo, own_data);
+    return rows;
   }
-  lo = std::min(lo, n);
-  return {lo, std::max(lo, hi)};
-}
+  template <class T>
+  void add_halo(BoxRows<T>& rows, const HaloPlan::Pieces<T>& halo) const {
+    for (const auto& [block, data] : halo)
+      rows.add(first_row(block), block.ranges[dim].size(), data.data());
+  }
+  std::int64_t first_row(const Block& piece) const { return piece.ranges[dim].begin - box_begin; }
+
+  std::size_t dim;
+  std::int64_t box_begin, own_lo, own_hi;
+};
 
 template <class T>
 Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
@@ -181,45 +172,53 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   // The kernels read the block in place when it needs no halo and no permutation; else a box.
   const bool in_place =
       plan.clip_padding && plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order);
-  // With the first spatial dim the only split one (and one pass-through index), the output rows
-  // that need no halo are computed while it is in flight, then the rows along the cuts.
+  // With the first spatial dim the only split one (and one pass-through index), the box is a
+  // stack of rows: the kernels read the own block in place and the halo rows kept apart
+  // (conv_rows.hpp). The output rows that need no halo are computed while it is in flight, then
+  // the rows along the cuts.
   const std::size_t first_spatial = in_shape.position(spatial[0]);
-  const bool overlap = plan.clip_padding && !plan.halo.local_only() && !plan.empty() &&
+  const bool by_rows = plan.clip_padding && !plan.halo.local_only() && !plan.empty() &&
                        kernels::is_identity(plan.to_kernel_order) && plan.pass_size == 1 &&
                        plan.halo.exchanged() == std::vector<std::size_t>{first_spatial} &&
                        plan.halo.inside_work() == plan.halo.inside();
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
   Array<T> out = Array<T>::from_shape(out_sizes);
-  Array<T> box;
-  if (overlap) {
-    auto pending = plan.halo.begin_inside(mesh, x.local());
-    const Range inside = plan.halo.inside().ranges[first_spatial];
-    const Range own = plan.halo.own().ranges[first_spatial];
-    const auto [lo, hi] = interior_rows(geometry, own.begin - inside.begin, own.end - inside.begin);
-    conv_rows(geometry, pending.work.data(), w_kernel.data(), out.data(), lo, hi);
-    box = plan.halo.finish(mesh, std::move(pending));
-    conv_rows(geometry, box.data(), w_kernel.data(), out.data(), 0, lo);
-    conv_rows(geometry, box.data(), w_kernel.data(), out.data(), hi, geometry.out[0]);
-  } else if (!in_place) {
-    box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
-                                            : plan.halo.exchange(mesh, x.local(), T(0)),
-                          plan.to_kernel_order);
+  SavedBox<T> saved;
+  std::vector<std::size_t> box_sizes;
+  if (by_rows) {
+    const RowsOfBox rows_of(plan, first_spatial);
+    auto pending = plan.halo.begin_halo(mesh, x.local());
+    BoxRows<T> rows = rows_of.own(geometry, x.local().data());
+    const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
+    conv_rows(geometry, rows, w_kernel.data(), out.data(), lo, hi);
+    auto halo = plan.halo.finish_halo(mesh, std::move(pending));
+    rows_of.add_halo(rows, halo);
+    conv_rows(geometry, rows, w_kernel.data(), out.data(), 0, lo);
+    conv_rows(geometry, rows, w_kernel.data(), out.data(), hi, geometry.out[0]);
+    saved = SavedBox<T>::own_and_halo(x, plan.halo.inside(), std::move(halo));
+  } else {
+    Array<T> box;
+    if (!in_place)
+      box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
+                                              : plan.halo.exchange(mesh, x.local(), T(0)),
+                            plan.to_kernel_order);
+    const T* box_data = in_place ? x.local().data() : box.data();
+    const auto& box_shape = in_place ? x.local().shape() : box.shape();
+    box_sizes.assign(box_shape.begin(), box_shape.end());
+    if (!plan.empty())
+      kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
+    // Backward keeps the input block and the halo, not a second copy of the block (nor the box of
+    // a transposed convolution that needs neither halo nor padding: that box is the block).
+    const bool box_is_block = plan.halo.local_only() &&
+                              kernels::is_identity(plan.to_kernel_order) &&
+                              box_sizes == to_xshape(x.block().sizes());
+    saved = box_is_block ? SavedBox<T>::own_block(x)
+            : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
+                    plan.halo.inside_work() == plan.halo.inside()
+                ? SavedBox<T>::halo_only(x, box, plan.halo.inside())
+                : SavedBox<T>::whole(std::move(box));
   }
-  const T* box_data = in_place ? x.local().data() : box.data();
-  const auto& box_shape = in_place ? x.local().shape() : box.shape();
-  const std::vector<std::size_t> box_sizes(box_shape.begin(), box_shape.end());
-  if (!plan.empty() && !overlap)
-    kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
-  // Backward keeps the input block and the halo, not a second copy of the block (nor the box of a
-  // transposed convolution that needs neither halo nor padding: that box is the block).
-  const bool box_is_block = plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order) &&
-                            box_sizes == to_xshape(x.block().sizes());
-  SavedBox<T> saved = box_is_block ? SavedBox<T>::own_block(x)
-                      : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
-                              plan.halo.inside_work() == plan.halo.inside()
-                          ? SavedBox<T>::halo_only(x, box, plan.halo.inside())
-                          : SavedBox<T>::whole(std::move(box));
   out = from_kernel_order(std::move(out), plan.to_kernel_order);
   complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
   Tensor<T> result(mesh, plan.output_layout, std::move(out));
@@ -229,14 +228,65 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     if (dim.name != channels) summed.push_back(dim.name);
   autodiff::record(
       result, {input, weight},
-      [plan, geometry, saved = std::move(saved), box_sizes, w_kernel = std::move(w_kernel), w_order,
-       summed, channels, out_channels, input_layout = input.layout(),
-       weight_layout = weight.layout(),
+      [plan, geometry, by_rows, first_spatial, saved = std::move(saved), box_sizes,
+       w_kernel = std::move(w_kernel), w_order, summed, channels, out_channels,
+       input_layout = input.layout(), weight_layout = weight.layout(),
        aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
         Mesh& mesh = g.mesh();
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
         const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
+        auto weight_gradient_from = [&](const std::vector<double>& acc) {
+          Array<T> dw = Array<T>::from_shape(w_kernel.shape());
+          std::copy(acc.begin(), acc.end(), dw.begin());
+          complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
+          grads[1] = relayout_to(
+              Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
+              weight_layout);
+        };
+        auto input_gradient_from = [&](Array<T>&& own) {
+          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
+          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
+        };
+
+        if (by_rows) {
+          // The halo rows' gradient goes back to their owners first and travels while the
+          // weight's gradient and the own rows' are computed — each from the own block in place,
+          // so that backward holds no box-sized copy.
+          const RowsOfBox rows_of(plan, first_spatial);
+          std::optional<HaloPlan::Pending<T>> returning;
+          if (need[0]) {
+            HaloPlan::Pieces<T> halo_gradient;
+            for (const auto& [block, data] : saved.halo()) {
+              Buffer<T> piece(data.size());
+              input_rows(geometry, g_kernel.data(), w_kernel.data(), piece.data(),
+                         rows_of.first_row(block),
+                         rows_of.first_row(block) + block.ranges[first_spatial].size());
+              halo_gradient.emplace_back(block, std::move(piece));
+            }
+            returning = plan.halo.begin_add_halo(mesh, halo_gradient);
+          }
+          if (need[1]) {
+            std::vector<double> acc(w_kernel.size(), 0.0);
+            Array<T> recomputed;  // the input block, where backward keeps its recipe
+            BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
+            rows_of.add_halo(rows, saved.halo());
+            const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
+            weight_rows(geometry, rows, g_kernel.data(), acc.data(), lo, hi);
+            weight_rows(geometry, rows, g_kernel.data(), acc.data(), 0, lo);
+            weight_rows(geometry, rows, g_kernel.data(), acc.data(), hi, geometry.out[0]);
+            weight_gradient_from(acc);
+          }
+          if (need[0]) {
+            Array<T> own = Array<T>::from_shape(to_xshape(plan.halo.own().sizes()));
+            input_rows(geometry, g_kernel.data(), w_kernel.data(), own.data(), rows_of.own_lo,
+                       rows_of.own_hi);
+            plan.halo.finish_add_halo(mesh, std::move(*returning), own);
+            input_gradient_from(std::move(own));
+          }
+          return grads;
+        }
+
         auto weight_gradient = [&] {
           std::vector<double> acc(w_kernel.size(), 0.0);
           if (!plan.empty()) {
@@ -244,12 +294,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
             kernels::conv_impl::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
                                                      acc.data());
           }
-          Array<T> dw = Array<T>::from_shape(w_kernel.shape());
-          std::copy(acc.begin(), acc.end(), dw.begin());
-          complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
-          grads[1] = relayout_to(
-              Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
-              weight_layout);
+          weight_gradient_from(acc);
         };
         // The input's gradient goes back through the halo while the weight's is computed. With
         // no halo there is nothing to overlap: the weight's goes first, so that the input box it
@@ -275,8 +320,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         if (need[1] && halo_traffic) weight_gradient();
         if (need[0]) {
           if (returning) own = plan.halo.finish(mesh, std::move(*returning));
-          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
-          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
+          input_gradient_from(std::move(own));
         }
         return grads;
       });

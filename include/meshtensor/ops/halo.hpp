@@ -10,9 +10,12 @@
 // Every message carries exactly a part of a range its receiver reads. exchange_add() is the
 // adjoint: it sends the gradient of each received part back to its owner and adds it there.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -172,6 +175,67 @@ class HaloPlan {
     return extract(std::move(pending.work), inside_work_, own_);
   }
 
+  /// Pieces of a tensor, each over its box of global indices: the halo around a block, kept
+  /// apart from it.
+  template <class T>
+  using Pieces = std::vector<std::pair<Block, Buffer<T>>>;
+
+  /// With one exchanged dim, the halo without a box around the own block: posts the sends of the
+  /// own block's rows others read and the receives of the rows this processor reads; finish_halo()
+  /// returns them as pieces (each from one processor). Kernels can then read the own block in place
+  /// and copy only what crosses into the halo.
+  template <class T>
+  Pending<T> begin_halo(Mesh& mesh, const Array<T>& own) const {
+    require_one_exchanged_dim("begin_halo");
+    Pending<T> pending;
+    const auto own_strides = kernels::row_major_strides(own_.sizes());
+    post(mesh, 0, pending, /*adjoint=*/false, [&](const Block& send, T* to) {
+      kernels::copy_box(send.sizes(), own.data() + kernels::offset_of_box(send, own_, own_strides),
+                        own_strides, to, kernels::row_major_strides(send.sizes()));
+    });
+    return pending;
+  }
+
+  /// The received halo of a begin_halo(): inside() minus the own block, in pieces.
+  template <class T>
+  Pieces<T> finish_halo(Mesh& mesh, Pending<T>&& pending) const {
+    const auto start = std::chrono::steady_clock::now();
+    const auto sent_before = mesh.traffic().bytes;
+    wait_all(pending.requests);
+    Pieces<T> halo;
+    for (std::size_t i = 0; i < pending.pieces.size(); ++i)
+      if (!pending.unpack_at[i].ranges.empty())
+        halo.emplace_back(std::move(pending.unpack_at[i]), std::move(pending.pieces[i]));
+    record(mesh, start, sent_before);
+    return halo;
+  }
+
+  /// The adjoint of begin_halo(): sends the gradient of each halo piece (the pieces finish_halo()
+  /// returned, same boxes) back to its owner and posts the receives of the gradients of the own
+  /// rows others read, which finish_add_halo() adds.
+  template <class T>
+  Pending<T> begin_add_halo(Mesh& mesh, const Pieces<T>& halo_gradient) const {
+    require_one_exchanged_dim("begin_add_halo");
+    Pending<T> pending;
+    post(mesh, 0, pending, /*adjoint=*/true, [&](const Block& send, T* to) {
+      for (const auto& [box, data] : halo_gradient)
+        if (box == send) {
+          std::copy(data.begin(), data.end(), to);
+          return;
+        }
+      throw Error("internal: begin_add_halo got no gradient for a halo piece it received");
+    });
+    return pending;
+  }
+
+  /// Completes begin_add_halo(): adds the received gradients into `own` (over the own block).
+  template <class T>
+  void finish_add_halo(Mesh& mesh, Pending<T>&& pending, Array<T>& own) const {
+    pending.work = std::move(own);
+    complete(mesh, own_, pending);
+    own = std::move(pending.work);
+  }
+
   /// The adjoint of exchange(): `grad` over box() becomes the gradient of this processor's own
   /// block, with the parts other processors read added in.
   template <class T>
@@ -263,10 +327,26 @@ class HaloPlan {
     work = std::move(pending.work);
   }
 
+  void require_one_exchanged_dim(const char* what) const {
+    if (exchanged_.size() != 1)
+      throw Error(std::string("internal: HaloPlan::") + what + " needs exactly one exchanged dim");
+  }
+
   // Posts step `step`'s sends (copied out of the work array) and receives.
   template <class T>
   void post(Mesh& mesh, std::size_t step, const Block& work_box, Pending<T>& pending,
             bool adjoint) const {
+    const auto work_strides = kernels::row_major_strides(work_box.sizes());
+    post(mesh, step, pending, adjoint, [&](const Block& send, T* to) {
+      kernels::copy_box(send.sizes(),
+                        pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
+                        work_strides, to, kernels::row_major_strides(send.sizes()));
+    });
+  }
+
+  // Posts step `step`'s sends, each packed by pack(box, destination), and receives.
+  template <class T, class Pack>
+  void post(Mesh& mesh, std::size_t step, Pending<T>& pending, bool adjoint, Pack&& pack) const {
     const auto start = std::chrono::steady_clock::now();
     const auto sent_before = mesh.traffic().bytes;
     const std::size_t d = exchanged_[step];
@@ -276,7 +356,6 @@ class HaloPlan {
     const int parts = static_cast<int>(needs_[d].size());
     pending.step = step;
     pending.adjoint = adjoint;
-    const auto work_strides = kernels::row_major_strides(work_box.sizes());
     for (int other = 0; other < parts; ++other) {
       if (other == me) continue;
       // Forward: send what `other` reads of mine, receive what I read of `other`'s. The adjoint
@@ -285,10 +364,7 @@ class HaloPlan {
       const Block receive = adjoint ? step_box(step, me, other) : step_box(step, other, me);
       if (!send.empty()) {
         Buffer<T> piece(send.num_elements());
-        kernels::copy_box(
-            send.sizes(),
-            pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
-            work_strides, piece.data(), kernels::row_major_strides(send.sizes()));
+        pack(send, piece.data());
         pending.requests.push_back(
             group.isend(piece.data(), piece.size() * sizeof(T), other, detail::tags::halo));
         pending.pieces.push_back(std::move(piece));

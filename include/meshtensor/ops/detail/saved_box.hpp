@@ -103,6 +103,21 @@ class SavedBox {
     return saved;
   }
 
+  /// The input block and the halo pieces around it that make up `box_block` (a box kept apart,
+  /// as HaloPlan::finish_halo() returns it).
+  static SavedBox own_and_halo(const Tensor<T>& input, const Block& box_block,
+                               std::vector<std::pair<Block, Buffer<T>>>&& halo) {
+    SavedBox saved;
+    saved.own_ = KeptBlock<T>(input);
+    saved.box_ = box_block;
+    saved.halo_ = std::move(halo);
+    return saved;
+  }
+
+  /// The kept input block and the saved halo pieces (empty for whole()).
+  const KeptBlock<T>& own() const { return own_; }
+  const std::vector<std::pair<Block, Buffer<T>>>& halo() const { return halo_; }
+
   /// The box's data: the saved array or the input block as they are, or the box rebuilt into
   /// `scratch`.
   const T* data(Array<T>& scratch) const {

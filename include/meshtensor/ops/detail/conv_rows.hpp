@@ -1,0 +1,121 @@
+#pragma once
+// A convolution computed in slabs of rows along its first kernel dim. With one pass-through index
+// a box is a stack of contiguous rows, so a slab of output rows is a smaller convolution of the
+// rows it reads, and the gradient of a slab of box rows one of the output rows that read them.
+//
+// That lets a convolution split along its first spatial dim read the own block in place: the box
+// is the own block with the halo rows below and above it, kept apart (BoxRows); the output rows
+// that read only own rows are computed straight from the block, and only slabs that cross into the
+// halo are copied together. No box-sized copy of the input, in forward or backward.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/kernels/conv_select.hpp"
+#include "meshtensor/memory/array.hpp"
+
+namespace meshtensor::detail {
+
+/// The rows of a convolution's box, held as runs of consecutive rows in separate arrays (the own
+/// block, halo pieces).
+template <class T>
+class BoxRows {
+ public:
+  explicit BoxRows(std::int64_t row_size) : row_size_(row_size) {}
+
+  /// Rows [first, first + count) of the box are at `data`.
+  void add(std::int64_t first, std::int64_t count, const T* data) {
+    if (count > 0) runs_.push_back({first, first + count, data});
+  }
+
+  /// Rows [r0, r1): a pointer into the run that holds them all, else copied into `scratch`.
+  const T* rows(std::int64_t r0, std::int64_t r1, Buffer<T>& scratch) const {
+    for (const Run& run : runs_)
+      if (run.begin <= r0 && r1 <= run.end) return run.data + (r0 - run.begin) * row_size_;
+    scratch.resize(static_cast<std::size_t>((r1 - r0) * row_size_));
+    std::int64_t filled = 0;
+    for (const Run& run : runs_) {
+      const std::int64_t a = std::max(r0, run.begin), b = std::min(r1, run.end);
+      if (a >= b) continue;
+      std::copy(run.data + (a - run.begin) * row_size_, run.data + (b - run.begin) * row_size_,
+                scratch.data() + (a - r0) * row_size_);
+      filled += b - a;
+    }
+    if (filled != r1 - r0) throw Error("internal: a convolution read box rows nobody holds");
+    return scratch.data();
+  }
+
+ private:
+  struct Run {
+    std::int64_t begin, end;
+    const T* data;
+  };
+  std::int64_t row_size_;
+  std::vector<Run> runs_;
+};
+
+inline std::int64_t input_row_size(const kernels::ConvGeometry& g) {
+  return g.in[1] * g.in[2] * g.c_in;
+}
+inline std::int64_t output_row_size(const kernels::ConvGeometry& g) {
+  return g.out[1] * g.out[2] * g.c_out;
+}
+
+/// Output rows [a, b) of the convolution of `box` with `weight` into `out` (all output rows).
+template <class T>
+void conv_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T* weight, T* out,
+               std::int64_t a, std::int64_t b) {
+  if (a >= b) return;
+  const kernels::RowSlab slab = kernels::output_rows(g, a, b);
+  Buffer<T> scratch;
+  kernels::conv_impl::conv_forward(slab.geometry, box.rows(slab.r0, slab.r1, scratch), weight,
+                                   out + a * output_row_size(g));
+}
+
+/// grad_weight += the weight gradient of output rows [a, b) (`grad_output`: all output rows).
+template <class T>
+void weight_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T* grad_output,
+                 double* grad_weight, std::int64_t a, std::int64_t b) {
+  if (a >= b) return;
+  const kernels::RowSlab slab = kernels::output_rows(g, a, b);
+  Buffer<T> scratch;
+  kernels::conv_impl::conv_backward_weight(slab.geometry, box.rows(slab.r0, slab.r1, scratch),
+                                           grad_output + a * output_row_size(g), grad_weight);
+}
+
+/// The gradient of box rows [r0, r1) into `grad_rows` (`grad_output`: all output rows): the rows
+/// are a box of their own, read by the output rows that reach them.
+template <class T>
+void input_rows(const kernels::ConvGeometry& g, const T* grad_output, const T* weight, T* grad_rows,
+                std::int64_t r0, std::int64_t r1) {
+  if (r0 >= r1) return;
+  const kernels::InputSlab slab = kernels::input_rows(g, r0, r1);
+  if (slab.o0 >= slab.o1) {
+    std::fill(grad_rows, grad_rows + (r1 - r0) * input_row_size(g), T(0));
+    return;
+  }
+  kernels::conv_impl::conv_backward_input(slab.geometry, grad_output + slab.o0 * output_row_size(g),
+                                          weight, grad_rows);
+}
+
+/// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
+/// of a box of `in` rows (reads before row 0 or from row `in` on are padding, not halo).
+inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
+                                                 std::int64_t own_lo, std::int64_t own_hi) {
+  const kernels::Taps& t = g.taps[0];
+  const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
+  const std::int64_t n = g.out[0];
+  std::int64_t lo = 0, hi = n;
+  if (own_lo > 0)  // a halo below: the first read must be an own row
+    lo = std::max<std::int64_t>(0, (own_lo - t.origin + t.stride - 1) / t.stride);
+  if (own_hi < g.in[0]) {  // a halo above: the last read must be an own row
+    const std::int64_t top = own_hi - 1 - reach - t.origin;
+    hi = top < 0 ? 0 : std::min<std::int64_t>(n, top / t.stride + 1);
+  }
+  lo = std::min(lo, n);
+  return {lo, std::max(lo, hi)};
+}
+
+}  // namespace meshtensor::detail
