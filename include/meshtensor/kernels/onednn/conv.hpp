@@ -354,8 +354,16 @@ inline std::int64_t& min_slab_floats() {               // tests lower it to cut 
   return floats;
 }
 
-inline std::int64_t rows_per_call(const ConvGeometry& g) {
-  if (transposed(g) || g.batch != 1) return std::max(g.in[0], g.out[0]);
+inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass) {
+  const std::int64_t whole = std::max(g.in[0], g.out[0]);
+  if (transposed(g) || g.batch != 1 || !supported(g)) return whole;
+  // A pass that runs optimised on the activations in place has no copies to bound: whole, it
+  // needs no more primitives (a one-off prediction pays for each one it builds).
+  const Pass& p = primitives(g).*pass;
+  const bool activations_copied =
+      p.first.reordered() ||
+      (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
+  if (p.optimised && !activations_copied) return whole;
   const std::int64_t per_row =
       std::max<std::int64_t>({in_row(g) * g.taps[0].stride, out_row(g), 1});
   const std::int64_t largest = std::max(in_row(g) * g.in[0], out_row(g) * g.out[0]);
@@ -383,7 +391,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_forward(g, input, weight, output);
   } else {
-    const std::int64_t rows = detail::rows_per_call(g);
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::forward);
     if (rows >= g.out[0]) return detail::forward(g, input, weight, output);
     for (std::int64_t a = 0; a < g.out[0]; a += rows) {
       const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
@@ -399,7 +407,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_input(g, grad_output, weight, grad_input);
   } else {
-    const std::int64_t rows = detail::rows_per_call(g);
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_data);
     if (rows >= g.in[0]) return detail::backward_data(g, grad_output, weight, grad_input);
     for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows) {
       const std::int64_t r1 = std::min(g.in[0], r0 + rows);
@@ -420,7 +428,7 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   if constexpr (!std::is_same_v<T, float>) {
     return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
   } else {
-    const std::int64_t rows = detail::rows_per_call(g);
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_weights);
     if (rows >= g.out[0]) return detail::weight_gradient(g, input, grad_output, grad_weight);
     for (std::int64_t a = 0; a < g.out[0]; a += rows) {
       const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
