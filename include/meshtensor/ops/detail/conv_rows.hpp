@@ -9,6 +9,7 @@
 // halo are copied together. No box-sized copy of the input, in forward or backward.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
