@@ -60,7 +60,7 @@ struct RowsOfBox {
   // The box's rows with only the own block's (at `own`) known yet.
   template <class T>
   BoxRows<T> own(const kernels::ConvGeometry& g, const T* own_data) const {
-    BoxRows<T> rows(input_row_size(g));
+    BoxRows<T> rows(kernels::input_row_size(g));
     rows.add(own_lo, own_hi - own_lo, own_data);
     return rows;
   }

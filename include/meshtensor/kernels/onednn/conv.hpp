@@ -335,9 +335,6 @@ inline void weight_gradient(const ConvGeometry& g, const float* input, const flo
   blocked::conv_backward_weight(g, input, grad_output, grad_weight);
 }
 
-inline std::int64_t in_row(const ConvGeometry& g) { return g.in[1] * g.in[2] * g.c_in; }
-inline std::int64_t out_row(const ConvGeometry& g) { return g.out[1] * g.out[2] * g.c_out; }
-
 // Rows of the first dim per oneDNN call (output rows for forward and the weight gradient, input
 // rows for the input gradient). Every output row, and the gradient of every input row, depends
 // only on the rows around it, and the weight gradient is a sum over rows: a convolution is the
@@ -357,17 +354,19 @@ inline std::int64_t& min_slab_floats() {               // tests lower it to cut 
 inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass) {
   const std::int64_t whole = std::max(g.in[0], g.out[0]);
   if (transposed(g) || g.batch != 1 || !supported(g)) return whole;
+  const std::int64_t per_row =
+      std::max<std::int64_t>({input_row_size(g) * g.taps[0].stride, output_row_size(g), 1});
+  const std::int64_t largest = std::max(input_row_size(g) * g.in[0], output_row_size(g) * g.out[0]);
+  const std::int64_t rows =
+      std::max<std::int64_t>(1, std::max(min_slab_floats(), largest / 8) / per_row);
+  if (rows >= whole) return whole;  // small enough: no need to look at the pass
   // A pass that runs optimised on the activations in place has no copies to bound: whole, it
   // needs no more primitives (a one-off prediction pays for each one it builds).
   const Pass& p = primitives(g).*pass;
   const bool activations_copied =
       p.first.reordered() ||
       (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
-  if (p.optimised && !activations_copied) return whole;
-  const std::int64_t per_row =
-      std::max<std::int64_t>({in_row(g) * g.taps[0].stride, out_row(g), 1});
-  const std::int64_t largest = std::max(in_row(g) * g.in[0], out_row(g) * g.out[0]);
-  return std::max<std::int64_t>(1, std::max(min_slab_floats(), largest / 8) / per_row);
+  return p.optimised && !activations_copied ? whole : rows;
 }
 
 inline void forward(const ConvGeometry& g, const float* input, const float* weight, float* output) {
@@ -395,8 +394,8 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
     if (rows >= g.out[0]) return detail::forward(g, input, weight, output);
     for (std::int64_t a = 0; a < g.out[0]; a += rows) {
       const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
-      detail::forward(slab.geometry, input + slab.r0 * detail::in_row(g), weight,
-                      output + a * detail::out_row(g));
+      detail::forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
+                      output + a * output_row_size(g));
     }
   }
 }
@@ -412,12 +411,12 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
     for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows) {
       const std::int64_t r1 = std::min(g.in[0], r0 + rows);
       const InputSlab slab = input_rows(g, r0, r1);
-      float* rows_out = grad_input + r0 * detail::in_row(g);
+      float* rows_out = grad_input + r0 * input_row_size(g);
       if (slab.o0 < slab.o1)
-        detail::backward_data(slab.geometry, grad_output + slab.o0 * detail::out_row(g), weight,
+        detail::backward_data(slab.geometry, grad_output + slab.o0 * output_row_size(g), weight,
                               rows_out);
       else  // no output reads these rows
-        std::fill(rows_out, rows_out + (r1 - r0) * detail::in_row(g), 0.0f);
+        std::fill(rows_out, rows_out + (r1 - r0) * input_row_size(g), 0.0f);
     }
   }
 }
@@ -433,8 +432,8 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
     for (std::int64_t a = 0; a < g.out[0]; a += rows) {
       const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
       if (slab.r0 < slab.r1)  // else every read is padding
-        detail::weight_gradient(slab.geometry, input + slab.r0 * detail::in_row(g),
-                                grad_output + a * detail::out_row(g), grad_weight);
+        detail::weight_gradient(slab.geometry, input + slab.r0 * input_row_size(g),
+                                grad_output + a * output_row_size(g), grad_weight);
     }
   }
 }

@@ -76,8 +76,6 @@ inline bool weight_gradient_by_planes(const ConvGeometry& g, const InnerPadding&
                                       double* grad_weight) {
   const Taps& t = g.taps[0];
   if (t.transposed || t.stride != 1 || g.batch != 1) return false;
-  const std::int64_t in_row = g.in[1] * g.in[2] * g.c_in;
-  const std::int64_t out_row = g.out[1] * g.out[2] * g.c_out;
   const std::int64_t plane = g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
   // Per tap, the output rows [first, last) whose input row lies inside the box.
   struct TapRows {
@@ -97,7 +95,8 @@ inline bool weight_gradient_by_planes(const ConvGeometry& g, const InnerPadding&
     if (r.first >= r.last) continue;
     const std::int64_t shift = t.origin + k * t.dilation;
     run(plane_pass(g, r.last - r.first, padding), backward_weights_args,
-        input + (r.first + shift) * in_row, grad_output + r.first * out_row, tap.data());
+        input + (r.first + shift) * input_row_size(g), grad_output + r.first * output_row_size(g),
+        tap.data());
     double* sum = grad_weight + k * plane;  // weights are [k0][k1][k2][c_in][c_out]
     for (std::int64_t i = 0; i < plane; ++i) sum[i] += tap[i];
   }

@@ -36,6 +36,10 @@ struct ConvGeometry {
   std::array<Taps, 3> taps{};
 };
 
+/// Elements of one row along the first dim of the input box and of the output (batch 1).
+inline std::int64_t input_row_size(const ConvGeometry& g) { return g.in[1] * g.in[2] * g.c_in; }
+inline std::int64_t output_row_size(const ConvGeometry& g) { return g.out[1] * g.out[2] * g.c_out; }
+
 /// Output rows [a, b) along the first dim of a convolution (not transposed) with one pass-through
 /// index, as a convolution of their own: rows are contiguous, so that is the box rows [r0, r1)
 /// they read with the padding outside the box kept.

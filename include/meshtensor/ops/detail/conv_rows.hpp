@@ -57,13 +57,6 @@ class BoxRows {
   std::vector<Run> runs_;
 };
 
-inline std::int64_t input_row_size(const kernels::ConvGeometry& g) {
-  return g.in[1] * g.in[2] * g.c_in;
-}
-inline std::int64_t output_row_size(const kernels::ConvGeometry& g) {
-  return g.out[1] * g.out[2] * g.c_out;
-}
-
 /// Output rows [a, b) of the convolution of `box` with `weight` into `out` (all output rows).
 template <class T>
 void conv_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T* weight, T* out,
@@ -72,7 +65,7 @@ void conv_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T* w
   const kernels::RowSlab slab = kernels::output_rows(g, a, b);
   Buffer<T> scratch;
   kernels::conv_impl::conv_forward(slab.geometry, box.rows(slab.r0, slab.r1, scratch), weight,
-                                   out + a * output_row_size(g));
+                                   out + a * kernels::output_row_size(g));
 }
 
 /// grad_weight += the weight gradient of output rows [a, b) (`grad_output`: all output rows).
@@ -83,7 +76,8 @@ void weight_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T*
   const kernels::RowSlab slab = kernels::output_rows(g, a, b);
   Buffer<T> scratch;
   kernels::conv_impl::conv_backward_weight(slab.geometry, box.rows(slab.r0, slab.r1, scratch),
-                                           grad_output + a * output_row_size(g), grad_weight);
+                                           grad_output + a * kernels::output_row_size(g),
+                                           grad_weight);
 }
 
 /// The gradient of box rows [r0, r1) into `grad_rows` (`grad_output`: all output rows): the rows
@@ -94,11 +88,11 @@ void input_rows(const kernels::ConvGeometry& g, const T* grad_output, const T* w
   if (r0 >= r1) return;
   const kernels::InputSlab slab = kernels::input_rows(g, r0, r1);
   if (slab.o0 >= slab.o1) {
-    std::fill(grad_rows, grad_rows + (r1 - r0) * input_row_size(g), T(0));
+    std::fill(grad_rows, grad_rows + (r1 - r0) * kernels::input_row_size(g), T(0));
     return;
   }
-  kernels::conv_impl::conv_backward_input(slab.geometry, grad_output + slab.o0 * output_row_size(g),
-                                          weight, grad_rows);
+  kernels::conv_impl::conv_backward_input(
+      slab.geometry, grad_output + slab.o0 * kernels::output_row_size(g), weight, grad_rows);
 }
 
 /// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
