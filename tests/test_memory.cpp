@@ -1,6 +1,6 @@
 // The per-processor memory pool: reuse without new system memory (whole, split or grown blocks),
-// exact accounting, a cache that never holds more than the peak in use, blocks freed on other
-// threads, and one pool per processor under the threads transport.
+// free neighbours merged, exact accounting, a cache that never holds more than the peak in use,
+// blocks freed on other threads, and one pool per processor under the threads transport.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -22,7 +22,7 @@ TEST_CASE("a freed block serves the next allocation of its size without new syst
   CHECK(after_first.system_allocations == 1);
   MemoryPool::deallocate(a);
   CHECK(pool.stats().in_use == 0);
-  void* b = pool.allocate(990'000);  // the same size class (8 per power of two)
+  void* b = pool.allocate(990'000);  // within a quarter of the cached block's size
   CHECK(pool.stats().system_allocations == 1);
   CHECK(pool.stats().held == after_first.held);
   MemoryPool::deallocate(b);
@@ -57,6 +57,25 @@ TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller
   std::memset(grown, 2, 6'000'000);
   CHECK(grown[5'999'999] == 2);
   MemoryPool::deallocate(grown);
+}
+
+TEST_CASE("the halves of a split block, freed, serve the whole block again") {
+  ProcessorMemory scope;
+  MemoryPool& pool = memory_pool();
+  MemoryPool::deallocate(pool.allocate(8'000'000));
+  const MemoryStats cached = pool.stats();
+  // Split in two (front, then the tail), freed in either order: one free block again.
+  for (const bool front_first : {true, false}) {
+    void* front = pool.allocate(3'000'000);
+    void* back = pool.allocate(4'000'000);
+    CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+    MemoryPool::deallocate(front_first ? front : back);
+    MemoryPool::deallocate(front_first ? back : front);
+    void* whole = pool.allocate(7'900'000);
+    CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+    CHECK(pool.stats().held == cached.held);
+    MemoryPool::deallocate(whole);
+  }
 }
 
 TEST_CASE("the pool never holds more than the peak in use") {

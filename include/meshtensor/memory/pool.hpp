@@ -8,9 +8,11 @@
 //    transport, where all processors share one process and its RSS says nothing per processor.
 // Big blocks (>= 64 KiB) are mmap'd in size classes (64 per power of two) and cached when freed; a
 // request no cached block fits splits a bigger one or grows a smaller one (mremap keeps its pages).
-// The cache never lets the pool hold more than the peak in use (a miss first gives cached blocks
-// back), so reuse costs no memory beyond the peak. Small blocks go to malloc and are only counted.
-// Every block starts with a header naming its pool, so a block may be freed on any thread.
+// Freed blocks merge with free neighbours in memory, so the halves of a split block serve a whole
+// one again. The cache never lets the pool hold more than the peak in use (a miss first gives
+// cached blocks back), so reuse costs no memory beyond the peak. Small blocks go to malloc and are
+// only counted. Every block starts with a header naming its pool, so a block may be freed on any
+// thread.
 
 #include <sys/mman.h>
 
@@ -23,6 +25,8 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
+#include <utility>
 #include <vector>
 
 namespace meshtensor {
@@ -109,7 +113,7 @@ class MemoryPool {
       std::lock_guard<std::mutex> lock(pool->mutex_);
       pool->stats_.in_use -= size;
       if (pooled && pool->open_) {
-        pool->cache_[size].push_back(base);
+        pool->cache(static_cast<char*>(base), size);
         base = nullptr;
       } else {
         pool->stats_.held -= size;
@@ -147,11 +151,12 @@ class MemoryPool {
   /// Gives every cached block back to the system.
   void trim() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [size, blocks] : cache_) {
-      for (void* base : blocks) unmap(base, size);
-      stats_.held -= size * blocks.size();
+    for (const auto& [base, size] : free_) {
+      unmap(base, size);
+      stats_.held -= size;
     }
-    cache_.clear();
+    free_.clear();
+    by_size_.clear();
   }
 
  private:
@@ -177,49 +182,72 @@ class MemoryPool {
   // Under the lock: a cached block for a request of `size` bytes, or nullptr for a fresh map.
   // Best is the smallest block that fits while wasting at most a quarter (`granted` is its size).
   // Steps allocate the same sizes each time, in a slightly different order, so such matches miss
-  // often; then a bigger cached block is split (its tail stays cached) or the biggest smaller one
-  // grown, never a new block mapped while cached pages could serve: page faults, and the kernel
-  // zeroing each page, cost a U-Net step a fifth of its time when every miss maps afresh.
+  // often; then the smallest bigger cached block is split (its tail stays cached, and merges back
+  // when the front is freed) or the biggest smaller one grown, never a new block mapped while
+  // cached pages could serve: page faults, and the kernel zeroing each page, cost a U-Net step a
+  // fifth of its time when every miss maps afresh.
   void* take_cached(std::size_t size, std::size_t& granted, Resize& resize) {
-    auto pop = [&](std::map<std::size_t, std::vector<void*>>::iterator it) {
-      void* block = it->second.back();
-      it->second.pop_back();
-      if (it->second.empty()) cache_.erase(it);
-      return block;
-    };
-    if (cache_.empty()) return nullptr;
-    auto fit = cache_.lower_bound(size);
-    if (fit != cache_.end()) {
-      const std::size_t found = fit->first;
-      void* block = pop(fit);
+    if (by_size_.empty()) return nullptr;
+    auto fit = by_size_.lower_bound({size, nullptr});
+    if (fit != by_size_.end()) {
+      const auto [found, block] = *fit;
+      uncache(block, found);
       if (found <= size + size / 4) {
         granted = found;
         return block;
       }
       // Pages of one mapping can be unmapped and remapped separately: the tail is a block too.
-      void* tail = static_cast<char*>(block) + size;
+      char* tail = block + size;
       if (found - size >= pooled_from) {
-        cache_[found - size].push_back(tail);
+        cache(tail, found - size);
       } else {
         unmap(tail, found - size);
         stats_.held -= found - size;
       }
       return block;
     }
-    resize.from = std::prev(cache_.end())->first;
-    resize.block = pop(std::prev(cache_.end()));
-    return resize.block;
+    const auto [biggest, block] = *by_size_.rbegin();
+    uncache(block, biggest);
+    resize.from = biggest;
+    resize.block = block;
+    return block;
+  }
+
+  // Under the lock: a free block joins the cache, merged with the free blocks just before and
+  // just after it in memory (they may come from other mappings: munmap takes any mapped range).
+  void cache(char* base, std::size_t size) {
+    auto next = free_.lower_bound(base);
+    if (next != free_.end() && base + size == next->first) {
+      by_size_.erase({next->second, next->first});
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto before = std::prev(next);
+      if (before->first + before->second == base) {
+        by_size_.erase({before->second, before->first});
+        base = before->first;
+        size += before->second;
+        free_.erase(before);
+      }
+    }
+    free_.emplace(base, size);
+    by_size_.emplace(size, base);
+  }
+
+  void uncache(char* base, std::size_t size) {
+    free_.erase(base);
+    by_size_.erase({size, base});
   }
 
   // Under the lock: unmaps cached blocks, smallest first (the big ones serve more requests, split
   // or whole), until the pool holds at most `limit`.
   void trim_to(std::size_t limit) {
-    while (stats_.held > limit && !cache_.empty()) {
-      auto it = cache_.begin();
-      unmap(it->second.back(), it->first);
-      stats_.held -= it->first;
-      it->second.pop_back();
-      if (it->second.empty()) cache_.erase(it);
+    while (stats_.held > limit && !by_size_.empty()) {
+      const auto [size, base] = *by_size_.begin();
+      uncache(base, size);
+      unmap(base, size);
+      stats_.held -= size;
     }
   }
 
@@ -261,7 +289,8 @@ class MemoryPool {
 
   mutable std::mutex mutex_;
   MemoryStats stats_;
-  std::map<std::size_t, std::vector<void*>> cache_;  // free blocks by size class
+  std::map<char*, std::size_t> free_;                // cached blocks by address: their sizes
+  std::set<std::pair<std::size_t, char*>> by_size_;  // the same blocks by size
   std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
   std::atomic<long> references_{1};  // the owner, plus one per live block
