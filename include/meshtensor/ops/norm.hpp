@@ -23,6 +23,7 @@
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/key_lanes.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -92,7 +93,7 @@ struct NormStatistics {
 
   // Whether an element's key is its offset modulo `keys`: the kept dims are the block's innermost
   // (batch norm on channels-last blocks), so the block is rows of `keys` contiguous values and the
-  // loops below run over rows, vectorised along them.
+  // loops below run over it as lanes (KeyLanes), vectorised across rows.
   bool keys_innermost() const {
     if (keys == 0) return false;
     std::int64_t expect = 1;
@@ -111,7 +112,7 @@ struct NormStatistics {
   std::int64_t rows() const { return kernels::num_elements(sizes) / std::int64_t(keys); }
 };
 
-// f(first_row, end_row) over the rows of a keys-innermost block, on the compute threads.
+// f(p, first_row, end_row) over the rows of a keys-innermost block, on the compute threads.
 template <class F>
 int for_row_ranges(std::int64_t rows, F&& f) {
   return kernels::for_each_part<1>(
@@ -121,51 +122,150 @@ int for_row_ranges(std::int64_t rows, F&& f) {
       });
 }
 
-// Per key, the W sums of term(value offset, key) over a keys-innermost block.
-template <std::size_t W, class Term>
-std::vector<double> sum_rows(const NormStatistics& st, Term&& term) {
-  const std::size_t keys = st.keys;
-  std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(keys * W, 0.0));
+// Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by
+// key otherwise.
+template <class T, class U>
+std::vector<T> indexed(const NormStatistics& st, const std::vector<U>& per_key) {
+  if (st.keys_innermost()) return KeyLanes(std::int64_t(st.keys)).per_lane<T>(per_key);
+  return std::vector<T>(per_key.begin(), per_key.end());
+}
+
+// acc[w * width + j] += term(at + j, j)[w] for the n lanes of one group: one vector per sum.
+template <std::size_t W, class N, class T, class Term>
+void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, Term& term) {
+  // (No `omp simd` here: it would keep each lane's array of terms in memory.)
+  if constexpr (W == 1) {
+    for (std::int64_t j = 0; j < n; ++j) acc[j] += term(at + j, j)[0];
+  } else {
+    static_assert(W == 2, "sums of one or two terms");
+    T* second = acc + width;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::array<T, 2> t = term(at + j, j);
+      acc[j] += t[0];
+      second[j] += t[1];
+    }
+  }
+}
+
+// Per key, the W sums of term(value offset, index) over a keys-innermost block, the index as
+// indexed() gives: per chunk in T across the lanes, then per key in double.
+template <class T, std::size_t W, class Term>
+std::vector<double> lane_sums(const NormStatistics& st, Term&& term) {
+  const KeyLanes lanes(std::int64_t(st.keys));
+  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
+  std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(W * keys, 0.0));
   const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
-    double* acc = parts[p].data();
-    for (std::int64_t r = begin; r < end; ++r) {
-      const std::int64_t row = r * std::int64_t(keys);
-      for (std::size_t k = 0; k < keys; ++k) {
-        const std::array<double, W> t = term(row + std::int64_t(k), k);
-        for (std::size_t j = 0; j < W; ++j) acc[j * keys + k] += t[j];
+    auto add_chunks = [&](T* acc) {
+      for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+        std::fill(acc, acc + W * width, T(0));
+        lanes.for_groups(c0, std::min(end, c0 + lanes.chunk_rows()),
+                         [&](std::int64_t at, auto n) { add_terms<W>(at, n, width, acc, term); });
+        for (std::size_t w = 0; w < W; ++w)
+          lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
       }
+    };
+    // Sums on the stack where they fit: the compiler then knows that they alias no operand, and
+    // vectorises without run-time overlap checks (a term reads up to six arrays).
+    if (width <= std::size_t(KeyLanes::wide)) {
+      alignas(64) T on_stack[W * KeyLanes::wide];
+      add_chunks(on_stack);
+    } else {
+      std::vector<T> on_heap(W * width);
+      add_chunks(on_heap.data());
     }
   });
   for (int p = 1; p < used; ++p)
-    for (std::size_t i = 0; i < keys * W; ++i) parts[0][i] += parts[p][i];
-  // Interleaved per key, as sum_per_key returns them.
-  std::vector<double> out(keys * W);
+    for (std::size_t i = 0; i < W * keys; ++i) parts[0][i] += parts[p][i];
+  std::vector<double> out(keys * W);  // interleaved per key, as sum_per_key returns them
   for (std::size_t k = 0; k < keys; ++k)
-    for (std::size_t j = 0; j < W; ++j) out[k * W + j] = parts[0][j * keys + k];
+    for (std::size_t w = 0; w < W; ++w) out[k * W + w] = parts[0][w * keys + k];
   return out;
 }
 
-// sum_rows where it applies, else the general memory-order walk.
-template <std::size_t W, class Term>
+// Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
+template <class T, std::size_t W, class Term>
 std::vector<double> sum_keys(const NormStatistics& st, Term&& term) {
-  if (st.keys_innermost()) return sum_rows<W>(st, term);
-  return sum_per_key<W>(st.sizes, st.visit, st.keys, term);
+  if (st.keys_innermost()) return lane_sums<T, W>(st, term);
+  return sum_per_key<W>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
+    const std::array<T, W> t = term(at, key);
+    std::array<double, W> wide;
+    for (std::size_t w = 0; w < W; ++w) wide[w] = double(t[w]);
+    return wide;
+  });
 }
 
-// f(value offset, key) for every element, on the compute threads.
+// f(value offset, index) for every element, the index as indexed() gives, on the compute threads;
+// f touches that element alone (the lanes of a group run as one vector).
 template <class F>
 void for_each_value(const NormStatistics& st, F&& f) {
   if (st.keys_innermost()) {
-    const std::int64_t keys = std::int64_t(st.keys);
+    const KeyLanes lanes(std::int64_t(st.keys));
     for_row_ranges(st.rows(), [&](int, std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r)
-        for (std::int64_t k = 0; k < keys; ++k) f(r * keys + k, k);
+      lanes.for_groups(begin, end, [&](std::int64_t at, auto n) {
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) f(at + j, j);
+      });
     });
     return;
   }
   kernels::parallel_for_each_offset<2>(
       st.sizes, st.visit, compute_threads(),
       [&](const std::array<std::int64_t, 2>& at) { f(at[0], at[1]); });
+}
+
+// Count, mean and sum of squared deviations per key of a keys-innermost block, in one pass over
+// memory: each chunk (in cache) is walked twice, for its mean and for the deviations from it, and
+// the chunks are combined in double (Chan et al.).
+template <class T>
+std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
+  const KeyLanes lanes(std::int64_t(st.keys));
+  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
+  std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
+  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+    std::vector<T> lane_sum(width), lane_mean(width), lane_m2(width);
+    std::vector<double> sum(keys), mean(keys), m2(keys);
+    for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+      const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
+      const double n = double(c1 - c0);
+      // The sums are of x minus the chunk's first row: values of the data's spread, not of its
+      // magnitude (around 1e4, float sums of x itself would lose the chunk mean's last digits,
+      // and Chan's combination the variance with them).
+      const T* first = in + c0 * std::int64_t(keys);
+      for (std::size_t j = 0; j < width; ++j) lane_mean[j] = first[j % keys];
+      std::fill(lane_sum.begin(), lane_sum.end(), T(0));
+      T* acc = lane_sum.data();
+      const T* shift = lane_mean.data();
+      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#pragma omp simd
+        for (std::int64_t j = 0; j < w; ++j) acc[j] += in[at + j] - shift[j];
+      });
+      std::fill(sum.begin(), sum.end(), 0.0);
+      lanes.add_to_keys(acc, sum.data());
+      for (std::size_t k = 0; k < keys; ++k) mean[k] = double(first[k]) + sum[k] / n;
+      for (std::size_t j = 0; j < width; ++j) lane_mean[j] = static_cast<T>(mean[j % keys]);
+      std::fill(lane_m2.begin(), lane_m2.end(), T(0));
+      const T* centre = lane_mean.data();
+      T* dev2 = lane_m2.data();
+      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#pragma omp simd
+        for (std::int64_t j = 0; j < w; ++j) {
+          const T d = in[at + j] - centre[j];
+          dev2[j] += d * d;
+        }
+      });
+      std::fill(m2.begin(), m2.end(), 0.0);
+      lanes.add_to_keys(dev2, m2.data());
+      for (std::size_t k = 0; k < keys; ++k) {
+        // The deviations were taken from the mean rounded to T: sum (x - m~)^2 exceeds
+        // sum (x - m)^2 by n (m - m~)^2.
+        const double off = mean[k] - double(static_cast<T>(mean[k]));
+        parts[p][k] = combine(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
+      }
+    }
+  });
+  for (int p = 1; p < used; ++p)
+    for (std::size_t k = 0; k < keys; ++k) parts[0][k] = combine(parts[0][k], parts[p][k]);
+  return std::move(parts[0]);
 }
 
 template <class T>
@@ -203,21 +303,25 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   st.visit = {kernels::row_major_strides(st.sizes), key_strides};
   const T* in = x.local().data();
 
-  // Local statistics per key, in two passes.
-  const auto sums = sum_keys<1>(
-      st, [&](std::int64_t at, std::int64_t) { return std::array<double, 1>{double(in[at])}; });
+  // Local statistics per key: in one pass over memory on a keys-innermost block, else in two.
   std::vector<Partial> partial(st.keys);
-  for (std::size_t k = 0; k < st.keys; ++k) {
-    partial[k].count = double(local_count);
-    partial[k].mean = local_count > 0 ? sums[k] / double(local_count) : 0.0;
+  if (st.keys_innermost()) {
+    partial = lane_moments(st, in);
+  } else {
+    const auto sums = sum_per_key<1>(
+        st.sizes, st.visit, st.keys,
+        [&](std::int64_t at, std::int64_t) { return std::array<double, 1>{double(in[at])}; });
+    for (std::size_t k = 0; k < st.keys; ++k) {
+      partial[k].count = double(local_count);
+      partial[k].mean = local_count > 0 ? sums[k] / double(local_count) : 0.0;
+    }
+    const auto squares =
+        sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
+          const double dev = in[at] - partial[key].mean;
+          return std::array<double, 1>{dev * dev};
+        });
+    for (std::size_t k = 0; k < st.keys; ++k) partial[k].m2 = squares[k];
   }
-  std::vector<double> local_mean(st.keys);
-  for (std::size_t k = 0; k < st.keys; ++k) local_mean[k] = partial[k].mean;
-  const auto squares = sum_keys<1>(st, [&](std::int64_t at, std::int64_t key) {
-    const double dev = in[at] - local_mean[key];
-    return std::array<double, 1>{dev * dev};
-  });
-  for (std::size_t k = 0; k < st.keys; ++k) partial[k].m2 = squares[k];
 
   // The processors along the axes that split reduced dims hold parts of the same statistics.
   for (const auto& name : reduced_names)
@@ -275,35 +379,34 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
   const T* in = x.local().data();
   Array<T> out = Array<T>::from_shape(x.local().shape());
   T* o = out.data();
-  std::vector<T> scale(st.keys), shift(st.keys);  // y = scale x + shift
-  for (std::size_t k = 0; k < st.keys; ++k) {
-    scale[k] = static_cast<T>(st.inv_std[k]);
-    shift[k] = static_cast<T>(-st.mean[k] * st.inv_std[k]);
-  }
-  detail::for_each_value(
-      st, [&](std::int64_t at, std::int64_t key) { o[at] = scale[key] * in[at] + shift[key]; });
+  std::vector<double> shift(st.keys);  // y = inv_std x + shift
+  for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
+  const auto a = detail::indexed<T>(st, st.inv_std), b = detail::indexed<T>(st, shift);
+  detail::for_each_value(st,
+                         [&](std::int64_t at, std::int64_t i) { o[at] = a[i] * in[at] + b[i]; });
   Tensor<T> y(x.mesh(), x.layout(), std::move(out));
 
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(y, {x}, [y = y.detach(), st](const Tensor<T>& g, const std::vector<bool>&) {
     const T* pg = g.local().data();
     const T* py = y.local().data();
-    auto sums = detail::sum_keys<2>(st, [&](std::int64_t at, std::int64_t) {
-      return std::array<double, 2>{double(pg[at]), double(pg[at]) * py[at]};
+    auto sums = detail::sum_keys<T, 2>(st, [&](std::int64_t at, std::int64_t) {
+      return std::array<T, 2>{pg[at], pg[at] * py[at]};
     });
     if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
     // dx = a g + b y + c per key.
-    std::vector<T> a(st.keys), b(st.keys), c(st.keys);
+    std::vector<double> b(st.keys), c(st.keys);
     for (std::size_t k = 0; k < st.keys; ++k) {
       const double n = double(st.count);
-      a[k] = static_cast<T>(st.inv_std[k]);
-      b[k] = static_cast<T>(-st.inv_std[k] * sums[2 * k + 1] / n);
-      c[k] = static_cast<T>(-st.inv_std[k] * sums[2 * k] / n);
+      b[k] = -st.inv_std[k] * sums[2 * k + 1] / n;
+      c[k] = -st.inv_std[k] * sums[2 * k] / n;
     }
+    const auto a_at = detail::indexed<T>(st, st.inv_std), b_at = detail::indexed<T>(st, b),
+               c_at = detail::indexed<T>(st, c);
     Array<T> dx = Array<T>::from_shape(g.local().shape());
     T* pd = dx.data();
-    detail::for_each_value(st, [&](std::int64_t at, std::int64_t key) {
-      pd[at] = a[key] * pg[at] + b[key] * py[at] + c[key];
+    detail::for_each_value(st, [&](std::int64_t at, std::int64_t i) {
+      pd[at] = a_at[i] * pg[at] + b_at[i] * py[at] + c_at[i];
     });
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), g.layout(), std::move(dx))};
   });
@@ -319,7 +422,8 @@ namespace detail {
 // ReLU mask taken from it) matches the forward one bit for bit.
 template <class T>
 inline T affine_floor(T scale, T x, T shift, T floor) {
-  return std::max(scale * x + shift, floor);
+  const T y = scale * x + shift;
+  return y < floor ? floor : y;  // std::max by value: a select the compiler vectorises
 }
 
 /**
@@ -342,19 +446,20 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
     return std::vector<double>(here.local().begin(), here.local().end());
   };
   const auto g_scale = scale_of(gamma), shift = scale_of(beta);
-  std::vector<T> a(st.keys), b(st.keys);  // y = a x + b
+  std::vector<double> a_key(st.keys), b_key(st.keys);  // y = a x + b
   for (std::size_t k = 0; k < st.keys; ++k) {
-    a[k] = static_cast<T>(g_scale[k] * st.inv_std[k]);
-    b[k] = static_cast<T>(shift[k] - st.mean[k] * g_scale[k] * st.inv_std[k]);
+    a_key[k] = g_scale[k] * st.inv_std[k];
+    b_key[k] = shift[k] - st.mean[k] * g_scale[k] * st.inv_std[k];
   }
+  const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
   // The output is computed by its recipe, which stays with it: an op that saves it for backward
   // (the next convolution) keeps the recipe, and the output itself is freed after forward.
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
       [x = x.detach(), st, a, b, floor](T* into) {
         const T* in = x.local().data();
-        for_each_value(st, [&](std::int64_t at, std::int64_t key) {
-          into[at] = affine_floor(a[key], in[at], b[key], floor);
+        for_each_value(st, [&](std::int64_t at, std::int64_t i) {
+          into[at] = affine_floor(a[i], in[at], b[i], floor);
         });
       });
   Array<T> out = Array<T>::from_shape(x.local().shape());
@@ -363,55 +468,62 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   y.set_recipe(std::move(recipe));
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
-  autodiff::record(
-      y, {x, gamma, beta},
-      [x = x.detach(), relu = activation == Activation::relu, a, b, floor, st, g_scale,
-       stats_layout, gamma_layout = gamma.layout(),
-       beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
-        const T* pg = g.local().data();
-        const T* px = x.local().data();
-        auto masked = [&](std::int64_t at, std::int64_t key) {
-          return relu && !(affine_floor(a[key], px[at], b[key], floor) > T(0)) ? T(0) : pg[at];
-        };
-        std::vector<T> norm_scale(st.keys), norm_shift(st.keys);  // x̂ = scale x + shift
-        for (std::size_t k = 0; k < st.keys; ++k) {
-          norm_scale[k] = static_cast<T>(st.inv_std[k]);
-          norm_shift[k] = static_cast<T>(-st.mean[k] * st.inv_std[k]);
-        }
-        auto sums = sum_keys<2>(st, [&](std::int64_t at, std::int64_t key) {
-          const T gm = masked(at, key);
-          return std::array<double, 2>{double(gm),
-                                       double(gm * (norm_scale[key] * px[at] + norm_shift[key]))};
-        });
-        if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
-        std::vector<Tensor<T>> grads(3);
-        if (needed[0]) {
-          // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
-          std::vector<T> p(st.keys), q(st.keys), r(st.keys);
-          for (std::size_t k = 0; k < st.keys; ++k) {
-            const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
-            const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
-            p[k] = static_cast<T>(scale);
-            q[k] = static_cast<T>(-slope);
-            r[k] = static_cast<T>(-scale * sums[2 * k] / n + slope * st.mean[k]);
-          }
-          Array<T> dx = Array<T>::from_shape(g.local().shape());
-          T* pd = dx.data();
-          for_each_value(st, [&](std::int64_t at, std::int64_t key) {
-            pd[at] = p[key] * masked(at, key) + q[key] * px[at] + r[key];
-          });
-          grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
-        }
-        auto per_key = [&](int which, const TensorLayout& layout) {
-          Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
-          for (std::size_t k = 0; k < st.keys; ++k)
-            v.data()[k] = static_cast<T>(sums[2 * k + which]);
-          return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
-        };
-        if (needed[1]) grads[1] = per_key(1, gamma_layout);
-        if (needed[2]) grads[2] = per_key(0, beta_layout);
-        return grads;
-      });
+  autodiff::record(y, {x, gamma, beta},
+                   [x = x.detach(), relu = activation == Activation::relu, a, b, floor, st, g_scale,
+                    stats_layout, gamma_layout = gamma.layout(), beta_layout = beta.layout()](
+                       const Tensor<T>& g, const std::vector<bool>& needed) {
+                     const T* pg = g.local().data();
+                     const T* px = x.local().data();
+                     // Raw pointers copied into the loops' lambdas, and g loaded whether masked or
+                     // not: loops the compiler vectorises.
+                     const T *pa = a.data(), *pb = b.data();
+                     auto masked = [=](std::int64_t at, std::int64_t i) {
+                       const T value = pg[at];
+                       const bool keep = (affine_floor(pa[i], px[at], pb[i], floor) > T(0)) | !relu;
+                       return keep ? value : T(0);
+                     };
+                     std::vector<double> shift(st.keys);  // x̂ = inv_std x + shift
+                     for (std::size_t k = 0; k < st.keys; ++k)
+                       shift[k] = -st.mean[k] * st.inv_std[k];
+                     const auto norm_scale = indexed<T>(st, st.inv_std),
+                                norm_shift = indexed<T>(st, shift);
+                     const T *ps = norm_scale.data(), *ph = norm_shift.data();
+                     auto sums = sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
+                       const T gm = masked(at, i);
+                       return std::array<T, 2>{gm, gm * (ps[i] * px[at] + ph[i])};
+                     });
+                     if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
+                     std::vector<Tensor<T>> grads(3);
+                     if (needed[0]) {
+                       // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
+                       std::vector<double> p_key(st.keys), q_key(st.keys), r_key(st.keys);
+                       for (std::size_t k = 0; k < st.keys; ++k) {
+                         const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
+                         const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
+                         p_key[k] = scale;
+                         q_key[k] = -slope;
+                         r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
+                       }
+                       const auto p = indexed<T>(st, p_key), q = indexed<T>(st, q_key),
+                                  r = indexed<T>(st, r_key);
+                       Array<T> dx = Array<T>::from_shape(g.local().shape());
+                       T* pd = dx.data();
+                       const T *pp = p.data(), *pq = q.data(), *pr = r.data();
+                       for_each_value(st, [=](std::int64_t at, std::int64_t i) {
+                         pd[at] = pp[i] * masked(at, i) + pq[i] * px[at] + pr[i];
+                       });
+                       grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
+                     }
+                     auto per_key = [&](int which, const TensorLayout& layout) {
+                       Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
+                       for (std::size_t k = 0; k < st.keys; ++k)
+                         v.data()[k] = static_cast<T>(sums[2 * k + which]);
+                       return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
+                     };
+                     if (needed[1]) grads[1] = per_key(1, gamma_layout);
+                     if (needed[2]) grads[2] = per_key(0, beta_layout);
+                     return grads;
+                   });
   return y;
 }
 
