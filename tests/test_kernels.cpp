@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <meshtensor/kernels/blocked/conv.hpp>
+#include <meshtensor/kernels/reference/strided.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/onednn/conv.hpp>
 #include <meshtensor/kernels/onednn/pool.hpp>
@@ -208,3 +209,42 @@ TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
   }
 }
 #endif
+
+TEST_CASE("runs of a strided box visit every index once, however the threads cut them") {
+  // Three operands: row-major, transposed in its last two dims (nothing merges with it), and
+  // broadcast along the middle dim. Big enough to be cut among threads in the middle of rows.
+  const Sizes sizes{3, 70, 500};
+  const std::array<Strides, 3> strides{row_major_strides(sizes), Strides{35000, 1, 70},
+                                       Strides{500, 0, 1}};
+  for (const int threads : {1, 2, 3}) {
+    std::vector<int> visits(num_elements(sizes), 0);
+    std::vector<std::int64_t> second(num_elements(sizes), -1), third(num_elements(sizes), -1);
+    parallel_for_each_run<3>(sizes, strides, threads,
+                             [&](const std::array<std::int64_t, 3>& at, std::int64_t n,
+                                 const std::array<std::int64_t, 3>& step) {
+                               for (std::int64_t i = 0; i < n; ++i) {
+                                 const std::int64_t flat = at[0] + i * step[0];
+                                 ++visits[flat];
+                                 second[flat] = at[1] + i * step[1];
+                                 third[flat] = at[2] + i * step[2];
+                               }
+                             });
+    std::int64_t wrong = 0, flat = 0;
+    for (std::int64_t a = 0; a < sizes[0]; ++a)
+      for (std::int64_t b = 0; b < sizes[1]; ++b)
+        for (std::int64_t c = 0; c < sizes[2]; ++c, ++flat)
+          wrong += visits[flat] != 1 || second[flat] != a * 35000 + b + c * 70 ||
+                   third[flat] != a * 500 + c;
+    CHECK(wrong == 0);
+  }
+  // Contiguous operands merge into one run per thread.
+  int runs = 0;
+  parallel_for_each_run<1>({4, 8, 4096}, {row_major_strides({4, 8, 4096})}, 1,
+                           [&](const std::array<std::int64_t, 1>&, std::int64_t n,
+                               const std::array<std::int64_t, 1>& step) {
+                             ++runs;
+                             CHECK(n == 4 * 8 * 4096);
+                             CHECK(step[0] == 1);
+                           });
+  CHECK(runs == 1);
+}

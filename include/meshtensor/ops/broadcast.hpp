@@ -3,6 +3,7 @@
 // (the gradient of a reduction), sum_to sums a gradient back onto an operand's dims (the gradient
 // of a broadcasting op). Both end in the layout they are given.
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -47,9 +48,15 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
       kernels::row_major_strides(sizes)};
   const T* in = aligned.local().data();
   T* o = out.data();
-  kernels::parallel_for_each_offset<2>(
-      sizes, strides, compute_threads(),
-      [&](const std::array<std::int64_t, 2>& at) { o[at[1]] = in[at[0]]; });
+  kernels::parallel_for_each_run<2>(sizes, strides, compute_threads(),
+                                    [&](const std::array<std::int64_t, 2>& at, std::int64_t n,
+                                        const std::array<std::int64_t, 2>& step) {
+                                      if (step[0] == 0 && step[1] == 1)
+                                        std::fill(o + at[1], o + at[1] + n, in[at[0]]);
+                                      else
+                                        for (std::int64_t i = 0; i < n; ++i)
+                                          o[at[1] + i * step[1]] = in[at[0] + i * step[0]];
+                                    });
   Tensor<T> result(mesh, target, std::move(out));
   autodiff::record(result, {t},
                    [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {

@@ -53,10 +53,31 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   const T* pa = in_place ? out.data() : operands[0].local().data();
   const T* pb = operands[1].local().data();
   T* po = out.data();
-  kernels::parallel_for_each_offset<3>(sizes, strides, compute_threads(),
-                                       [&](const std::array<std::int64_t, 3>& o) {
-                                         po[o[2]] = static_cast<T>(f(pa[o[0]], pb[o[1]]));
-                                       });
+  // Runs of the output (contiguous); each operand either walks along with it or repeats one
+  // value (a broadcast dim): plain loops in the common cases.
+  kernels::parallel_for_each_run<3>(sizes, strides, compute_threads(),
+                                    [&](const std::array<std::int64_t, 3>& at, std::int64_t n,
+                                        const std::array<std::int64_t, 3>& step) {
+                                      const T* x = pa + at[0];
+                                      const T* y = pb + at[1];
+                                      T* out = po + at[2];
+                                      if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
+                                        for (std::int64_t i = 0; i < n; ++i)
+                                          out[i] = static_cast<T>(f(x[i], y[i]));
+                                      } else if (step[0] == 1 && step[1] == 0 && step[2] == 1) {
+                                        const T y0 = *y;
+                                        for (std::int64_t i = 0; i < n; ++i)
+                                          out[i] = static_cast<T>(f(x[i], y0));
+                                      } else if (step[0] == 0 && step[1] == 1 && step[2] == 1) {
+                                        const T x0 = *x;
+                                        for (std::int64_t i = 0; i < n; ++i)
+                                          out[i] = static_cast<T>(f(x0, y[i]));
+                                      } else {
+                                        for (std::int64_t i = 0; i < n; ++i)
+                                          out[i * step[2]] =
+                                              static_cast<T>(f(x[i * step[0]], y[i * step[1]]));
+                                      }
+                                    });
   return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
 }
 

@@ -96,24 +96,80 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
   }
   std::stable_sort(axes.begin(), axes.end(),
                    [](const Axis& a, const Axis& b) { return a.strides[0] > b.strides[0]; });
+  // Axes that every operand and the output walk as one (a whole channels-last volume summed per
+  // channel: x, y, z) become one, so the innermost loop below is long.
+  std::vector<Axis> merged;
+  for (const auto& axis : axes) {
+    if (axis.size == 1) continue;
+    bool joins = !merged.empty();
+    for (std::size_t k = 0; joins && k <= N; ++k)
+      joins = merged.back().strides[k] == axis.strides[k] * axis.size;
+    if (joins) {
+      merged.back().size *= axis.size;
+      merged.back().strides = axis.strides;
+    } else {
+      merged.push_back(axis);
+    }
+  }
+  if (merged.empty()) merged.push_back(Axis{1, {}});
+  Axis last = merged.back();
+  merged.pop_back();
+  if (merged.empty() && threads > 1 && last.size % threads == 0) {
+    // One axis in all (a whole contiguous tensor summed): split it, one piece per thread.
+    Axis pieces{threads, last.strides};
+    last.size /= threads;
+    for (auto& stride : pieces.strides) stride *= last.size;
+    merged.push_back(pieces);
+  }
   Sizes sizes;
   std::array<Strides, N + 1> strides;
-  for (const auto& axis : axes) {
+  for (const auto& axis : merged) {
     sizes.push_back(axis.size);
     for (std::size_t k = 0; k <= N; ++k) strides[k].push_back(axis.strides[k]);
   }
-  std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
-  const int used = for_each_part<N + 1>(
-      sizes, strides, threads,
-      [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
-        Acc* acc = sums[p].data();
-        for_each_offset<N + 1>(sub, strides, [&](const std::array<std::int64_t, N + 1>& o) {
-          Acc product = static_cast<Acc>(operands[0].data[base[0] + o[0]]);
+  // One run along the innermost axis: into a register where the output stays put along it (a
+  // sum over that axis), else element by element.
+  auto add_run = [&](const std::array<std::int64_t, N + 1>& at, Acc* acc) {
+    const std::int64_t n = last.size;
+    if (last.strides[N] == 0) {
+      Acc total = 0;
+      if (N == 1 && last.strides[0] == 1) {
+        const T* x = operands[0].data + at[0];
+#pragma omp simd reduction(+ : total)
+        for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) {
+          Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
           for (std::size_t k = 1; k < N; ++k)
-            product *= static_cast<Acc>(operands[k].data[base[k] + o[k]]);
-          acc[base[N] + o[N]] += product;
+            product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
+          total += product;
+        }
+      }
+      acc[at[N]] += total;
+      return;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
+      for (std::size_t k = 1; k < N; ++k)
+        product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
+      acc[at[N] + i * last.strides[N]] += product;
+    }
+  };
+  std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
+  int used = 1;
+  if (sizes.empty()) {
+    add_run({}, sums[0].data());
+  } else {
+    used = for_each_part<N + 1>(
+        sizes, strides, threads,
+        [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+          Acc* acc = sums[p].data();
+          for_each_offset<N + 1>(sub, strides, [&](std::array<std::int64_t, N + 1> o) {
+            for (std::size_t k = 0; k <= N; ++k) o[k] += base[k];
+            add_run(o, acc);
+          });
         });
-      });
+  }
   for (std::int64_t i = 0; i < outputs; ++i) {
     Acc total = sums[0][i];
     for (int p = 1; p < used; ++p) total += sums[p][i];

@@ -122,6 +122,75 @@ void parallel_for_each_offset(const Sizes& sizes, const std::array<Strides, N>& 
                    });
 }
 
+/**
+ * Calls `run(offsets, n, steps)` for runs of consecutive indices of the box, on up to `threads`
+ * threads: a run covers n indices from `offsets` along which operand k advances by steps[k]. Dims
+ * that every operand walks as one are merged first, so on contiguous operands a run is as long as
+ * the box (or a thread's share of it) and `run` can be a plain loop the compiler vectorises.
+ */
+template <std::size_t N, class Run>
+void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& strides, int threads,
+                           Run&& run) {
+  Sizes merged;
+  std::array<Strides, N> merged_strides;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return;
+    if (sizes[d] == 1) continue;
+    bool joins = !merged.empty();
+    for (std::size_t k = 0; joins && k < N; ++k)
+      joins = merged_strides[k].back() == strides[k][d] * sizes[d];
+    if (joins) {
+      merged.back() *= sizes[d];
+      for (std::size_t k = 0; k < N; ++k) merged_strides[k].back() = strides[k][d];
+    } else {
+      merged.push_back(sizes[d]);
+      for (std::size_t k = 0; k < N; ++k) merged_strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (merged.empty()) {
+    merged.push_back(1);
+    for (auto& s : merged_strides) s.push_back(0);
+  }
+  const int rank = static_cast<int>(merged.size());
+  const std::int64_t total = num_elements(merged), inner = merged.back();
+  std::array<std::int64_t, N> steps{};
+  for (std::size_t k = 0; k < N; ++k) steps[k] = merged_strides[k].back();
+  // The indices [begin, end) in row-major order, as runs that stop at the end of each row.
+  auto walk = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> index(rank);
+    std::array<std::int64_t, N> at{};
+    std::int64_t rest = begin;
+    for (int d = rank - 1; d >= 0; --d) {
+      index[d] = rest % merged[d];
+      rest /= merged[d];
+      for (std::size_t k = 0; k < N; ++k) at[k] += index[d] * merged_strides[k][d];
+    }
+    while (begin < end) {
+      const std::int64_t n = std::min(inner - index[rank - 1], end - begin);
+      run(at, n, steps);
+      begin += n;
+      index[rank - 1] += n;
+      for (std::size_t k = 0; k < N; ++k) at[k] += n * steps[k];
+      for (int d = rank - 1; d > 0 && index[d] == merged[d]; --d) {
+        for (std::size_t k = 0; k < N; ++k)
+          at[k] += merged_strides[k][d - 1] - merged[d] * merged_strides[k][d];
+        index[d] = 0;
+        ++index[d - 1];
+      }
+    }
+  };
+  constexpr std::int64_t grain = 1 << 15;  // as for_each_part
+  const int parts =
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, total / grain)));
+  if (parts == 1) return walk(0, total);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int p = 0; p < parts; ++p) walk(total * p / parts, total * (p + 1) / parts);
+#else
+  for (int p = 0; p < parts; ++p) walk(total * p / parts, total * (p + 1) / parts);
+#endif
+}
+
 /// f(i) for i in [0, n) on up to `threads` threads (f as for parallel_for_each_offset).
 template <class F>
 void parallel_for(std::int64_t n, int threads, F&& f) {
