@@ -40,9 +40,9 @@ struct ConvGeometry {
 inline std::int64_t input_row_size(const ConvGeometry& g) { return g.in[1] * g.in[2] * g.c_in; }
 inline std::int64_t output_row_size(const ConvGeometry& g) { return g.out[1] * g.out[2] * g.c_out; }
 
-/// Output rows [a, b) along the first dim of a convolution (not transposed) with one pass-through
-/// index, as a convolution of their own: rows are contiguous, so that is the box rows [r0, r1)
-/// they read with the padding outside the box kept.
+/// Output rows [a, b) along the first dim of a convolution (transposed or not) with one
+/// pass-through index, as a convolution of their own: rows are contiguous, so that is the box rows
+/// [r0, r1) they read with the padding outside the box kept.
 struct RowSlab {
   std::int64_t r0 = 0, r1 = 0;
   ConvGeometry geometry;
@@ -50,6 +50,21 @@ struct RowSlab {
 
 inline RowSlab output_rows(const ConvGeometry& g, std::int64_t a, std::int64_t b) {
   const Taps& t = g.taps[0];
+  if (t.transposed) {
+    // Output o reads box row (origin + o - k dilation) / stride where that divides: rows from
+    // the smallest such value over [a, b) and every tap to the largest.
+    auto floor_div = [](std::int64_t n, std::int64_t d) { return n / d - (n % d < 0 ? 1 : 0); };
+    const std::int64_t lowest = t.origin + a - (g.kernel[0] - 1) * t.dilation;
+    const std::int64_t highest = t.origin + b - 1;
+    RowSlab slab;
+    slab.r0 = std::max<std::int64_t>(0, -floor_div(-lowest, t.stride));
+    slab.r1 = std::max(slab.r0, std::min<std::int64_t>(g.in[0], floor_div(highest, t.stride) + 1));
+    slab.geometry = g;
+    slab.geometry.out[0] = b - a;
+    slab.geometry.in[0] = slab.r1 - slab.r0;
+    slab.geometry.taps[0].origin = t.origin + a - slab.r0 * t.stride;
+    return slab;
+  }
   const std::int64_t first = t.origin + a * t.stride;
   const std::int64_t last = t.origin + (b - 1) * t.stride + (g.kernel[0] - 1) * t.dilation;
   RowSlab slab;
