@@ -202,7 +202,9 @@ void for_each_value(const NormStatistics& st, F&& f) {
     const KeyLanes lanes(std::int64_t(st.keys));
     for_row_ranges(st.rows(), [&](int, std::int64_t begin, std::int64_t end) {
       lanes.for_groups(begin, end, [&](std::int64_t at, auto n) {
+#ifdef _OPENMP
 #pragma omp simd
+#endif
         for (std::int64_t j = 0; j < n; ++j) f(at + j, j);
       });
     });
@@ -236,7 +238,9 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
       T* acc = lane_sum.data();
       const T* shift = lane_mean.data();
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#ifdef _OPENMP
 #pragma omp simd
+#endif
         for (std::int64_t j = 0; j < w; ++j) acc[j] += in[at + j] - shift[j];
       });
       std::fill(sum.begin(), sum.end(), 0.0);
@@ -247,7 +251,9 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
       const T* centre = lane_mean.data();
       T* dev2 = lane_m2.data();
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#ifdef _OPENMP
 #pragma omp simd
+#endif
         for (std::int64_t j = 0; j < w; ++j) {
           const T d = in[at + j] - centre[j];
           dev2[j] += d * d;

@@ -391,7 +391,9 @@ template <class Slab>
 void on_row_slabs(std::int64_t rows, std::int64_t batch, Slab&& slab) {
   const int parts = static_cast<int>(std::min<std::int64_t>(compute_threads(), rows));
   if (parts <= 1 || batch != 1) return slab(0, rows);
+#ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
   for (int p = 0; p < parts; ++p) slab(rows * p / parts, rows * (p + 1) / parts);
 }
 

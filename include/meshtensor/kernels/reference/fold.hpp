@@ -135,7 +135,9 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
       Acc total = 0;
       if (N == 1 && last.strides[0] == 1) {
         const T* x = operands[0].data + at[0];
+#ifdef _OPENMP
 #pragma omp simd reduction(+ : total)
+#endif
         for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
       } else {
         for (std::int64_t i = 0; i < n; ++i) {
