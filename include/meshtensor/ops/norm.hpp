@@ -133,17 +133,14 @@ std::vector<T> indexed(const NormStatistics& st, const std::vector<U>& per_key) 
 // acc[w * width + j] += term(at + j, j)[w] for the n lanes of one group: one vector per sum.
 template <std::size_t W, class N, class T, class Term>
 void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, Term& term) {
-  // (No `omp simd` here: it would keep each lane's array of terms in memory.)
-  if constexpr (W == 1) {
-    for (std::int64_t j = 0; j < n; ++j) acc[j] += term(at + j, j)[0];
-  } else {
-    static_assert(W == 2, "sums of one or two terms");
-    T* second = acc + width;
-    for (std::int64_t j = 0; j < n; ++j) {
-      const std::array<T, 2> t = term(at + j, j);
-      acc[j] += t[0];
-      second[j] += t[1];
-    }
+  // Two named streams, not a loop over w (a run-time stride the vectoriser gives up on); no `omp
+  // simd` (it would keep each lane's array of terms in memory).
+  static_assert(W == 2, "the normalisations' gradients sum two terms");
+  T* second = acc + width;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::array<T, 2> t = term(at + j, j);
+    acc[j] += t[0];
+    second[j] += t[1];
   }
 }
 
@@ -224,7 +221,9 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
   const std::size_t keys = st.keys, width = std::size_t(lanes.width());
   std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
   const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
-    std::vector<T> lane_sum(width), lane_mean(width), lane_m2(width);
+    // Per lane, what the values are taken from: the chunk's first row for the sum, then its mean
+    // for the squared deviations.
+    std::vector<T> lane_sum(width), centre(width), lane_m2(width);
     std::vector<double> sum(keys), mean(keys), m2(keys);
     for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
       const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
@@ -233,10 +232,10 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
       // magnitude (around 1e4, float sums of x itself would lose the chunk mean's last digits,
       // and Chan's combination the variance with them).
       const T* first = in + c0 * std::int64_t(keys);
-      for (std::size_t j = 0; j < width; ++j) lane_mean[j] = first[j % keys];
+      for (std::size_t j = 0; j < width; ++j) centre[j] = first[j % keys];
       std::fill(lane_sum.begin(), lane_sum.end(), T(0));
       T* acc = lane_sum.data();
-      const T* shift = lane_mean.data();
+      const T* shift = centre.data();  // (the same buffer, the mean, further down)
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
 #ifdef _OPENMP
 #pragma omp simd
@@ -246,16 +245,15 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
       std::fill(sum.begin(), sum.end(), 0.0);
       lanes.add_to_keys(acc, sum.data());
       for (std::size_t k = 0; k < keys; ++k) mean[k] = double(first[k]) + sum[k] / n;
-      for (std::size_t j = 0; j < width; ++j) lane_mean[j] = static_cast<T>(mean[j % keys]);
+      for (std::size_t j = 0; j < width; ++j) centre[j] = static_cast<T>(mean[j % keys]);
       std::fill(lane_m2.begin(), lane_m2.end(), T(0));
-      const T* centre = lane_mean.data();
       T* dev2 = lane_m2.data();
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
 #ifdef _OPENMP
 #pragma omp simd
 #endif
         for (std::int64_t j = 0; j < w; ++j) {
-          const T d = in[at + j] - centre[j];
+          const T d = in[at + j] - shift[j];
           dev2[j] += d * d;
         }
       });

@@ -370,27 +370,14 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass)
   return p.optimised && !activations_copied ? whole : rows;
 }
 
-// The gradient of input rows [r0, r1) by `kernel` on the slab of outputs that reads them.
-template <class Kernel>
-void input_gradient_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t r1,
-                         const float* grad_output, const float* weight, float* grad_input,
-                         Kernel&& kernel) {
-  const InputSlab slab = input_rows(g, r0, r1);
-  float* rows_out = grad_input + r0 * input_row_size(g);
-  if (slab.o0 < slab.o1)
-    kernel(slab.geometry, grad_output + slab.o0 * output_row_size(g), weight, rows_out);
-  else  // no output reads these rows
-    std::fill(rows_out, rows_out + (r1 - r0) * input_row_size(g), 0.0f);
-}
-
 // The blocked kernels (single-threaded) on the processor's compute threads: each thread takes a
 // slab of rows, output rows forward and input rows for the input gradient (of a convolution that
 // is not transposed), which depend on nothing the other slabs compute. (oneDNN 2.6 on AVX2 has no
 // optimised kernel for a transposed convolution's forward pass: the U-Net's up-sampling runs here.)
 template <class Slab>
-void on_row_slabs(std::int64_t rows, std::int64_t batch, Slab&& slab) {
+void on_row_slabs(std::int64_t rows, Slab&& slab) {
   const int parts = static_cast<int>(std::min<std::int64_t>(compute_threads(), rows));
-  if (parts <= 1 || batch != 1) return slab(0, rows);
+  if (parts <= 1) return slab(0, rows);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
 #endif
@@ -400,7 +387,7 @@ void on_row_slabs(std::int64_t rows, std::int64_t batch, Slab&& slab) {
 inline void blocked_forward(const ConvGeometry& g, const float* input, const float* weight,
                             float* output) {
   if (g.batch != 1) return blocked::conv_forward(g, input, weight, output);
-  on_row_slabs(g.out[0], g.batch, [&](std::int64_t a, std::int64_t b) {
+  on_row_slabs(g.out[0], [&](std::int64_t a, std::int64_t b) {
     const RowSlab slab = output_rows(g, a, b);
     blocked::conv_forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
                           output + a * output_row_size(g));
@@ -411,8 +398,8 @@ inline void blocked_backward_data(const ConvGeometry& g, const float* grad_outpu
                                   const float* weight, float* grad_input) {
   if (g.batch != 1 || g.taps[0].transposed)  // (input_rows: not transposed)
     return blocked::conv_backward_input(g, grad_output, weight, grad_input);
-  on_row_slabs(g.in[0], g.batch, [&](std::int64_t r0, std::int64_t r1) {
-    input_gradient_rows(g, r0, r1, grad_output, weight, grad_input,
+  on_row_slabs(g.in[0], [&](std::int64_t r0, std::int64_t r1) {
+    input_gradient_rows(g, r0, r1, grad_output, weight, grad_input + r0 * input_row_size(g),
                         &blocked::conv_backward_input<float>);
   });
 }
@@ -457,8 +444,8 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
     const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_data);
     if (rows >= g.in[0]) return detail::backward_data(g, grad_output, weight, grad_input);
     for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows)
-      detail::input_gradient_rows(g, r0, std::min(g.in[0], r0 + rows), grad_output, weight,
-                                  grad_input, &detail::backward_data);
+      input_gradient_rows(g, r0, std::min(g.in[0], r0 + rows), grad_output, weight,
+                          grad_input + r0 * input_row_size(g), &detail::backward_data);
   }
 }
 

@@ -36,6 +36,12 @@ struct ConvGeometry {
   std::array<Taps, 3> taps{};
 };
 
+/// Integer division rounded down and up (for negative numerators too: taps reaching before row 0).
+inline std::int64_t floor_div(std::int64_t p, std::int64_t q) {
+  return p >= 0 ? p / q : -((-p + q - 1) / q);
+}
+inline std::int64_t ceil_div(std::int64_t p, std::int64_t q) { return -floor_div(-p, q); }
+
 /// Elements of one row along the first dim of the input box and of the output (batch 1).
 inline std::int64_t input_row_size(const ConvGeometry& g) { return g.in[1] * g.in[2] * g.c_in; }
 inline std::int64_t output_row_size(const ConvGeometry& g) { return g.out[1] * g.out[2] * g.c_out; }
@@ -53,11 +59,10 @@ inline RowSlab output_rows(const ConvGeometry& g, std::int64_t a, std::int64_t b
   if (t.transposed) {
     // Output o reads box row (origin + o - k dilation) / stride where that divides: rows from
     // the smallest such value over [a, b) and every tap to the largest.
-    auto floor_div = [](std::int64_t n, std::int64_t d) { return n / d - (n % d < 0 ? 1 : 0); };
     const std::int64_t lowest = t.origin + a - (g.kernel[0] - 1) * t.dilation;
     const std::int64_t highest = t.origin + b - 1;
     RowSlab slab;
-    slab.r0 = std::max<std::int64_t>(0, -floor_div(-lowest, t.stride));
+    slab.r0 = std::max<std::int64_t>(0, ceil_div(lowest, t.stride));
     slab.r1 = std::max(slab.r0, std::min<std::int64_t>(g.in[0], floor_div(highest, t.stride) + 1));
     slab.geometry = g;
     slab.geometry.out[0] = b - a;
@@ -87,12 +92,6 @@ struct InputSlab {
 inline InputSlab input_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t r1) {
   const Taps& t = g.taps[0];
   const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
-  auto ceil_div = [](std::int64_t p, std::int64_t q) {
-    return p >= 0 ? (p + q - 1) / q : -(-p / q);
-  };
-  auto floor_div = [](std::int64_t p, std::int64_t q) {
-    return p >= 0 ? p / q : -((-p + q - 1) / q);
-  };
   // Output o reads rows origin + o*stride + [0, reach]: the first output whose reads reach r0 and
   // the last whose reads start before r1.
   InputSlab slab;
@@ -104,6 +103,19 @@ inline InputSlab input_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t
   slab.geometry.out[0] = slab.o1 - slab.o0;
   slab.geometry.taps[0].origin = t.origin + slab.o0 * t.stride - r0;
   return slab;
+}
+
+/// The gradient of box rows [r0, r1) into `grad_rows` (those rows alone; `grad_output`: all output
+/// rows) by `kernel` (a conv_backward_input) on the output rows that read them; zeros where none
+/// does.
+template <class T, class Kernel>
+void input_gradient_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t r1,
+                         const T* grad_output, const T* weight, T* grad_rows, Kernel&& kernel) {
+  const InputSlab slab = input_rows(g, r0, r1);
+  if (slab.o0 < slab.o1)
+    kernel(slab.geometry, grad_output + slab.o0 * output_row_size(g), weight, grad_rows);
+  else
+    std::fill(grad_rows, grad_rows + (r1 - r0) * input_row_size(g), T(0));
 }
 
 namespace detail {

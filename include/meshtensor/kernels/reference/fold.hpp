@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "meshtensor/kernels/reference/strided.hpp"
@@ -98,55 +99,35 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
                    [](const Axis& a, const Axis& b) { return a.strides[0] > b.strides[0]; });
   // Axes that every operand and the output walk as one (a whole channels-last volume summed per
   // channel: x, y, z) become one, so the innermost loop below is long.
-  std::vector<Axis> merged;
+  Sizes sorted_sizes;
+  std::array<Strides, N + 1> sorted_strides;
   for (const auto& axis : axes) {
-    if (axis.size == 1) continue;
-    bool joins = !merged.empty();
-    for (std::size_t k = 0; joins && k <= N; ++k)
-      joins = merged.back().strides[k] == axis.strides[k] * axis.size;
-    if (joins) {
-      merged.back().size *= axis.size;
-      merged.back().strides = axis.strides;
-    } else {
-      merged.push_back(axis);
-    }
-  }
-  if (merged.empty()) merged.push_back(Axis{1, {}});
-  Axis last = merged.back();
-  merged.pop_back();
-  if (merged.empty() && threads > 1 && last.size % threads == 0) {
-    // One axis in all (a whole contiguous tensor summed): split it, one piece per thread.
-    Axis pieces{threads, last.strides};
-    last.size /= threads;
-    for (auto& stride : pieces.strides) stride *= last.size;
-    merged.push_back(pieces);
+    sorted_sizes.push_back(axis.size);
+    for (std::size_t k = 0; k <= N; ++k) sorted_strides[k].push_back(axis.strides[k]);
   }
   Sizes sizes;
   std::array<Strides, N + 1> strides;
-  for (const auto& axis : merged) {
-    sizes.push_back(axis.size);
-    for (std::size_t k = 0; k <= N; ++k) strides[k].push_back(axis.strides[k]);
+  std::tie(sizes, strides) = merge_dims<N + 1>(sorted_sizes, sorted_strides);
+  Axis last{1, {}};  // the innermost (merged) axis, which add_run walks
+  if (!sizes.empty()) {
+    last.size = sizes.back();
+    sizes.pop_back();
+    for (std::size_t k = 0; k <= N; ++k) {
+      last.strides[k] = strides[k].back();
+      strides[k].pop_back();
+    }
   }
   // One run along the innermost axis: into a register where the output stays put along it (a
   // sum over that axis), else element by element.
   auto add_run = [&](const std::array<std::int64_t, N + 1>& at, Acc* acc) {
     const std::int64_t n = last.size;
-    if (last.strides[N] == 0) {
-      Acc total = 0;
-      if (N == 1 && last.strides[0] == 1) {
-        const T* x = operands[0].data + at[0];
+    Acc total = 0;
+    if (N == 1 && last.strides[0] == 1 && last.strides[N] == 0) {
+      const T* x = operands[0].data + at[0];
 #ifdef _OPENMP
 #pragma omp simd reduction(+ : total)
 #endif
-        for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) {
-          Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
-          for (std::size_t k = 1; k < N; ++k)
-            product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
-          total += product;
-        }
-      }
+      for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
       acc[at[N]] += total;
       return;
     }
@@ -154,8 +135,12 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
       Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
       for (std::size_t k = 1; k < N; ++k)
         product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
-      acc[at[N] + i * last.strides[N]] += product;
+      if (last.strides[N] == 0)
+        total += product;
+      else
+        acc[at[N] + i * last.strides[N]] += product;
     }
+    if (last.strides[N] == 0) acc[at[N]] += total;
   };
   std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
   int used = 1;

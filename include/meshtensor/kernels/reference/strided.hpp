@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -122,19 +124,15 @@ void parallel_for_each_offset(const Sizes& sizes, const std::array<Strides, N>& 
                    });
 }
 
-/**
- * Calls `run(offsets, n, steps)` for runs of consecutive indices of the box, on up to `threads`
- * threads: a run covers n indices from `offsets` along which operand k advances by steps[k]. Dims
- * that every operand walks as one are merged first, so on contiguous operands a run is as long as
- * the box (or a thread's share of it) and `run` can be a plain loop the compiler vectorises.
- */
-template <std::size_t N, class Run>
-void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& strides, int threads,
-                           Run&& run) {
+/// The same box with dims of size 1 dropped and each dim that every operand walks as one with the
+/// dim before it (strides[k][d - 1] == strides[k][d] * sizes[d] for all k) merged into it: fewer,
+/// longer loops over the same offsets in the same order.
+template <std::size_t N>
+std::pair<Sizes, std::array<Strides, N>> merge_dims(const Sizes& sizes,
+                                                    const std::array<Strides, N>& strides) {
   Sizes merged;
   std::array<Strides, N> merged_strides;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 0) return;
     if (sizes[d] == 1) continue;
     bool joins = !merged.empty();
     for (std::size_t k = 0; joins && k < N; ++k)
@@ -147,6 +145,23 @@ void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& str
       for (std::size_t k = 0; k < N; ++k) merged_strides[k].push_back(strides[k][d]);
     }
   }
+  return {merged, merged_strides};
+}
+
+/**
+ * Calls `run(offsets, n, steps)` for runs of consecutive indices of the box, on up to `threads`
+ * threads: a run covers n indices from `offsets` along which operand k advances by steps[k]. Dims
+ * that every operand walks as one are merged first, so on contiguous operands a run is as long as
+ * the box (or a thread's share of it) and `run` can be a plain loop the compiler vectorises.
+ */
+template <std::size_t N, class Run>
+void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& strides, int threads,
+                           Run&& run) {
+  for (auto size : sizes)
+    if (size == 0) return;
+  Sizes merged;
+  std::array<Strides, N> merged_strides;
+  std::tie(merged, merged_strides) = merge_dims<N>(sizes, strides);
   if (merged.empty()) {
     merged.push_back(1);
     for (auto& s : merged_strides) s.push_back(0);

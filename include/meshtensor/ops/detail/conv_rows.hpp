@@ -86,13 +86,8 @@ template <class T>
 void input_rows(const kernels::ConvGeometry& g, const T* grad_output, const T* weight, T* grad_rows,
                 std::int64_t r0, std::int64_t r1) {
   if (r0 >= r1) return;
-  const kernels::InputSlab slab = kernels::input_rows(g, r0, r1);
-  if (slab.o0 >= slab.o1) {
-    std::fill(grad_rows, grad_rows + (r1 - r0) * kernels::input_row_size(g), T(0));
-    return;
-  }
-  kernels::conv_impl::conv_backward_input(
-      slab.geometry, grad_output + slab.o0 * kernels::output_row_size(g), weight, grad_rows);
+  kernels::input_gradient_rows(g, r0, r1, grad_output, weight, grad_rows,
+                               &kernels::conv_impl::conv_backward_input<T>);
 }
 
 /// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
