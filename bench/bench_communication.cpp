@@ -1,9 +1,11 @@
 // Communication throughput of the transport the program is started on: all-reduce of growing
 // vectors, and relayout of a volume between two split layouts (an all-to-all) and to replicated
-// (an all-gather). Prints a Markdown table; figures are per processor.
+// (an all-gather). Prints a Markdown table; figures are per processor. On the nccl transport it
+// also reduces vectors in device memory, which NCCL uses in place (host vectors go through a copy).
 //
 //   bench_communication [--mesh "p:2"] [--repeats 5]
 //   mpirun -np 4 bench_communication --mesh "p:4"
+//   MESHTENSOR_TRANSPORT=nccl mpirun -np 4 bench_communication --mesh "p:4"   (one GPU per rank)
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +14,12 @@
 #include <vector>
 
 #include <meshtensor/meshtensor.hpp>
+
+#ifdef MESHTENSOR_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <meshtensor/device/cuda.hpp>
+#endif
 
 namespace mt = meshtensor;
 
@@ -66,6 +74,21 @@ int main(int argc, char** argv) {
       if (print)
         std::printf("| all_reduce sum | %zu | %.3f | %.2f |\n", n, t * 1e3,
                     n * sizeof(float) / t / 1e9);
+#ifdef MESHTENSOR_WITH_CUDA
+      if (mesh.transport() == "nccl") {
+        float* device = nullptr;
+        mt::cuda::check(cudaMalloc(&device, n * sizeof(float)), "cudaMalloc");
+        mt::cuda::check(cudaMemcpy(device, data.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                        "cudaMemcpy");
+        const double on_device = median_seconds(mesh, repeats, [&] {
+          mesh.world().all_reduce(device, n, mt::DType::f32, mt::ReduceOp::sum);
+        });
+        mt::cuda::check(cudaFree(device), "cudaFree");
+        if (print)
+          std::printf("| all_reduce sum (device memory) | %zu | %.3f | %.2f |\n", n,
+                      on_device * 1e3, n * sizeof(float) / on_device / 1e9);
+      }
+#endif
     }
     const std::string axis = mesh.shape()[0].name;
     for (std::int64_t side : {32, 64, 128}) {

@@ -13,6 +13,9 @@ endif()
 if(MESHTENSOR_HAS_NIFTI)
   list(APPEND meshtensor_targets meshtensor_nifti)
 endif()
+if(MESHTENSOR_HAS_CUDA)
+  list(APPEND meshtensor_targets meshtensor_cuda)
+endif()
 install(TARGETS ${meshtensor_targets} EXPORT meshtensorTargets)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/meshtensor DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
@@ -24,5 +27,6 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/meshtensorConfig.cmake
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake ${PROJECT_SOURCE_DIR}/cmake/FindNIFTI.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindCUDNN.cmake
               ${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
         DESTINATION ${meshtensor_config_dir})

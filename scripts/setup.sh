@@ -3,6 +3,8 @@
 # then configures and builds the given targets (all when none are named) into ./build.
 #   scripts/setup.sh [--tests] [target...]
 # --tests adds what the tests use beyond the build: PyTorch, NumPy and nibabel for the cross-checks.
+# The GPU backend is built when CUDA, cuDNN and NCCL are found (under /usr/local/cuda or
+# CUDAToolkit_ROOT); MESHTENSOR_CMAKE_ARGS passes further options to CMake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,8 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# shellcheck disable=SC2086  # MESHTENSOR_CMAKE_ARGS is a list of options
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${MESHTENSOR_CMAKE_ARGS:-} >/dev/null
 if (($#)); then
   for target in "$@"; do cmake --build build --parallel "$jobs" --target "$target"; done
 else

@@ -16,58 +16,10 @@
 #include <meshtensor/kernels/onednn/pool.hpp>
 #endif
 
+#include "support/conv_cases.hpp"
+
 using namespace meshtensor::kernels;
-
-namespace {
-
-struct Case {
-  std::array<std::int64_t, 3> out, kernel, stride, dilation;
-  std::int64_t batch, c_in, c_out;
-  bool transposed;
-  bool exact_multiple = false;  // transposed: in = out / stride, origin 0 (the U-Net's up-sampling)
-  // Convolutions: zero padding of `pad` positions before each dim's box, and after it unless
-  // `pad_before_only` (a split block's slab at the tensor's start).
-  std::int64_t pad = 0;
-  bool pad_before_only = false;
-};
-
-// A geometry whose box covers exactly what the outputs read, less the padding.
-ConvGeometry geometry(const Case& c) {
-  ConvGeometry g;
-  g.batch = c.batch;
-  g.c_in = c.c_in;
-  g.c_out = c.c_out;
-  g.out = c.out;
-  g.kernel = c.kernel;
-  for (int d = 0; d < 3; ++d) {
-    const std::int64_t span = (c.kernel[d] - 1) * c.dilation[d] + 1;
-    g.taps[d] = Taps{c.transposed, 0, c.stride[d], c.dilation[d]};
-    if (!c.transposed) {
-      g.taps[d].origin = -c.pad;
-      g.in[d] = (c.out[d] - 1) * c.stride[d] + span - c.pad * (c.pad_before_only ? 1 : 2);
-    } else if (c.exact_multiple) {
-      g.in[d] = c.out[d] / c.stride[d];
-    } else {  // outputs o read (o + origin - k*dilation) / stride; origin keeps every read >= 0
-      g.taps[d].origin = span - 1;
-      g.in[d] = (c.out[d] - 1 + span - 1) / c.stride[d] + 1;
-    }
-  }
-  return g;
-}
-
-double relative_gap(const std::vector<double>& a, const std::vector<double>& b) {
-  double scale = 1e-30, gap = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) scale = std::max(scale, std::abs(a[i]));
-  for (std::size_t i = 0; i < a.size(); ++i) gap = std::max(gap, std::abs(a[i] - b[i]));
-  return gap / scale;
-}
-
-template <class T>
-std::vector<double> widen(const std::vector<T>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
-
-}  // namespace
+using namespace meshtensor::testing;
 
 // The three kernels of one implementation, to run side by side with the reference loops.
 struct Implementation {
@@ -96,40 +48,11 @@ void use_slab_budget(std::int64_t) {}
 #endif
 
 TEST_CASE("fast and reference convolution kernels agree") {
-  const std::vector<Case> cases{
-      {{6, 5, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 8, 8, false},
-      {{4, 3, 9}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 16, false},
-      {{3, 4, 5}, {3, 2, 3}, {2, 1, 2}, {1, 2, 1}, 2, 4, 16, false},
-      {{5, 5, 13}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, 32, 8, false},
-      {{4, 4, 4}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 1, 8, false},
-      {{3, 3, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 3, 5, false},  // falls back to reference
-      // 'same' padding, as the U-Net's convolutions, whole and as a split block's first rows
-      {{6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 16, false, false, 1},
-      {{4, 6, 6}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 8, false, false, 1, true},
-      {{5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 8, 8, false, false, 2},
-      {{1, 5, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false, false, 1},
-      {{8, 6, 10}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 16, 8, true},
-      {{8, 6, 10}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 16, 8, true, true},  // the U-Net's
-      {{16, 16, 16}, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, 1, 64, 32, true, true},
-      {{7, 5, 9}, {3, 3, 3}, {2, 1, 3}, {1, 2, 1}, 2, 8, 16, true},
-      {{6, 6, 6}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 3, true},
-  };
-  for (const auto& c : cases) {
-    const ConvGeometry g = geometry(c);
+  for (const auto& c : conv_cases()) {
+    const ConvCheck check(c);
+    const ConvGeometry& g = check.g;
     INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
                 << c.c_out << (c.transposed ? " transposed" : ""));
-    const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
-    const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
-    const std::size_t w_n = g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
-    std::vector<float> x(in_n), w(w_n), dy(out_n);
-    for (std::size_t i = 0; i < in_n; ++i) x[i] = float(std::sin(0.7 * i + 0.3));
-    for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
-    for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
-    std::vector<float> y_ref(out_n), dx_ref(in_n);
-    std::vector<double> dw_ref(w_n, 0.0);
-    conv_forward(g, x.data(), w.data(), y_ref.data());
-    conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
-    conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
 #ifdef MESHTENSOR_WITH_ONEDNN
     if (c.exact_multiple) CHECK(onednn::detail::supported(g));  // oneDNN's deconvolution runs it
 #endif
@@ -137,15 +60,15 @@ TEST_CASE("fast and reference convolution kernels agree") {
       for (const std::int64_t budget : slab_budgets) {
         INFO(impl.name << " kernels, slabs of at least " << budget << " floats");
         use_slab_budget(budget);
-        std::vector<float> y(out_n), dx(in_n);
-        std::vector<double> dw(w_n, 0.0);
-        impl.forward(g, x.data(), w.data(), y.data());
-        impl.backward_input(g, dy.data(), w.data(), dx.data());
-        impl.backward_weight(g, x.data(), dy.data(), dw.data());
+        std::vector<float> y(check.out_n), dx(check.in_n);
+        std::vector<double> dw(check.w_n, 0.0);
+        impl.forward(g, check.x.data(), check.w.data(), y.data());
+        impl.backward_input(g, check.dy.data(), check.w.data(), dx.data());
+        impl.backward_weight(g, check.x.data(), check.dy.data(), dw.data());
         use_slab_budget(slab_budgets.front());
-        CHECK(relative_gap(widen(y_ref), widen(y)) < 1e-4);
-        CHECK(relative_gap(widen(dx_ref), widen(dx)) < 1e-4);
-        CHECK(relative_gap(dw_ref, dw) < 1e-4);
+        CHECK(relative_gap(widen(check.y_ref), widen(y)) < 1e-4);
+        CHECK(relative_gap(widen(check.dx_ref), widen(dx)) < 1e-4);
+        CHECK(relative_gap(check.dw_ref, dw) < 1e-4);
       }
   }
 }

@@ -1,9 +1,12 @@
 // The per-processor memory pool: reuse without new system memory (whole, split or grown blocks),
 // free neighbours merged, exact accounting, a cache that never holds more than the peak in use,
-// blocks freed on other threads, and one pool per processor under the threads transport.
+// blocks freed on other threads, one pool per processor under the threads transport, and pools on
+// another source (a GPU's memory), whose blocks stay whole.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <meshtensor/meshtensor.hpp>
@@ -121,4 +124,112 @@ TEST_CASE("each processor of the threads transport counts only its own blocks") 
     CHECK(bytes >= 500 * 1000 * sizeof(float));
     CHECK(bytes < 1.2 * 500 * 1000 * sizeof(float));
   }
+}
+
+namespace {
+// A source like a GPU's: blocks come and go only whole. It records what is mapped, so the test
+// can see that every unmap names a whole block.
+struct WholeBlocks {
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<void*, std::size_t>& mapped() {
+    static std::map<void*, std::size_t> blocks;
+    return blocks;
+  }
+  static int& bad_unmaps() {
+    static int count = 0;
+    return count;
+  }
+  static void* map(std::size_t bytes) {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    std::lock_guard<std::mutex> lock(mutex());
+    mapped()[p] = bytes;
+    return p;
+  }
+  static void unmap(void* base, std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto found = mapped().find(base);
+      if (found == mapped().end() || found->second != bytes) {
+        ++bad_unmaps();
+        return;
+      }
+      mapped().erase(found);
+    }
+    std::free(base);
+  }
+  static MemorySource source() {
+    MemorySource s;
+    s.map = &map;
+    s.unmap = &unmap;
+    s.in_parts = false;
+    s.name = "whole blocks";
+    return s;
+  }
+};
+}  // namespace
+
+TEST_CASE("a pool on a source of whole blocks reuses them whole and gives them back whole") {
+  {
+    ProcessorMemory scope(WholeBlocks::source());
+    MemoryPool& pool = memory_pool();
+    CHECK(std::string(pool.source().name) == "whole blocks");
+
+    void* big = pool.allocate(4'000'000);
+    void* small = pool.allocate(1'000'000);
+    CHECK(pool.stats().system_allocations == 2);
+    MemoryPool::deallocate(big);
+    MemoryPool::deallocate(small);
+    // A request between the two: not a split of the big block (it could not be given back in
+    // parts) nor a growth of the small one, but the big block whole when it fits within a quarter.
+    void* again = pool.allocate(3'900'000);
+    CHECK(again == big);
+    CHECK(pool.stats().system_allocations == 2);
+    void* again_small = pool.allocate(990'000);
+    CHECK(again_small == small);
+    CHECK(pool.stats().system_allocations == 2);
+    MemoryPool::deallocate(again);
+    MemoryPool::deallocate(again_small);
+    void* between = pool.allocate(2'000'000);  // fits neither within a quarter: a new block
+    CHECK(pool.stats().system_allocations == 3);
+    MemoryPool::deallocate(between);
+
+    // Tiny blocks come from the source too (no malloc: it may not be the GPU's), without a header:
+    // the pointer is the source's block.
+    void* tiny = pool.allocate(16);
+    {
+      std::lock_guard<std::mutex> lock(WholeBlocks::mutex());
+      CHECK(WholeBlocks::mapped().count(tiny) == 1);
+    }
+    MemoryPool::deallocate(tiny);
+
+    // Arrays on such a pool work as on any other, and may be freed on another thread.
+    auto array = Array<float>::from_shape({300, 300});
+    array.fill(2.0f);
+    CHECK(array(299, 299) == 2.0f);
+    std::thread other([block = std::move(array)]() mutable { block = {}; });
+    other.join();
+    CHECK(pool.stats().in_use == 0);
+    const MemoryStats s = pool.stats();
+    CHECK(s.held <= s.peak_in_use);
+  }
+  std::lock_guard<std::mutex> lock(WholeBlocks::mutex());
+  CHECK(WholeBlocks::bad_unmaps() == 0);
+  CHECK(WholeBlocks::mapped().empty());  // the pool's release gave every block back
+}
+
+TEST_CASE("host pools keep working while a pool on another source is alive") {
+  ProcessorMemory device_like(WholeBlocks::source());
+  void* outside = memory_pool().allocate(100'000);
+  {
+    ProcessorMemory host;
+    auto array = Array<double>::from_shape({1000});
+    array.fill(1.0);
+    CHECK(array(999) == 1.0);
+    CHECK(std::string(memory_pool().source().name) == "host memory");
+  }
+  MemoryPool::deallocate(outside);
+  CHECK(memory_pool().stats().in_use == 0);
 }

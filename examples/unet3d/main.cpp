@@ -7,7 +7,8 @@
 //   unet3d generate --output VOL.npy [--labels LABELS.npy] [--size 64] [--seed 1] [--index 0]
 //
 // Started by hand it runs --threads processors (default: the cores) as threads; under mpirun or
-// srun one processor per rank. Without --mesh, all processors split x.
+// srun one processor per rank, over MPI, or over NCCL with one GPU each (--backend nccl). Without
+// --mesh, all processors split x.
 
 #include <CLI/CLI.hpp>
 
@@ -27,7 +28,7 @@ namespace mt = meshtensor;
 namespace {
 
 struct Distribution {
-  std::string mesh, layout;
+  std::string mesh, layout, backend;
   int threads = 0;
 };
 
@@ -39,6 +40,10 @@ void add_distribution(CLI::App& app, Distribution& d) {
   app.add_option("--threads", d.threads,
                  "processors when not started by an MPI launcher (default: the cores)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--backend", d.backend,
+                 "transport: threads, mpi, or nccl (one GPU per MPI rank) (default: threads when "
+                 "started by hand, mpi under mpirun or srun)")
+      ->check(CLI::IsMember({"threads", "mpi", "nccl"}));
 }
 
 void add_size(CLI::App& app, std::array<std::int64_t, 3>& size, std::int64_t& cube,
@@ -58,7 +63,17 @@ std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::
 
 // The mesh and layout of this run, from the flags and the way the program was started.
 std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
-  const auto launched = mt::launcher_world_size();
+  auto launched = mt::launcher_world_size();
+  if (launched && d.backend == "threads")
+    throw mt::Error(
+        "--backend threads runs every processor in this one process; start it without "
+        "mpirun or srun, or use --backend mpi or nccl");
+  if (!launched && (d.backend == "mpi" || d.backend == "nccl")) {
+    if (d.threads > 0)
+      throw mt::Error("--threads sets the processors of the threads backend; with --backend " +
+                      d.backend + " start one process per processor with mpirun or srun");
+    launched = 1;  // started by hand: a job of one rank
+  }
   if (launched && d.threads > 0)
     throw mt::Error(
         "--threads sets the processors of a run without an MPI launcher; under mpirun the ranks "
@@ -224,12 +239,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unet3d: error: %s\n", e.what());
     return 2;
   }
-  return mt::run(argc, argv, where.first, [&](mt::Mesh& mesh) {
-    if (train_cmd->parsed())
-      unet3d::train(mesh, train, where.second);
-    else if (predict_cmd->parsed())
-      unet3d::predict(mesh, predict, where.second);
-    else
-      unet3d::generate_volume(mesh, generate, where.second);
-  });
+  return mt::run(
+      argc, argv, where.first,
+      [&](mt::Mesh& mesh) {
+        if (train_cmd->parsed())
+          unet3d::train(mesh, train, where.second);
+        else if (predict_cmd->parsed())
+          unet3d::predict(mesh, predict, where.second);
+        else
+          unet3d::generate_volume(mesh, generate, where.second);
+      },
+      distribution.backend);
 }

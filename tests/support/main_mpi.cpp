@@ -1,11 +1,45 @@
 // Catch2 main for the MPI builds of the tests: MPI lives for the whole test run, so that every
-// test case can build meshes on it.
+// test case can build meshes on it. Built with meshtensor::cuda and run with
+// MESHTENSOR_TRANSPORT=nccl, the same tests run on NCCL, one GPU per rank; without enough GPUs
+// they are skipped (exit status 77, which ctest reports as skipped) with the reason on stdout.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <boost/mpi/environment.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "support/spmd.hpp"
+
+#ifdef MESHTENSOR_WITH_CUDA
+#include <meshtensor/device/memory.hpp>
+#endif
 
 int main(int argc, char** argv) {
   boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled);
+  const char* transport = std::getenv("MESHTENSOR_TRANSPORT");
+  if (transport && std::string(transport) == "nccl") {
+#ifdef MESHTENSOR_WITH_CUDA
+    try {
+      meshtensor::testing::nccl_world() = meshtensor::nccl::start(boost::mpi::communicator());
+    } catch (const meshtensor::NoGpuError& e) {
+      if (boost::mpi::communicator().rank() == 0)
+        std::printf("SKIPPED: the nccl transport needs one GPU per rank here: %s\n", e.what());
+      return 77;
+    }
+    // As nccl::run does: this rank computes on its GPU, its blocks in the GPU's memory.
+    meshtensor::cuda::ComputeOnGpu gpu(meshtensor::testing::nccl_world()->device());
+    meshtensor::ProcessorMemory memory(meshtensor::cuda::managed_memory());
+    const int status = Catch::Session().run(argc, argv);
+    meshtensor::testing::nccl_world().reset();  // before MPI ends
+    return status;
+#else
+    std::fprintf(stderr,
+                 "MESHTENSOR_TRANSPORT=nccl but these tests were built without "
+                 "meshtensor::cuda (CUDA, cuDNN and NCCL were not found)\n");
+    return 1;
+#endif
+  }
   return Catch::Session().run(argc, argv);
 }

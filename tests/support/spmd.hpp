@@ -3,7 +3,8 @@
 // the code that checks it. Test files are compiled twice: for the threads transport (all processors
 // in this process) and for MPI (MESHTENSOR_TEST_MPI; one processor per rank, run by mpirun).
 // Checks happen after the run, on the calling thread, because Catch2 assertions are not
-// thread-safe.
+// thread-safe. The MPI build also runs on the nccl transport (one GPU per rank) when it links
+// meshtensor::cuda and MESHTENSOR_TRANSPORT=nccl; main_mpi.cpp then starts NCCL once for the job.
 
 #include <memory>
 #include <string>
@@ -15,11 +16,26 @@
 #ifdef MESHTENSOR_TEST_MPI
 #include <meshtensor/comm/mpi.hpp>
 #endif
+#if defined(MESHTENSOR_TEST_MPI) && defined(MESHTENSOR_WITH_CUDA)
+#include <meshtensor/comm/nccl.hpp>
+#endif
 
 namespace meshtensor::testing {
 
+#if defined(MESHTENSOR_TEST_MPI) && defined(MESHTENSOR_WITH_CUDA)
+/// The job's NCCL communicator when the tests run on the nccl transport (set by main_mpi.cpp),
+/// else null.
+inline std::unique_ptr<nccl::NcclCommunicator>& nccl_world() {
+  static std::unique_ptr<nccl::NcclCommunicator> world;
+  return world;
+}
+#endif
+
 inline std::string transport_under_test() {
 #ifdef MESHTENSOR_TEST_MPI
+#ifdef MESHTENSOR_WITH_CUDA
+  if (nccl_world()) return "nccl";
+#endif
   return "mpi";
 #else
   return "threads";
@@ -50,7 +66,12 @@ auto on_mesh(const MeshShape& shape, F&& fn) {
   boost::mpi::communicator world;
   if (!can_run(shape)) return results;
   const bool inside = world.rank() < shape.num_processors();
-  auto part = mpi::MpiCommunicator(world).split(inside ? 0 : -1, world.rank());
+  std::unique_ptr<Communicator> part;
+#ifdef MESHTENSOR_WITH_CUDA
+  if (nccl_world()) part = nccl_world()->split(inside ? 0 : -1, world.rank());
+#endif
+  if (transport_under_test() == "mpi")
+    part = mpi::MpiCommunicator(world).split(inside ? 0 : -1, world.rank());
   if (part) {
     Mesh mesh(shape, std::move(part));
     results.push_back(fn(mesh));

@@ -37,6 +37,11 @@ class Communicator {
     return post_receive(data, bytes, source, tag);
   }
 
+  /// Starts the messages posted so far. Threads and MPI start each message when it is posted; a
+  /// transport that queues them (nccl, which launches a step's messages together) starts them
+  /// here, or at the first wait. Ops call it once a step is posted, before computing meanwhile.
+  virtual void start_posted() {}
+
   /// What this rank has sent point-to-point on this communicator so far: lets tests and
   /// benchmarks hold communication to what an op needs.
   struct Traffic {

@@ -1,6 +1,7 @@
 #pragma once
 // The entry points: run one SPMD function on every processor of a mesh, on the transport the start
-// implies — threads when started by hand, MPI under mpirun or srun. The same program runs on both.
+// implies — threads when started by hand, MPI under mpirun or srun — or the one asked for (nccl:
+// one GPU per MPI rank). The same program runs on all of them.
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,10 @@
 
 #ifdef MESHTENSOR_WITH_MPI
 #include "meshtensor/comm/mpi.hpp"
+#endif
+#ifdef MESHTENSOR_WITH_CUDA
+#include "meshtensor/comm/nccl_start.hpp"
+#include "meshtensor/device/memory.hpp"
 #endif
 
 namespace meshtensor {
@@ -50,23 +55,72 @@ void run(const MeshShape& shape, F&& fn) {
 }  // namespace mpi
 #endif
 
-/// The transport `run` will use: MESHTENSOR_TRANSPORT if set, else "mpi" under an MPI launcher,
-/// else "threads".
-inline std::string chosen_transport() {
-  if (const char* forced = std::getenv("MESHTENSOR_TRANSPORT")) {
-    const std::string name = forced;
-    if (name == "threads" || name == "mpi") return name;
-    throw Error("MESHTENSOR_TRANSPORT is \"" + name +
-                "\"; valid values are \"threads\" and \"mpi\"");
-  }
+#ifdef MESHTENSOR_WITH_CUDA
+namespace nccl {
+/// Runs `fn(Mesh&)` on this rank of MPI_COMM_WORLD with its own GPU, over NCCL: the processor
+/// computes on that GPU (where a kernel has a GPU version) and keeps its blocks in its memory.
+template <class F>
+void run(const MeshShape& shape, F&& fn) {
+  boost::mpi::environment environment(boost::mpi::threading::funneled,
+                                      /*abort_on_exception=*/false);
+  auto world = start(boost::mpi::communicator());
+  cuda::ComputeOnGpu gpu(world->device());
+  ProcessorMemory memory(cuda::managed_memory());  // released after the mesh
+  Mesh mesh(shape, std::move(world));
+  fn(mesh);
+}
+}  // namespace nccl
+#endif
+
+/// The transports this program was built with.
+inline std::string available_transports() {
+  std::string names = "\"threads\"";
+#ifdef MESHTENSOR_WITH_MPI
+  names += ", \"mpi\"";
+#endif
+#ifdef MESHTENSOR_WITH_CUDA
+  names += ", \"nccl\"";
+#endif
+  return names;
+}
+
+/// Checks a transport's name: one of threads, mpi and nccl, and built into this program.
+inline std::string valid_transport(const std::string& name, const std::string& source) {
+  if (name != "threads" && name != "mpi" && name != "nccl")
+    throw Error(source + " is \"" + name +
+                "\"; valid values are \"threads\", \"mpi\" and \"nccl\"");
+#ifndef MESHTENSOR_WITH_MPI
+  if (name == "mpi")
+    throw Error(source +
+                " is \"mpi\" but this program was built without MPI; link "
+                "meshtensor::mpi (it has " +
+                available_transports() + ")");
+#endif
+#ifndef MESHTENSOR_WITH_CUDA
+  if (name == "nccl")
+    throw Error(source +
+                " is \"nccl\" but this program was built without the GPU backend; "
+                "link meshtensor::cuda, found when CUDA, cuDNN and NCCL are installed (it has " +
+                available_transports() + ")");
+#endif
+  return name;
+}
+
+/// The transport `run` will use: `requested` if not empty, else MESHTENSOR_TRANSPORT if set, else
+/// "mpi" under an MPI launcher, else "threads". "nccl" is never chosen by itself.
+inline std::string chosen_transport(const std::string& requested = "") {
+  if (!requested.empty()) return valid_transport(requested, "the transport asked for");
+  if (const char* forced = std::getenv("MESHTENSOR_TRANSPORT"))
+    return valid_transport(forced, "MESHTENSOR_TRANSPORT");
   return mpi_launcher_variable() ? "mpi" : "threads";
 }
 
 /**
  * Runs `fn(Mesh&)` as SPMD on every processor of the mesh `shape` and returns an exit status for
  * `main`. Started by hand it runs one thread per processor; under `mpirun -np N` it runs on the N
- * ranks, and N must equal the mesh size. A failure on any processor ends the whole run with its
- * message on stderr — under MPI by aborting the job, so no rank waits forever.
+ * ranks, and N must equal the mesh size. `transport` ("threads", "mpi" or "nccl"; empty: see
+ * chosen_transport()) overrides the choice. A failure on any processor ends the whole run with its
+ * message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever.
  *
  * ```cpp
  * int main(int argc, char** argv) {
@@ -75,12 +129,13 @@ inline std::string chosen_transport() {
  * ```
  */
 template <class F>
-int run(int argc, char** argv, const MeshShape& shape, F&& fn) {
+int run(int argc, char** argv, const MeshShape& shape, F&& fn,
+        const std::string& requested_transport = "") {
   (void)argc;
   (void)argv;
   std::string transport;
   try {
-    transport = chosen_transport();
+    transport = chosen_transport(requested_transport);
     if (transport == "threads") {
       threads::run(shape, fn);
       return 0;
@@ -93,6 +148,12 @@ int run(int argc, char** argv, const MeshShape& shape, F&& fn) {
   boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
   try {
+#ifdef MESHTENSOR_WITH_CUDA
+    if (transport == "nccl") {
+      nccl::run(shape, fn);
+      return 0;
+    }
+#endif
     mpi::run(shape, fn);
     return 0;
   } catch (const std::exception& e) {

@@ -43,6 +43,20 @@ class CommError : public Error {
   using Error::Error;
 };
 
+/// No usable GPU for a processor (none visible, too few for the ranks on a host, a driver older
+/// than the CUDA runtime), or a CUDA, cuDNN or cuBLAS call that failed; the message names which.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// No GPU for a processor: no driver, none visible, or fewer on a host than processors there. A
+/// test of the GPU backend skips on it; any other DeviceError is a broken installation.
+class NoGpuError : public DeviceError {
+ public:
+  using DeviceError::DeviceError;
+};
+
 /// A file that cannot be read or written (.npy, NIfTI, checkpoints); the message names the file.
 class IoError : public Error {
  public:

@@ -13,6 +13,10 @@
 // cached blocks back), so reuse costs no memory beyond the peak. Small blocks go to malloc and are
 // only counted. Every block starts with a header naming its pool, so a block may be freed on any
 // thread.
+// A pool may take its blocks from another MemorySource (a GPU's memory, device/memory.hpp). Such
+// memory is given back only whole and may be out of the host's reach, so those blocks are kept
+// whole (no split, merge or growth), every size comes from the source, and each block's pool and
+// size are kept in a registry beside it instead of a header.
 
 #include <sys/mman.h>
 
@@ -26,10 +30,37 @@
 #include <mutex>
 #include <new>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace meshtensor {
+
+/// Where a pool's memory comes from: `map` a block (nullptr when there is none), `unmap` it.
+/// `in_parts`: unmap takes any part of mapped memory and its blocks are host memory (the system's
+/// pages), so the pool may split, merge and grow blocks and write a header into each.
+struct MemorySource {
+  void* (*map)(std::size_t bytes) = nullptr;
+  void (*unmap)(void* base, std::size_t bytes) = nullptr;
+  bool in_parts = false;
+  const char* name = "";
+};
+
+class MemoryPool;
+
+namespace detail {
+// Blocks of sources that are not `in_parts`: their pool and size, by address.
+struct OutsideBlocks {
+  std::mutex mutex;
+  std::unordered_map<void*, std::pair<MemoryPool*, std::size_t>> blocks;
+  std::atomic<bool> used{false};
+};
+inline OutsideBlocks& outside_blocks() {
+  static auto* registry = new OutsideBlocks();  // never destroyed: blocks may outlive statics
+  return *registry;
+}
+}  // namespace detail
 
 /// Bytes a processor's pool accounts for. `in_use`: blocks handed out and not freed; `held`: that
 /// plus the cached free blocks (what the pool takes from the system).
@@ -45,8 +76,22 @@ class MemoryPool {
   static constexpr std::size_t alignment = 64;         // a cache line; AVX-512 loads
   static constexpr std::size_t pooled_from = 1 << 16;  // smaller blocks go to malloc
 
+  /// The system's pages: mmap'd, unmapped in any parts.
+  static MemorySource system_pages() {
+    MemorySource source;
+    source.map = &map;
+    source.unmap = &unmap;
+    source.in_parts = true;
+    source.name = "host memory";
+    return source;
+  }
+
   /// A new pool, owned by the caller until release().
-  static MemoryPool* create() { return new MemoryPool(); }
+  static MemoryPool* create(const MemorySource& source = system_pages()) {
+    return new MemoryPool(source);
+  }
+
+  const MemorySource& source() const { return source_; }
 
   /// The owner is done with the pool: cached blocks go back now; the pool itself goes once its
   /// last block is freed.
@@ -60,8 +105,9 @@ class MemoryPool {
   }
 
   void* allocate(std::size_t bytes) {
-    const std::size_t total = bytes + alignment;
-    const bool pooled = total >= pooled_from;
+    const bool outside = !source_.in_parts;
+    const std::size_t total = outside ? std::max<std::size_t>(bytes, 1) : bytes + alignment;
+    const bool pooled = outside || total >= pooled_from;
     const std::size_t size = pooled ? size_class(total) : total;
     std::size_t granted = size;  // a cached block may be somewhat bigger than asked
     void* base = nullptr;
@@ -87,7 +133,7 @@ class MemoryPool {
     if (resize.from)
       base = remap(resize.block, resize.from, granted);
     else if (!base)
-      base = pooled ? map(granted) : std::aligned_alloc(alignment, round_up(total));
+      base = pooled ? source_.map(granted) : std::aligned_alloc(alignment, round_up(total));
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.in_use -= granted;
@@ -95,6 +141,13 @@ class MemoryPool {
       throw std::bad_alloc();
     }
     references_.fetch_add(1, std::memory_order_relaxed);
+    if (outside) {
+      auto& registry = detail::outside_blocks();
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      registry.blocks[base] = {this, granted};
+      registry.used.store(true, std::memory_order_release);
+      return base;
+    }
     auto* header = static_cast<Header*>(base);
     header->pool = this;
     header->size = granted;
@@ -104,11 +157,26 @@ class MemoryPool {
   /// Frees a block from allocate(), on any thread.
   static void deallocate(void* data) noexcept {
     if (!data) return;
-    void* base = static_cast<char*>(data) - alignment;
-    auto* header = static_cast<Header*>(base);
-    MemoryPool* pool = header->pool;
-    const std::size_t size = header->size;
-    const bool pooled = size >= pooled_from;  // malloc'd blocks are all smaller
+    void* base = nullptr;
+    MemoryPool* pool = nullptr;
+    std::size_t size = 0;
+    bool pooled = true;
+    auto& registry = detail::outside_blocks();
+    if (registry.used.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      if (auto found = registry.blocks.find(data); found != registry.blocks.end()) {
+        base = data;
+        std::tie(pool, size) = found->second;
+        registry.blocks.erase(found);
+      }
+    }
+    if (!base) {
+      base = static_cast<char*>(data) - alignment;
+      auto* header = static_cast<Header*>(base);
+      pool = header->pool;
+      size = header->size;
+      pooled = size >= pooled_from;  // malloc'd blocks are all smaller
+    }
     {
       std::lock_guard<std::mutex> lock(pool->mutex_);
       pool->stats_.in_use -= size;
@@ -121,7 +189,7 @@ class MemoryPool {
     }
     if (base) {
       if (pooled)
-        unmap(base, size);
+        pool->source_.unmap(base, size);
       else
         std::free(base);
     }
@@ -152,7 +220,7 @@ class MemoryPool {
   void trim() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [base, size] : free_) {
-      unmap(base, size);
+      source_.unmap(base, size);
       stats_.held -= size;
     }
     free_.clear();
@@ -166,7 +234,7 @@ class MemoryPool {
   };
   static_assert(sizeof(Header) <= alignment);
 
-  MemoryPool() = default;
+  explicit MemoryPool(const MemorySource& source) : source_(source) {}
 
   void drop_reference() {
     if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
@@ -186,9 +254,17 @@ class MemoryPool {
   // when the front is freed) or the biggest smaller one grown, never a new block mapped while
   // cached pages could serve: page faults, and the kernel zeroing each page, cost a U-Net step a
   // fifth of its time when every miss maps afresh.
+  // A source whose blocks stay whole serves only such matches.
   void* take_cached(std::size_t size, std::size_t& granted, Resize& resize) {
     if (by_size_.empty()) return nullptr;
     auto fit = by_size_.lower_bound({size, nullptr});
+    if (!source_.in_parts) {
+      if (fit == by_size_.end() || fit->first > size + size / 4) return nullptr;
+      const auto [found, block] = *fit;
+      uncache(block, found);
+      granted = found;
+      return block;
+    }
     if (fit != by_size_.end()) {
       const auto [found, block] = *fit;
       uncache(block, found);
@@ -214,8 +290,14 @@ class MemoryPool {
   }
 
   // Under the lock: a free block joins the cache, merged with the free blocks just before and
-  // just after it in memory (they may come from other mappings: munmap takes any mapped range).
+  // just after it in memory (they may come from other mappings: munmap takes any mapped range),
+  // when the source gives memory back in parts.
   void cache(char* base, std::size_t size) {
+    if (!source_.in_parts) {
+      free_.emplace(base, size);
+      by_size_.emplace(size, base);
+      return;
+    }
     auto next = free_.lower_bound(base);
     if (next != free_.end() && base + size == next->first) {
       by_size_.erase({next->second, next->first});
@@ -246,7 +328,7 @@ class MemoryPool {
     while (stats_.held > limit && !by_size_.empty()) {
       const auto [size, base] = *by_size_.begin();
       uncache(base, size);
-      unmap(base, size);
+      source_.unmap(base, size);
       stats_.held -= size;
     }
   }
@@ -287,6 +369,7 @@ class MemoryPool {
     return map(to);
   }
 
+  MemorySource source_;
   mutable std::mutex mutex_;
   MemoryStats stats_;
   std::map<char*, std::size_t> free_;                // cached blocks by address: their sizes
@@ -326,7 +409,9 @@ inline MemoryStats memory_stats() { return memory_pool().stats(); }
 class ScratchMemory {
  public:
   ScratchMemory()
-      : owner_(memory_pool()), pool_(MemoryPool::create()), previous_(detail::current_pool_slot()) {
+      : owner_(memory_pool()),
+        pool_(MemoryPool::create(owner_.source())),
+        previous_(detail::current_pool_slot()) {
     detail::current_pool_slot() = pool_;
   }
   ~ScratchMemory() {
@@ -344,10 +429,11 @@ class ScratchMemory {
 };
 
 /// Gives the calling thread its own pool for its lifetime (run() does this for each processor of
-/// the threads transport).
+/// the threads transport, and for a rank of the nccl transport with its GPU's memory).
 class ProcessorMemory {
  public:
-  ProcessorMemory() : pool_(MemoryPool::create()), previous_(detail::current_pool_slot()) {
+  explicit ProcessorMemory(const MemorySource& source = MemoryPool::system_pages())
+      : pool_(MemoryPool::create(source)), previous_(detail::current_pool_slot()) {
     detail::current_pool_slot() = pool_;
   }
   ~ProcessorMemory() {

@@ -378,6 +378,7 @@ class HaloPlan {
                                                detail::tags::halo));
       }
     }
+    group.start_posted();  // the caller computes while they travel
     record(mesh, start, sent_before);
   }
 

@@ -18,6 +18,9 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
+#ifdef MESHTENSOR_WITH_CUDA
+#include "meshtensor/kernels/gpu/elementwise.hpp"
+#endif
 
 namespace meshtensor {
 
@@ -184,11 +187,14 @@ class Tensor {
       throw Error("gradient of layout " + g.layout().to_string() + " cannot accumulate into " +
                   sum.layout().to_string());
     if (sum.state_.use_count() > 1 || sum.state_->data.use_count() > 1) sum = sum.clone();
-    // In place on the compute threads (xtensor's `+=` would build a temporary).
+    // In place, on the GPU or the compute threads (xtensor's `+=` would build a temporary).
     T* into = sum.local().data();
     const T* add = g.local().data();
-    kernels::parallel_for(static_cast<std::int64_t>(sum.local().size()), compute_threads(),
-                          [into, add](std::int64_t i) { into[i] += add[i]; });
+    const auto n = static_cast<std::int64_t>(sum.local().size());
+#ifdef MESHTENSOR_WITH_CUDA
+    if (kernels::gpu::accumulate(into, add, n)) return;
+#endif
+    kernels::parallel_for(n, compute_threads(), [into, add](std::int64_t i) { into[i] += add[i]; });
   }
 
   std::string to_string() const {

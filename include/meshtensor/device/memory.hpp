@@ -1,0 +1,68 @@
+#pragma once
+// A GPU's memory as a processor's MemorySource: CUDA managed memory on the processor's GPU. Its
+// blocks are device memory that NCCL, cuDNN and CUDA kernels use in place; the ops that have no GPU
+// kernel yet still reach them from the host, page by page (the driver moves each page to whoever
+// touches it). Kernels ask for their operands on the GPU before they start (prefetch_to_gpu), so
+// a block that only GPU kernels touch stays there.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "meshtensor/device/cuda.hpp"
+#include "meshtensor/memory/pool.hpp"
+
+namespace meshtensor::cuda {
+namespace detail {
+
+inline void* map_managed(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory: the pool throws std::bad_alloc
+    return nullptr;
+  }
+  return p;
+}
+
+inline void unmap_managed(void* base, std::size_t) { (void)cudaFree(base); }
+
+}  // namespace detail
+
+/// Managed memory of the calling thread's current GPU, for ProcessorMemory.
+inline MemorySource managed_memory() {
+  MemorySource source;
+  source.map = &detail::map_managed;
+  source.unmap = &detail::unmap_managed;
+  source.in_parts = false;  // cudaFree takes whole allocations only
+  source.name = "GPU managed memory";
+  return source;
+}
+
+/// Whether `data` is managed memory (which prefetch_to_gpu and the GPU kernels may move).
+inline bool is_managed(const void* data) {
+  if (!data) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeManaged;
+}
+
+/// Queues, on `stream`, the move of `bytes` bytes of managed memory at `data` to the current GPU;
+/// does nothing for other memory.
+inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || !is_managed(data)) return;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+#if CUDART_VERSION >= 13000
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeDevice;
+  location.id = device;
+  check(cudaMemPrefetchAsync(data, bytes, location, 0, stream), "cudaMemPrefetchAsync");
+#else
+  check(cudaMemPrefetchAsync(data, bytes, device, stream), "cudaMemPrefetchAsync");
+#endif
+}
+
+}  // namespace meshtensor::cuda

@@ -1,0 +1,107 @@
+// The cuDNN convolution kernels against the reference loops, with cuDNN and the CUDA runtime
+// emulated on the CPU by their documented semantics (cudnn_emulation.cpp): how meshtensor's
+// convolutions are put to cuDNN — padding, skipped and padded box rows, transposed convolutions
+// as adjoints, weight orders, alpha and beta — checked on every kernel test geometry, every slab
+// of output rows and of input rows the ops cut them into, and random geometries. What this cannot
+// check, cuDNN itself on a GPU, test_gpu_kernels does where there is one.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include <meshtensor/kernels/cudnn/conv.hpp>
+
+#include "support/conv_cases.hpp"
+
+using namespace meshtensor;
+using namespace meshtensor::testing;
+
+namespace {
+
+// Runs the three kernels through the emulated cuDNN; false if any declined.
+bool agrees(const ConvGeometry& g) {
+  const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
+  const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
+  const std::size_t w_n = g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
+  std::vector<float> x(in_n), w(w_n), dy(out_n), y_ref(out_n), dx_ref(in_n);
+  for (std::size_t i = 0; i < in_n; ++i) x[i] = float(std::sin(0.7 * i + 0.3));
+  for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
+  for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+  std::vector<double> dw_ref(w_n, 0.0), dw(w_n, 0.0);
+  kernels::conv_forward(g, x.data(), w.data(), y_ref.data());
+  kernels::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
+  kernels::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
+  std::vector<float> y(out_n, 7.0f), dx(in_n, 7.0f);  // stale values must be overwritten
+  REQUIRE(kernels::cudnn::conv_forward(g, x.data(), w.data(), y.data()));
+  REQUIRE(kernels::cudnn::conv_backward_input(g, dy.data(), w.data(), dx.data()));
+  REQUIRE(kernels::cudnn::conv_backward_weight(g, x.data(), dy.data(), dw.data()));
+  return relative_gap(widen(y_ref), widen(y)) < 1e-4 &&
+         relative_gap(widen(dx_ref), widen(dx)) < 1e-4 && relative_gap(dw_ref, dw) < 1e-4;
+}
+
+struct OnGpu {
+  OnGpu() { cuda::gpu_of_this_thread() = 0; }
+  ~OnGpu() { cuda::gpu_of_this_thread() = -1; }
+};
+
+}  // namespace
+
+TEST_CASE("convolutions put to the emulated cuDNN equal the reference, whole and in slabs") {
+  OnGpu gpu;
+  for (const auto& c : conv_cases()) {
+    const ConvGeometry g = geometry(c);
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                << c.c_out << (c.transposed ? " transposed" : ""));
+    CHECK(agrees(g));
+    for (std::int64_t a = 0; a < g.out[0]; ++a)
+      for (std::int64_t b = a + 1; b <= g.out[0]; ++b) {
+        const auto slab = kernels::output_rows(g, a, b);
+        if (slab.geometry.in[0] <= 0) continue;
+        INFO("output rows " << a << " to " << b);
+        CHECK(agrees(slab.geometry));
+      }
+    if (c.transposed) continue;
+    for (std::int64_t r0 = 0; r0 < g.in[0]; ++r0)
+      for (std::int64_t r1 = r0 + 1; r1 <= g.in[0]; ++r1) {
+        const auto slab = kernels::input_rows(g, r0, r1);
+        if (slab.o0 >= slab.o1) continue;
+        INFO("input rows " << r0 << " to " << r1);
+        CHECK(agrees(slab.geometry));
+      }
+  }
+}
+
+TEST_CASE("random geometries put to the emulated cuDNN equal the reference") {
+  OnGpu gpu;
+  std::mt19937 random(1);
+  auto between = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(random); };
+  int ran = 0;
+  for (int i = 0; i < 1500; ++i) {
+    ConvGeometry g;
+    g.batch = between(1, 2);
+    g.c_in = between(1, 3);
+    g.c_out = between(1, 3);
+    const bool transposed = between(0, 2) == 0;
+    for (int d = 0; d < 3; ++d) {
+      g.kernel[d] = between(1, 3);
+      g.out[d] = between(1, 5);
+      g.in[d] = between(1, 6);
+      kernels::Taps t;
+      t.transposed = transposed;
+      t.stride = between(1, 3);
+      t.dilation = between(1, 2);
+      t.origin = between(-4, 4);
+      if (between(0, 4) == 0) {  // a pass-through dim, marked either way
+        t.transposed = !transposed;
+        g.kernel[d] = 1;
+        t.stride = 1;
+      }
+      g.taps[d] = t;
+    }
+    if (!kernels::cudnn::detail::describable(g)) continue;
+    INFO("random geometry " << i);
+    CHECK(agrees(g));
+    ++ran;
+  }
+  CHECK(ran > 1400);
+}

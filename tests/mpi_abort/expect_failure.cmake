@@ -1,0 +1,19 @@
+# Runs a program under mpirun that must fail (a rank throws, or the job cannot start), and checks
+# that the job ends by itself, soon, with a non-zero status and a message matching EXPECT on stderr.
+# Arguments: MPIEXEC, NP_FLAG, NP, PROGRAM, ARGS (a ;-list), EXPECT (a regular expression).
+execute_process(
+  COMMAND ${MPIEXEC} ${NP_FLAG} ${NP} ${PROGRAM} ${ARGS}
+  RESULT_VARIABLE status
+  OUTPUT_VARIABLE out
+  ERROR_VARIABLE err
+  TIMEOUT 120)
+message("status: ${status}\nstdout:\n${out}\nstderr:\n${err}")
+if(status MATCHES "timeout" OR status MATCHES "Process terminated")
+  message(FATAL_ERROR "the job did not end: a rank was left waiting")
+endif()
+if(status EQUAL 0)
+  message(FATAL_ERROR "the job ended with status 0 although it failed")
+endif()
+if(NOT err MATCHES "${EXPECT}")
+  message(FATAL_ERROR "stderr does not say why the job failed (expected: ${EXPECT})")
+endif()
