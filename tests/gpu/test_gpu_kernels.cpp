@@ -6,14 +6,19 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <meshtensor/kernels/conv_select.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/pool.hpp>
 #include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
+#include "support/pool_cases.hpp"
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
@@ -71,4 +76,43 @@ TEST_CASE("gradients accumulate on the GPU exactly as on the CPU") {
   for (std::size_t i = 0; i < n; ++i) differing += into[i] != a[i] + b[i];
   CHECK(differing == 0);
   CHECK_FALSE(kernels::gpu::accumulate(a.data(), b.data(), std::int64_t(n)));  // host memory
+}
+
+TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
+  for (const auto& c : pool_cases()) {
+    const kernels::PoolGeometry g = pool_geometry(c);
+    const PoolData data(g);
+    const std::size_t in_n = data.in_n, out_n = data.out_n;
+    const auto& x = data.x;
+    const auto& dy = data.dy;
+    const std::size_t workspace_bytes = kernels::max_pool_workspace_bytes(g);
+    for (const bool is_max : {true, false})
+      for (const bool count_padding : {false, true}) {
+        if (is_max && count_padding) continue;
+        INFO((is_max ? "max" : "average")
+             << " pooling, out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2]);
+        std::vector<float> y_ref(out_n), dx_ref(in_n);
+        std::vector<std::uint8_t> ws_ref(workspace_bytes);
+        if (is_max) {
+          kernels::max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
+          kernels::max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
+        } else {
+          kernels::avg_pool_forward(g, x.data(), y_ref.data(), count_padding);
+          kernels::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding);
+        }
+        auto gx = on_gpu(x), gdy = on_gpu(dy);
+        Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);
+        Buffer<std::uint8_t> ws(workspace_bytes);
+        if (is_max) {
+          REQUIRE(kernels::gpu::max_pool_forward(g, gx.data(), y.data(), ws.data()));
+          REQUIRE(kernels::gpu::max_pool_backward(g, gdy.data(), ws.data(), dx.data()));
+        } else {
+          REQUIRE(kernels::gpu::avg_pool_forward(g, gx.data(), y.data(), count_padding));
+          REQUIRE(kernels::gpu::avg_pool_backward(g, gdy.data(), dx.data(), count_padding));
+        }
+        CHECK(std::memcmp(y_ref.data(), y.data(), out_n * sizeof(float)) == 0);  // bit for bit
+        CHECK(std::memcmp(dx_ref.data(), dx.data(), in_n * sizeof(float)) == 0);
+        if (is_max) CHECK(std::memcmp(ws_ref.data(), ws.data(), workspace_bytes) == 0);
+      }
+  }
 }

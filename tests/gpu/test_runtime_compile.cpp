@@ -4,19 +4,29 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <meshtensor/device/runtime_compiler.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/pool.hpp>
 
 using namespace meshtensor;
 
 TEST_CASE("every kernel source compiles for Turing to Hopper") {
-  for (const cuda::KernelSource* source : {&kernels::gpu::elementwise_source()})
+  const std::vector<std::pair<const cuda::KernelSource*, std::vector<std::string>>> sources{
+      {&kernels::gpu::elementwise_source(), {"accumulate_f32", "accumulate_f64"}},
+      {&kernels::gpu::pool_source(),
+       {"max_pool_forward_f32", "avg_pool_forward_f32", "pool_backward_f32"}},
+  };
+  for (const auto& [source, kernels] : sources)
     for (const char* architecture : {"compute_75", "compute_80", "compute_90"}) {
       INFO(source->name << " for " << architecture);
       const std::string ptx = cuda::compile_to_ptx(*source, architecture);
-      CHECK(ptx.find(".entry accumulate_f32") != std::string::npos);
-      CHECK(ptx.find(".entry accumulate_f64") != std::string::npos);
+      for (const auto& kernel : kernels) {
+        INFO("kernel " << kernel);
+        CHECK(ptx.find(".entry " + kernel) != std::string::npos);
+      }
     }
 }
 

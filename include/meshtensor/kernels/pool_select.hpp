@@ -1,20 +1,29 @@
 #pragma once
 // Which pooling kernels the ops use, chosen at compile time as for convolutions
 // (kernels/conv_select.hpp): oneDNN when the program links meshtensor::onednn, else — and with
-// MESHTENSOR_REFERENCE_KERNELS — the reference loops.
+// MESHTENSOR_REFERENCE_KERNELS — the reference loops. With the GPU backend (MESHTENSOR_WITH_CUDA),
+// a processor that computes on a GPU runs meshtensor's CUDA kernels, which keep the reference
+// kernels' workspace; max pooling's workspace then starts with a tag saying whose format it holds,
+// so that backward reads it the way forward wrote it whichever side each runs on.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "meshtensor/kernels/reference/pool.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/onednn/pool.hpp"
 #endif
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/gpu/pool.hpp"
+#endif
 
 namespace meshtensor::kernels {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-namespace pool_impl = onednn;
+namespace cpu_pool_impl = onednn;
 #else
-namespace pool_impl {
+namespace cpu_pool_impl {
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   return kernels::max_pool_workspace_bytes(g);
@@ -23,6 +32,62 @@ using kernels::avg_pool_backward;
 using kernels::avg_pool_forward;
 using kernels::max_pool_backward;
 using kernels::max_pool_forward;
+}  // namespace cpu_pool_impl
+#endif
+
+#if defined(MESHTENSOR_WITH_CUDA)
+namespace pool_impl {
+namespace detail {
+// The first bytes of a max pooling workspace: which format follows.
+constexpr std::size_t tag_bytes = 8;
+constexpr std::uint64_t cpu_format = 0, reference_format = 1;
+
+// Workspaces come from the processor's pool: host memory, or managed memory the host reaches too
+// (the GPU kernels have finished by the time these run).
+inline void write_tag(void* workspace, std::uint64_t tag) {
+  std::memcpy(workspace, &tag, sizeof tag);
+}
+inline std::uint64_t read_tag(const void* workspace) {
+  std::uint64_t tag = 0;
+  std::memcpy(&tag, workspace, sizeof tag);
+  return tag;
+}
+}  // namespace detail
+
+template <class T>
+std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
+  return detail::tag_bytes +
+         std::max(cpu_pool_impl::max_pool_workspace_bytes<T>(g), gpu::max_pool_workspace_bytes(g));
+}
+template <class T>
+void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
+  void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
+  const bool on_gpu = gpu::max_pool_forward(g, input, output, formatted);
+  if (!on_gpu) cpu_pool_impl::max_pool_forward(g, input, output, formatted);
+  detail::write_tag(workspace, on_gpu ? detail::reference_format : detail::cpu_format);
+}
+template <class T>
+void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
+                       T* grad_input) {
+  const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
+  if (detail::read_tag(workspace) == detail::cpu_format)
+    return cpu_pool_impl::max_pool_backward(g, grad_output, formatted, grad_input);
+  if (!gpu::max_pool_backward(g, grad_output, formatted, grad_input))
+    kernels::max_pool_backward(g, grad_output, formatted, grad_input);  // the same format
+}
+template <class T>
+void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
+  if (!gpu::avg_pool_forward(g, input, output, count_padding))
+    cpu_pool_impl::avg_pool_forward(g, input, output, count_padding);
+}
+template <class T>
+void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
+                       bool count_padding) {
+  if (!gpu::avg_pool_backward(g, grad_output, grad_input, count_padding))
+    cpu_pool_impl::avg_pool_backward(g, grad_output, grad_input, count_padding);
+}
 }  // namespace pool_impl
+#else
+namespace pool_impl = cpu_pool_impl;
 #endif
 }  // namespace meshtensor::kernels

@@ -1,0 +1,103 @@
+// meshtensor's own CUDA kernels, compiled as host C++ and run on the CPU, one "thread" walking
+// every element: their logic — window order, ties, the outputs each box element gathers from, the
+// order of every sum — is checked bit for bit against the reference kernels on machines without
+// a GPU. (The sources come from the headers' strings, extracted at build time; that they compile
+// for GPUs is test_runtime_compile's job, that they run on one test_gpu_kernels'.)
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/reference/pool.hpp>
+
+#include "support/pool_cases.hpp"
+
+// The CUDA built-ins the kernels use, for a grid of one thread.
+#undef __global__
+#undef __device__
+#define __global__
+#define __device__
+namespace host_cuda {
+struct Index {
+  unsigned x = 0;
+};
+inline const Index blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
+inline float __int_as_float(int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+}  // namespace host_cuda
+
+namespace host_kernels {
+using namespace host_cuda;
+#include "elementwise_source.inc"
+#include "pool_source.inc"
+}  // namespace host_kernels
+
+using namespace meshtensor;
+
+namespace {
+// Equal bit for bit (NaN too: a window with nothing inside the tensor averages 0 / 0).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+host_kernels::Geometry on_host(const kernels::PoolGeometry& g) {
+  static_assert(sizeof(host_kernels::Geometry) == sizeof(kernels::gpu::detail::FlatGeometry),
+                "the kernels' Geometry and the host's FlatGeometry must have one layout");
+  const auto flat = kernels::gpu::detail::flatten(g);
+  host_kernels::Geometry out;
+  std::memcpy(&out, &flat, sizeof out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the pooling kernels, run on the host, equal the reference kernels bit for bit") {
+  for (const auto& c : testing::pool_cases())
+    for (const bool inside_all : {true, false}) {
+      const kernels::PoolGeometry g = testing::pool_geometry(c, inside_all ? 0 : 1);
+      const testing::PoolData data(g);
+      const std::size_t in_n = data.in_n, out_n = data.out_n;
+      const auto& x = data.x;
+      const auto& dy = data.dy;
+      const auto geometry = on_host(g);
+      INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", channels " << c.channels
+                  << (inside_all ? "" : ", box partly outside the tensor"));
+
+      std::vector<float> y_ref(out_n), dx_ref(in_n), y(out_n, 7.0f), dx(in_n, 7.0f);
+      std::vector<std::int64_t> won_ref(out_n), won(out_n);
+      kernels::max_pool_forward(g, x.data(), y_ref.data(), won_ref.data());
+      kernels::max_pool_backward(g, dy.data(), won_ref.data(), dx_ref.data());
+      host_kernels::max_pool_forward_f32(geometry, x.data(), y.data(),
+                                         reinterpret_cast<long long*>(won.data()));
+      host_kernels::pool_backward_f32(geometry, dy.data(),
+                                      reinterpret_cast<const long long*>(won.data()), dx.data(), 0);
+      CHECK(same_bits(y, y_ref));
+      CHECK(same_bits(won, won_ref));
+      CHECK(same_bits(dx, dx_ref));
+
+      for (const int count_padding : {0, 1}) {
+        INFO("average pooling, padding " << (count_padding ? "counted" : "not counted"));
+        kernels::avg_pool_forward(g, x.data(), y_ref.data(), count_padding != 0);
+        kernels::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding != 0);
+        host_kernels::avg_pool_forward_f32(geometry, x.data(), y.data(), count_padding);
+        host_kernels::pool_backward_f32(geometry, dy.data(), nullptr, dx.data(), count_padding);
+        CHECK(same_bits(y, y_ref));
+        CHECK(same_bits(dx, dx_ref));
+      }
+    }
+}
+
+TEST_CASE("the accumulation kernels, run on the host, add element by element") {
+  std::vector<float> into{1, 2, 3}, add{0.5f, -2, 4};
+  host_kernels::accumulate_f32(into.data(), add.data(), 3);
+  CHECK(into == std::vector<float>{1.5f, 0, 7});
+  std::vector<double> into64{1, 2}, add64{1e-17, 3};
+  host_kernels::accumulate_f64(into64.data(), add64.data(), 2);
+  CHECK(into64 == std::vector<double>{1 + 1e-17, 5});
+}
