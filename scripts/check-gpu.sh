@@ -26,8 +26,9 @@ MESHTENSOR_CMAKE_ARGS="-DMESHTENSOR_REQUIRE_CUDA=ON ${MESHTENSOR_CMAKE_ARGS:-}" 
   scripts/setup.sh --tests
 cd build
 
-echo; echo "== tests on the nccl transport (those needing more GPUs than $gpus report skipped)"
-ctest -L nccl --output-on-failure
+echo; echo "== GPU kernels, and the tests on the nccl transport (those needing more GPUs than $gpus"
+echo "   report themselves skipped)"
+ctest -L "gpu|nccl" --output-on-failure
 
 echo; echo "== communication, $ranks ranks"
 for transport in mpi nccl; do
