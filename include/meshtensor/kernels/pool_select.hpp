@@ -54,10 +54,13 @@ inline std::uint64_t read_tag(const void* workspace) {
 }
 }  // namespace detail
 
+// A processor on a GPU may still run the CPU kernel (operands in host memory): room for either
+// format. One on the CPU never runs the GPU kernels, whose format takes 8 bytes per output.
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
-  return detail::tag_bytes +
-         std::max(cpu_pool_impl::max_pool_workspace_bytes<T>(g), gpu::max_pool_workspace_bytes(g));
+  const std::size_t cpu = cpu_pool_impl::max_pool_workspace_bytes<T>(g);
+  if (cuda::gpu_of_this_thread() < 0) return detail::tag_bytes + cpu;
+  return detail::tag_bytes + std::max(cpu, gpu::max_pool_workspace_bytes(g));
 }
 template <class T>
 void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
