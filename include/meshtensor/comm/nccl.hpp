@@ -59,16 +59,46 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 /// How long a wait on NCCL may take before the processor gives up: MESHTENSOR_NCCL_TIMEOUT
-/// seconds, 600 unless set.
+/// seconds, 600 unless set. Read once per process.
 inline std::chrono::duration<double> timeout() {
-  const char* text = std::getenv("MESHTENSOR_NCCL_TIMEOUT");
-  if (!text) return std::chrono::duration<double>(600);
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(seconds > 0))
-    throw Error(std::string("MESHTENSOR_NCCL_TIMEOUT is \"") + text +
-                "\"; give a positive number of seconds (the default is 600)");
-  return std::chrono::duration<double>(seconds);
+  static const std::chrono::duration<double> limit = [] {
+    const char* text = std::getenv("MESHTENSOR_NCCL_TIMEOUT");
+    if (!text) return std::chrono::duration<double>(600);
+    char* end = nullptr;
+    const double seconds = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(seconds > 0))
+      throw Error(std::string("MESHTENSOR_NCCL_TIMEOUT is \"") + text +
+                  "\"; give a positive number of seconds (the default is 600)");
+    return std::chrono::duration<double>(seconds);
+  }();
+  return limit;
+}
+
+/// NCCL's last message about `comm`, as " (message)", or nothing.
+inline std::string last_error(ncclComm_t comm) {
+  const char* text = ncclGetLastError(comm);
+  return text && *text ? std::string(" (") + text + ")" : std::string();
+}
+
+/// The outcome of `call` on a non-blocking communicator: ncclInProgress until NCCL has done its
+/// part, polled here until then; throws CommError on failure or after timeout().
+inline void settle(ncclComm_t comm, ncclResult_t result, const char* call) {
+  if (result == ncclInProgress) {
+    const auto limit = timeout();
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
+      if (std::chrono::steady_clock::now() - start > limit)
+        throw CommError(std::string("nccl transport: ") + call + " did not finish within " +
+                        std::to_string(limit.count()) +
+                        " s (MESHTENSOR_NCCL_TIMEOUT); another processor probably failed "
+                        "before reaching it");
+      std::this_thread::yield();
+    } while (result == ncclInProgress);
+  }
+  if (result != ncclSuccess)
+    throw CommError(std::string("nccl transport: ") + call +
+                    " failed: " + ncclGetErrorString(result) + last_error(comm));
 }
 
 /// A device address for a caller's buffer of `bytes` bytes: the buffer itself when NCCL can use
@@ -299,10 +329,10 @@ class NcclCommunicator final : public Communicator {
     config.blocking = 0;
     config.splitShare = 1;  // and groups split from this one share its resources in turn
     ncclComm_t part = nullptr;
-    settle(comm_, ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &part, &config),
-           "ncclCommSplit");
+    check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &part, &config),
+          "ncclCommSplit");
     if (!part) return nullptr;
-    settle(part, ncclInProgress, "ncclCommSplit (new communicator)");
+    detail::settle(part, ncclInProgress, "ncclCommSplit (new communicator)");
     return std::make_unique<NcclCommunicator>(part, device_);
   }
 
@@ -310,16 +340,7 @@ class NcclCommunicator final : public Communicator {
   /// up (aborting the communicator) after MESHTENSOR_NCCL_TIMEOUT seconds. `what` names the
   /// operation in messages.
   void synchronize(const char* what) {
-    const auto limit = detail::timeout();
-    const auto start = std::chrono::steady_clock::now();
-    for (int spins = 0;; ++spins) {
-      const cudaError_t state = cudaStreamQuery(stream_);
-      if (state == cudaSuccess) return;
-      if (state != cudaErrorNotReady) cuda::check(state, "cudaStreamQuery");
-      check_async(what);
-      if (std::chrono::steady_clock::now() - start > limit) give_up(what, limit.count());
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    wait_for([this] { return cudaStreamQuery(stream_); }, what, /*block=*/true);
   }
 
  private:
@@ -392,22 +413,30 @@ class NcclCommunicator final : public Communicator {
     if (!batch.failure.empty())
       throw CommError("nccl transport: messages on rank " + std::to_string(rank_) +
                       " could not start: " + batch.failure);
-    const auto limit = detail::timeout();
-    const auto start = std::chrono::steady_clock::now();
-    for (int spins = 0;; ++spins) {
-      const cudaError_t state = cudaEventQuery(batch.done);
-      if (state == cudaSuccess) break;
-      if (state != cudaErrorNotReady) cuda::check(state, "cudaEventQuery");
-      check_async("a message");
-      if (!block) return false;
-      if (std::chrono::steady_clock::now() - start > limit) give_up("a message", limit.count());
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    if (!wait_for([&batch] { return cudaEventQuery(batch.done); }, "a message", block))
+      return false;
     for (auto& m : batch.messages)
       if (!m.send && m.view) m.view->copy_out();
     batch.finished = true;
     batch.messages.clear();  // device copies go back to the pool
     return true;
+  }
+
+  // Polls `query` (a CUDA stream or event query) until its work is done, checking NCCL for
+  // errors; without `block`, polls once. Gives up, aborting the communicator, after the timeout.
+  template <class Query>
+  bool wait_for(Query&& query, const char* what, bool block) {
+    const auto limit = detail::timeout();
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0;; ++spins) {
+      const cudaError_t state = query();
+      if (state == cudaSuccess) return true;
+      if (state != cudaErrorNotReady) cuda::check(state, "cudaStreamQuery / cudaEventQuery");
+      check_async(what);
+      if (!block) return false;
+      if (std::chrono::steady_clock::now() - start > limit) give_up(what, limit.count());
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   // Runs `calls` (NCCL calls on this communicator) as one group.
@@ -452,37 +481,13 @@ class NcclCommunicator final : public Communicator {
   }
 
   // A non-blocking communicator answers ncclInProgress until its work is set up.
-  void check(ncclResult_t result, const char* call) { settle(comm_, result, call); }
-
-  static void settle(ncclComm_t comm, ncclResult_t result, const char* call) {
-    if (result == ncclInProgress) {
-      const auto limit = detail::timeout();
-      const auto start = std::chrono::steady_clock::now();
-      do {
-        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
-        if (std::chrono::steady_clock::now() - start > limit)
-          throw CommError(std::string("nccl transport: ") + call + " did not finish within " +
-                          std::to_string(limit.count()) +
-                          " s (MESHTENSOR_NCCL_TIMEOUT); another processor probably failed "
-                          "before reaching it");
-        std::this_thread::yield();
-      } while (result == ncclInProgress);
-    }
-    if (result != ncclSuccess)
-      throw CommError(std::string("nccl transport: ") + call +
-                      " failed: " + ncclGetErrorString(result) + last_error(comm));
-  }
-
-  static std::string last_error(ncclComm_t comm) {
-    const char* text = ncclGetLastError(comm);
-    return text && *text ? std::string(" (") + text + ")" : std::string();
-  }
+  void check(ncclResult_t result, const char* call) { detail::settle(comm_, result, call); }
 
   void check_async(const char* what) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return;
     if (state == ncclSuccess || state == ncclInProgress) return;
-    const std::string reason = ncclGetErrorString(state) + last_error(comm_);
+    const std::string reason = ncclGetErrorString(state) + detail::last_error(comm_);
     (void)ncclCommAbort(comm_);
     comm_ = nullptr;
     throw CommError("nccl transport: " + std::string(what) + " on rank " + std::to_string(rank_) +

@@ -12,12 +12,10 @@
 #include <boost/mpi/communicator.hpp>
 #include <boost/serialization/string.hpp>
 #include <boost/serialization/vector.hpp>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "meshtensor/comm/nccl.hpp"
@@ -36,6 +34,7 @@ inline std::string nccl_version_string(int code) {
 struct Readiness {
   std::string host;
   int gpu = -1;
+  int gpus = 0;  // visible to this rank
   cuda::GpuIdentity identity;
   int nccl_version = 0;
   std::string problem;     // empty when this rank can run
@@ -59,10 +58,10 @@ inline Readiness examine_this_rank(const boost::mpi::communicator& host_ranks) {
                         ") is older than the NCCL " + nccl_version_string(NCCL_VERSION_CODE) +
                         " this program was built with; put the matching libnccl first on "
                         "LD_LIBRARY_PATH or rebuild against the installed NCCL");
-    const int gpus = cuda::visible_gpus();
+    r.gpus = cuda::visible_gpus();
     // Ranks of a host take its GPUs in turn; when each rank sees its own single GPU (srun
     // --gpus-per-task=1) they all take GPU 0, which is a different device for each.
-    r.gpu = host_ranks.rank() % gpus;
+    r.gpu = host_ranks.rank() % r.gpus;
     r.identity = cuda::identify_gpu(r.gpu);
     cuda::check(cudaSetDevice(r.gpu), "cudaSetDevice");
   } catch (const NoGpuError& e) {
@@ -84,8 +83,7 @@ inline void find_shared_gpus(const boost::mpi::communicator& host_ranks, Readine
   for (int q = 0; q < host_ranks.size(); ++q)
     if (uuids[q] == mine.identity.uuid) sharing.push_back(q);
   if (sharing.size() < 2) return;
-  int gpus = 0;
-  (void)cudaGetDeviceCount(&gpus);
+  const int gpus = mine.gpus;
   mine.lacks_gpu = true;
   mine.problem = std::to_string(sharing.size()) + " processors of host " + mine.host +
                  " would share " + mine.identity.description + ": this host shows " +
@@ -175,27 +173,14 @@ inline std::unique_ptr<NcclCommunicator> start(const boost::mpi::communicator& w
   config.splitShare = 1;  // the mesh's groups, split from this one, share its buffers (NCCL
                           // takes this from the parent's configuration)
   ncclComm_t comm = nullptr;
-  ncclResult_t result = ncclCommInitRankConfig(&comm, world.size(), id, world.rank(), &config);
-  if (result == ncclInProgress) {
-    const auto limit = detail::timeout();
-    const auto begun = std::chrono::steady_clock::now();
-    do {
-      if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
-      if (std::chrono::steady_clock::now() - begun > limit) {
-        (void)ncclCommAbort(comm);
-        throw CommError("the nccl transport did not start within " + std::to_string(limit.count()) +
-                        " s on processor " + std::to_string(world.rank()) + " (" + mine.host +
-                        "): another processor did not join; NCCL_DEBUG=INFO shows the set-up");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    } while (result == ncclInProgress);
-  }
-  if (result != ncclSuccess) {
-    const std::string reason = ncclGetErrorString(result);
+  try {
+    detail::settle(comm, ncclCommInitRankConfig(&comm, world.size(), id, world.rank(), &config),
+                   "ncclCommInitRankConfig");
+  } catch (const CommError& e) {
     if (comm) (void)ncclCommAbort(comm);
     throw CommError("the nccl transport cannot start on processor " + std::to_string(world.rank()) +
-                    " (" + mine.host + ", " + mine.identity.description +
-                    "): ncclCommInitRankConfig failed: " + reason + "; NCCL_DEBUG=INFO shows why");
+                    " (" + mine.host + ", " + mine.identity.description + "): " + e.what() +
+                    "; NCCL_DEBUG=INFO shows why");
   }
   return std::make_unique<NcclCommunicator>(comm, mine.gpu);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -70,16 +71,23 @@ inline int visible_gpus() {
   return count;
 }
 
-/// Whether a GPU can use `data` in place: device or managed memory (host memory, pageable or
-/// pinned, needs a copy).
-inline bool device_accessible(const void* data) {
-  if (!data) return false;
+/// Where `data` lives as CUDA sees it: device, managed or (pinned) host memory; unregistered for
+/// ordinary host memory and null.
+inline cudaMemoryType memory_type(const void* data) {
+  if (!data) return cudaMemoryTypeUnregistered;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
     (void)cudaGetLastError();  // an unknown host pointer: not an error worth keeping
-    return false;
+    return cudaMemoryTypeUnregistered;
   }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  return attributes.type;
+}
+
+/// Whether a GPU can use `data` in place: device or managed memory (host memory, pageable or
+/// pinned, needs a copy).
+inline bool device_accessible(const void* data) {
+  const cudaMemoryType type = memory_type(data);
+  return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
 }
 
 /// What identifies a GPU across the processes of a host, and names it in messages.
@@ -132,6 +140,16 @@ inline cudaStream_t compute_stream() {
   cudaStream_t& stream = streams.per_gpu[device];
   if (!stream) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   return stream;
+}
+
+/// Whether a GPU kernel may run here on `operands`: the calling thread computes on a GPU and
+/// every operand is in device or managed memory. (The thread is asked first: on the CPU that is
+/// all a kernel call costs.)
+inline bool runs_here(std::initializer_list<const void*> operands) {
+  if (gpu_of_this_thread() < 0) return false;
+  for (const void* p : operands)
+    if (!device_accessible(p)) return false;
+  return true;
 }
 
 /// For its lifetime the calling thread's processor computes on `gpu`, which becomes current.

@@ -38,21 +38,10 @@ inline MemorySource managed_memory() {
   return source;
 }
 
-/// Whether `data` is managed memory (which prefetch_to_gpu and the GPU kernels may move).
-inline bool is_managed(const void* data) {
-  if (!data) return false;
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeManaged;
-}
-
 /// Queues, on `stream`, the move of `bytes` bytes of managed memory at `data` to the current GPU;
 /// does nothing for other memory.
 inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t stream) {
-  if (bytes == 0 || !is_managed(data)) return;
+  if (bytes == 0 || memory_type(data) != cudaMemoryTypeManaged) return;
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
 #if CUDART_VERSION >= 13000

@@ -45,7 +45,6 @@ inline void check(cudnnStatus_t status, const char* call) {
 class Context {
  public:
   Context() : stream_(cuda::compute_stream()) {
-    cuda::check(cudaGetDevice(&device_), "cudaGetDevice");
     check(cudnnCreate(&handle_), "cudnnCreate");
     check(cudnnSetStream(handle_, stream_), "cudnnSetStream");
   }
@@ -57,13 +56,11 @@ class Context {
 
   cudnnHandle_t handle() const { return handle_; }
   cudaStream_t stream() const { return stream_; }
-  int device() const { return device_; }
 
   void synchronize() { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
   cudaStream_t stream_ = nullptr;
-  int device_ = 0;
   cudnnHandle_t handle_ = nullptr;
 };
 
@@ -432,10 +429,7 @@ inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 
 
 // Whether this thread computes on a GPU and cuDNN can run `g` on these operands.
 inline bool usable(const ConvGeometry& g, std::initializer_list<const void*> operands) {
-  if (cuda::gpu_of_this_thread() < 0 || !describable(g)) return false;
-  for (const void* p : operands)
-    if (!cuda::device_accessible(p)) return false;
-  return true;
+  return cuda::runs_here(operands) && describable(g);
 }
 
 inline void prefetch(Context& c, const void* data, std::int64_t elements) {

@@ -38,9 +38,7 @@ bool accumulate(T* into, const T* add, std::int64_t n) {
   if constexpr (!is_f32 && !is_f64) {
     return false;
   } else {
-    if (cuda::gpu_of_this_thread() < 0 || !cuda::device_accessible(into) ||
-        !cuda::device_accessible(add))
-      return false;
+    if (!cuda::runs_here({into, add})) return false;
     const cudaStream_t stream = cuda::compute_stream();
     cuda::prefetch_to_gpu(into, std::size_t(n) * sizeof(T), stream);
     cuda::prefetch_to_gpu(add, std::size_t(n) * sizeof(T), stream);

@@ -198,12 +198,9 @@ inline FlatGeometry flatten(const PoolGeometry& g) {
 }
 
 inline bool usable(const PoolGeometry& g, std::initializer_list<const void*> operands) {
-  if (cuda::gpu_of_this_thread() < 0) return false;
-  for (int d = 0; d < 3; ++d)
+  for (int d = 0; d < 3; ++d)  // the backward kernel keeps at most 16 readers per dim
     if (g.kernel[d] > 16 || g.taps[d].stride < 1 || g.taps[d].dilation < 1) return false;
-  for (const void* p : operands)
-    if (!cuda::device_accessible(p)) return false;
-  return true;
+  return cuda::runs_here(operands);
 }
 
 inline std::int64_t box_elements(const PoolGeometry& g) {
