@@ -2,7 +2,10 @@
 // with the reference loops (1e-4 relative, as the CPU kernels) on the kernel tests' geometries,
 // with every operand in the GPU's memory. The U-Net's own (padded 3x3x3, and the transposed 2x2x2
 // up-sampling) must run on cuDNN; another that cuDNN declines goes to the CPU kernels, as in the
-// ops, and is listed. Operands in host memory are left to the CPU kernels.
+// ops, and is listed. Operands in host memory are left to the CPU kernels. meshtensor's own
+// kernels (pooling, element-wise ops, optimiser steps) equal the CPU loops bit for bit, but for
+// the ops CUDA's math library computes (exp, log, tanh, pow) and the optimisers' fused
+// multiply-adds on the host.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,10 +17,12 @@
 
 #include <meshtensor/kernels/conv_select.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
 #include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
+#include "support/elementwise_cases.hpp"
 #include "support/pool_cases.hpp"
 
 using namespace meshtensor;
@@ -114,5 +119,103 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
         CHECK(std::memcmp(dx_ref.data(), dx.data(), in_n * sizeof(float)) == 0);
         if (is_max) CHECK(std::memcmp(ws_ref.data(), ws.data(), workspace_bytes) == 0);
       }
+  }
+}
+
+namespace {
+// Whether CUDA's math library computes unary op `code` (within a few units in the last place of
+// the host's); every other op is IEEE arithmetic and equal bit for bit.
+bool uses_math_library(int code) {
+  using U = kernels::UnaryOp;
+  for (int c : {U::exponential, U::logarithm, U::hyperbolic_tangent, U::power, U::sigmoid,
+                U::power_derivative})
+    if (c == code) return true;
+  return false;
+}
+
+template <class T>
+double largest_relative_gap(const Buffer<T>& got, const std::vector<T>& want) {
+  double gap = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) /
+                            std::max(std::abs(double(want[i])), 1e-30));
+  return gap;
+}
+
+template <class T>
+std::size_t differing(const Buffer<T>& got, const std::vector<T>& want) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) count += !(got[i] == want[i]);
+  return count;
+}
+
+template <class T>
+void check_elementwise_on_gpu(double math_library_tolerance) {
+  const std::size_t n = 100'003;
+  for (int code = 0; code < kernels::UnaryOp::count; ++code) {
+    INFO("unary op " << code);
+    const testing::UnaryCheck<T> c(code, n);
+    const T s = c.s;
+    const auto &x = c.x, &g = c.g, &y_ref = c.y_ref, &dy_ref = c.dy_ref;
+    auto gx = on_gpu(x), gg = on_gpu(g);
+    Buffer<T> y(n, T(7)), dy(n, T(7));
+    REQUIRE(kernels::gpu::map(code, s, gx.data(), y.data(), std::int64_t(n)));
+    REQUIRE(
+        kernels::gpu::times_derivative(code, s, gg.data(), gx.data(), dy.data(), std::int64_t(n)));
+    if (uses_math_library(code)) {
+      CHECK(largest_relative_gap(y, y_ref) < math_library_tolerance);
+      CHECK(largest_relative_gap(dy, dy_ref) < math_library_tolerance);
+    } else {
+      CHECK(differing(y, y_ref) == 0);
+      CHECK(differing(dy, dy_ref) == 0);
+    }
+  }
+  for (const auto& c : testing::zip_cases())
+    for (int code = 0; code < kernels::BinaryOp::count; ++code) {
+      INFO("binary op " << code << " over " << c.sizes.size() << " dims");
+      const auto a = testing::zip_operand<T>(c.a_elements, 0.0);
+      const auto b = testing::zip_operand<T>(c.b_elements, 2.0);
+      const auto out_ref = testing::zip_on_cpu(c, a, b, testing::binary_on_cpu<T>(code));
+      auto ga = on_gpu(a), gb = on_gpu(b);
+      Buffer<T> out(out_ref.size(), T(7));
+      REQUIRE(kernels::gpu::zip(code, c.sizes, c.strides, ga.data(), gb.data(), out.data()));
+      CHECK(differing(out, out_ref) == 0);
+    }
+}
+}  // namespace
+
+TEST_CASE("element-wise ops on the GPU equal the CPU loops") {
+  check_elementwise_on_gpu<float>(1e-6);  // a few units in the last place
+  check_elementwise_on_gpu<double>(2e-15);
+  std::vector<float> x(10, 1.0f), y(10);
+  CHECK_FALSE(kernels::gpu::map(kernels::UnaryOp::negate, 0.0f, x.data(), y.data(), 10));
+}
+
+TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
+  // Both sides round the same double arithmetic to float; the host compiler may fuse a multiply
+  // and an add, which the GPU kernels do not (--fmad=false).
+  const std::size_t n = 100'003;
+  for (const auto& h : testing::adam_steps()) {
+    INFO("Adam, weight decay " << h.weight_decay << (h.decoupled ? " decoupled" : ""));
+    testing::OptimizerState<float> ref(n);
+    auto p = on_gpu(ref.parameter), m = on_gpu(ref.first), v = on_gpu(ref.second),
+         d = on_gpu(ref.gradient);
+    for (std::size_t i = 0; i < n; ++i)
+      kernels::shared::adam_update(h, ref.parameter[i], ref.first[i], ref.second[i],
+                                   ref.gradient[i]);
+    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n)));
+    CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
+    CHECK(largest_relative_gap(m, ref.first) < 2e-7);
+    CHECK(largest_relative_gap(v, ref.second) < 2e-7);
+  }
+  for (const auto& h : testing::sgd_steps()) {
+    INFO("SGD, momentum " << h.momentum);
+    testing::OptimizerState<float> ref(n);
+    auto p = on_gpu(ref.parameter), v = on_gpu(ref.first), d = on_gpu(ref.gradient);
+    for (std::size_t i = 0; i < n; ++i)
+      kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
+    REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n)));
+    CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
+    CHECK(largest_relative_gap(v, ref.first) < 2e-7);
   }
 }

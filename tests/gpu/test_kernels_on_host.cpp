@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
 #include <meshtensor/kernels/reference/pool.hpp>
 
+#include "support/elementwise_cases.hpp"
 #include "support/pool_cases.hpp"
 
 // The CUDA built-ins the kernels use, for a grid of one thread.
@@ -34,7 +37,9 @@ inline float __int_as_float(int bits) {
 
 namespace host_kernels {
 using namespace host_cuda;
+using namespace meshtensor::kernels::shared;  // the formulas the GPU sources start with
 #include "elementwise_source.inc"
+#include "optimizer_source.inc"
 #include "pool_source.inc"
 }  // namespace host_kernels
 
@@ -91,6 +96,92 @@ TEST_CASE("the pooling kernels, run on the host, equal the reference kernels bit
         CHECK(same_bits(dx, dx_ref));
       }
     }
+}
+
+template <class T>
+void check_elementwise_kernels() {
+  const std::size_t n = 1000;
+  for (int code = 0; code < kernels::UnaryOp::count; ++code) {
+    INFO("unary op " << code);
+    const testing::UnaryCheck<T> c(code, n);
+    const T s = c.s;
+    const auto &x = c.x, &g = c.g, &y_ref = c.y_ref, &dy_ref = c.dy_ref;
+    std::vector<T> y(n, T(7)), dy(n, T(7));
+    if constexpr (std::is_same_v<T, float>) {
+      host_kernels::map_f32(code, s, x.data(), y.data(), n);
+      host_kernels::times_derivative_f32(code, s, g.data(), x.data(), dy.data(), n);
+    } else {
+      host_kernels::map_f64(code, s, x.data(), y.data(), n);
+      host_kernels::times_derivative_f64(code, s, g.data(), x.data(), dy.data(), n);
+    }
+    CHECK(same_bits(y, y_ref));
+    CHECK(same_bits(dy, dy_ref));
+  }
+  static_assert(sizeof(host_kernels::Walk) == sizeof(kernels::gpu::detail::Walk),
+                "the kernels' Walk and the host's must have one layout");
+  for (const auto& c : testing::zip_cases())
+    for (int code = 0; code < kernels::BinaryOp::count; ++code) {
+      INFO("binary op " << code << " over " << c.sizes.size() << " dims");
+      const auto a = testing::zip_operand<T>(c.a_elements, 0.0);
+      const auto b = testing::zip_operand<T>(c.b_elements, 2.0);
+      const auto out_ref = testing::zip_on_cpu(c, a, b, testing::binary_on_cpu<T>(code));
+      kernels::gpu::detail::Walk flat;
+      std::array<std::int64_t, 3> spans{};
+      REQUIRE(kernels::gpu::detail::walk_of(c.sizes, c.strides, &flat, &spans));
+      CHECK(spans ==
+            std::array<std::int64_t, 3>{c.a_elements, c.b_elements, std::int64_t(out_ref.size())});
+      host_kernels::Walk walk;
+      std::memcpy(&walk, &flat, sizeof walk);
+      std::vector<T> out(out_ref.size(), T(7));
+      if constexpr (std::is_same_v<T, float>)
+        host_kernels::zip_f32(code, walk, a.data(), b.data(), out.data(), out.size());
+      else
+        host_kernels::zip_f64(code, walk, a.data(), b.data(), out.data(), out.size());
+      CHECK(same_bits(out, out_ref));
+    }
+}
+
+TEST_CASE("the element-wise kernels, run on the host, equal the CPU loops bit for bit") {
+  check_elementwise_kernels<float>();
+  check_elementwise_kernels<double>();
+}
+
+template <class T>
+void check_optimizer_kernels() {
+  const std::size_t n = 777;
+  for (const auto& h : testing::adam_steps()) {
+    INFO("Adam, weight decay " << h.weight_decay << (h.decoupled ? " decoupled" : ""));
+    testing::OptimizerState<T> ref(n), gpu(n);
+    for (std::size_t i = 0; i < n; ++i)
+      kernels::shared::adam_update(h, ref.parameter[i], ref.first[i], ref.second[i],
+                                   ref.gradient[i]);
+    if constexpr (std::is_same_v<T, float>)
+      host_kernels::adam_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
+                             gpu.gradient.data(), n);
+    else
+      host_kernels::adam_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
+                             gpu.gradient.data(), n);
+    CHECK(same_bits(gpu.parameter, ref.parameter));
+    CHECK(same_bits(gpu.first, ref.first));
+    CHECK(same_bits(gpu.second, ref.second));
+  }
+  for (const auto& h : testing::sgd_steps()) {
+    INFO("SGD, momentum " << h.momentum);
+    testing::OptimizerState<T> ref(n), gpu(n);
+    for (std::size_t i = 0; i < n; ++i)
+      kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
+    if constexpr (std::is_same_v<T, float>)
+      host_kernels::sgd_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n);
+    else
+      host_kernels::sgd_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n);
+    CHECK(same_bits(gpu.parameter, ref.parameter));
+    CHECK(same_bits(gpu.first, ref.first));
+  }
+}
+
+TEST_CASE("the optimiser kernels, run on the host, equal the CPU loops bit for bit") {
+  check_optimizer_kernels<float>();
+  check_optimizer_kernels<double>();
 }
 
 TEST_CASE("the accumulation kernels, run on the host, add element by element") {

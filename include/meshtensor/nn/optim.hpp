@@ -9,6 +9,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/kernels/optimizer_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -26,17 +27,16 @@ class Sgd {
   }
 
   void step() {
+    const kernels::shared::SgdStep h{lr_, momentum_, weight_decay_};
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
       T* p = params_[k].local().data();
       T* v = velocity_[k].data();
       const T* d = g.local().data();
-      for (std::size_t i = 0; i < params_[k].local().size(); ++i) {
-        const double grad = double(d[i]) + weight_decay_ * p[i];
-        v[i] = T(momentum_ * v[i] + grad);
-        p[i] = T(p[i] - lr_ * (momentum_ > 0 ? double(v[i]) : grad));
-      }
+      const auto n = static_cast<std::int64_t>(params_[k].local().size());
+      if (kernels::sgd_on_gpu(h, p, v, d, n)) continue;
+      for (std::int64_t i = 0; i < n; ++i) kernels::shared::sgd_update(h, p[i], v[i], d[i]);
     }
   }
   void zero_grad() {
@@ -76,8 +76,14 @@ class Adam {
 
   void step() {
     ++steps_;
-    const double c1 = 1.0 - std::pow(beta1_, double(steps_));
-    const double c2 = 1.0 - std::pow(beta2_, double(steps_));
+    const kernels::shared::AdamStep h{lr_,
+                                      beta1_,
+                                      beta2_,
+                                      epsilon_,
+                                      weight_decay_,
+                                      1.0 - std::pow(beta1_, double(steps_)),
+                                      1.0 - std::pow(beta2_, double(steps_)),
+                                      decoupled_};
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
@@ -85,16 +91,9 @@ class Adam {
       T* m = first_[k].data();
       T* v = second_[k].data();
       const T* d = g.local().data();
-      for (std::size_t i = 0; i < params_[k].local().size(); ++i) {
-        double grad = d[i];
-        if (!decoupled_) grad += weight_decay_ * p[i];
-        m[i] = T(beta1_ * m[i] + (1 - beta1_) * grad);
-        v[i] = T(beta2_ * v[i] + (1 - beta2_) * grad * grad);
-        double value = p[i];
-        if (decoupled_) value -= lr_ * weight_decay_ * value;
-        value -= lr_ * (m[i] / c1) / (std::sqrt(v[i] / c2) + epsilon_);
-        p[i] = T(value);
-      }
+      const auto n = static_cast<std::int64_t>(params_[k].local().size());
+      if (kernels::adam_on_gpu(h, p, m, v, d, n)) continue;
+      for (std::int64_t i = 0; i < n; ++i) kernels::shared::adam_update(h, p[i], m[i], v[i], d[i]);
     }
   }
   void zero_grad() {

@@ -16,23 +16,23 @@ namespace meshtensor {
 
 template <class T>
 Tensor<T> relu(const Tensor<T>& x) {
-  return detail::unary(
-      x, [](T v) { return v > T(0) ? v : T(0); }, [](T y) { return y > T(0) ? T(1) : T(0); },
-      detail::DerivativeOf::output);
+  return detail::unary(x, detail::unary_op<detail::UnaryOp::relu, T>(),
+                       detail::unary_op<detail::UnaryOp::positive_step, T>(),
+                       detail::DerivativeOf::output);
 }
 
 template <class T>
 Tensor<T> leaky_relu(const Tensor<T>& x, T slope = T(0.01)) {
-  return detail::unary(
-      x, [slope](T v) { return v > T(0) ? v : slope * v; },
-      [slope](T v) { return v > T(0) ? T(1) : slope; }, detail::DerivativeOf::input);
+  return detail::unary(x, detail::unary_op<detail::UnaryOp::leaky_relu>(slope),
+                       detail::unary_op<detail::UnaryOp::leaky_step>(slope),
+                       detail::DerivativeOf::input);
 }
 
 template <class T>
 Tensor<T> sigmoid(const Tensor<T>& x) {
-  return detail::unary(
-      x, [](T v) { return T(1) / (T(1) + std::exp(-v)); }, [](T y) { return y * (T(1) - y); },
-      detail::DerivativeOf::output);
+  return detail::unary(x, detail::unary_op<detail::UnaryOp::sigmoid, T>(),
+                       detail::unary_op<detail::UnaryOp::sigmoid_derivative, T>(),
+                       detail::DerivativeOf::output);
 }
 
 /// log(softmax(x)) over `dim`, computed stably as x - max - log(sum(exp(x - max))). Backward keeps

@@ -13,6 +13,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/compute_threads.hpp"
+#include "meshtensor/kernels/elementwise_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
@@ -21,14 +22,29 @@
 
 namespace meshtensor {
 namespace detail {
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+// The built-in ops (kernels/elementwise_formulas.hpp): unary op `code` with scalar operand s,
+// and binary op `code`.
+template <int code, class T>
+kernels::Unary<T, code> unary_op(T s = T(0)) {
+  return {s};
+}
+template <int code, class T>
+kernels::Binary<T, code> binary_op() {
+  return {};
+}
 
 template <class T, class F>
 Tensor<T> map_values(const Tensor<T>& t, F&& f) {
   Array<T> out = Array<T>::from_shape(t.local().shape());
   const T* in = t.local().data();
   T* o = out.data();
-  kernels::parallel_for(static_cast<std::int64_t>(out.size()), compute_threads(),
-                        [&](std::int64_t i) { o[i] = static_cast<T>(f(in[i])); });
+  const auto n = static_cast<std::int64_t>(out.size());
+  if (!kernels::map_on_gpu(f, in, o, n))
+    kernels::parallel_for(n, compute_threads(),
+                          [&](std::int64_t i) { o[i] = static_cast<T>(f(in[i])); });
   return Tensor<T>(t.mesh(), t.layout(), std::move(out));
 }
 
@@ -53,6 +69,8 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   const T* pa = in_place ? out.data() : operands[0].local().data();
   const T* pb = operands[1].local().data();
   T* po = out.data();
+  if (kernels::zip_on_gpu(f, sizes, strides, pa, pb, po))
+    return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
   // Runs of the output (contiguous); each operand either walks along with it or repeats one
   // value (a broadcast dim): plain loops in the common cases.
   kernels::parallel_for_each_run<3>(sizes, strides, compute_threads(),
@@ -88,8 +106,11 @@ Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivativ
   const T* pg = g.local().data();
   const T* px = x.local().data();
   T* o = out.data();
-  kernels::parallel_for(static_cast<std::int64_t>(out.size()), compute_threads(),
-                        [&](std::int64_t i) { o[i] = pg[i] * static_cast<T>(derivative(px[i])); });
+  const auto n = static_cast<std::int64_t>(out.size());
+  if (!kernels::times_derivative_on_gpu(derivative, pg, px, o, n))
+    kernels::parallel_for(n, compute_threads(), [&](std::int64_t i) {
+      o[i] = pg[i] * static_cast<T>(derivative(px[i]));
+    });
   return Tensor<T>(g.mesh(), g.layout(), std::move(out));
 }
 
@@ -142,8 +163,7 @@ Tensor<T> stop_gradient(const Tensor<T>& t) {
 namespace detail {
 template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>* a_consumed) {
-  auto out = zip_values(
-      a, b, [](T x, T y) { return x + y; }, "add", a_consumed);
+  auto out = zip_values(a, b, binary_op<detail::BinaryOp::add, T>(), "add", a_consumed);
   autodiff::record(
       out, {a, b},
       [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
@@ -167,22 +187,24 @@ Tensor<T> operator+(Tensor<T>&& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> operator-(const Tensor<T>& a, const Tensor<T>& b) {
-  auto out = detail::zip_values(
-      a, b, [](T x, T y) { return x - y; }, "subtract");
+  auto out =
+      detail::zip_values(a, b, detail::binary_op<detail::BinaryOp::subtract, T>(), "subtract");
   autodiff::record(
       out, {a, b},
       [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
         return std::vector<Tensor<T>>{
             need[0] ? sum_to(g, la) : Tensor<T>(),
-            need[1] ? sum_to(detail::map_values(g, [](T v) { return -v; }), lb) : Tensor<T>()};
+            need[1]
+                ? sum_to(detail::map_values(g, detail::unary_op<detail::UnaryOp::negate, T>()), lb)
+                : Tensor<T>()};
       });
   return out;
 }
 
 template <class T>
 Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) {
-  auto out = detail::zip_values(
-      a, b, [](T x, T y) { return x * y; }, "multiply");
+  auto out =
+      detail::zip_values(a, b, detail::binary_op<detail::BinaryOp::multiply, T>(), "multiply");
   // Each operand's gradient needs the other operand only: keep just what will be needed (a loss
   // weighting predictions by labels keeps the labels, not the predictions).
   autodiff::record(out, {a, b},
@@ -197,35 +219,35 @@ Tensor<T> operator*(const Tensor<T>& a, const Tensor<T>& b) {
 
 template <class T>
 Tensor<T> operator/(const Tensor<T>& a, const Tensor<T>& b) {
-  auto out = detail::zip_values(
-      a, b, [](T x, T y) { return x / y; }, "divide");
+  auto out = detail::zip_values(a, b, detail::binary_op<detail::BinaryOp::divide, T>(), "divide");
   autodiff::record(
       out, {a, b},
       [a = a.detach(), b = b.detach()](const Tensor<T>& g, const std::vector<bool>& need) {
         auto ga = need[0] ? sum_to(g / b, a.layout()) : Tensor<T>();
         Tensor<T> gb;
         if (need[1])
-          gb = sum_to(detail::map_values(g * a / (b * b), [](T v) { return -v; }), b.layout());
+          gb = sum_to(
+              detail::map_values(g * a / (b * b), detail::unary_op<detail::UnaryOp::negate, T>()),
+              b.layout());
         return std::vector<Tensor<T>>{ga, gb};
       });
   return out;
 }
 
 namespace detail {
-// max or min of two tensors; the gradient goes to the operand that was chosen (to a on ties).
-template <class T>
-Tensor<T> choose(const Tensor<T>& a, const Tensor<T>& b, bool larger, const std::string& op) {
-  auto pick_a = [larger](T x, T y) { return larger ? !(x < y) : !(y < x); };
-  auto out = zip_values(
-      a, b, [pick_a](T x, T y) { return pick_a(x, y) ? x : y; }, op);
+// max or min of two tensors: `pick` is BinaryOp::larger or smaller, `chosen` its mask (1 where a
+// is picked). The gradient goes to the operand that was picked (to a on ties).
+template <int pick, int chosen, class T>
+Tensor<T> choose(const Tensor<T>& a, const Tensor<T>& b, const std::string& name) {
+  auto out = zip_values(a, b, binary_op<pick, T>(), name);
   autodiff::record(
       out, {a, b},
-      [a = a.detach(), b = b.detach(), pick_a](const Tensor<T>& g, const std::vector<bool>& need) {
-        auto mask = zip_values(
-            a, b, [pick_a](T x, T y) { return T(pick_a(x, y)); }, "mask");
+      [a = a.detach(), b = b.detach()](const Tensor<T>& g, const std::vector<bool>& need) {
+        auto mask = zip_values(a, b, binary_op<chosen, T>(), "mask");
         auto ga = need[0] ? sum_to(g * mask, a.layout()) : Tensor<T>();
-        auto gb = need[1] ? sum_to(g * map_values(mask, [](T m) { return T(1) - m; }), b.layout())
-                          : Tensor<T>();
+        auto gb = need[1]
+                      ? sum_to(g * map_values(mask, unary_op<UnaryOp::one_minus, T>()), b.layout())
+                      : Tensor<T>();
         return std::vector<Tensor<T>>{ga, gb};
       });
   return out;
@@ -234,32 +256,33 @@ Tensor<T> choose(const Tensor<T>& a, const Tensor<T>& b, bool larger, const std:
 
 template <class T>
 Tensor<T> maximum(const Tensor<T>& a, const Tensor<T>& b) {
-  return detail::choose(a, b, true, "maximum");
+  return detail::choose<detail::BinaryOp::larger, detail::BinaryOp::larger_mask>(a, b, "maximum");
 }
 template <class T>
 Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) {
-  return detail::choose(a, b, false, "minimum");
+  return detail::choose<detail::BinaryOp::smaller, detail::BinaryOp::smaller_mask>(a, b, "minimum");
 }
 
-// Arithmetic with a scalar, and the named unary ops, each with its derivative.
+// Arithmetic with a scalar, and the named unary ops, each with its derivative
+// (kernels/elementwise_formulas.hpp says what each computes).
 // clang-format off
-template <class T> Tensor<T> operator+(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x + s; }, [](T) { return T(1); }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> operator-(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x - s; }, [](T) { return T(1); }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> operator*(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x * s; }, [s](T) { return s; }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> operator/(const Tensor<T>& a, T s) { return detail::unary(a, [s](T x) { return x / s; }, [s](T) { return T(1) / s; }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator+(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::plus_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(T(1)), detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::minus_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(T(1)), detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator*(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::times_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(s), detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator/(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::over_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(T(1) / s), detail::DerivativeOf::input); }
 template <class T> Tensor<T> operator+(T s, const Tensor<T>& a) { return a + s; }
-template <class T> Tensor<T> operator-(T s, const Tensor<T>& a) { return detail::unary(a, [s](T x) { return s - x; }, [](T) { return T(-1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator-(T s, const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::scalar_minus>(s), detail::unary_op<detail::UnaryOp::constant>(T(-1)), detail::DerivativeOf::input); }
 template <class T> Tensor<T> operator*(T s, const Tensor<T>& a) { return a * s; }
-template <class T> Tensor<T> operator/(T s, const Tensor<T>& a) { return detail::unary(a, [s](T x) { return s / x; }, [s](T x) { return -s / (x * x); }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> operator-(const Tensor<T>& a) { return detail::unary(a, [](T x) { return -x; }, [](T) { return T(-1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator/(T s, const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::scalar_over>(s), detail::unary_op<detail::UnaryOp::minus_scalar_over_square>(s), detail::DerivativeOf::input); }
+template <class T> Tensor<T> operator-(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::negate, T>(), detail::unary_op<detail::UnaryOp::constant>(T(-1)), detail::DerivativeOf::input); }
 
-template <class T> Tensor<T> abs(const Tensor<T>& a) { return detail::unary(a, [](T x) { return x < T(0) ? -x : x; }, [](T x) { return x < T(0) ? T(-1) : T(1); }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> square(const Tensor<T>& a) { return detail::unary(a, [](T x) { return x * x; }, [](T x) { return 2 * x; }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> exp(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::exp(x); }, [](T y) { return y; }, detail::DerivativeOf::output); }
-template <class T> Tensor<T> log(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::log(x); }, [](T x) { return T(1) / x; }, detail::DerivativeOf::input); }
-template <class T> Tensor<T> sqrt(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::sqrt(x); }, [](T y) { return T(0.5) / y; }, detail::DerivativeOf::output); }
-template <class T> Tensor<T> tanh(const Tensor<T>& a) { return detail::unary(a, [](T x) { return std::tanh(x); }, [](T y) { return T(1) - y * y; }, detail::DerivativeOf::output); }
-template <class T> Tensor<T> pow(const Tensor<T>& a, T p) { return detail::unary(a, [p](T x) { return std::pow(x, p); }, [p](T x) { return p * std::pow(x, p - 1); }, detail::DerivativeOf::input); }
+template <class T> Tensor<T> abs(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::absolute, T>(), detail::unary_op<detail::UnaryOp::sign, T>(), detail::DerivativeOf::input); }
+template <class T> Tensor<T> square(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::square, T>(), detail::unary_op<detail::UnaryOp::twice, T>(), detail::DerivativeOf::input); }
+template <class T> Tensor<T> exp(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::exponential, T>(), detail::unary_op<detail::UnaryOp::identity, T>(), detail::DerivativeOf::output); }
+template <class T> Tensor<T> log(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::logarithm, T>(), detail::unary_op<detail::UnaryOp::reciprocal, T>(), detail::DerivativeOf::input); }
+template <class T> Tensor<T> sqrt(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::square_root, T>(), detail::unary_op<detail::UnaryOp::half_over, T>(), detail::DerivativeOf::output); }
+template <class T> Tensor<T> tanh(const Tensor<T>& a) { return detail::unary(a, detail::unary_op<detail::UnaryOp::hyperbolic_tangent, T>(), detail::unary_op<detail::UnaryOp::one_minus_square, T>(), detail::DerivativeOf::output); }
+template <class T> Tensor<T> pow(const Tensor<T>& a, T p) { return detail::unary(a, detail::unary_op<detail::UnaryOp::power>(p), detail::unary_op<detail::UnaryOp::power_derivative>(p), detail::DerivativeOf::input); }
 // clang-format on
 
 }  // namespace meshtensor

@@ -108,15 +108,13 @@ Tensor<T> reduce_recorded(const Tensor<T>& t, const DimNames& reduced, ReduceOp 
   } else {
     autodiff::record(
         out, {t}, [t, out = out.detach(), reduced](const Tensor<T>& g, const std::vector<bool>&) {
-          auto attained = zip_values(
-              t, broadcast_to(out, t.layout()), [](T x, T m) { return T(x == m); }, "mask");
+          auto attained = zip_values(t, broadcast_to(out, t.layout()),
+                                     binary_op<BinaryOp::equal_mask, T>(), "mask");
           auto ties = reduce(attained, reduced, ReduceOp::sum, "ties");
-          auto share = zip_values(
-              g, ties, [](T x, T n) { return x / n; }, "share");
+          auto share = zip_values(g, ties, binary_op<BinaryOp::divide, T>(), "share");
           return std::vector<Tensor<T>>{
-              detail::relayout_to(zip_values(
-                                      attained, broadcast_to(share, t.layout()),
-                                      [](T m, T s) { return m * s; }, "route"),
+              detail::relayout_to(zip_values(attained, broadcast_to(share, t.layout()),
+                                             binary_op<BinaryOp::multiply, T>(), "route"),
                                   t.layout())};
         });
   }

@@ -1,50 +1,205 @@
 #pragma once
 // meshtensor's own CUDA kernels for element-wise work on a processor that computes on a GPU,
-// compiled at run time (device/runtime_compiler.hpp; cuDNN's kernels are in kernels/cudnn/). Each
-// host function returns false, doing nothing, unless the calling thread computes on a GPU and every
-// operand is in device or managed memory; the caller then runs its CPU loop. Results are bitwise
-// those of the CPU loops (one IEEE operation per element).
+// compiled at run time (device/runtime_compiler.hpp; cuDNN's kernels are in kernels/cudnn/): the
+// built-in unary and binary ops, a gradient times an op's derivative, and accumulation. The ops'
+// formulas are the CPU loops' own text (kernels/elementwise_formulas.hpp), so +, -, *, / and the
+// comparisons agree with the CPU bit for bit; exp, log, tanh and pow use CUDA's math library,
+// within a few units in the last place of the host's. Each host function returns false, doing
+// nothing, unless the calling thread computes on a GPU and every operand is in device or managed
+// memory; the caller then runs its CPU loop.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <type_traits>
+#include <string>
+#include <tuple>
 
-#include "meshtensor/device/cuda.hpp"
-#include "meshtensor/device/memory.hpp"
-#include "meshtensor/device/runtime_compiler.hpp"
+#include "meshtensor/kernels/elementwise_formulas.hpp"
+#include "meshtensor/kernels/gpu/launch.hpp"
+#include "meshtensor/kernels/reference/strided.hpp"
 
 namespace meshtensor::kernels::gpu {
 
-/// The element-wise kernels' source (grid-stride loops over n elements).
-inline const cuda::KernelSource& elementwise_source() {
-  static const cuda::KernelSource source{"meshtensor_elementwise.cu", R"(
-extern "C" __global__ void accumulate_f32(float* into, const float* add, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+/// The kernels, after the formulas: grid-stride loops over n elements; a zip walks up to 8 dims
+/// with each operand's strides (0 where it is broadcast).
+inline const char* elementwise_kernels_text() {
+  static const char* const text{R"(
+template <int op, class T>
+__device__ T unary_by_code(int code, T x, T s) {
+  if constexpr (op == UnaryOp::count) return x;
+  else return code == op ? unary_formula<op>(x, s) : unary_by_code<op + 1>(code, x, s);
+}
+template <int op, class T>
+__device__ T binary_by_code(int code, T x, T y) {
+  if constexpr (op == BinaryOp::count) return x;
+  else return code == op ? binary_formula<op>(x, y) : binary_by_code<op + 1>(code, x, y);
+}
+
+// The host's Walk: a box of up to 8 dims and the strides of a, b and the output over it.
+struct Walk {
+  long long rank;
+  long long sizes[8];
+  long long strides[3][8];
+};
+
+#define MESHTENSOR_GRID_STRIDE(i, n)                                          \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; \
        i += (long long)blockDim.x * gridDim.x)
-    into[i] += add[i];
+
+template <class T>
+__device__ void map_values(int code, T s, const T* x, T* out, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) out[i] = unary_by_code<0>(code, x[i], s);
+}
+template <class T>
+__device__ void times_derivative(int code, T s, const T* g, const T* x, T* out, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) out[i] = g[i] * unary_by_code<0>(code, x[i], s);
+}
+template <class T>
+__device__ void zip_values(int code, const Walk& w, const T* a, const T* b, T* out, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) {
+    long long rest = i, at[3] = {0, 0, 0};
+    for (long long d = w.rank - 1; d >= 0; --d) {
+      const long long k = rest % w.sizes[d];
+      rest /= w.sizes[d];
+      for (int j = 0; j < 3; ++j) at[j] += k * w.strides[j][d];
+    }
+    out[at[2]] = binary_by_code<0>(code, a[at[0]], b[at[1]]);
+  }
+}
+template <class T>
+__device__ void accumulate(T* into, const T* add, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) into[i] += add[i];
+}
+
+extern "C" __global__ void map_f32(int code, float s, const float* x, float* out, long long n) {
+  map_values(code, s, x, out, n);
+}
+extern "C" __global__ void map_f64(int code, double s, const double* x, double* out, long long n) {
+  map_values(code, s, x, out, n);
+}
+extern "C" __global__ void times_derivative_f32(int code, float s, const float* g, const float* x,
+                                                float* out, long long n) {
+  times_derivative(code, s, g, x, out, n);
+}
+extern "C" __global__ void times_derivative_f64(int code, double s, const double* g,
+                                                const double* x, double* out, long long n) {
+  times_derivative(code, s, g, x, out, n);
+}
+extern "C" __global__ void zip_f32(int code, Walk w, const float* a, const float* b, float* out,
+                                   long long n) {
+  zip_values(code, w, a, b, out, n);
+}
+extern "C" __global__ void zip_f64(int code, Walk w, const double* a, const double* b,
+                                   double* out, long long n) {
+  zip_values(code, w, a, b, out, n);
+}
+extern "C" __global__ void accumulate_f32(float* into, const float* add, long long n) {
+  accumulate(into, add, n);
 }
 extern "C" __global__ void accumulate_f64(double* into, const double* add, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)blockDim.x * gridDim.x)
-    into[i] += add[i];
+  accumulate(into, add, n);
 }
 )"};
+  return text;
+}
+
+/// The GPU source: the shared formulas, then the kernels.
+inline const cuda::KernelSource& elementwise_source() {
+  static const cuda::KernelSource source{
+      "meshtensor_elementwise.cu",
+      with_shared_code(shared::elementwise_formulas_text(), elementwise_kernels_text())};
   return source;
+}
+
+namespace detail {
+constexpr int walk_dims = 8;
+
+// The kernels' Walk (all 64-bit: the same layout on both sides).
+struct Walk {
+  std::int64_t rank = 0;
+  std::int64_t sizes[walk_dims] = {};
+  std::int64_t strides[3][walk_dims] = {};
+};
+
+// The kernels' walk over a box of `sizes` (dims merged where every operand allows), and the
+// elements each operand spans from its first; false if more than 8 dims remain.
+inline bool walk_of(const Sizes& sizes, const std::array<Strides, 3>& strides, Walk* walk,
+                    std::array<std::int64_t, 3>* spans) {
+  Sizes merged;
+  std::array<Strides, 3> merged_strides;
+  std::tie(merged, merged_strides) = merge_dims<3>(sizes, strides);
+  if (merged.size() > std::size_t(walk_dims)) return false;
+  walk->rank = static_cast<std::int64_t>(merged.size());  // 0 for a box of size-1 dims
+  for (int k = 0; k < 3; ++k) (*spans)[k] = 1;
+  for (std::size_t d = 0; d < merged.size(); ++d) {
+    walk->sizes[d] = merged[d];
+    for (int k = 0; k < 3; ++k) {
+      walk->strides[k][d] = merged_strides[k][d];
+      (*spans)[k] += (merged[d] - 1) * merged_strides[k][d];
+    }
+  }
+  return true;
+}
+}  // namespace detail
+
+/// out[i] = unary_formula<code>(x[i], s) for i < n, on the GPU; false when it cannot run there.
+template <class T>
+bool map(int code, T s, const T* x, T* out, std::int64_t n) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({x, out})) return false;
+    run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64"), n,
+               {operand(x, n), operand(out, n)}, code, s, x, out, static_cast<long long>(n));
+    return true;
+  }
+}
+
+/// out[i] = g[i] * unary_formula<code>(x[i], s) for i < n: a gradient through a unary op.
+template <class T>
+bool times_derivative(int code, T s, const T* g, const T* x, T* out, std::int64_t n) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({g, x, out})) return false;
+    run_kernel(elementwise_source(), instance<T>("times_derivative_f32", "times_derivative_f64"), n,
+               {operand(g, n), operand(x, n), operand(out, n)}, code, s, g, x, out,
+               static_cast<long long>(n));
+    return true;
+  }
+}
+
+/// binary_formula<code> of a and b at each index of `sizes`, into out; strides[0..2] are a's, b's
+/// and out's (in elements, 0 where broadcast). False when it cannot run on the GPU, or the box has
+/// more than 8 dims once merged.
+template <class T>
+bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, const T* a,
+         const T* b, T* out) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({a, b, out})) return false;
+    const std::int64_t n = num_elements(sizes);
+    if (n == 0) return true;
+    detail::Walk walk;
+    std::array<std::int64_t, 3> spans{};
+    if (!detail::walk_of(sizes, strides, &walk, &spans)) return false;
+    run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64"), n,
+               {operand(a, spans[0]), operand(b, spans[1]), operand(out, spans[2])}, code, walk, a,
+               b, out, static_cast<long long>(n));
+    return true;
+  }
 }
 
 /// into[i] += add[i] for i < n, on the GPU; false when it cannot run there.
 template <class T>
 bool accumulate(T* into, const T* add, std::int64_t n) {
-  constexpr bool is_f32 = std::is_same_v<T, float>, is_f64 = std::is_same_v<T, double>;
-  if constexpr (!is_f32 && !is_f64) {
+  if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
     if (!cuda::runs_here({into, add})) return false;
-    const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(into, std::size_t(n) * sizeof(T), stream);
-    cuda::prefetch_to_gpu(add, std::size_t(n) * sizeof(T), stream);
-    cuda::launch(cuda::kernel(elementwise_source(), is_f32 ? "accumulate_f32" : "accumulate_f64"),
-                 n, stream, into, add, static_cast<long long>(n));
-    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host reads next
+    run_kernel(elementwise_source(), instance<T>("accumulate_f32", "accumulate_f64"), n,
+               {operand(into, n), operand(add, n)}, into, add, static_cast<long long>(n));
     return true;
   }
 }

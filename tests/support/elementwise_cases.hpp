@@ -1,0 +1,162 @@
+#pragma once
+// Cases for the GPU element-wise and optimiser kernels (against the CPU loops): every built-in
+// unary op and derivative on inputs inside its domain, every binary op over boxes where an
+// operand is broadcast or stored in another dim order, and optimiser steps.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include <meshtensor/kernels/elementwise_formulas.hpp>
+#include <meshtensor/kernels/optimizer_formulas.hpp>
+#include <meshtensor/kernels/reference/strided.hpp>
+
+namespace meshtensor::testing {
+namespace detail {
+template <class T, int... ops>
+std::function<T(T, T)> unary_table(int code, std::integer_sequence<int, ops...>) {
+  std::function<T(T, T)> found;
+  ((ops == code ? void(found = [](T x, T s) { return kernels::Unary<T, ops>{s}(x); }) : void()),
+   ...);
+  return found;
+}
+template <class T, int... ops>
+std::function<T(T, T)> binary_table(int code, std::integer_sequence<int, ops...>) {
+  std::function<T(T, T)> found;
+  ((ops == code ? void(found = [](T x, T y) { return kernels::Binary<T, ops>{}(x, y); }) : void()),
+   ...);
+  return found;
+}
+}  // namespace detail
+
+/// The CPU formula of unary op `code`: f(x, s).
+template <class T>
+std::function<T(T, T)> unary_on_cpu(int code) {
+  return detail::unary_table<T>(code, std::make_integer_sequence<int, kernels::UnaryOp::count>{});
+}
+
+/// The CPU formula of binary op `code`: f(x, y).
+template <class T>
+std::function<T(T, T)> binary_on_cpu(int code) {
+  return detail::binary_table<T>(code, std::make_integer_sequence<int, kernels::BinaryOp::count>{});
+}
+
+/// Whether unary op `code` takes only positive inputs (logarithms, roots, powers, reciprocals).
+inline bool positive_inputs_only(int code) {
+  using U = kernels::UnaryOp;
+  for (int c : {U::logarithm, U::square_root, U::power, U::power_derivative, U::reciprocal,
+                U::half_over, U::scalar_over, U::minus_scalar_over_square})
+    if (c == code) return true;
+  return false;
+}
+
+/// n inputs for unary op `code`: mixed signs, zeros and ties where its domain allows.
+template <class T>
+std::vector<T> unary_inputs(int code, std::size_t n) {
+  std::vector<T> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = 3 * std::sin(0.37 * double(i) + 0.1);
+    x[i] = T(positive_inputs_only(code) ? std::abs(v) + 0.05 : (i % 7 == 0 ? 0.0 : v));
+  }
+  return x;
+}
+
+/// The scalar operand each unary op gets in the cases (a leaky slope, a power, a constant...).
+template <class T>
+T unary_scalar(int code) {
+  return code == kernels::UnaryOp::power || code == kernels::UnaryOp::power_derivative ? T(1.7)
+                                                                                       : T(0.3);
+}
+
+/// Values for a binary case's operands, with ties between a and b.
+template <class T>
+std::vector<T> zip_operand(std::int64_t n, double phase) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = T(i % 5 == 0 ? 1.0 : std::cos(1.3 * double(i) + phase) + 0.01);
+  return v;
+}
+
+/// Unary op `code` on n inputs, and what the CPU computes: y = f(x), dy = g * f(x) (f taken as a
+/// derivative).
+template <class T>
+struct UnaryCheck {
+  T s;
+  std::vector<T> x, g, y_ref, dy_ref;
+  UnaryCheck(int code, std::size_t n)
+      : s(unary_scalar<T>(code)),
+        x(unary_inputs<T>(code, n)),
+        g(zip_operand<T>(std::int64_t(n), 0.5)),
+        y_ref(n),
+        dy_ref(n) {
+    const auto f = unary_on_cpu<T>(code);
+    for (std::size_t i = 0; i < n; ++i) {
+      y_ref[i] = f(x[i], s);
+      dy_ref[i] = g[i] * f(x[i], s);
+    }
+  }
+};
+
+/// A box and the strides of a, b and the output over it (the output row-major).
+struct ZipCase {
+  kernels::Sizes sizes;
+  std::array<kernels::Strides, 3> strides;
+  std::int64_t a_elements, b_elements;
+};
+
+inline std::vector<ZipCase> zip_cases() {
+  // [4, 5, 6] with a contiguous and b a per-channel vector; b broadcast along the middle dim; a
+  // stored transposed ([6, 5, 4]); a scalar against a box; and a box of size-1 dims.
+  return {
+      {{4, 5, 6}, {kernels::Strides{30, 6, 1}, {0, 0, 1}, {30, 6, 1}}, 120, 6},
+      {{4, 5, 6}, {kernels::Strides{30, 6, 1}, {6, 0, 1}, {30, 6, 1}}, 120, 24},
+      {{4, 5, 6}, {kernels::Strides{1, 4, 20}, {30, 6, 1}, {30, 6, 1}}, 120, 120},
+      {{3, 7}, {kernels::Strides{0, 0}, {7, 1}, {7, 1}}, 1, 21},
+      {{1, 1, 1}, {kernels::Strides{1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, 1, 1},
+  };
+}
+
+/// out = f(a, b) over a case's box, as the CPU walks it.
+template <class T, class F>
+std::vector<T> zip_on_cpu(const ZipCase& c, const std::vector<T>& a, const std::vector<T>& b,
+                          F&& f) {
+  std::vector<T> out(std::size_t(kernels::num_elements(c.sizes)));
+  kernels::for_each_offset<3>(c.sizes, c.strides, [&](const std::array<std::int64_t, 3>& o) {
+    out[std::size_t(o[2])] = f(a[std::size_t(o[0])], b[std::size_t(o[1])]);
+  });
+  return out;
+}
+
+/// Optimiser state after a few steps (so the moments are not zero): parameters, moments,
+/// gradients.
+template <class T>
+struct OptimizerState {
+  std::vector<T> parameter, first, second, gradient;
+  explicit OptimizerState(std::size_t n) : parameter(n), first(n), second(n), gradient(n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      parameter[i] = T(std::sin(0.7 * double(i)));
+      first[i] = T(0.01 * std::cos(double(i)));
+      second[i] = T(1e-4 * (1.5 + std::sin(0.3 * double(i))));
+      gradient[i] = T(0.1 * std::cos(0.2 * double(i) + 1));
+    }
+  }
+};
+
+/// Adam and AdamW steps: step 3, weight decay coupled and decoupled.
+inline std::vector<kernels::shared::AdamStep> adam_steps() {
+  auto step = [](double weight_decay, long long decoupled) {
+    return kernels::shared::AdamStep{
+        1e-3,     0.9, 0.999, 1e-8, weight_decay, 1 - 0.9 * 0.9 * 0.9, 1 - 0.999 * 0.999 * 0.999,
+        decoupled};
+  };
+  return {step(0.0, 0), step(0.01, 0), step(0.01, 1)};
+}
+
+inline std::vector<kernels::shared::SgdStep> sgd_steps() {
+  return {{0.01, 0.0, 0.0}, {0.01, 0.9, 1e-4}};
+}
+
+}  // namespace meshtensor::testing
