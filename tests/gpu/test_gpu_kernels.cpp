@@ -19,6 +19,7 @@
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
@@ -217,5 +218,26 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n)));
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
     CHECK(largest_relative_gap(v, ref.first) < 2e-7);
+  }
+}
+
+TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
+  for (const auto& c : testing::copy_cases()) {
+    INFO("box of " << c.box.size() << " dims");
+    const auto values = testing::zip_operand<float>(c.from_elements, 0.3);
+    std::vector<float> to_ref(std::size_t(c.to_elements), -1.0f);
+    kernels::copy_box(c.box, values.data(), c.from_strides, to_ref.data(), c.to_strides);
+    auto from = on_gpu(values);
+    Buffer<float> to(to_ref.size(), -1.0f);
+    REQUIRE(kernels::gpu::copy_box(c.box, from.data(), c.from_strides, to.data(), c.to_strides));
+    CHECK(differing(to, to_ref) == 0);
+    std::vector<std::int64_t> indices(values.size()), to64_ref(to_ref.size(), -1);
+    for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = std::int64_t(i) * 7 + 1;
+    kernels::copy_box(c.box, indices.data(), c.from_strides, to64_ref.data(), c.to_strides);
+    auto from64 = on_gpu(indices);
+    Buffer<std::int64_t> to64(to_ref.size(), -1);
+    REQUIRE(
+        kernels::gpu::copy_box(c.box, from64.data(), c.from_strides, to64.data(), c.to_strides));
+    CHECK(differing(to64, to64_ref) == 0);
   }
 }

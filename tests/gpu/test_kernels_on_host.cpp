@@ -13,6 +13,7 @@
 
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/kernels/reference/pool.hpp>
 
 #include "support/elementwise_cases.hpp"
@@ -139,6 +140,32 @@ void check_elementwise_kernels() {
         host_kernels::zip_f64(code, walk, a.data(), b.data(), out.data(), out.size());
       CHECK(same_bits(out, out_ref));
     }
+}
+
+TEST_CASE("the copy kernels, run on the host, copy strided boxes as the reference loops") {
+  for (const auto& c : testing::copy_cases()) {
+    INFO("box of " << c.box.size() << " dims");
+    const auto from = testing::zip_operand<double>(c.from_elements, 0.3);
+    std::vector<double> to_ref(std::size_t(c.to_elements), -1.0), to = to_ref;
+    kernels::copy_box(c.box, from.data(), c.from_strides, to_ref.data(), c.to_strides);
+    kernels::gpu::detail::Walk flat;
+    std::array<std::int64_t, 3> spans{};
+    REQUIRE(kernels::gpu::detail::walk_of(
+        c.box, {c.from_strides, kernels::Strides(c.box.size(), 0), c.to_strides}, &flat, &spans));
+    host_kernels::Walk walk;
+    std::memcpy(&walk, &flat, sizeof walk);
+    host_kernels::copy_8_bytes(walk, reinterpret_cast<const unsigned long long*>(from.data()),
+                               reinterpret_cast<unsigned long long*>(to.data()),
+                               kernels::num_elements(c.box));
+    CHECK(same_bits(to, to_ref));
+    std::vector<float> from32(from.begin(), from.end()), to32_ref(to_ref.size(), -1.0f),
+        to32(to_ref.size(), -1.0f);
+    kernels::copy_box(c.box, from32.data(), c.from_strides, to32_ref.data(), c.to_strides);
+    host_kernels::copy_4_bytes(walk, reinterpret_cast<const unsigned*>(from32.data()),
+                               reinterpret_cast<unsigned*>(to32.data()),
+                               kernels::num_elements(c.box));
+    CHECK(same_bits(to32, to32_ref));
+  }
 }
 
 TEST_CASE("the element-wise kernels, run on the host, equal the CPU loops bit for bit") {

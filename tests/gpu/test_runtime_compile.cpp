@@ -18,7 +18,7 @@ TEST_CASE("every kernel source compiles for Turing to Hopper") {
   const std::vector<std::pair<const cuda::KernelSource*, std::vector<std::string>>> sources{
       {&kernels::gpu::elementwise_source(),
        {"map_f32", "map_f64", "times_derivative_f32", "times_derivative_f64", "zip_f32", "zip_f64",
-        "accumulate_f32", "accumulate_f64"}},
+        "copy_4_bytes", "copy_8_bytes", "accumulate_f32", "accumulate_f64"}},
       {&kernels::gpu::optimizer_source(), {"sgd_f32", "sgd_f64", "adam_f32", "adam_f64"}},
       {&kernels::gpu::pool_source(),
        {"max_pool_forward_f32", "avg_pool_forward_f32", "pool_backward_f32"}},

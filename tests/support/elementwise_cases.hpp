@@ -119,6 +119,29 @@ inline std::vector<ZipCase> zip_cases() {
   };
 }
 
+/// A copy between strided boxes: from a block into a message, a halo into a block, a broadcast
+/// (stride 0 reads), a block into another dim order.
+struct CopyCase {
+  kernels::Sizes box;
+  kernels::Strides from_strides, to_strides;
+  std::int64_t from_elements, to_elements;
+};
+
+inline std::vector<CopyCase> copy_cases() {
+  return {
+      // a 2x3x4 face of a 6x5x4 block, packed row-major
+      {{2, 3, 4}, {20, 4, 1}, {12, 4, 1}, 120, 24},
+      // unpacked into the middle of an 8x5x4 block
+      {{2, 3, 4}, {12, 4, 1}, {20, 4, 1}, 24, 160},
+      // a [4] vector broadcast over [3, 5, 4]
+      {{3, 5, 4}, {0, 0, 1}, {20, 4, 1}, 4, 60},
+      // a 3x4x5 block written in the order [5, 3, 4]
+      {{3, 4, 5}, {20, 5, 1}, {4, 1, 12}, 60, 60},
+      // one element
+      {{1, 1}, {1, 1}, {1, 1}, 1, 1},
+  };
+}
+
 /// out = f(a, b) over a case's box, as the CPU walks it.
 template <class T, class F>
 std::vector<T> zip_on_cpu(const ZipCase& c, const std::vector<T>& a, const std::vector<T>& b,

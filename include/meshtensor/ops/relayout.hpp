@@ -14,7 +14,7 @@
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/kernels/reference/copy_box.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
@@ -64,13 +64,13 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
       const T* from =
           tensor.local().data() + kernels::offset_of_box(to_send, old_block, old_strides);
       if (p == mesh.processor()) {
-        kernels::copy_box(to_send.sizes(), from, old_strides,
-                          local.data() + kernels::offset_of_box(to_send, new_block, new_strides),
-                          new_strides);
+        kernels::copy_impl::copy_box(
+            to_send.sizes(), from, old_strides,
+            local.data() + kernels::offset_of_box(to_send, new_block, new_strides), new_strides);
       } else {
         auto& piece = outgoing.emplace_back(Piece{to_send, std::vector<T>(to_send.num_elements())});
-        kernels::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
-                          kernels::row_major_strides(to_send.sizes()));
+        kernels::copy_impl::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
+                                     kernels::row_major_strides(to_send.sizes()));
         requests.push_back(
             world.isend(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
       }
@@ -86,7 +86,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   }
   wait_all(requests);
   for (const auto& piece : incoming)
-    kernels::copy_box(
+    kernels::copy_impl::copy_box(
         piece.box.sizes(), piece.data.data(), kernels::row_major_strides(piece.box.sizes()),
         local.data() + kernels::offset_of_box(piece.box, new_block, new_strides), new_strides);
   return Tensor<T>(mesh, target, std::move(local));

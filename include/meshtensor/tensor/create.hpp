@@ -16,7 +16,7 @@
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/shape.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/kernels/reference/copy_box.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -101,9 +101,9 @@ Tensor<T> scatter(Mesh& mesh, const Shape& shape, const Layout& layout, const Co
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   const auto global_strides = kernels::row_major_strides(shape.sizes());
-  kernels::copy_box(block.sizes(),
-                    global.data() + kernels::offset_of(block.offsets(), global_strides),
-                    global_strides, local.data(), kernels::row_major_strides(block.sizes()));
+  kernels::copy_impl::copy_box(
+      block.sizes(), global.data() + kernels::offset_of(block.offsets(), global_strides),
+      global_strides, local.data(), kernels::row_major_strides(block.sizes()));
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // meshtensor's own CUDA kernels for element-wise work on a processor that computes on a GPU,
 // compiled at run time (device/runtime_compiler.hpp; cuDNN's kernels are in kernels/cudnn/): the
-// built-in unary and binary ops, a gradient times an op's derivative, and accumulation. The ops'
+// built-in unary and binary ops, a gradient times an op's derivative, copies between strided
+// boxes (packing halos and messages, broadcasting, reordering dims), and accumulation. The ops'
 // formulas are the CPU loops' own text (kernels/elementwise_formulas.hpp), so +, -, *, / and the
 // comparisons agree with the CPU bit for bit; exp, log, tanh and pow use CUDA's math library,
 // within a few units in the last place of the host's. Each host function returns false, doing
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "meshtensor/kernels/elementwise_formulas.hpp"
 #include "meshtensor/kernels/gpu/launch.hpp"
@@ -54,16 +56,30 @@ template <class T>
 __device__ void times_derivative(int code, T s, const T* g, const T* x, T* out, long long n) {
   MESHTENSOR_GRID_STRIDE(i, n) out[i] = g[i] * unary_by_code<0>(code, x[i], s);
 }
+// Each operand's offset of the walk's i-th index (row-major).
+__device__ void offsets_of(const Walk& w, long long i, long long* at) {
+  at[0] = at[1] = at[2] = 0;
+  for (long long d = w.rank - 1; d >= 0; --d) {
+    const long long k = i % w.sizes[d];
+    i /= w.sizes[d];
+    for (int j = 0; j < 3; ++j) at[j] += k * w.strides[j][d];
+  }
+}
 template <class T>
 __device__ void zip_values(int code, const Walk& w, const T* a, const T* b, T* out, long long n) {
   MESHTENSOR_GRID_STRIDE(i, n) {
-    long long rest = i, at[3] = {0, 0, 0};
-    for (long long d = w.rank - 1; d >= 0; --d) {
-      const long long k = rest % w.sizes[d];
-      rest /= w.sizes[d];
-      for (int j = 0; j < 3; ++j) at[j] += k * w.strides[j][d];
-    }
+    long long at[3];
+    offsets_of(w, i, at);
     out[at[2]] = binary_by_code<0>(code, a[at[0]], b[at[1]]);
+  }
+}
+// A copy between strided boxes: from operand 0's offsets to the output's, any 4- or 8-byte type.
+template <class T>
+__device__ void copy_walk(const Walk& w, const T* from, T* to, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) {
+    long long at[3];
+    offsets_of(w, i, at);
+    to[at[2]] = from[at[0]];
   }
 }
 template <class T>
@@ -92,6 +108,13 @@ extern "C" __global__ void zip_f32(int code, Walk w, const float* a, const float
 extern "C" __global__ void zip_f64(int code, Walk w, const double* a, const double* b,
                                    double* out, long long n) {
   zip_values(code, w, a, b, out, n);
+}
+extern "C" __global__ void copy_4_bytes(Walk w, const unsigned* from, unsigned* to, long long n) {
+  copy_walk(w, from, to, n);
+}
+extern "C" __global__ void copy_8_bytes(Walk w, const unsigned long long* from,
+                                        unsigned long long* to, long long n) {
+  copy_walk(w, from, to, n);
 }
 extern "C" __global__ void accumulate_f32(float* into, const float* add, long long n) {
   accumulate(into, add, n);
@@ -187,6 +210,28 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
     run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64"), n,
                {operand(a, spans[0]), operand(b, spans[1]), operand(out, spans[2])}, code, walk, a,
                b, out, static_cast<long long>(n));
+    return true;
+  }
+}
+
+/// to[i * to_strides] = from[i * from_strides] for every index i of `box`, on the GPU, as
+/// kernels/reference/copy_box.hpp: for elements of 4 or 8 bytes; false when it cannot run there.
+template <class T>
+bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* to,
+              const Strides& to_strides) {
+  if constexpr ((sizeof(T) != 4 && sizeof(T) != 8) || !std::is_trivially_copyable_v<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({from, to})) return false;
+    const std::int64_t n = num_elements(box);
+    if (n == 0) return true;
+    detail::Walk walk;
+    std::array<std::int64_t, 3> spans{};
+    if (!detail::walk_of(box, {from_strides, Strides(box.size(), 0), to_strides}, &walk, &spans))
+      return false;
+    run_kernel(elementwise_source(), sizeof(T) == 4 ? "copy_4_bytes" : "copy_8_bytes", n,
+               {operand(from, spans[0]), operand(to, spans[2])}, walk,
+               static_cast<const void*>(from), static_cast<void*>(to), static_cast<long long>(n));
     return true;
   }
 }
