@@ -19,6 +19,7 @@
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/sum.hpp>
 #include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/memory/array.hpp>
 
@@ -240,4 +241,38 @@ TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
         kernels::gpu::copy_box(c.box, from64.data(), c.from_strides, to64.data(), c.to_strides));
     CHECK(differing(to64, to64_ref) == 0);
   }
+}
+
+namespace {
+template <std::size_t N>
+void check_sum_on_gpu(const testing::SumCase& c) {
+  std::vector<std::vector<float>> values;
+  std::vector<Buffer<float>> on_device;
+  for (std::size_t k = 0; k < N; ++k) {
+    values.push_back(testing::zip_operand<float>(c.elements[k], double(k)));
+    on_device.push_back(on_gpu(values.back()));
+  }
+  const auto operands = testing::sum_operands<float, N>(c, values);
+  auto device_operands = operands;
+  for (std::size_t k = 0; k < N; ++k) device_operands[k].data = on_device[k].data();
+  const auto outputs = std::size_t(kernels::num_elements(c.outer));
+  std::vector<double> ref(outputs);
+  kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
+  Buffer<double> out(outputs, 7.0);
+  REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
+  CHECK(testing::sum_gap(std::vector<double>(out.begin(), out.end()), ref) < 1e-12);
+}
+}  // namespace
+
+TEST_CASE("sums of products on the GPU equal the CPU's to double rounding") {
+  // Scale 1: few terms per output (a thread each); 4096: the chunked kernel.
+  for (const std::int64_t scale : {1, 4096})
+    for (const auto& c : testing::sum_cases(scale)) {
+      INFO(c.outer.size() << " outer dims, " << c.inner.size() << " inner, " << c.elements.size()
+                          << " operands, scale " << scale);
+      if (c.elements.size() == 1)
+        check_sum_on_gpu<1>(c);
+      else
+        check_sum_on_gpu<2>(c);
+    }
 }

@@ -13,6 +13,7 @@
 
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/sum.hpp>
 #include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/kernels/reference/pool.hpp>
 
@@ -22,13 +23,18 @@
 // The CUDA built-ins the kernels use, for a grid of one thread.
 #undef __global__
 #undef __device__
+#undef __shared__
 #define __global__
 #define __device__
+#define __shared__
 namespace host_cuda {
 struct Index {
-  unsigned x = 0;
+  unsigned x = 0, y = 0;
 };
-inline const Index blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
+// One thread per block; a test walks the blocks of a 2D grid by setting blockIdx and gridDim.
+inline Index blockIdx{0, 0}, gridDim{1, 1};
+inline const Index threadIdx{0, 0}, blockDim{1, 1};
+inline void __syncthreads() {}
 inline float __int_as_float(int bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -42,6 +48,7 @@ using namespace meshtensor::kernels::shared;  // the formulas the GPU sources st
 #include "elementwise_source.inc"
 #include "optimizer_source.inc"
 #include "pool_source.inc"
+#include "sum_source.inc"
 }  // namespace host_kernels
 
 using namespace meshtensor;
@@ -209,6 +216,58 @@ void check_optimizer_kernels() {
 TEST_CASE("the optimiser kernels, run on the host, equal the CPU loops bit for bit") {
   check_optimizer_kernels<float>();
   check_optimizer_kernels<double>();
+}
+
+template <std::size_t N>
+void check_sum_kernels(const testing::SumCase& c) {
+  std::vector<std::vector<float>> values;
+  for (std::size_t k = 0; k < N; ++k)
+    values.push_back(testing::zip_operand<float>(c.elements[k], double(k)));
+  const auto operands = testing::sum_operands<float, N>(c, values);
+  const std::int64_t outputs = kernels::num_elements(c.outer),
+                     terms = kernels::num_elements(c.inner);
+  std::vector<double> ref(std::size_t(outputs), 7.0);
+  kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
+
+  kernels::gpu::detail::SumShape flat;
+  std::array<std::int64_t, 2> spans{};
+  REQUIRE(kernels::gpu::detail::sum_shape_of(c.outer, c.inner, operands, &flat, &spans));
+  for (std::size_t k = 0; k < N; ++k) CHECK(spans[k] == c.elements[k]);
+  static_assert(sizeof(host_kernels::SumShape) == sizeof(flat),
+                "the kernels' SumShape and the host's must have one layout");
+  host_kernels::SumShape shape;
+  std::memcpy(&shape, &flat, sizeof shape);
+  const float* a = values[0].data();
+  const float* b = values[N - 1].data();
+
+  std::vector<double> per_output(ref.size(), 7.0);
+  host_kernels::sum_per_output_f32(shape, a, b, per_output.data(), outputs, terms);
+  CHECK(testing::sum_gap(per_output, ref) < 1e-12);
+
+  // Chunks of 7 terms, each a block; then each output's chunks added in order.
+  const std::int64_t chunk = 7, chunks = (terms + chunk - 1) / chunk;
+  std::vector<double> partial(std::size_t(outputs * chunks), 7.0), chunked(ref.size(), 7.0);
+  host_cuda::gridDim = {unsigned(outputs), unsigned(chunks)};
+  for (unsigned x = 0; x < host_cuda::gridDim.x; ++x)
+    for (unsigned y = 0; y < host_cuda::gridDim.y; ++y) {
+      host_cuda::blockIdx = {x, y};
+      host_kernels::sum_chunk_f32(shape, a, b, partial.data(), terms, chunk);
+    }
+  host_cuda::gridDim = {1, 1};
+  host_cuda::blockIdx = {0, 0};
+  host_kernels::add_chunks(partial.data(), chunks, chunked.data(), outputs);
+  CHECK(testing::sum_gap(chunked, ref) < 1e-12);
+}
+
+TEST_CASE("the sum kernels, run on the host, equal the CPU's sums to double rounding") {
+  for (const auto& c : testing::sum_cases()) {
+    INFO(c.outer.size() << " outer dims, " << c.inner.size() << " inner, " << c.elements.size()
+                        << " operands");
+    if (c.elements.size() == 1)
+      check_sum_kernels<1>(c);
+    else
+      check_sum_kernels<2>(c);
+  }
 }
 
 TEST_CASE("the accumulation kernels, run on the host, add element by element") {

@@ -11,6 +11,7 @@
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/sum.hpp>
 
 using namespace meshtensor;
 
@@ -19,6 +20,9 @@ TEST_CASE("every kernel source compiles for Turing to Hopper") {
       {&kernels::gpu::elementwise_source(),
        {"map_f32", "map_f64", "times_derivative_f32", "times_derivative_f64", "zip_f32", "zip_f64",
         "copy_4_bytes", "copy_8_bytes", "accumulate_f32", "accumulate_f64"}},
+      {&kernels::gpu::sum_source(),
+       {"sum_per_output_f32", "sum_per_output_f64", "sum_chunk_f32", "sum_chunk_f64",
+        "add_chunks"}},
       {&kernels::gpu::optimizer_source(), {"sgd_f32", "sgd_f64", "adam_f32", "adam_f64"}},
       {&kernels::gpu::pool_source(),
        {"max_pool_forward_f32", "avg_pool_forward_f32", "pool_backward_f32"}},

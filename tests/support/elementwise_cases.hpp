@@ -3,6 +3,7 @@
 // unary op and derivative on inputs inside its domain, every binary op over boxes where an
 // operand is broadcast or stored in another dim order, and optimiser steps.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include <meshtensor/kernels/elementwise_formulas.hpp>
 #include <meshtensor/kernels/optimizer_formulas.hpp>
+#include <meshtensor/kernels/reference/fold.hpp>
 #include <meshtensor/kernels/reference/strided.hpp>
 
 namespace meshtensor::testing {
@@ -151,6 +153,46 @@ std::vector<T> zip_on_cpu(const ZipCase& c, const std::vector<T>& a, const std::
     out[std::size_t(o[2])] = f(a[std::size_t(o[0])], b[std::size_t(o[1])]);
   });
   return out;
+}
+
+/// A sum of products: for each outer index, the sum over the inner box of one operand or of the
+/// product of two (strides 0 where an operand lacks a dim).
+struct SumCase {
+  kernels::Sizes outer, inner;
+  std::vector<kernels::Strides> outer_strides, inner_strides;
+  std::vector<std::int64_t> elements;
+};
+
+/// A reduction over a middle dim, a per-channel sum over a volume (a bias gradient), a matrix
+/// product, a sum of everything, and sums of one term; `scale` multiplies the inner box's first
+/// dim (large enough on a GPU to take its chunked kernel).
+inline std::vector<SumCase> sum_cases(std::int64_t scale = 1) {
+  const std::int64_t x = 5 * scale;
+  return {
+      {{4, 6}, {x}, {{x * 6, 1}}, {{6}}, {4 * x * 6}},
+      {{6}, {x, 4}, {{1}}, {{24, 6}}, {x * 24}},
+      {{3, 5}, {x}, {{x, 0}, {0, 1}}, {{1}, {5}}, {3 * x, x * 5}},
+      {{}, {x, 4, 3}, {{}}, {{12, 3, 1}}, {x * 12}},
+      {{7, 2}, {}, {{2, 1}, {2, 1}}, {{}, {}}, {14, 14}},
+  };
+}
+
+/// The operands of a case, over the given values (one array per operand).
+template <class T, std::size_t N>
+std::array<kernels::FoldOperand<T>, N> sum_operands(const SumCase& c,
+                                                    const std::vector<std::vector<T>>& values) {
+  std::array<kernels::FoldOperand<T>, N> operands;
+  for (std::size_t k = 0; k < N; ++k)
+    operands[k] = {values[k].data(), c.outer_strides[k], c.inner_strides[k]};
+  return operands;
+}
+
+/// The largest gap between two sums, relative to the sum of the magnitudes of their terms' scale.
+inline double sum_gap(const std::vector<double>& got, const std::vector<double>& want) {
+  double gap = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    gap = std::max(gap, std::abs(got[i] - want[i]) / std::max(1.0, std::abs(want[i])));
+  return gap;
 }
 
 /// Optimiser state after a few steps (so the moments are not zero): parameters, moments,

@@ -106,18 +106,26 @@ inline cudaKernel_t kernel(const KernelSource& source, const char* name) {
   return detail::loaded_sources().kernel(source, name);
 }
 
-/// Launches `kernel` on `stream` over `n` threads (blocks of 256) with `args` (each passed by
+/// Launches `kernel` on `stream` as a grid of `blocks` of `threads` with `args` (each passed by
 /// value, as the kernel declares it).
+template <class... Args>
+void launch_grid(cudaKernel_t kernel, dim3 blocks, dim3 threads, cudaStream_t stream,
+                 Args... args) {
+  void* parameters[] = {static_cast<void*>(&args)...};
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), blocks, threads, parameters, 0,
+                         stream),
+        "cudaLaunchKernel");
+}
+
+/// Launches `kernel` on `stream` over `n` threads (blocks of 256; kernels loop over the indices
+/// with the grid's stride, so a grid capped at 2^30 blocks covers any n).
 template <class... Args>
 void launch(cudaKernel_t kernel, long long n, cudaStream_t stream, Args... args) {
   if (n <= 0) return;
   constexpr unsigned threads = 256;
   const long long blocks = (n + threads - 1) / threads;
-  void* parameters[] = {static_cast<void*>(&args)...};
-  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel),
-                         dim3(static_cast<unsigned>(std::min<long long>(blocks, 1 << 30))),
-                         dim3(threads), parameters, 0, stream),
-        "cudaLaunchKernel");
+  launch_grid(kernel, dim3(static_cast<unsigned>(std::min<long long>(blocks, 1 << 30))),
+              dim3(threads), stream, args...);
 }
 
 }  // namespace meshtensor::cuda

@@ -17,6 +17,7 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/kernels/sum_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/tensor/create.hpp"
@@ -57,12 +58,15 @@ Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
     return op;
   };
   const int threads = compute_threads();
-  if (in.size() == 1)
-    kernels::parallel_sum<Acc, T, 1>(out_sizes, inner_sizes, {operand(*in[0])}, out.data(),
-                                     threads);
-  else
-    kernels::parallel_sum<Acc, T, 2>(out_sizes, inner_sizes, {operand(*in[0]), operand(*in[1])},
-                                     out.data(), threads);
+  if (in.size() == 1) {
+    const std::array<kernels::FoldOperand<T>, 1> operands{operand(*in[0])};
+    if (!kernels::sum_on_gpu<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data()))
+      kernels::parallel_sum<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data(), threads);
+  } else {
+    const std::array<kernels::FoldOperand<T>, 2> operands{operand(*in[0]), operand(*in[1])};
+    if (!kernels::sum_on_gpu<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data()))
+      kernels::parallel_sum<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data(), threads);
+  }
   return out;
 }
 

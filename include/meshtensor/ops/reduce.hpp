@@ -17,6 +17,7 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
+#include "meshtensor/kernels/sum_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
@@ -72,8 +73,9 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
   if (op == ReduceOp::sum) {
     using Acc = kernels::accumulator_t<T>;
     Buffer<Acc> partial(n);
-    kernels::parallel_sum<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(),
-                                     compute_threads());
+    if (!kernels::sum_on_gpu<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data()))
+      kernels::parallel_sum<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(),
+                                       compute_threads());
     return finish(partial);
   }
   // An empty block (a dim smaller than its mesh axis) contributes the identity of max or min.

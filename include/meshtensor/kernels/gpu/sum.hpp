@@ -1,0 +1,218 @@
+#pragma once
+// Sums of products on a processor that computes on a GPU: what einsum and the sum reductions ask of
+// kernels::parallel_sum (kernels/reference/fold.hpp) — for each index of an outer box, the sum
+// over an inner box of the product of one or two operands, accumulated in double. Many outputs of
+// few terms each (a contraction over channels) take a thread per output, adding the terms in
+// order; few outputs of many terms (a bias gradient: a sum per channel over a whole activation)
+// take blocks that each sum a chunk of one output's terms in shared memory, then one pass adds
+// each output's chunks in order. No atomics: the same inputs give the same sums on every run.
+// The order differs from the CPU's, so results agree with it to double rounding before the final
+// rounding to the tensor's type. Each host function returns false, doing nothing, unless the
+// thread computes on a GPU, every operand is in device or managed memory, the operands are float
+// or double, and each box has at most 8 dims.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "meshtensor/kernels/gpu/launch.hpp"
+#include "meshtensor/kernels/reference/fold.hpp"
+
+namespace meshtensor::kernels::gpu {
+
+/// The sum kernels' source.
+inline const cuda::KernelSource& sum_source() {
+  static const cuda::KernelSource source{"meshtensor_sum.cu", R"(
+// The host's SumShape: the outer and inner boxes and each operand's strides over them.
+struct SumShape {
+  long long operands, outer_rank, inner_rank;
+  long long outer[8], inner[8];
+  long long outer_strides[2][8], inner_strides[2][8];
+};
+
+// Each operand's offset of outer index o.
+__device__ void outer_offsets(const SumShape& s, long long o, long long* at) {
+  at[0] = at[1] = 0;
+  for (long long d = s.outer_rank - 1; d >= 0; --d) {
+    const long long k = o % s.outer[d];
+    o /= s.outer[d];
+    at[0] += k * s.outer_strides[0][d];
+    at[1] += k * s.outer_strides[1][d];
+  }
+}
+
+// The product of the operands at inner index i from the outer offsets `base`.
+template <class T>
+__device__ double term(const SumShape& s, const T* a, const T* b, const long long* base,
+                       long long i) {
+  long long at0 = base[0], at1 = base[1];
+  for (long long d = s.inner_rank - 1; d >= 0; --d) {
+    const long long k = i % s.inner[d];
+    i /= s.inner[d];
+    at0 += k * s.inner_strides[0][d];
+    at1 += k * s.inner_strides[1][d];
+  }
+  double product = (double)a[at0];
+  if (s.operands == 2) product *= (double)b[at1];
+  return product;
+}
+
+// A thread per output, adding its terms in order.
+template <class T>
+__device__ void sum_per_output(const SumShape& s, const T* a, const T* b, double* out,
+                               long long outputs, long long terms) {
+  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < outputs;
+       o += (long long)blockDim.x * gridDim.x) {
+    long long base[2];
+    outer_offsets(s, o, base);
+    double total = 0;
+    for (long long i = 0; i < terms; ++i) total += term(s, a, b, base, i);
+    out[o] = total;
+  }
+}
+
+// Block (blockIdx.x, blockIdx.y) sums chunk y of output x's terms: each thread a strided share,
+// then a tree over the block's threads (blockDim.x a power of two, at most 256).
+template <class T>
+__device__ void sum_chunk(const SumShape& s, const T* a, const T* b, double* partial,
+                          long long terms, long long chunk) {
+  __shared__ double lane[256];
+  const long long o = blockIdx.x, begin = blockIdx.y * chunk;
+  const long long end = begin + chunk < terms ? begin + chunk : terms;
+  long long base[2];
+  outer_offsets(s, o, base);
+  double total = 0;
+  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) total += term(s, a, b, base, i);
+  lane[threadIdx.x] = total;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) lane[threadIdx.x] += lane[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[o * gridDim.y + blockIdx.y] = lane[0];
+}
+
+extern "C" __global__ void sum_per_output_f32(SumShape s, const float* a, const float* b,
+                                              double* out, long long outputs, long long terms) {
+  sum_per_output(s, a, b, out, outputs, terms);
+}
+extern "C" __global__ void sum_per_output_f64(SumShape s, const double* a, const double* b,
+                                              double* out, long long outputs, long long terms) {
+  sum_per_output(s, a, b, out, outputs, terms);
+}
+extern "C" __global__ void sum_chunk_f32(SumShape s, const float* a, const float* b,
+                                         double* partial, long long terms, long long chunk) {
+  sum_chunk(s, a, b, partial, terms, chunk);
+}
+extern "C" __global__ void sum_chunk_f64(SumShape s, const double* a, const double* b,
+                                         double* partial, long long terms, long long chunk) {
+  sum_chunk(s, a, b, partial, terms, chunk);
+}
+// out[o] = the sum of output o's chunks, in order.
+extern "C" __global__ void add_chunks(const double* partial, long long chunks, double* out,
+                                      long long outputs) {
+  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < outputs;
+       o += (long long)blockDim.x * gridDim.x) {
+    double total = 0;
+    for (long long c = 0; c < chunks; ++c) total += partial[o * chunks + c];
+    out[o] = total;
+  }
+}
+)"};
+  return source;
+}
+
+namespace detail {
+constexpr int sum_dims = 8;
+
+// The kernels' SumShape (all 64-bit: the same layout on both sides).
+struct SumShape {
+  std::int64_t operands = 1, outer_rank = 0, inner_rank = 0;
+  std::int64_t outer[sum_dims] = {}, inner[sum_dims] = {};
+  std::int64_t outer_strides[2][sum_dims] = {}, inner_strides[2][sum_dims] = {};
+};
+
+// The shape of a sum, and the elements each operand spans; false if a box has more than 8 dims.
+template <class T, std::size_t N>
+bool sum_shape_of(const Sizes& outer, const Sizes& inner,
+                  const std::array<FoldOperand<T>, N>& operands, SumShape* shape,
+                  std::array<std::int64_t, 2>* spans) {
+  static_assert(N == 1 || N == 2, "sums of one operand or of the products of two");
+  if (outer.size() > std::size_t(sum_dims) || inner.size() > std::size_t(sum_dims)) return false;
+  shape->operands = std::int64_t(N);
+  shape->outer_rank = std::int64_t(outer.size());
+  shape->inner_rank = std::int64_t(inner.size());
+  *spans = {1, 1};
+  for (std::size_t k = 0; k < N; ++k) {
+    for (std::size_t d = 0; d < outer.size(); ++d) {
+      shape->outer[d] = outer[d];
+      shape->outer_strides[k][d] = operands[k].outer_strides[d];
+      (*spans)[k] += (outer[d] - 1) * operands[k].outer_strides[d];
+    }
+    for (std::size_t d = 0; d < inner.size(); ++d) {
+      shape->inner[d] = inner[d];
+      shape->inner_strides[k][d] = operands[k].inner_strides[d];
+      (*spans)[k] += (inner[d] - 1) * operands[k].inner_strides[d];
+    }
+  }
+  return true;
+}
+
+// Terms per output below which a thread per output does better than blocks per output.
+constexpr std::int64_t terms_per_thread = 256;
+// Terms each block of the chunked sum adds.
+constexpr std::int64_t chunk_terms = 256 * 32;
+constexpr std::int64_t max_chunks = 65535;
+}  // namespace detail
+
+/// out[o] = sum over the inner box of the product of the operands at (o, i), for every index o of
+/// the outer box (row-major), on the GPU; false when it cannot run there.
+template <class Acc, class T, std::size_t N>
+bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>, N>& operands,
+         Acc* out) {
+  if constexpr (!has_kernels_for<T> || !std::is_same_v<Acc, double> || (N != 1 && N != 2)) {
+    return false;
+  } else {
+    const T* a = operands[0].data;
+    const T* b = operands[N - 1].data;
+    if (!cuda::runs_here({a, b, out})) return false;
+    detail::SumShape shape;
+    std::array<std::int64_t, 2> spans{};
+    if (!detail::sum_shape_of(outer, inner, operands, &shape, &spans)) return false;
+    const std::int64_t outputs = num_elements(outer), terms = num_elements(inner);
+    if (outputs == 0) return true;
+    const cudaStream_t stream = cuda::compute_stream();
+    const Operand inputs[2] = {operand(a, spans[0]), operand(b, spans[N - 1])};
+    for (const Operand& o : inputs) cuda::prefetch_to_gpu(o.data, o.bytes, stream);
+    cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(double), stream);
+    if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
+      cuda::launch(
+          cuda::kernel(sum_source(), instance<T>("sum_per_output_f32", "sum_per_output_f64")),
+          outputs, stream, shape, a, b, out, static_cast<long long>(outputs),
+          static_cast<long long>(terms));
+    } else {
+      // Chunks of chunk_terms, fewer but longer past 65535 (a grid's limit along y).
+      const std::int64_t chunk =
+          std::max(detail::chunk_terms, (terms + detail::max_chunks - 1) / detail::max_chunks);
+      const std::int64_t chunks = (terms + chunk - 1) / chunk;
+      void* partial = nullptr;
+      cuda::check(cudaMallocAsync(&partial, std::size_t(outputs * chunks) * sizeof(double), stream),
+                  "cudaMallocAsync");
+      cuda::launch_grid(cuda::kernel(sum_source(), instance<T>("sum_chunk_f32", "sum_chunk_f64")),
+                        dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, a, b,
+                        static_cast<double*>(partial), static_cast<long long>(terms),
+                        static_cast<long long>(chunk));
+      cuda::launch(cuda::kernel(sum_source(), "add_chunks"), outputs, stream,
+                   static_cast<const double*>(partial), static_cast<long long>(chunks), out,
+                   static_cast<long long>(outputs));
+      cuda::check(cudaFreeAsync(partial, stream), "cudaFreeAsync");
+    }
+    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return true;
+  }
+}
+
+}  // namespace meshtensor::kernels::gpu
