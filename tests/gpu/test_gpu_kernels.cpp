@@ -175,9 +175,8 @@ void check_elementwise_on_gpu(double math_library_tolerance) {
   for (const auto& c : testing::zip_cases())
     for (int code = 0; code < kernels::BinaryOp::count; ++code) {
       INFO("binary op " << code << " over " << c.sizes.size() << " dims");
-      const auto a = testing::zip_operand<T>(c.a_elements, 0.0);
-      const auto b = testing::zip_operand<T>(c.b_elements, 2.0);
-      const auto out_ref = testing::zip_on_cpu(c, a, b, testing::binary_on_cpu<T>(code));
+      const testing::ZipCheck<T> check(c, code);
+      const auto &a = check.a, &b = check.b, &out_ref = check.out_ref;
       auto ga = on_gpu(a), gb = on_gpu(b);
       Buffer<T> out(out_ref.size(), T(7));
       REQUIRE(kernels::gpu::zip(code, c.sizes, c.strides, ga.data(), gb.data(), out.data()));
@@ -246,18 +245,16 @@ TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
 namespace {
 template <std::size_t N>
 void check_sum_on_gpu(const testing::SumCase& c) {
-  std::vector<std::vector<float>> values;
+  const testing::SumCheck<N> check(c);
   std::vector<Buffer<float>> on_device;
+  on_device.reserve(N);
+  auto device_operands = check.operands;
   for (std::size_t k = 0; k < N; ++k) {
-    values.push_back(testing::zip_operand<float>(c.elements[k], double(k)));
-    on_device.push_back(on_gpu(values.back()));
+    on_device.push_back(on_gpu(check.values[k]));
+    device_operands[k].data = on_device[k].data();
   }
-  const auto operands = testing::sum_operands<float, N>(c, values);
-  auto device_operands = operands;
-  for (std::size_t k = 0; k < N; ++k) device_operands[k].data = on_device[k].data();
-  const auto outputs = std::size_t(kernels::num_elements(c.outer));
-  std::vector<double> ref(outputs);
-  kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
+  const auto& ref = check.ref;
+  const std::size_t outputs = ref.size();
   Buffer<double> out(outputs, 7.0);
   REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
   CHECK(testing::sum_gap(std::vector<double>(out.begin(), out.end()), ref) < 1e-12);

@@ -130,9 +130,8 @@ void check_elementwise_kernels() {
   for (const auto& c : testing::zip_cases())
     for (int code = 0; code < kernels::BinaryOp::count; ++code) {
       INFO("binary op " << code << " over " << c.sizes.size() << " dims");
-      const auto a = testing::zip_operand<T>(c.a_elements, 0.0);
-      const auto b = testing::zip_operand<T>(c.b_elements, 2.0);
-      const auto out_ref = testing::zip_on_cpu(c, a, b, testing::binary_on_cpu<T>(code));
+      const testing::ZipCheck<T> check(c, code);
+      const auto &a = check.a, &b = check.b, &out_ref = check.out_ref;
       kernels::gpu::detail::Walk flat;
       std::array<std::int64_t, 3> spans{};
       REQUIRE(kernels::gpu::detail::walk_of(c.sizes, c.strides, &flat, &spans));
@@ -220,14 +219,11 @@ TEST_CASE("the optimiser kernels, run on the host, equal the CPU loops bit for b
 
 template <std::size_t N>
 void check_sum_kernels(const testing::SumCase& c) {
-  std::vector<std::vector<float>> values;
-  for (std::size_t k = 0; k < N; ++k)
-    values.push_back(testing::zip_operand<float>(c.elements[k], double(k)));
-  const auto operands = testing::sum_operands<float, N>(c, values);
+  const testing::SumCheck<N> check(c);
+  const auto& operands = check.operands;
+  const auto& ref = check.ref;
   const std::int64_t outputs = kernels::num_elements(c.outer),
                      terms = kernels::num_elements(c.inner);
-  std::vector<double> ref(std::size_t(outputs), 7.0);
-  kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
 
   kernels::gpu::detail::SumShape flat;
   std::array<std::int64_t, 2> spans{};
@@ -237,8 +233,8 @@ void check_sum_kernels(const testing::SumCase& c) {
                 "the kernels' SumShape and the host's must have one layout");
   host_kernels::SumShape shape;
   std::memcpy(&shape, &flat, sizeof shape);
-  const float* a = values[0].data();
-  const float* b = values[N - 1].data();
+  const float* a = check.values[0].data();
+  const float* b = check.values[N - 1].data();
 
   std::vector<double> per_output(ref.size(), 7.0);
   host_kernels::sum_per_output_f32(shape, a, b, per_output.data(), outputs, terms);

@@ -155,6 +155,16 @@ std::vector<T> zip_on_cpu(const ZipCase& c, const std::vector<T>& a, const std::
   return out;
 }
 
+/// Binary op `code` over a case's box: the operands, and what the CPU computes.
+template <class T>
+struct ZipCheck {
+  std::vector<T> a, b, out_ref;
+  ZipCheck(const ZipCase& c, int code)
+      : a(zip_operand<T>(c.a_elements, 0.0)),
+        b(zip_operand<T>(c.b_elements, 2.0)),
+        out_ref(zip_on_cpu(c, a, b, binary_on_cpu<T>(code))) {}
+};
+
 /// A sum of products: for each outer index, the sum over the inner box of one operand or of the
 /// product of two (strides 0 where an operand lacks a dim).
 struct SumCase {
@@ -186,6 +196,24 @@ std::array<kernels::FoldOperand<T>, N> sum_operands(const SumCase& c,
     operands[k] = {values[k].data(), c.outer_strides[k], c.inner_strides[k]};
   return operands;
 }
+
+/// A sum case's float operands, and the CPU's sums (parallel_sum on one thread). The operands
+/// point into `values`: not copied.
+template <std::size_t N>
+struct SumCheck {
+  std::vector<std::vector<float>> values;
+  std::array<kernels::FoldOperand<float>, N> operands;
+  std::vector<double> ref;
+  explicit SumCheck(const SumCase& c) {
+    for (std::size_t k = 0; k < N; ++k)
+      values.push_back(zip_operand<float>(c.elements[k], double(k)));
+    operands = sum_operands<float, N>(c, values);
+    ref.assign(std::size_t(kernels::num_elements(c.outer)), 7.0);
+    kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
+  }
+  SumCheck(const SumCheck&) = delete;
+  SumCheck& operator=(const SumCheck&) = delete;
+};
 
 /// The largest gap between two sums, relative to the sum of the magnitudes of their terms' scale.
 inline double sum_gap(const std::vector<double>& got, const std::vector<double>& want) {

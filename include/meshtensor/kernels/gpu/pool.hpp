@@ -11,9 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "meshtensor/device/cuda.hpp"
-#include "meshtensor/device/memory.hpp"
-#include "meshtensor/device/runtime_compiler.hpp"
+#include "meshtensor/kernels/gpu/launch.hpp"
 #include "meshtensor/kernels/reference/pool.hpp"
 
 namespace meshtensor::kernels::gpu {
@@ -209,10 +207,6 @@ inline std::int64_t box_elements(const PoolGeometry& g) {
 inline std::int64_t output_elements(const PoolGeometry& g) {
   return g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
 }
-
-inline void finish(cudaStream_t stream) {
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host reads next
-}
 }  // namespace detail
 
 /// Bytes of max pooling's workspace here: the reference kernels' (a box offset per output).
@@ -227,11 +221,9 @@ bool max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
     return false;
   } else {
     if (!detail::usable(g, {input, output, workspace})) return false;
-    const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(input, detail::box_elements(g) * sizeof(float), stream);
-    cuda::launch(cuda::kernel(pool_source(), "max_pool_forward_f32"), detail::output_elements(g),
-                 stream, detail::flatten(g), input, output, static_cast<long long*>(workspace));
-    detail::finish(stream);
+    run_kernel(pool_source(), "max_pool_forward_f32", detail::output_elements(g),
+               {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
+               static_cast<long long*>(workspace));
     return true;
   }
 }
@@ -243,11 +235,9 @@ bool avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
     return false;
   } else {
     if (!detail::usable(g, {input, output})) return false;
-    const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(input, detail::box_elements(g) * sizeof(float), stream);
-    cuda::launch(cuda::kernel(pool_source(), "avg_pool_forward_f32"), detail::output_elements(g),
-                 stream, detail::flatten(g), input, output, int(count_padding));
-    detail::finish(stream);
+    run_kernel(pool_source(), "avg_pool_forward_f32", detail::output_elements(g),
+               {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
+               int(count_padding));
     return true;
   }
 }
@@ -260,12 +250,9 @@ bool max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
     return false;
   } else {
     if (!detail::usable(g, {grad_output, workspace, grad_input})) return false;
-    const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(grad_output, detail::output_elements(g) * sizeof(float), stream);
-    cuda::launch(cuda::kernel(pool_source(), "pool_backward_f32"), detail::box_elements(g), stream,
-                 detail::flatten(g), grad_output, static_cast<const long long*>(workspace),
-                 grad_input, 0);
-    detail::finish(stream);
+    run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
+               {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
+               static_cast<const long long*>(workspace), grad_input, 0);
     return true;
   }
 }
@@ -278,12 +265,9 @@ bool avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
     return false;
   } else {
     if (!detail::usable(g, {grad_output, grad_input})) return false;
-    const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(grad_output, detail::output_elements(g) * sizeof(float), stream);
-    cuda::launch(cuda::kernel(pool_source(), "pool_backward_f32"), detail::box_elements(g), stream,
-                 detail::flatten(g), grad_output, static_cast<const long long*>(nullptr),
-                 grad_input, int(count_padding));
-    detail::finish(stream);
+    run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
+               {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
+               static_cast<const long long*>(nullptr), grad_input, int(count_padding));
     return true;
   }
 }
