@@ -17,15 +17,19 @@
 
 #include <meshtensor/kernels/conv_select.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/norm.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/resample.hpp>
 #include <meshtensor/kernels/gpu/sum.hpp>
 #include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
 #include "support/elementwise_cases.hpp"
+#include "support/norm_cases.hpp"
 #include "support/pool_cases.hpp"
+#include "support/resample_cases.hpp"
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
@@ -271,5 +275,70 @@ TEST_CASE("sums of products on the GPU equal the CPU's to double rounding") {
         check_sum_on_gpu<1>(c);
       else
         check_sum_on_gpu<2>(c);
+    }
+}
+
+namespace {
+// The largest |got - want| / (1 + |want|): the element passes add terms of up to 100 times their
+// result, so their rounding is absolute, not relative.
+template <class Got>
+double largest_gap(const Got& got, const std::vector<float>& want) {
+  double gap = got.size() == want.size() ? 0 : 1;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) / (1 + std::abs(want[i])));
+  return gap;
+}
+}  // namespace
+
+TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
+  // Scale 1: a chunk per key; 4096: many chunks per key.
+  for (const std::int64_t scale : {1, 4096})
+    for (const auto& c : testing::norm_cases(scale)) {
+      INFO(c.what << ", scale " << scale);
+      const testing::NormCheck<float> check(c);
+      const auto x = on_gpu(check.x), g = on_gpu(check.g), v = on_gpu(check.v);
+      std::vector<kernels::shared::PartialMoments> moments;
+      REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), &moments));
+      CHECK(testing::moments_gap(moments, check.moments()) < 1e-12);
+
+      for (const float floor : {-INFINITY, 0.0f}) {
+        Buffer<float> out(std::size_t(check.n), 7.0f);
+        REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, x.data(), check.scale,
+                                          check.shift, floor, out.data()));
+        CHECK(largest_gap(out, check.affine(floor)) < 1e-5);
+      }
+      for (const bool masked : {false, true}) {
+        INFO((masked ? "behind a ReLU" : "no ReLU"));
+        const float* operand = masked ? x.data() : v.data();
+        const kernels::ReluMask<float> mask{masked ? x.data() : nullptr, &check.mask_scale,
+                                            &check.mask_shift};
+        std::vector<double> sums;
+        REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, g.data(), operand,
+                                                 check.scale, check.shift, mask, &sums));
+        CHECK(testing::sum_gap(sums, check.gradient_sums(masked)) < 1e-5);
+        Buffer<float> dx(std::size_t(check.n), 7.0f);
+        REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, g.data(), operand, mask,
+                                                  check.p, check.q, check.r, dx.data()));
+        CHECK(largest_gap(dx, check.input_gradient(masked)) < 1e-5);
+      }
+    }
+  std::vector<float> host(6, 1.0f);
+  std::vector<kernels::shared::PartialMoments> moments;
+  CHECK_FALSE(kernels::gpu::norm_moments({2, 3}, {0, 1}, 3, host.data(), &moments));
+}
+
+TEST_CASE("resampling on the GPU equals the reference loops") {
+  // The same additions in the same order; the host compiler may fuse a multiply and an add, which
+  // the GPU kernels do not (--fmad=false).
+  for (const std::int64_t scale : {1, 5000})
+    for (const auto& c : testing::resample_cases(scale)) {
+      INFO(c.what << ", scale " << scale);
+      const testing::ResampleCheck<float> check(c.taps);
+      const auto box = on_gpu(check.box), g = on_gpu(check.g);
+      Buffer<float> out(check.out_ref.size(), 7.0f), grad_box(check.grad_box_ref.size(), 7.0f);
+      REQUIRE(kernels::gpu::resample(c.taps, box.data(), out.data()));
+      CHECK(largest_gap(out, check.out_ref) < 1e-6);
+      REQUIRE(kernels::gpu::resample_adjoint(c.taps, g.data(), grad_box.data()));
+      CHECK(largest_gap(grad_box, check.grad_box_ref) < 1e-6);
     }
 }

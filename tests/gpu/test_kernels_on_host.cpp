@@ -12,13 +12,17 @@
 #include <vector>
 
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/norm.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/resample.hpp>
 #include <meshtensor/kernels/gpu/sum.hpp>
 #include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/kernels/reference/pool.hpp>
 
 #include "support/elementwise_cases.hpp"
+#include "support/norm_cases.hpp"
 #include "support/pool_cases.hpp"
+#include "support/resample_cases.hpp"
 
 // The CUDA built-ins the kernels use, for a grid of one thread.
 #undef __global__
@@ -46,8 +50,10 @@ namespace host_kernels {
 using namespace host_cuda;
 using namespace meshtensor::kernels::shared;  // the formulas the GPU sources start with
 #include "elementwise_source.inc"
+#include "norm_source.inc"
 #include "optimizer_source.inc"
 #include "pool_source.inc"
+#include "resample_source.inc"
 #include "sum_source.inc"
 }  // namespace host_kernels
 
@@ -273,4 +279,104 @@ TEST_CASE("the accumulation kernels, run on the host, add element by element") {
   std::vector<double> into64{1, 2}, add64{1e-17, 3};
   host_kernels::accumulate_f64(into64.data(), add64.data(), 2);
   CHECK(into64 == std::vector<double>{1 + 1e-17, 5});
+}
+
+namespace {
+// Runs kernel(x, y) for every block (x, y) of a keys x chunks grid, one thread each.
+template <class Kernel>
+void over_grid(std::int64_t keys, std::int64_t chunks, Kernel&& kernel) {
+  host_cuda::gridDim = {unsigned(keys), unsigned(chunks)};
+  for (unsigned x = 0; x < host_cuda::gridDim.x; ++x)
+    for (unsigned y = 0; y < host_cuda::gridDim.y; ++y) {
+      host_cuda::blockIdx = {x, y};
+      kernel();
+    }
+  host_cuda::gridDim = {1, 1};
+  host_cuda::blockIdx = {0, 0};
+}
+}  // namespace
+
+TEST_CASE("the normalisation kernels, run on the host, equal the CPU's formulas") {
+  static_assert(sizeof(host_kernels::KeyedBlock) == sizeof(kernels::gpu::detail::KeyedBlock),
+                "the kernels' KeyedBlock and the host's must have one layout");
+  for (const auto& c : testing::norm_cases()) {
+    INFO(c.what);
+    const testing::NormCheck<float> check(c);
+    kernels::gpu::detail::KeyedBlock flat;
+    REQUIRE(kernels::gpu::detail::keyed_block_of(c.sizes, c.key_strides, &flat));
+    host_kernels::KeyedBlock block;
+    std::memcpy(&block, &flat, sizeof block);
+    const std::int64_t n = check.n, keys = c.keys, terms = n / keys;
+    auto as_float = [](const std::vector<double>& v) {
+      return std::vector<float>(v.begin(), v.end());
+    };
+    const auto scale = as_float(check.scale), shift = as_float(check.shift),
+               mask_scale = as_float(check.mask_scale), mask_shift = as_float(check.mask_shift),
+               p = as_float(check.p), q = as_float(check.q), r = as_float(check.r);
+
+    // Chunks of 7 elements, each a block; then each key's chunks combined in order.
+    const std::int64_t chunk = 7, chunks = (terms + chunk - 1) / chunk;
+    std::vector<double> partial(std::size_t(3 * keys * chunks), 7.0), moments(3 * keys, 7.0);
+    over_grid(keys, chunks, [&] {
+      host_kernels::moments_chunk_f32(block, check.x.data(), partial.data(), terms, chunk);
+    });
+    host_kernels::combine_moment_chunks(partial.data(), chunks, moments.data(), keys);
+    std::vector<kernels::shared::PartialMoments> got;
+    for (std::int64_t k = 0; k < keys; ++k)
+      got.push_back({moments[3 * k], moments[3 * k + 1], moments[3 * k + 2]});
+    CHECK(testing::moments_gap(got, check.moments()) < 1e-12);
+
+    for (const float floor : {-INFINITY, 0.0f}) {
+      std::vector<float> out(std::size_t(n), 7.0f);
+      host_kernels::affine_f32(block, check.x.data(), scale.data(), shift.data(), floor, out.data(),
+                               n);
+      CHECK(same_bits(out, check.affine(floor)));
+    }
+
+    for (const bool masked : {false, true}) {
+      INFO((masked ? "behind a ReLU" : "no ReLU"));
+      const float* v = masked ? check.x.data() : check.v.data();
+      const float* mask_x = masked ? check.x.data() : nullptr;
+      std::vector<double> sum_partial(std::size_t(2 * keys * chunks), 7.0), sums(2 * keys, 7.0);
+      over_grid(keys, chunks, [&] {
+        host_kernels::gradient_sums_chunk_f32(block, check.g.data(), v, scale.data(), shift.data(),
+                                              mask_x, mask_scale.data(), mask_shift.data(),
+                                              sum_partial.data(), terms, chunk);
+      });
+      host_kernels::add_chunks(sum_partial.data(), chunks, sums.data(), 2 * keys);
+      CHECK(testing::sum_gap(sums, check.gradient_sums(masked)) < 1e-12);
+
+      std::vector<float> dx(std::size_t(n), 7.0f);
+      host_kernels::input_gradient_f32(block, check.g.data(), v, mask_x, mask_scale.data(),
+                                       mask_shift.data(), p.data(), q.data(), r.data(), dx.data(),
+                                       n);
+      CHECK(same_bits(dx, check.input_gradient(masked)));
+    }
+  }
+}
+
+TEST_CASE("the resampling kernels, run on the host, equal the reference loops bit for bit") {
+  static_assert(sizeof(host_kernels::ResampleShape) == sizeof(kernels::gpu::detail::ResampleShape),
+                "the kernels' ResampleShape and the host's must have one layout");
+  for (const auto& c : testing::resample_cases()) {
+    INFO(c.what);
+    const auto& taps = c.taps;
+    const testing::ResampleCheck<float> check(taps);
+    const auto flat = kernels::gpu::detail::resample_shape_of(taps);
+    host_kernels::ResampleShape shape;
+    std::memcpy(&shape, &flat, sizeof shape);
+    const std::vector<long long> index(taps.index.begin(), taps.index.end());
+    const std::vector<float> weight(taps.weight.begin(), taps.weight.end());
+    std::vector<float> out(check.out_ref.size(), 7.0f), grad_box(check.grad_box_ref.size(), 7.0f);
+    host_kernels::resample_f32(shape, index.data(), weight.data(), check.box.data(), out.data());
+    CHECK(same_bits(out, check.out_ref));
+
+    const auto readers = kernels::readers_of(taps);
+    const std::vector<long long> start(readers.start.begin(), readers.start.end()),
+        reader(readers.reader.begin(), readers.reader.end());
+    const std::vector<float> reader_weight(readers.weight.begin(), readers.weight.end());
+    host_kernels::resample_adjoint_f32(shape, start.data(), reader.data(), reader_weight.data(),
+                                       check.g.data(), grad_box.data());
+    CHECK(same_bits(grad_box, check.grad_box_ref));
+  }
 }

@@ -9,8 +9,10 @@
 
 #include <meshtensor/device/runtime_compiler.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/gpu/norm.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
 #include <meshtensor/kernels/gpu/pool.hpp>
+#include <meshtensor/kernels/gpu/resample.hpp>
 #include <meshtensor/kernels/gpu/sum.hpp>
 
 using namespace meshtensor;
@@ -24,6 +26,12 @@ TEST_CASE("every kernel source compiles for Turing to Hopper") {
        {"sum_per_output_f32", "sum_per_output_f64", "sum_chunk_f32", "sum_chunk_f64",
         "add_chunks"}},
       {&kernels::gpu::optimizer_source(), {"sgd_f32", "sgd_f64", "adam_f32", "adam_f64"}},
+      {&kernels::gpu::norm_source(),
+       {"moments_chunk_f32", "moments_chunk_f64", "combine_moment_chunks",
+        "gradient_sums_chunk_f32", "gradient_sums_chunk_f64", "affine_f32", "affine_f64",
+        "input_gradient_f32", "input_gradient_f64"}},
+      {&kernels::gpu::resample_source(),
+       {"resample_f32", "resample_f64", "resample_adjoint_f32", "resample_adjoint_f64"}},
       {&kernels::gpu::pool_source(),
        {"max_pool_forward_f32", "avg_pool_forward_f32", "pool_backward_f32"}},
   };

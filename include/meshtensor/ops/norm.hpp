@@ -19,6 +19,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/norm_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/activation.hpp"
@@ -40,17 +41,12 @@ struct Moments {
 
 namespace detail {
 
-struct Partial {
-  double count = 0, mean = 0, m2 = 0;
-};
-
-// Chan, Golub and LeVeque's pairwise combination of two partial statistics.
-inline Partial combine(const Partial& a, const Partial& b) {
-  if (a.count == 0) return b;
-  if (b.count == 0) return a;
-  const double n = a.count + b.count, delta = b.mean - a.mean;
-  return {n, a.mean + delta * b.count / n, a.m2 + b.m2 + delta * delta * a.count * b.count / n};
-}
+// A statistic's count, mean and sum of squared deviations, combined pairwise (Chan, Golub and
+// LeVeque) by the same formula on the CPU and the GPU.
+using Partial = kernels::shared::PartialMoments;
+using kernels::shared::affine_floor;
+using kernels::shared::affine_input_gradient;
+using kernels::shared::combine_moments;
 
 // Sums of W terms per statistic over a block: term(offset, key) for every element, added into
 // the key's W sums; the block split over the processor's compute threads, each with its own sums.
@@ -263,12 +259,13 @@ std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
         // The deviations were taken from the mean rounded to T: sum (x - m~)^2 exceeds
         // sum (x - m)^2 by n (m - m~)^2.
         const double off = mean[k] - double(static_cast<T>(mean[k]));
-        parts[p][k] = combine(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
+        parts[p][k] =
+            combine_moments(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
       }
     }
   });
   for (int p = 1; p < used; ++p)
-    for (std::size_t k = 0; k < keys; ++k) parts[0][k] = combine(parts[0][k], parts[p][k]);
+    for (std::size_t k = 0; k < keys; ++k) parts[0][k] = combine_moments(parts[0][k], parts[p][k]);
   return std::move(parts[0]);
 }
 
@@ -307,9 +304,12 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   st.visit = {kernels::row_major_strides(st.sizes), key_strides};
   const T* in = x.local().data();
 
-  // Local statistics per key: in one pass over memory on a keys-innermost block, else in two.
+  // Local statistics per key: on the GPU if the block is there; else in one pass over memory on a
+  // keys-innermost block, in two otherwise.
   std::vector<Partial> partial(st.keys);
-  if (st.keys_innermost()) {
+  if (kernels::norm_moments_on_gpu(st.sizes, st.visit[1], std::int64_t(st.keys), in, &partial)) {
+    // (each key's count, mean and squared deviations, chunk by chunk)
+  } else if (st.keys_innermost()) {
     partial = lane_moments(st, in);
   } else {
     const auto sums = sum_per_key<1>(
@@ -340,7 +340,7 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
       Partial total;
       for (int r = 0; r < group.size(); ++r) {
         const double* q = all.data() + (r * k + i) * 3;
-        total = combine(total, {q[0], q[1], q[2]});
+        total = combine_moments(total, {q[0], q[1], q[2]});
       }
       partial[i] = total;
     }
@@ -385,18 +385,25 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
   T* o = out.data();
   std::vector<double> shift(st.keys);  // y = inv_std x + shift
   for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
-  const auto a = detail::indexed<T>(st, st.inv_std), b = detail::indexed<T>(st, shift);
-  detail::for_each_value(st,
-                         [&](std::int64_t at, std::int64_t i) { o[at] = a[i] * in[at] + b[i]; });
+  if (!kernels::norm_affine_on_gpu(st.sizes, st.visit[1], in, st.inv_std, shift,
+                                   -std::numeric_limits<T>::infinity(), o)) {
+    const auto a = detail::indexed<T>(st, st.inv_std), b = detail::indexed<T>(st, shift);
+    detail::for_each_value(st,
+                           [&](std::int64_t at, std::int64_t i) { o[at] = a[i] * in[at] + b[i]; });
+  }
   Tensor<T> y(x.mesh(), x.layout(), std::move(out));
 
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(y, {x}, [y = y.detach(), st](const Tensor<T>& g, const std::vector<bool>&) {
     const T* pg = g.local().data();
     const T* py = y.local().data();
-    auto sums = detail::sum_keys<T, 2>(st, [&](std::int64_t at, std::int64_t) {
-      return std::array<T, 2>{pg[at], pg[at] * py[at]};
-    });
+    std::vector<double> sums;  // of g and g y, per key
+    const std::vector<double> ones(st.keys, 1.0), zeros(st.keys, 0.0);
+    if (!kernels::norm_gradient_sums_on_gpu(st.sizes, st.visit[1], pg, py, ones, zeros,
+                                            kernels::ReluMask<T>{}, &sums))
+      sums = detail::sum_keys<T, 2>(st, [&](std::int64_t at, std::int64_t) {
+        return std::array<T, 2>{pg[at], pg[at] * py[at]};
+      });
     if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
     // dx = a g + b y + c per key.
     std::vector<double> b(st.keys), c(st.keys);
@@ -405,13 +412,16 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
       b[k] = -st.inv_std[k] * sums[2 * k + 1] / n;
       c[k] = -st.inv_std[k] * sums[2 * k] / n;
     }
-    const auto a_at = detail::indexed<T>(st, st.inv_std), b_at = detail::indexed<T>(st, b),
-               c_at = detail::indexed<T>(st, c);
     Array<T> dx = Array<T>::from_shape(g.local().shape());
     T* pd = dx.data();
-    detail::for_each_value(st, [&](std::int64_t at, std::int64_t i) {
-      pd[at] = a_at[i] * pg[at] + b_at[i] * py[at] + c_at[i];
-    });
+    if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, py, kernels::ReluMask<T>{},
+                                             st.inv_std, b, c, pd)) {
+      const auto a_at = detail::indexed<T>(st, st.inv_std), b_at = detail::indexed<T>(st, b),
+                 c_at = detail::indexed<T>(st, c);
+      detail::for_each_value(st, [&](std::int64_t at, std::int64_t i) {
+        pd[at] = detail::affine_input_gradient(a_at[i], pg[at], b_at[i], py[at], c_at[i]);
+      });
+    }
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), g.layout(), std::move(dx))};
   });
   return y;
@@ -421,14 +431,6 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
 enum class Activation { none, relu };
 
 namespace detail {
-
-// The fused normalisation's output value; one function, so that a recomputed output (and the
-// ReLU mask taken from it) matches the forward one bit for bit.
-template <class T>
-inline T affine_floor(T scale, T x, T shift, T floor) {
-  const T y = scale * x + shift;
-  return y < floor ? floor : y;  // std::max by value: a select the compiler vectorises
-}
 
 /**
  * activation(gamma * (x - mean) * inv_std + beta) in one pass, for gamma and beta over exactly the
@@ -455,13 +457,15 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
     a_key[k] = g_scale[k] * st.inv_std[k];
     b_key[k] = shift[k] - st.mean[k] * g_scale[k] * st.inv_std[k];
   }
-  const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
   // The output is computed by its recipe, which stays with it: an op that saves it for backward
   // (the next convolution) keeps the recipe, and the output itself is freed after forward.
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
-      [x = x.detach(), st, a, b, floor](T* into) {
+      [x = x.detach(), st, a_key, b_key, floor](T* into) {
         const T* in = x.local().data();
+        if (kernels::norm_affine_on_gpu(st.sizes, st.visit[1], in, a_key, b_key, floor, into))
+          return;
+        const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
         for_each_value(st, [&](std::int64_t at, std::int64_t i) {
           into[at] = affine_floor(a[i], in[at], b[i], floor);
         });
@@ -472,62 +476,70 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   y.set_recipe(std::move(recipe));
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
-  autodiff::record(y, {x, gamma, beta},
-                   [x = x.detach(), relu = activation == Activation::relu, a, b, floor, st, g_scale,
-                    stats_layout, gamma_layout = gamma.layout(), beta_layout = beta.layout()](
-                       const Tensor<T>& g, const std::vector<bool>& needed) {
-                     const T* pg = g.local().data();
-                     const T* px = x.local().data();
-                     // Raw pointers copied into the loops' lambdas, and g loaded whether masked or
-                     // not: loops the compiler vectorises.
-                     const T *pa = a.data(), *pb = b.data();
-                     auto masked = [=](std::int64_t at, std::int64_t i) {
-                       const T value = pg[at];
-                       const bool keep = (affine_floor(pa[i], px[at], pb[i], floor) > T(0)) | !relu;
-                       return keep ? value : T(0);
-                     };
-                     std::vector<double> shift(st.keys);  // x̂ = inv_std x + shift
-                     for (std::size_t k = 0; k < st.keys; ++k)
-                       shift[k] = -st.mean[k] * st.inv_std[k];
-                     const auto norm_scale = indexed<T>(st, st.inv_std),
-                                norm_shift = indexed<T>(st, shift);
-                     const T *ps = norm_scale.data(), *ph = norm_shift.data();
-                     auto sums = sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
-                       const T gm = masked(at, i);
-                       return std::array<T, 2>{gm, gm * (ps[i] * px[at] + ph[i])};
-                     });
-                     if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
-                     std::vector<Tensor<T>> grads(3);
-                     if (needed[0]) {
-                       // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
-                       std::vector<double> p_key(st.keys), q_key(st.keys), r_key(st.keys);
-                       for (std::size_t k = 0; k < st.keys; ++k) {
-                         const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
-                         const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
-                         p_key[k] = scale;
-                         q_key[k] = -slope;
-                         r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
-                       }
-                       const auto p = indexed<T>(st, p_key), q = indexed<T>(st, q_key),
-                                  r = indexed<T>(st, r_key);
-                       Array<T> dx = Array<T>::from_shape(g.local().shape());
-                       T* pd = dx.data();
-                       const T *pp = p.data(), *pq = q.data(), *pr = r.data();
-                       for_each_value(st, [=](std::int64_t at, std::int64_t i) {
-                         pd[at] = pp[i] * masked(at, i) + pq[i] * px[at] + pr[i];
-                       });
-                       grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
-                     }
-                     auto per_key = [&](int which, const TensorLayout& layout) {
-                       Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
-                       for (std::size_t k = 0; k < st.keys; ++k)
-                         v.data()[k] = static_cast<T>(sums[2 * k + which]);
-                       return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
-                     };
-                     if (needed[1]) grads[1] = per_key(1, gamma_layout);
-                     if (needed[2]) grads[2] = per_key(0, beta_layout);
-                     return grads;
-                   });
+  autodiff::record(
+      y, {x, gamma, beta},
+      [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, floor, st, g_scale,
+       stats_layout, gamma_layout = gamma.layout(),
+       beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
+        const T* pg = g.local().data();
+        const T* px = x.local().data();
+        const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
+        // Raw pointers copied into the CPU loops' lambdas, and g loaded whether masked or not:
+        // loops the compiler vectorises.
+        const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
+        const T *pa = a.data(), *pb = b.data();
+        auto masked = [=](std::int64_t at, std::int64_t i) {
+          const T value = pg[at];
+          const bool keep = (affine_floor(pa[i], px[at], pb[i], floor) > T(0)) | !relu;
+          return keep ? value : T(0);
+        };
+        std::vector<double> shift(st.keys);  // x̂ = inv_std x + shift
+        for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
+        std::vector<double> sums;  // of g' and g' x̂, per key
+        if (!kernels::norm_gradient_sums_on_gpu(st.sizes, st.visit[1], pg, px, st.inv_std, shift,
+                                                mask, &sums)) {
+          const auto norm_scale = indexed<T>(st, st.inv_std), norm_shift = indexed<T>(st, shift);
+          const T *ps = norm_scale.data(), *ph = norm_shift.data();
+          sums = sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
+            const T gm = masked(at, i);
+            return std::array<T, 2>{gm, gm * (ps[i] * px[at] + ph[i])};
+          });
+        }
+        if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
+        std::vector<Tensor<T>> grads(3);
+        if (needed[0]) {
+          // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
+          std::vector<double> p_key(st.keys), q_key(st.keys), r_key(st.keys);
+          for (std::size_t k = 0; k < st.keys; ++k) {
+            const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
+            const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
+            p_key[k] = scale;
+            q_key[k] = -slope;
+            r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
+          }
+          Array<T> dx = Array<T>::from_shape(g.local().shape());
+          T* pd = dx.data();
+          if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, px, mask, p_key,
+                                                   q_key, r_key, pd)) {
+            const auto p = indexed<T>(st, p_key), q = indexed<T>(st, q_key),
+                       r = indexed<T>(st, r_key);
+            const T *pp = p.data(), *pq = q.data(), *pr = r.data();
+            for_each_value(st, [=](std::int64_t at, std::int64_t i) {
+              pd[at] = affine_input_gradient(pp[i], masked(at, i), pq[i], px[at], pr[i]);
+            });
+          }
+          grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
+        }
+        auto per_key = [&](int which, const TensorLayout& layout) {
+          Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
+          for (std::size_t k = 0; k < st.keys; ++k)
+            v.data()[k] = static_cast<T>(sums[2 * k + which]);
+          return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
+        };
+        if (needed[1]) grads[1] = per_key(1, gamma_layout);
+        if (needed[2]) grads[2] = per_key(0, beta_layout);
+        return grads;
+      });
   return y;
 }
 

@@ -17,6 +17,8 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/resample_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
@@ -82,46 +84,31 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
   std::int64_t outer = 1, inner = 1;
   for (std::size_t e = 0; e < d; ++e) outer *= out_block.ranges[e].size();
   for (std::size_t e = d + 1; e < shape.rank(); ++e) inner *= out_block.ranges[e].size();
-  const std::int64_t box_n = plan.box().ranges[d].size(), box_begin = plan.box().ranges[d].begin;
+  // Each output position's taps into the box along `dim`.
+  kernels::ResampleTaps taps;
+  taps.outer = outer;
+  taps.inner = inner;
+  taps.sources = plan.box().ranges[d].size();
+  const std::int64_t box_begin = plan.box().ranges[d].begin;
   const Range outputs = out_block.ranges[d];
-  std::vector<Sources> local_sources;
   for (std::int64_t o = outputs.begin; o < outputs.end; ++o) {
-    Sources s = sources_of(o);
-    for (int k = 0; k < s.count; ++k) s.index[k] -= box_begin;
-    local_sources.push_back(s);
+    const Sources s = sources_of(o);
+    for (int k = 0; k < 2; ++k) {
+      taps.index.push_back(k < s.count ? s.index[k] - box_begin : -1);
+      taps.weight.push_back(k < s.count ? s.weight[k] : 0.0);
+    }
   }
   Array<T> out = Array<T>::from_shape(to_xshape(out_block.sizes()));
-  out.fill(T(0));
-  const std::int64_t n_out = outputs.size();
-  for (std::int64_t a = 0; a < outer; ++a)
-    for (std::int64_t o = 0; o < n_out; ++o) {
-      const Sources& s = local_sources[o];
-      T* dst = out.data() + (a * n_out + o) * inner;
-      for (int k = 0; k < s.count; ++k) {
-        const T* src = box.data() + (a * box_n + s.index[k]) * inner;
-        const T w = static_cast<T>(s.weight[k]);
-        for (std::int64_t b = 0; b < inner; ++b) dst[b] += w * src[b];
-      }
-    }
+  kernels::resample_impl::resample(taps, box.data(), out.data());
   Tensor<T> result(mesh, std::move(out_layout), std::move(out));
 
   std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
   autodiff::record(
       result, {t},
-      [plan, local_sources = std::move(local_sources), box_sizes, outer, inner, n_out, box_n,
-       input_layout = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
+      [plan, taps = std::move(taps), box_sizes, input_layout = t.layout()](
+          const Tensor<T>& g, const std::vector<bool>&) {
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
-        grad_box.fill(T(0));
-        for (std::int64_t a = 0; a < outer; ++a)
-          for (std::int64_t o = 0; o < n_out; ++o) {
-            const Sources& s = local_sources[o];
-            const T* src = g.local().data() + (a * n_out + o) * inner;
-            for (int k = 0; k < s.count; ++k) {
-              T* dst = grad_box.data() + (a * box_n + s.index[k]) * inner;
-              const T w = static_cast<T>(s.weight[k]);
-              for (std::int64_t b = 0; b < inner; ++b) dst[b] += w * src[b];
-            }
-          }
+        kernels::resample_impl::resample_adjoint(taps, g.local().data(), grad_box.data());
         auto own = plan.exchange_add(g.mesh(), grad_box);
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
       });
@@ -150,8 +137,10 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
   auto place = [d, out_strides](const T* src, const kernels::Sizes& sizes, std::int64_t offset,
                                 T* out) {
     T* dst = out + offset * out_strides[d];
+    const auto src_strides = kernels::row_major_strides(sizes);
+    if (kernels::copy_box_on_gpu(sizes, src, src_strides, dst, out_strides)) return;
     kernels::parallel_for_each_offset<2>(
-        sizes, {kernels::row_major_strides(sizes), out_strides}, compute_threads(),
+        sizes, {src_strides, out_strides}, compute_threads(),
         [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
   };
   Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
@@ -189,9 +178,11 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
           Array<T> slice = Array<T>::from_shape(to_xshape(sizes));
           const T* src = g.local().data() + offsets[i] * g_strides[d];
           T* dst = slice.data();
-          kernels::parallel_for_each_offset<2>(
-              sizes, {g_strides, kernels::row_major_strides(sizes)}, compute_threads(),
-              [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+          const auto dst_strides = kernels::row_major_strides(sizes);
+          if (!kernels::copy_box_on_gpu(sizes, src, g_strides, dst, dst_strides))
+            kernels::parallel_for_each_offset<2>(
+                sizes, {g_strides, dst_strides}, compute_threads(),
+                [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
           grads[i] = relayout_to(Tensor<T>(g.mesh(), aligned, std::move(slice)), part_layouts[i]);
         }
         return grads;

@@ -198,17 +198,14 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
       const std::int64_t chunk =
           std::max(detail::chunk_terms, (terms + detail::max_chunks - 1) / detail::max_chunks);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
-      void* partial = nullptr;
-      cuda::check(cudaMallocAsync(&partial, std::size_t(outputs * chunks) * sizeof(double), stream),
-                  "cudaMallocAsync");
+      const Scratch partial(std::size_t(outputs * chunks) * sizeof(double), stream);
       cuda::launch_grid(cuda::kernel(sum_source(), instance<T>("sum_chunk_f32", "sum_chunk_f64")),
                         dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, a, b,
-                        static_cast<double*>(partial), static_cast<long long>(terms),
+                        partial.as<double>(), static_cast<long long>(terms),
                         static_cast<long long>(chunk));
       cuda::launch(cuda::kernel(sum_source(), "add_chunks"), outputs, stream,
-                   static_cast<const double*>(partial), static_cast<long long>(chunks), out,
-                   static_cast<long long>(outputs));
-      cuda::check(cudaFreeAsync(partial, stream), "cudaFreeAsync");
+                   static_cast<const double*>(partial.as<double>()), static_cast<long long>(chunks),
+                   out, static_cast<long long>(outputs));
     }
     cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return true;
