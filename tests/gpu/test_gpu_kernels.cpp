@@ -262,10 +262,20 @@ void check_sum_on_gpu(const testing::SumCase& c) {
   Buffer<double> out(outputs, 7.0);
   REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
   CHECK(testing::sum_gap(std::vector<double>(out.begin(), out.end()), ref) < 1e-12);
+  if constexpr (N == 1) {
+    for (const bool is_max : {true, false}) {
+      INFO((is_max ? "max" : "min"));
+      const auto want = testing::extreme_on_cpu(c, check, is_max);
+      Buffer<float> got(want.size(), 7.0f);
+      REQUIRE(kernels::gpu::extreme<float>(c.outer, c.inner, device_operands[0], got.data(), is_max,
+                                           is_max ? -INFINITY : INFINITY));
+      CHECK(differing(got, want) == 0);
+    }
+  }
 }
 }  // namespace
 
-TEST_CASE("sums of products on the GPU equal the CPU's to double rounding") {
+TEST_CASE("sums of products on the GPU equal the CPU's to double rounding, max and min exactly") {
   // Scale 1: few terms per output (a thread each); 4096: the chunked kernel.
   for (const std::int64_t scale : {1, 4096})
     for (const auto& c : testing::sum_cases(scale)) {

@@ -259,9 +259,36 @@ void check_sum_kernels(const testing::SumCase& c) {
   host_cuda::blockIdx = {0, 0};
   host_kernels::add_chunks(partial.data(), chunks, chunked.data(), outputs);
   CHECK(testing::sum_gap(chunked, ref) < 1e-12);
+
+  if constexpr (N == 1) {
+    for (const bool is_max : {true, false}) {
+      INFO((is_max ? "max" : "min"));
+      const auto want = testing::extreme_on_cpu(c, check, is_max);
+      const int code = is_max ? kernels::BinaryOp::larger : kernels::BinaryOp::smaller;
+      const float init = is_max ? -INFINITY : INFINITY;
+      std::vector<float> per_thread(want.size(), 7.0f), folded(want.size(), 7.0f),
+          chunk_extremes(std::size_t(outputs * chunks), 7.0f);
+      host_kernels::extreme_per_output_f32(shape, a, per_thread.data(), outputs, terms, code, init);
+      CHECK(same_bits(per_thread, want));
+      host_cuda::gridDim = {unsigned(outputs), unsigned(chunks)};
+      for (unsigned x = 0; x < host_cuda::gridDim.x; ++x)
+        for (unsigned y = 0; y < host_cuda::gridDim.y; ++y) {
+          host_cuda::blockIdx = {x, y};
+          host_kernels::extreme_chunk_f32(shape, a, chunk_extremes.data(), terms, chunk, code,
+                                          init);
+        }
+      host_cuda::gridDim = {1, 1};
+      host_cuda::blockIdx = {0, 0};
+      host_kernels::extreme_of_chunks_f32(chunk_extremes.data(), chunks, folded.data(), outputs,
+                                          code, init);
+      CHECK(same_bits(folded, want));
+    }
+  }
 }
 
-TEST_CASE("the sum kernels, run on the host, equal the CPU's sums to double rounding") {
+TEST_CASE(
+    "the sum kernels, run on the host, equal the CPU's sums to double rounding, and the max and "
+    "min folds bit for bit") {
   for (const auto& c : testing::sum_cases()) {
     INFO(c.outer.size() << " outer dims, " << c.inner.size() << " inner, " << c.elements.size()
                         << " operands");

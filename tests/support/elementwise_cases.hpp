@@ -215,6 +215,19 @@ struct SumCheck {
   SumCheck& operator=(const SumCheck&) = delete;
 };
 
+/// The CPU's max (is_max) or min reduction of a one-operand sum case's values: fold on one thread,
+/// with the reduction's identity and formula.
+inline std::vector<float> extreme_on_cpu(const SumCase& c, const SumCheck<1>& check, bool is_max) {
+  std::vector<float> out(std::size_t(kernels::num_elements(c.outer)), 7.0f);
+  kernels::fold<float, float, 1>(
+      c.outer, c.inner, check.operands, out.data(), is_max ? -INFINITY : INFINITY,
+      [is_max](float a, float b) {
+        return is_max ? kernels::Binary<float, kernels::BinaryOp::larger>{}(a, b)
+                      : kernels::Binary<float, kernels::BinaryOp::smaller>{}(a, b);
+      });
+  return out;
+}
+
 /// The largest gap between two sums, relative to the sum of the magnitudes of their terms' scale.
 inline double sum_gap(const std::vector<double>& got, const std::vector<double>& want) {
   double gap = 0;

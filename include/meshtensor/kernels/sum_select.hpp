@@ -1,7 +1,7 @@
 #pragma once
-// Where einsum's and the reductions' sums of products run: on the GPU when the processor computes
-// on one and its blocks are there (kernels/gpu/sum.hpp, with the GPU backend); otherwise the
-// caller runs kernels::parallel_sum on the CPU.
+// Where einsum's and the reductions' sums of products, and the max and min folds, run: on the GPU
+// when the processor computes on one and its blocks are there (kernels/gpu/sum.hpp, with the GPU
+// backend); otherwise the caller runs kernels::parallel_sum on the CPU.
 
 #include <array>
 #include <cstddef>
@@ -20,6 +20,19 @@ bool sum_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Size
                 [[maybe_unused]] Acc* out) {
 #if defined(MESHTENSOR_WITH_CUDA)
   return gpu::sum<Acc, T, N>(outer, inner, operands, out);
+#else
+  return false;
+#endif
+}
+
+/// The max (is_max) or min reduction's fold of one operand on the GPU, from `init`; false when it
+/// did not run there.
+template <class T>
+bool extreme_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Sizes& inner,
+                    [[maybe_unused]] const FoldOperand<T>& operand, [[maybe_unused]] T* out,
+                    [[maybe_unused]] bool is_max, [[maybe_unused]] T init) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  return gpu::extreme<T>(outer, inner, operand, out, is_max, init);
 #else
   return false;
 #endif

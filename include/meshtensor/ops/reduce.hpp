@@ -85,9 +85,15 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
           ? (is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
           : (is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
   Buffer<T> partial(n);
-  kernels::parallel_fold<T, T, 1>(
-      kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
-      [is_max](T a, T b) { return is_max ? (a < b ? b : a) : (b < a ? b : a); }, compute_threads());
+  if (!kernels::extreme_on_gpu(kept_sizes, reduced_sizes, operand, partial.data(), is_max,
+                               identity))
+    kernels::parallel_fold<T, T, 1>(
+        kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
+        [is_max](T a, T b) {
+          return is_max ? kernels::shared::binary_formula<BinaryOp::larger>(a, b)
+                        : kernels::shared::binary_formula<BinaryOp::smaller>(a, b);
+        },
+        compute_threads());
   return finish(partial);
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// Sums of products on a processor that computes on a GPU: what einsum and the sum reductions ask of
+// Sums of products, and the max and min reductions' folds, on a processor that computes on a GPU.
+// Sums: what einsum and the sum reductions ask of
 // kernels::parallel_sum (kernels/reference/fold.hpp) — for each index of an outer box, the sum
 // over an inner box of the product of one or two operands, accumulated in double. Many outputs of
 // few terms each (a contraction over channels) take a thread per output, adding the terms in
@@ -18,14 +19,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "meshtensor/kernels/elementwise_formulas.hpp"
 #include "meshtensor/kernels/gpu/launch.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
 
 namespace meshtensor::kernels::gpu {
 
 /// The sum kernels' source.
-inline const cuda::KernelSource& sum_source() {
-  static const cuda::KernelSource source{"meshtensor_sum.cu", R"(
+inline const char* sum_kernels_text() {
+  static const char* const text{R"(
 // The host's SumShape: the outer and inner boxes and each operand's strides over them.
 struct SumShape {
   long long operands, outer_rank, inner_rank;
@@ -44,19 +46,26 @@ __device__ void outer_offsets(const SumShape& s, long long o, long long* at) {
   }
 }
 
+// Each operand's offset of inner index i from the outer offsets `base`.
+__device__ void inner_offsets(const SumShape& s, const long long* base, long long i, long long* at) {
+  at[0] = base[0];
+  at[1] = base[1];
+  for (long long d = s.inner_rank - 1; d >= 0; --d) {
+    const long long k = i % s.inner[d];
+    i /= s.inner[d];
+    at[0] += k * s.inner_strides[0][d];
+    at[1] += k * s.inner_strides[1][d];
+  }
+}
+
 // The product of the operands at inner index i from the outer offsets `base`.
 template <class T>
 __device__ double term(const SumShape& s, const T* a, const T* b, const long long* base,
                        long long i) {
-  long long at0 = base[0], at1 = base[1];
-  for (long long d = s.inner_rank - 1; d >= 0; --d) {
-    const long long k = i % s.inner[d];
-    i /= s.inner[d];
-    at0 += k * s.inner_strides[0][d];
-    at1 += k * s.inner_strides[1][d];
-  }
-  double product = (double)a[at0];
-  if (s.operands == 2) product *= (double)b[at1];
+  long long at[2];
+  inner_offsets(s, base, i, at);
+  double product = (double)a[at[0]];
+  if (s.operands == 2) product *= (double)b[at[1]];
   return product;
 }
 
@@ -95,6 +104,97 @@ __device__ void sum_chunk(const SumShape& s, const T* a, const T* b, double* par
   if (threadIdx.x == 0) partial[o * gridDim.y + blockIdx.y] = lane[0];
 }
 
+// The fold of acc and v that the CPU's max (code larger) or min (smaller) reduction takes.
+template <class T>
+__device__ T extreme(int code, T acc, T v) {
+  return code == BinaryOp::larger ? binary_formula<BinaryOp::larger>(acc, v)
+                                  : binary_formula<BinaryOp::smaller>(acc, v);
+}
+
+// A thread per output, folding its values in order from `init`.
+template <class T>
+__device__ void extreme_per_output(const SumShape& s, const T* a, T* out, long long outputs,
+                                   long long terms, int code, T init) {
+  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < outputs;
+       o += (long long)blockDim.x * gridDim.x) {
+    long long base[2], at[2];
+    outer_offsets(s, o, base);
+    T acc = init;
+    for (long long i = 0; i < terms; ++i) {
+      inner_offsets(s, base, i, at);
+      acc = extreme(code, acc, a[at[0]]);
+    }
+    out[o] = acc;
+  }
+}
+
+// Block (blockIdx.x, blockIdx.y) folds chunk y of output x's values: each thread a strided share,
+// then a tree over the block's threads (values of T held exactly in double).
+template <class T>
+__device__ void extreme_chunk(const SumShape& s, const T* a, T* partial, long long terms,
+                              long long chunk, int code, T init) {
+  __shared__ double lane[256];
+  const long long o = blockIdx.x, begin = blockIdx.y * chunk;
+  const long long end = begin + chunk < terms ? begin + chunk : terms;
+  long long base[2], at[2];
+  outer_offsets(s, o, base);
+  T acc = init;
+  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    inner_offsets(s, base, i, at);
+    acc = extreme(code, acc, a[at[0]]);
+  }
+  lane[threadIdx.x] = (double)acc;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half)
+      lane[threadIdx.x] = (double)extreme(code, (T)lane[threadIdx.x], (T)lane[threadIdx.x + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[o * gridDim.y + blockIdx.y] = (T)lane[0];
+}
+
+// out[o] = output o's chunks folded in order from `init`.
+template <class T>
+__device__ void extreme_of_chunks(const T* partial, long long chunks, T* out, long long outputs,
+                                  int code, T init) {
+  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < outputs;
+       o += (long long)blockDim.x * gridDim.x) {
+    T acc = init;
+    for (long long c = 0; c < chunks; ++c) acc = extreme(code, acc, partial[o * chunks + c]);
+    out[o] = acc;
+  }
+}
+
+extern "C" __global__ void extreme_per_output_f32(SumShape s, const float* a, float* out,
+                                                  long long outputs, long long terms, int code,
+                                                  float init) {
+  extreme_per_output(s, a, out, outputs, terms, code, init);
+}
+extern "C" __global__ void extreme_per_output_f64(SumShape s, const double* a, double* out,
+                                                  long long outputs, long long terms, int code,
+                                                  double init) {
+  extreme_per_output(s, a, out, outputs, terms, code, init);
+}
+extern "C" __global__ void extreme_chunk_f32(SumShape s, const float* a, float* partial,
+                                             long long terms, long long chunk, int code,
+                                             float init) {
+  extreme_chunk(s, a, partial, terms, chunk, code, init);
+}
+extern "C" __global__ void extreme_chunk_f64(SumShape s, const double* a, double* partial,
+                                             long long terms, long long chunk, int code,
+                                             double init) {
+  extreme_chunk(s, a, partial, terms, chunk, code, init);
+}
+extern "C" __global__ void extreme_of_chunks_f32(const float* partial, long long chunks,
+                                                 float* out, long long outputs, int code,
+                                                 float init) {
+  extreme_of_chunks(partial, chunks, out, outputs, code, init);
+}
+extern "C" __global__ void extreme_of_chunks_f64(const double* partial, long long chunks,
+                                                 double* out, long long outputs, int code,
+                                                 double init) {
+  extreme_of_chunks(partial, chunks, out, outputs, code, init);
+}
 extern "C" __global__ void sum_per_output_f32(SumShape s, const float* a, const float* b,
                                               double* out, long long outputs, long long terms) {
   sum_per_output(s, a, b, out, outputs, terms);
@@ -122,6 +222,15 @@ extern "C" __global__ void add_chunks(const double* partial, long long chunks, d
   }
 }
 )"};
+  return text;
+}
+
+/// The GPU source: the element-wise formulas (the folds take larger and smaller from them), then
+/// the kernels.
+inline const cuda::KernelSource& sum_source() {
+  static const cuda::KernelSource source{
+      "meshtensor_sum.cu",
+      with_shared_code(shared::elementwise_formulas_text(), sum_kernels_text())};
   return source;
 }
 
@@ -206,6 +315,50 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
       cuda::launch(cuda::kernel(sum_source(), "add_chunks"), outputs, stream,
                    static_cast<const double*>(partial.as<double>()), static_cast<long long>(chunks),
                    out, static_cast<long long>(outputs));
+    }
+    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return true;
+  }
+}
+
+/// out[o] = the largest (is_max) or smallest of the operand's values over the inner box, folded
+/// from `init` by the CPU's formula, for every index o of the outer box (row-major), on the GPU;
+/// false when it cannot run there. Equal to the CPU's fold but for the sign of a zero maximum.
+template <class T>
+bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& operand, T* out,
+             bool is_max, T init) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({operand.data, out})) return false;
+    detail::SumShape shape;
+    std::array<std::int64_t, 2> spans{};
+    if (!detail::sum_shape_of<T, 1>(outer, inner, {operand}, &shape, &spans)) return false;
+    const std::int64_t outputs = num_elements(outer), terms = num_elements(inner);
+    if (outputs == 0) return true;
+    const int code = is_max ? BinaryOp::larger : BinaryOp::smaller;
+    const cudaStream_t stream = cuda::compute_stream();
+    cuda::prefetch_to_gpu(operand.data, std::size_t(spans[0]) * sizeof(T), stream);
+    cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(T), stream);
+    if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
+      cuda::launch(cuda::kernel(sum_source(),
+                                instance<T>("extreme_per_output_f32", "extreme_per_output_f64")),
+                   outputs, stream, shape, operand.data, out, static_cast<long long>(outputs),
+                   static_cast<long long>(terms), code, init);
+    } else {
+      const std::int64_t chunk =
+          std::max(detail::chunk_terms, (terms + detail::max_chunks - 1) / detail::max_chunks);
+      const std::int64_t chunks = (terms + chunk - 1) / chunk;
+      const Scratch partial(std::size_t(outputs * chunks) * sizeof(T), stream);
+      cuda::launch_grid(
+          cuda::kernel(sum_source(), instance<T>("extreme_chunk_f32", "extreme_chunk_f64")),
+          dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, operand.data,
+          partial.as<T>(), static_cast<long long>(terms), static_cast<long long>(chunk), code,
+          init);
+      cuda::launch(
+          cuda::kernel(sum_source(), instance<T>("extreme_of_chunks_f32", "extreme_of_chunks_f64")),
+          outputs, stream, static_cast<const T*>(partial.as<T>()), static_cast<long long>(chunks),
+          out, static_cast<long long>(outputs), code, init);
     }
     cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return true;
