@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <meshtensor/kernels/conv_select.hpp>
+#include <meshtensor/kernels/cublas/gemm.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/norm.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
@@ -27,6 +28,7 @@
 
 #include "support/conv_cases.hpp"
 #include "support/elementwise_cases.hpp"
+#include "support/gemm_cases.hpp"
 #include "support/norm_cases.hpp"
 #include "support/pool_cases.hpp"
 #include "support/resample_cases.hpp"
@@ -351,4 +353,23 @@ TEST_CASE("resampling on the GPU equals the reference loops") {
       REQUIRE(kernels::gpu::resample_adjoint(c.taps, g.data(), grad_box.data()));
       CHECK(largest_gap(grad_box, check.grad_box_ref) < 1e-6);
     }
+}
+
+TEST_CASE("matrix products through cuBLAS equal the CPU's sums to float rounding") {
+  for (const auto& c : testing::gemm_cases()) {
+    INFO(c.einsum);
+    auto g = testing::gemm_operands(c.einsum);
+    const auto x = on_gpu(testing::zip_operand<float>(g.elements[0], 0.0)),
+               y = on_gpu(testing::zip_operand<float>(g.elements[1], 1.0));
+    g.operands[0].data = x.data();
+    g.operands[1].data = y.data();
+    const std::size_t outputs = std::size_t(kernels::num_elements(g.outer));
+    std::vector<double> want(outputs, 7.0);
+    kernels::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(), 1);
+    Buffer<double> got(outputs, 7.0);
+    REQUIRE(kernels::cublas::gemm_sum<float>(g.outer, g.inner, g.operands, got.data()) ==
+            c.is_gemm);
+    if (c.is_gemm)
+      CHECK(testing::sum_gap(std::vector<double>(got.begin(), got.end()), want) < 1e-5);
+  }
 }

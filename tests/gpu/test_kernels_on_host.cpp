@@ -20,6 +20,7 @@
 #include <meshtensor/kernels/reference/pool.hpp>
 
 #include "support/elementwise_cases.hpp"
+#include "support/gemm_cases.hpp"
 #include "support/norm_cases.hpp"
 #include "support/pool_cases.hpp"
 #include "support/resample_cases.hpp"
@@ -405,5 +406,26 @@ TEST_CASE("the resampling kernels, run on the host, equal the reference loops bi
     host_kernels::resample_adjoint_f32(shape, start.data(), reader.data(), reader_weight.data(),
                                        check.g.data(), grad_box.data());
     CHECK(same_bits(grad_box, check.grad_box_ref));
+  }
+}
+
+TEST_CASE("contractions that are matrix products become the GEMMs cuBLAS computes, and no others") {
+  for (const auto& c : testing::gemm_cases()) {
+    INFO(c.einsum);
+    auto g = testing::gemm_operands(c.einsum);
+    const auto x = testing::zip_operand<float>(g.elements[0], 0.0),
+               y = testing::zip_operand<float>(g.elements[1], 1.0);
+    g.operands[0].data = x.data();
+    g.operands[1].data = y.data();
+    const auto shape = kernels::gemm_shape_of(g.outer, g.inner, g.operands);
+    REQUIRE(shape.has_value() == c.is_gemm);
+    if (!shape) continue;
+    const std::int64_t outputs = kernels::num_elements(g.outer);
+    CHECK(shape->batch * shape->stride_c == outputs);
+    std::vector<double> want(std::size_t(outputs), 7.0), got(std::size_t(outputs), 7.0);
+    kernels::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(), 1);
+    testing::blas_gemm(*shape, g.operands[shape->a_operand].data,
+                       g.operands[1 - shape->a_operand].data, got.data());
+    CHECK(testing::sum_gap(got, want) < 1e-12);
   }
 }

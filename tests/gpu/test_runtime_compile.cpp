@@ -1,6 +1,7 @@
 // meshtensor's own CUDA kernels are sources compiled at run time by NVRTC, which needs no GPU:
 // here every source compiles for the GPU generations meshtensor targets, and a source that does
-// not compile is reported with its name and NVRTC's log. Runs on machines without a GPU.
+// not compile is reported with its name and NVRTC's log. cuBLAS, loaded on first use, is found
+// with every function meshtensor calls. Runs on machines without a GPU.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <meshtensor/device/runtime_compiler.hpp>
+#include <meshtensor/kernels/cublas/library.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/norm.hpp>
 #include <meshtensor/kernels/gpu/optimizer.hpp>
@@ -25,7 +27,7 @@ TEST_CASE("every kernel source compiles for Turing to Hopper") {
       {&kernels::gpu::sum_source(),
        {"sum_per_output_f32", "sum_per_output_f64", "sum_chunk_f32", "sum_chunk_f64", "add_chunks",
         "extreme_per_output_f32", "extreme_per_output_f64", "extreme_chunk_f32",
-        "extreme_chunk_f64", "extreme_of_chunks_f32", "extreme_of_chunks_f64"}},
+        "extreme_chunk_f64", "extreme_of_chunks_f32", "extreme_of_chunks_f64", "widen_f32"}},
       {&kernels::gpu::optimizer_source(), {"sgd_f32", "sgd_f64", "adam_f32", "adam_f64"}},
       {&kernels::gpu::norm_source(),
        {"moments_chunk_f32", "moments_chunk_f64", "combine_moment_chunks",
@@ -59,4 +61,15 @@ TEST_CASE("a source that does not compile is named, with the compiler's log") {
     CHECK(message.find("compute_80") != std::string::npos);
     CHECK(message.find("identifier \"y\" is undefined") != std::string::npos);
   }
+}
+
+TEST_CASE("cuBLAS loads on first use, without a GPU, with every function meshtensor calls") {
+  const auto& cublas = kernels::cublas::library();
+  CHECK(cublas.create != nullptr);
+  CHECK(cublas.destroy != nullptr);
+  CHECK(cublas.set_stream != nullptr);
+  CHECK(cublas.sgemm_strided_batched != nullptr);
+  CHECK(cublas.dgemm_strided_batched != nullptr);
+  REQUIRE(cublas.status_string != nullptr);
+  CHECK(std::string(cublas.status_string(CUBLAS_STATUS_SUCCESS)).size() > 0);
 }

@@ -5,9 +5,11 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 #include "meshtensor/kernels/reference/fold.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cublas/gemm.hpp"
 #include "meshtensor/kernels/gpu/sum.hpp"
 #endif
 
@@ -23,6 +25,19 @@ bool sum_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Size
 #else
   return false;
 #endif
+}
+
+/// A sum of products of two operands that is a batch of matrix products, through cuBLAS on the
+/// GPU (accumulated in T, not in double); false when it did not run there.
+template <class Acc, class T>
+bool gemm_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Sizes& inner,
+                 [[maybe_unused]] const std::array<FoldOperand<T>, 2>& operands,
+                 [[maybe_unused]] Acc* out) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  if constexpr (std::is_same_v<Acc, double>)
+    return cublas::gemm_sum<T>(outer, inner, operands, out);
+#endif
+  return false;
 }
 
 /// The max (is_max) or min reduction's fold of one operand on the GPU, from `init`; false when it

@@ -64,7 +64,9 @@ Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
       kernels::parallel_sum<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data(), threads);
   } else {
     const std::array<kernels::FoldOperand<T>, 2> operands{operand(*in[0]), operand(*in[1])};
-    if (!kernels::sum_on_gpu<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data()))
+    // On a GPU, a matrix product goes to cuBLAS; any other contraction to the sum kernels.
+    if (!kernels::gemm_on_gpu<Acc, T>(out_sizes, inner_sizes, operands, out.data()) &&
+        !kernels::sum_on_gpu<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data()))
       kernels::parallel_sum<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data(), threads);
   }
   return out;

@@ -211,6 +211,12 @@ extern "C" __global__ void sum_chunk_f64(SumShape s, const double* a, const doub
                                          double* partial, long long terms, long long chunk) {
   sum_chunk(s, a, b, partial, terms, chunk);
 }
+// out[i] = in[i] in double: float products (cuBLAS's) into a double accumulator.
+extern "C" __global__ void widen_f32(const float* in, double* out, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)blockDim.x * gridDim.x)
+    out[i] = (double)in[i];
+}
 // out[o] = the sum of output o's chunks, in order.
 extern "C" __global__ void add_chunks(const double* partial, long long chunks, double* out,
                                       long long outputs) {
