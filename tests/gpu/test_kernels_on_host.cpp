@@ -354,6 +354,21 @@ TEST_CASE("the normalisation kernels, run on the host, equal the CPU's formulas"
       got.push_back({moments[3 * k], moments[3 * k + 1], moments[3 * k + 2]});
     CHECK(testing::moments_gap(got, check.moments()) < 1e-12);
 
+    // By lanes, on a channels-last block: groups of rows g, g + groups, ...; a thread each.
+    CHECK(kernels::gpu::detail::keys_innermost(flat) == c.keys_innermost);
+    const std::vector<std::int64_t> lane_groups =
+        c.keys_innermost ? std::vector<std::int64_t>{1, 2, 3} : std::vector<std::int64_t>{};
+    for (const std::int64_t groups : lane_groups) {
+      INFO("by lanes, " << groups << " groups of rows");
+      std::vector<double> lane_partial(std::size_t(3 * keys * groups), 7.0), lane_moments(3 * keys);
+      host_kernels::moments_lanes_f32(block, check.x.data(), lane_partial.data(), terms, groups);
+      host_kernels::combine_moment_chunks(lane_partial.data(), groups, lane_moments.data(), keys);
+      std::vector<kernels::shared::PartialMoments> by_lanes;
+      for (std::int64_t k = 0; k < keys; ++k)
+        by_lanes.push_back({lane_moments[3 * k], lane_moments[3 * k + 1], lane_moments[3 * k + 2]});
+      CHECK(testing::moments_gap(by_lanes, check.moments()) < 1e-12);
+    }
+
     for (const float floor : {-INFINITY, 0.0f}) {
       std::vector<float> out(std::size_t(n), 7.0f);
       host_kernels::affine_f32(block, check.x.data(), scale.data(), shift.data(), floor, out.data(),
@@ -373,6 +388,15 @@ TEST_CASE("the normalisation kernels, run on the host, equal the CPU's formulas"
       });
       host_kernels::add_chunks(sum_partial.data(), chunks, sums.data(), 2 * keys);
       CHECK(testing::sum_gap(sums, check.gradient_sums(masked)) < 1e-12);
+      for (const std::int64_t groups : lane_groups) {
+        INFO("by lanes, " << groups << " groups of rows");
+        std::vector<double> lane_partial(std::size_t(2 * keys * groups), 7.0), lane_sums(2 * keys);
+        host_kernels::gradient_sums_lanes_f32(block, check.g.data(), v, scale.data(), shift.data(),
+                                              mask_x, mask_scale.data(), mask_shift.data(),
+                                              lane_partial.data(), terms, groups);
+        host_kernels::add_chunks(lane_partial.data(), groups, lane_sums.data(), 2 * keys);
+        CHECK(testing::sum_gap(lane_sums, check.gradient_sums(masked)) < 1e-12);
+      }
 
       std::vector<float> dx(std::size_t(n), 7.0f);
       host_kernels::input_gradient_f32(block, check.g.data(), v, mask_x, mask_scale.data(),

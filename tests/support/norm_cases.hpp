@@ -21,16 +21,18 @@ struct NormCase {
   kernels::Sizes sizes;
   kernels::Strides key_strides;
   std::int64_t keys;
+  bool keys_innermost;  // rows of the keys side by side (channels last)
 };
 
 /// The cases, their first reduced dim `scale` times longer (GPU chunks of many elements).
 inline std::vector<NormCase> norm_cases(std::int64_t scale = 1) {
   return {
-      {"batch norm, channels last", {2, 5 * scale, 6, 7, 3}, {0, 0, 0, 0, 1}, 3},
-      {"batch norm, channels first", {4, 9 * scale, 11}, {1, 0, 0}, 4},
-      {"instance norm, (batch, channels) keys", {2, 4 * scale, 5, 3}, {3, 0, 0, 1}, 6},
-      {"dims of one, kept and reduced", {1, 9 * scale, 1, 4}, {4, 0, 0, 1}, 4},
-      {"one key", {3 * scale, 5}, {0, 0}, 1},
+      {"batch norm, channels last", {2, 5 * scale, 6, 7, 3}, {0, 0, 0, 0, 1}, 3, true},
+      {"batch norm, channels first", {4, 9 * scale, 11}, {1, 0, 0}, 4, false},
+      {"instance norm, (batch, channels) keys", {2, 4 * scale, 5, 3}, {3, 0, 0, 1}, 6, false},
+      {"dims of one, kept and reduced", {1, 9 * scale, 1, 4}, {4, 0, 0, 1}, 4, true},
+      {"one key", {3 * scale, 5}, {0, 0}, 1, true},
+      {"channels last, two kept dims", {3 * scale, 2, 5}, {0, 5, 1}, 10, true},
   };
 }
 

@@ -4,10 +4,12 @@
 //   - the moments of every key (count, mean, sum of squared deviations): blocks of 256 threads
 //     each take a chunk of one key's elements, its mean first and the squared deviations from
 //     that mean second, both summed in double in shared memory; one pass then combines each key's
-//     chunks in order (Chan et al.);
+//     chunks in order (Chan et al.). On a channels-last block, whose keys are side by side in
+//     each row, a thread per key and group of rows does the same alone, so that neighbouring
+//     threads read neighbouring values;
 //   - scale x + shift per key, floored (a fused ReLU), a thread per element;
 //   - the gradient's two sums per key, of g' and of g' (s x + h), where g' is g masked by the
-//     ReLU, chunked as the moments, and the chunks added by the sums' add_chunks;
+//     ReLU, chunked (or by lanes) as the moments, and the chunks added by the sums' add_chunks;
 //   - the input gradient p g' + q v + r per key, a thread per element.
 // The formulas are the CPU loops' own (kernels/norm_formulas.hpp). No atomics: the same inputs
 // give the same results on every run. The per-key constants come from the host and go to the
@@ -137,6 +139,58 @@ __device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v,
   }
 }
 
+// On a block whose rows are the keys side by side (channels last), thread (key, g) of a grid of
+// keys x groups takes key's elements in rows g, g + groups, ...: neighbouring threads read
+// neighbouring values. Its results go where the chunked kernels put chunk g's.
+__device__ long long key_count(const KeyedBlock& s) {
+  long long keys = 1;
+  for (long long d = 0; d < s.kept_rank; ++d) keys *= s.kept[d];
+  return keys;
+}
+
+template <class T>
+__device__ void moments_lanes(const KeyedBlock& s, const T* x, double* partial, long long rows,
+                              long long groups) {
+  const long long keys = key_count(s);
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < keys * groups;
+       t += (long long)blockDim.x * gridDim.x) {
+    const long long key = t % keys, g = t / keys;
+    double total = 0, count = 0;
+    for (long long r = g; r < rows; r += groups, count += 1) total += (double)x[r * keys + key];
+    const double mean = total / count;
+    double squares = 0;
+    for (long long r = g; r < rows; r += groups) {
+      const double deviation = (double)x[r * keys + key] - mean;
+      squares += deviation * deviation;
+    }
+    double* out = partial + 3 * (key * groups + g);
+    out[0] = count;
+    out[1] = mean;
+    out[2] = squares;
+  }
+}
+
+template <class T>
+__device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v, const T* scale,
+                                    const T* shift, const T* mask_x, const T* mask_scale,
+                                    const T* mask_shift, double* partial, long long rows,
+                                    long long groups) {
+  const long long keys = key_count(s);
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < keys * groups;
+       t += (long long)blockDim.x * gridDim.x) {
+    const long long key = t % keys, group = t / keys;
+    double sums[2] = {0, 0};
+    for (long long r = group; r < rows; r += groups) {
+      const long long at = r * keys + key;
+      const T kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+      sums[0] += (double)kept;
+      sums[1] += (double)(kept * (scale[key] * v[at] + shift[key]));
+    }
+    partial[2 * key * groups + group] = sums[0];
+    partial[(2 * key + 1) * groups + group] = sums[1];
+  }
+}
+
 // out[3 k ...] = key k's chunks combined in order.
 extern "C" __global__ void combine_moment_chunks(const double* partial, long long chunks,
                                                  double* out, long long keys) {
@@ -199,6 +253,30 @@ extern "C" __global__ void gradient_sums_chunk_f64(KeyedBlock s, const double* g
                                                    long long terms, long long chunk) {
   gradient_sums_chunk(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, terms,
                       chunk);
+}
+extern "C" __global__ void moments_lanes_f32(KeyedBlock s, const float* x, double* partial,
+                                             long long rows, long long groups) {
+  moments_lanes(s, x, partial, rows, groups);
+}
+extern "C" __global__ void moments_lanes_f64(KeyedBlock s, const double* x, double* partial,
+                                             long long rows, long long groups) {
+  moments_lanes(s, x, partial, rows, groups);
+}
+extern "C" __global__ void gradient_sums_lanes_f32(KeyedBlock s, const float* g, const float* v,
+                                                   const float* scale, const float* shift,
+                                                   const float* mask_x, const float* mask_scale,
+                                                   const float* mask_shift, double* partial,
+                                                   long long rows, long long groups) {
+  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
+                      groups);
+}
+extern "C" __global__ void gradient_sums_lanes_f64(KeyedBlock s, const double* g, const double* v,
+                                                   const double* scale, const double* shift,
+                                                   const double* mask_x, const double* mask_scale,
+                                                   const double* mask_shift, double* partial,
+                                                   long long rows, long long groups) {
+  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
+                      groups);
 }
 extern "C" __global__ void affine_f32(KeyedBlock s, const float* x, const float* scale,
                                       const float* shift, float floor, float* out, long long n) {
@@ -287,19 +365,47 @@ Scratch key_constants(std::initializer_list<const std::vector<double>*> lists, s
   return upload<T>(all, stream);
 }
 
-// Per key, `width` doubles into `result` (on the host): `per_chunk` over a grid of keys x chunks
-// (its arguments `args`, then the partials, the elements per key and per chunk), then `combine`
-// over `combined` threads (the partials, the chunks, the results, `combined`).
+// Whether the key of the element at offset `at` is at % keys: the kept dims are the block's
+// innermost (channels last), and the block is rows of the keys side by side.
+inline bool keys_innermost(const KeyedBlock& block) {
+  for (std::int64_t d = 0; d < block.rank; ++d)
+    if ((block.key_strides[d] != 0) != (d >= block.rank - block.kept_rank)) return false;
+  return true;
+}
+
+// Rows each thread of the lane kernels takes.
+constexpr std::int64_t rows_per_lane = 256;
+
+// A reduction's first pass, by chunks (a block of threads per chunk of a key's elements) or by
+// lanes (a thread per key and group of rows, on a keys-innermost block): the kernel's name, f32 or
+// f64.
+struct FirstPass {
+  const char* chunks;
+  const char* lanes;
+};
+
+// Per key, `width` doubles into `result` (on the host): `first` over the block (its arguments
+// `args`, then the partials and, by chunks, the elements per key and per chunk or, by lanes, the
+// rows and the groups of rows), then `combine` over `combined` threads (the partials, the chunks
+// or groups, the results, `combined`).
 template <class... Args>
-void reduce_per_key(cudaKernel_t per_chunk, cudaKernel_t combine, std::int64_t keys,
-                    std::int64_t terms, std::int64_t width, std::int64_t combined, double* result,
-                    cudaStream_t stream, Args... args) {
-  const std::int64_t chunk = norm_chunk(terms), chunks = (terms + chunk - 1) / chunk;
+void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combine,
+                    std::int64_t keys, std::int64_t terms, std::int64_t width,
+                    std::int64_t combined, double* result, cudaStream_t stream, Args... args) {
+  const bool lanes = keys_innermost(block);
+  const std::int64_t chunk = lanes ? rows_per_lane : norm_chunk(terms),
+                     chunks = (terms + chunk - 1) / chunk;
   const Scratch partial(std::size_t(width * keys * chunks) * sizeof(double), stream),
       on_gpu(std::size_t(width * keys) * sizeof(double), stream);
-  cuda::launch_grid(per_chunk, dim3(unsigned(keys), unsigned(chunks)), dim3(256), stream, args...,
-                    partial.as<double>(), static_cast<long long>(terms),
-                    static_cast<long long>(chunk));
+  if (lanes)
+    cuda::launch(cuda::kernel(norm_source(), first.lanes), keys * chunks, stream, block, args...,
+                 partial.as<double>(), static_cast<long long>(terms),
+                 static_cast<long long>(chunks));
+  else
+    cuda::launch_grid(cuda::kernel(norm_source(), first.chunks),
+                      dim3(unsigned(keys), unsigned(chunks)), dim3(256), stream, block, args...,
+                      partial.as<double>(), static_cast<long long>(terms),
+                      static_cast<long long>(chunk));
   cuda::launch(combine, combined, stream, static_cast<const double*>(partial.as<double>()),
                static_cast<long long>(chunks), on_gpu.as<double>(),
                static_cast<long long>(combined));
@@ -327,10 +433,11 @@ bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
     std::vector<double> moments(std::size_t(3 * keys));  // count, mean, m2 per key
     const cudaStream_t stream = cuda::compute_stream();
     cuda::prefetch_to_gpu(x, std::size_t(n) * sizeof(T), stream);
-    detail::reduce_per_key(
-        cuda::kernel(norm_source(), instance<T>("moments_chunk_f32", "moments_chunk_f64")),
-        cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3, keys, moments.data(),
-        stream, block, x);
+    detail::reduce_per_key(block,
+                           {instance<T>("moments_chunk_f32", "moments_chunk_f64"),
+                            instance<T>("moments_lanes_f32", "moments_lanes_f64")},
+                           cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3,
+                           keys, moments.data(), stream, x);
     for (std::int64_t k = 0; k < keys; ++k)
       (*out)[std::size_t(k)] = {moments[3 * k], moments[3 * k + 1], moments[3 * k + 2]};
     return true;
@@ -385,11 +492,12 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T*
     const Scratch constants = detail::key_constants<T>({&scale, &shift, mask.scale, mask.shift},
                                                        std::size_t(keys), stream);
     const T* c = constants.as<T>();
-    detail::reduce_per_key(
-        cuda::kernel(norm_source(),
-                     instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64")),
-        cuda::kernel(sum_source(), "add_chunks"), keys, terms, 2, 2 * keys, sums->data(), stream,
-        block, g, v, c, c + keys, mask.x, c + 2 * keys, c + 3 * keys);
+    detail::reduce_per_key(block,
+                           {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64"),
+                            instance<T>("gradient_sums_lanes_f32", "gradient_sums_lanes_f64")},
+                           cuda::kernel(sum_source(), "add_chunks"), keys, terms, 2, 2 * keys,
+                           sums->data(), stream, g, v, c, c + keys, mask.x, c + 2 * keys,
+                           c + 3 * keys);
     return true;
   }
 }

@@ -47,7 +47,8 @@ __device__ void outer_offsets(const SumShape& s, long long o, long long* at) {
 }
 
 // Each operand's offset of inner index i from the outer offsets `base`.
-__device__ void inner_offsets(const SumShape& s, const long long* base, long long i, long long* at) {
+__device__ void inner_offsets(const SumShape& s, const long long* base, long long i,
+                              long long* at) {
   at[0] = base[0];
   at[1] = base[1];
   for (long long d = s.inner_rank - 1; d >= 0; --d) {
