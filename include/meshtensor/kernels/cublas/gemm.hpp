@@ -96,10 +96,10 @@ bool gemm_sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOpera
     const T one = 1, zero = 0;
     if constexpr (std::is_same_v<T, double>) {
       detail::check(
-          cublasDgemmStridedBatched(detail::handle(), detail::operation(g.transpose_a),
-                                    detail::operation(g.transpose_b), int(g.m), int(g.n), int(g.k),
-                                    &one, a, int(g.lda), g.stride_a, b, int(g.ldb), g.stride_b,
-                                    &zero, out, int(g.ldc), g.stride_c, int(g.batch)),
+          library().dgemm_strided_batched(
+              detail::handle(), detail::operation(g.transpose_a), detail::operation(g.transpose_b),
+              int(g.m), int(g.n), int(g.k), &one, a, int(g.lda), g.stride_a, b, int(g.ldb),
+              g.stride_b, &zero, out, int(g.ldc), g.stride_c, int(g.batch)),
           "cublasDgemmStridedBatched");
     } else {
       // Float products into scratch, widened into the double accumulator the caller reads.
