@@ -373,3 +373,15 @@ TEST_CASE("matrix products through cuBLAS equal the CPU's sums to float rounding
       CHECK(testing::sum_gap(std::vector<double>(got.begin(), got.end()), want) < 1e-5);
   }
 }
+
+TEST_CASE("accumulators narrowed on the GPU equal the CPU's rounding") {
+  std::vector<double> values;
+  for (int i = 0; i < 10'000; ++i)
+    values.push_back(std::sin(0.37 * i) * std::pow(10.0, i % 40 - 20));
+  const auto in = on_gpu(values);
+  Buffer<float> out(values.size(), 7.0f);
+  REQUIRE(kernels::gpu::narrow<float>(in.data(), out.data(), std::int64_t(values.size()), 3.0));
+  std::vector<float> want;
+  for (double v : values) want.push_back(static_cast<float>(v / 3.0));
+  CHECK(differing(out, want) == 0);
+}

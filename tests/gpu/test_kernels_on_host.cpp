@@ -453,3 +453,19 @@ TEST_CASE("contractions that are matrix products become the GEMMs cuBLAS compute
     CHECK(testing::sum_gap(got, want) < 1e-12);
   }
 }
+
+TEST_CASE("the narrowing kernels, run on the host, round accumulators as the CPU loops") {
+  const std::vector<double> in{1.0 / 3, -2.5e-9, 7e30, 12345.678901234, 0.0};
+  for (const double divisor : {1.0, 3.0, 4096.0}) {
+    std::vector<float> want, got(in.size(), 7.0f);
+    std::vector<double> want64, got64(in.size(), 7.0);
+    for (double v : in) {
+      want.push_back(static_cast<float>(v / divisor));
+      want64.push_back(v / divisor);
+    }
+    host_kernels::narrow_f32(in.data(), got.data(), std::int64_t(in.size()), divisor);
+    host_kernels::narrow_f64(in.data(), got64.data(), std::int64_t(in.size()), divisor);
+    CHECK(same_bits(got, want));
+    CHECK(same_bits(got64, want64));
+  }
+}

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "meshtensor/kernels/reference/fold.hpp"
@@ -25,6 +26,17 @@ bool sum_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Size
 #else
   return false;
 #endif
+}
+
+/// out[i] = in[i] / divisor rounded to T (einsum's and the sums' double accumulators into their
+/// results), for i < n, on the GPU; false when it did not run there.
+template <class Acc, class T>
+bool narrow_on_gpu([[maybe_unused]] const Acc* in, [[maybe_unused]] T* out,
+                   [[maybe_unused]] std::int64_t n, [[maybe_unused]] double divisor) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  if constexpr (std::is_same_v<Acc, double>) return gpu::narrow<T>(in, out, n, divisor);
+#endif
+  return false;
 }
 
 /// A sum of products of two operands that is a batch of matrix products, through cuBLAS on the

@@ -36,6 +36,15 @@ struct NamedBlock {
   Array<T> owned;
 };
 
+// into[i] = the accumulator's value i rounded to T: on the GPU where the processor computes.
+template <class Acc, class T>
+void narrow(const Buffer<Acc>& accumulator, T* into) {
+  const auto n = static_cast<std::int64_t>(accumulator.size());
+  if (!kernels::narrow_on_gpu(accumulator.data(), into, n, 1.0))
+    std::transform(accumulator.begin(), accumulator.end(), into,
+                   [](Acc v) { return static_cast<T>(v); });
+}
+
 template <class Acc, class T>
 Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
                      const std::vector<std::string>& out_names, const kernels::Sizes& out_sizes,
@@ -148,8 +157,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
       result = std::move(partial);
     } else {
       Array<T> data = Array<T>::from_shape(detail::to_xshape(keep_sizes));
-      std::transform(partial.begin(), partial.end(), data.begin(),
-                     [](Acc v) { return static_cast<T>(v); });
+      detail::narrow(partial, data.data());
       current = {keep, keep_sizes, nullptr, std::move(data)};
       current.data = current.owned.data();
     }
@@ -164,8 +172,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
 
   TensorLayout out_layout(out_shape, mesh.shape(), common);
   Array<T> out = Array<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
-  std::transform(result.begin(), result.end(), out.begin(),
-                 [](Acc v) { return static_cast<T>(v); });
+  detail::narrow(result, out.data());
   Tensor<T> product(mesh, std::move(out_layout), std::move(out));
 
   // d/d(operand k) is the einsum of the output gradient with the other operands, onto operand

@@ -7,6 +7,7 @@
 #include <array>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -15,6 +16,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/accumulator.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
 #include "meshtensor/kernels/sum_select.hpp"
@@ -64,9 +66,21 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
     if (partial_axes) all_reduce(t.mesh().group(partial_axes), partial, op);
     TensorLayout layout(Shape(kept_dims), t.mesh().shape(), t.layout().layout());
     Array<T> out = Array<T>::from_shape(to_xshape(kept_sizes));
-    std::transform(partial.begin(), partial.end(), out.begin(), [&](Acc v) {
-      return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
-    });
+    const auto count = static_cast<std::int64_t>(partial.size());
+    bool copied = false;
+    if constexpr (std::is_same_v<Acc, T>) {
+      if (!mean) {  // max, min, and sums of doubles: as they are (on the GPU where it computes)
+        kernels::copy_impl::copy_box(kernels::Sizes{count}, partial.data(), kernels::Strides{1},
+                                     out.data(), kernels::Strides{1});
+        copied = true;
+      }
+    }
+    if (!copied && !kernels::narrow_on_gpu(partial.data(), out.data(), count,
+                                           mean ? double(reduced_count) : 1.0)) {
+      std::transform(partial.begin(), partial.end(), out.begin(), [&](Acc v) {
+        return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
+      });
+    }
     return Tensor<T>(t.mesh(), std::move(layout), std::move(out));
   };
   const auto n = static_cast<std::size_t>(kernels::num_elements(kept_sizes));

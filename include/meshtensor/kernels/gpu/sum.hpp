@@ -218,6 +218,21 @@ extern "C" __global__ void widen_f32(const float* in, double* out, long long n) 
        i += (long long)blockDim.x * gridDim.x)
     out[i] = (double)in[i];
 }
+// out[i] = in[i] / divisor, rounded to the tensor's type: a double accumulator into the result
+// (divisor 1 for a sum, the count for a mean).
+template <class T>
+__device__ void narrow(const double* in, T* out, long long n, double divisor) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)blockDim.x * gridDim.x)
+    out[i] = (T)(in[i] / divisor);
+}
+extern "C" __global__ void narrow_f32(const double* in, float* out, long long n, double divisor) {
+  narrow(in, out, n, divisor);
+}
+extern "C" __global__ void narrow_f64(const double* in, double* out, long long n,
+                                      double divisor) {
+  narrow(in, out, n, divisor);
+}
 // out[o] = the sum of output o's chunks, in order.
 extern "C" __global__ void add_chunks(const double* partial, long long chunks, double* out,
                                       long long outputs) {
@@ -324,6 +339,19 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
                    out, static_cast<long long>(outputs));
     }
     cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return true;
+  }
+}
+
+/// out[i] = in[i] / divisor rounded to T, for i < n, on the GPU; false when it cannot run there.
+template <class T>
+bool narrow(const double* in, T* out, std::int64_t n, double divisor) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::runs_here({in, out})) return false;
+    run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64"), n,
+               {operand(in, n), operand(out, n)}, in, out, static_cast<long long>(n), divisor);
     return true;
   }
 }
