@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <meshtensor/device/runtime_compiler.hpp>
+#include <meshtensor/kernels/cublas/gemm.hpp>
 #include <meshtensor/kernels/cublas/library.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
 #include <meshtensor/kernels/gpu/norm.hpp>
@@ -64,6 +65,15 @@ TEST_CASE("a source that does not compile is named, with the compiler's log") {
     CHECK(message.find("identifier \"y\" is undefined") != std::string::npos);
   }
 }
+
+// cuBLAS is not linked into this test: a GEMM that called it directly, not through the loaded
+// library, would fail to link here.
+template bool meshtensor::kernels::cublas::gemm_sum<float>(
+    const kernels::Sizes&, const kernels::Sizes&, const std::array<kernels::FoldOperand<float>, 2>&,
+    double*);
+template bool meshtensor::kernels::cublas::gemm_sum<double>(
+    const kernels::Sizes&, const kernels::Sizes&,
+    const std::array<kernels::FoldOperand<double>, 2>&, double*);
 
 TEST_CASE("cuBLAS loads on first use, without a GPU, with every function meshtensor calls") {
   const auto& cublas = kernels::cublas::library();
