@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -150,6 +152,18 @@ inline bool runs_here(std::initializer_list<const void*> operands) {
   for (const void* p : operands)
     if (!device_accessible(p)) return false;
   return true;
+}
+
+/// The calling thread's T for its current GPU (a library handle on the thread's compute stream),
+/// made on first use and kept for the thread's life.
+template <class T>
+T& per_thread_on_current_gpu() {
+  thread_local std::map<int, std::unique_ptr<T>> per_gpu;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  auto& slot = per_gpu[device];
+  if (!slot) slot = std::make_unique<T>();
+  return *slot;
 }
 
 /// For its lifetime the calling thread's processor computes on `gpu`, which becomes current.

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <utility>
 
 #include "meshtensor/device/cuda.hpp"
 #include "meshtensor/memory/pool.hpp"
@@ -53,5 +54,31 @@ inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t st
   check(cudaMemPrefetchAsync(data, bytes, device, stream), "cudaMemPrefetchAsync");
 #endif
 }
+
+/// Device memory for the length of one call (a kernel's tables and partial sums, a library's
+/// copies and workspace), allocated and freed in the order of `stream`; none for 0 bytes.
+class StreamBuffer {
+ public:
+  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes) check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
+  }
+  ~StreamBuffer() {
+    if (data_) (void)cudaFreeAsync(data_, stream_);
+  }
+  StreamBuffer(StreamBuffer&& other) noexcept
+      : stream_(other.stream_), data_(std::exchange(other.data_, nullptr)) {}
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(StreamBuffer&&) = delete;
+
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* data_ = nullptr;
+};
 
 }  // namespace meshtensor::cuda

@@ -307,11 +307,11 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   // Local statistics per key: on the GPU if the block is there; else in one pass over memory on a
   // keys-innermost block, in two otherwise.
   std::vector<Partial> partial(st.keys);
-  if (kernels::norm_moments_on_gpu(st.sizes, st.visit[1], std::int64_t(st.keys), in, &partial)) {
-    // (each key's count, mean and squared deviations, chunk by chunk)
-  } else if (st.keys_innermost()) {
+  const bool on_gpu =
+      kernels::norm_moments_on_gpu(st.sizes, st.visit[1], std::int64_t(st.keys), in, &partial);
+  if (!on_gpu && st.keys_innermost()) {
     partial = lane_moments(st, in);
-  } else {
+  } else if (!on_gpu) {
     const auto sums = sum_per_key<1>(
         st.sizes, st.visit, st.keys,
         [&](std::int64_t at, std::int64_t) { return std::array<double, 1>{double(in[at])}; });

@@ -12,8 +12,6 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <map>
-#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -51,14 +49,7 @@ class Handle {
   cublasHandle_t handle_ = nullptr;
 };
 
-inline cublasHandle_t handle() {
-  thread_local std::map<int, std::unique_ptr<Handle>> per_gpu;
-  int device = 0;
-  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-  auto& slot = per_gpu[device];
-  if (!slot) slot = std::make_unique<Handle>();
-  return slot->get();
-}
+inline cublasHandle_t handle() { return cuda::per_thread_on_current_gpu<Handle>().get(); }
 
 inline cublasOperation_t operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -103,7 +94,7 @@ bool gemm_sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOpera
           "cublasDgemmStridedBatched");
     } else {
       // Float products into scratch, widened into the double accumulator the caller reads.
-      const gpu::Scratch product(std::size_t(outputs) * sizeof(float), stream);
+      const cuda::StreamBuffer product(std::size_t(outputs) * sizeof(float), stream);
       detail::check(
           library().sgemm_strided_batched(
               detail::handle(), detail::operation(g.transpose_a), detail::operation(g.transpose_b),

@@ -21,8 +21,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -64,33 +62,7 @@ class Context {
   cudnnHandle_t handle_ = nullptr;
 };
 
-inline Context& context() {
-  thread_local std::map<int, std::unique_ptr<Context>> per_gpu;
-  int device = 0;
-  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-  auto& slot = per_gpu[device];
-  if (!slot) slot = std::make_unique<Context>();
-  return *slot;
-}
-
-/// Device memory ordered on a stream, for one call's copies and workspace.
-class StreamBuffer {
- public:
-  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes) cuda::check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
-  }
-  ~StreamBuffer() {
-    if (data_) (void)cudaFreeAsync(data_, stream_);
-  }
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  float* floats() const { return static_cast<float*>(data_); }
-  void* get() const { return data_; }
-
- private:
-  cudaStream_t stream_;
-  void* data_ = nullptr;
-};
+inline Context& context() { return cuda::per_thread_on_current_gpu<Context>(); }
 
 // RAII cuDNN descriptors.
 struct TensorDescriptor {
@@ -455,19 +427,19 @@ inline bool conv_forward(const ConvGeometry& g, const float* input, const float*
                 "cudaMemsetAsync");
   if (!p.empty) {
     detail::Descriptors d(p);
-    detail::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
-    detail::reorder_weight(c, g, p, weight, filter.floats(), /*to_ours=*/false);
+    cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
+    detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
     bool ran = false;
     if (!t && p.x_is_caller) {
-      ran = detail::forward(c, d, input + p.caller_x, filter.floats(), 0.0f, output);
+      ran = detail::forward(c, d, input + p.caller_x, filter.as<float>(), 0.0f, output);
     } else if (!t) {
-      detail::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-      detail::embed(c, p, input, x.floats());
-      ran = detail::forward(c, d, x.floats(), filter.floats(), 0.0f, output);
+      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+      detail::embed(c, p, input, x.as<float>());
+      ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 0.0f, output);
     } else {
-      detail::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-      ran = detail::backward_data(c, d, filter.floats(), input, 0.0f, x.floats());
-      if (ran) detail::extract(c, p, x.floats(), 0.0f, output);
+      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+      ran = detail::backward_data(c, d, filter.as<float>(), input, 0.0f, x.as<float>());
+      if (ran) detail::extract(c, p, x.as<float>(), 0.0f, output);
     }
     if (!ran) {
       c.synchronize();
@@ -497,19 +469,20 @@ inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
     return true;
   }
   detail::Descriptors d(p);
-  detail::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
-  detail::reorder_weight(c, g, p, weight, filter.floats(), /*to_ours=*/false);
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
+  detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
   bool ran = false;
   if (!t && p.x_is_caller) {
-    ran = detail::backward_data(c, d, filter.floats(), grad_output, 1.0f, grad_input + p.caller_x);
+    ran =
+        detail::backward_data(c, d, filter.as<float>(), grad_output, 1.0f, grad_input + p.caller_x);
   } else if (!t) {
-    detail::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    ran = detail::backward_data(c, d, filter.floats(), grad_output, 0.0f, x.floats());
-    if (ran) detail::extract(c, p, x.floats(), 1.0f, grad_input);
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    ran = detail::backward_data(c, d, filter.as<float>(), grad_output, 0.0f, x.as<float>());
+    if (ran) detail::extract(c, p, x.as<float>(), 1.0f, grad_input);
   } else {
-    detail::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    detail::embed(c, p, grad_output, x.floats());
-    ran = detail::forward(c, d, x.floats(), filter.floats(), 1.0f, grad_input);
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    detail::embed(c, p, grad_output, x.as<float>());
+    ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 1.0f, grad_input);
   }
   c.synchronize();
   return ran;
@@ -527,25 +500,25 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
   detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
   detail::Descriptors d(p);
   const std::int64_t n = detail::weight_elements(g);
-  detail::StreamBuffer filter(n * sizeof(float), c.stream());
-  detail::StreamBuffer ours(n * sizeof(float), c.stream());
+  cuda::StreamBuffer filter(n * sizeof(float), c.stream());
+  cuda::StreamBuffer ours(n * sizeof(float), c.stream());
   bool ran = false;
   if (!t && p.x_is_caller) {
-    ran = detail::backward_filter(c, d, input + p.caller_x, grad_output, filter.floats());
+    ran = detail::backward_filter(c, d, input + p.caller_x, grad_output, filter.as<float>());
   } else {
     // x: the zero-padded box, or the transposed convolution's output space holding grad_output;
     // y: the output's gradient, or the transposed convolution's input.
-    detail::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    detail::embed(c, p, t ? grad_output : input, x.floats());
-    ran = detail::backward_filter(c, d, x.floats(), t ? input : grad_output, filter.floats());
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    detail::embed(c, p, t ? grad_output : input, x.as<float>());
+    ran = detail::backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
   }
   if (!ran) {
     c.synchronize();
     return false;
   }
-  detail::reorder_weight(c, g, p, filter.floats(), ours.floats(), /*to_ours=*/true);
+  detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
   std::vector<float> host(static_cast<std::size_t>(n));
-  cuda::check(cudaMemcpyAsync(host.data(), ours.get(), host.size() * sizeof(float),
+  cuda::check(cudaMemcpyAsync(host.data(), ours.as<float>(), host.size() * sizeof(float),
                               cudaMemcpyDeviceToHost, c.stream()),
               "cudaMemcpyAsync (weight gradient)");
   c.synchronize();

@@ -9,7 +9,6 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "meshtensor/device/cuda.hpp"
@@ -50,37 +49,11 @@ inline const char* with_shared_code(const char* shared_code, const char* kernels
   return text->c_str();
 }
 
-/// Memory on the processor's GPU for the length of one call (a kernel's lookup tables, partial
-/// sums), allocated and freed in the compute stream's order.
-class Scratch {
- public:
-  Scratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    cuda::check(cudaMallocAsync(&data_, bytes > 0 ? bytes : 1, stream), "cudaMallocAsync");
-  }
-  ~Scratch() {
-    if (data_) (void)cudaFreeAsync(data_, stream_);
-  }
-  Scratch(Scratch&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), stream_(other.stream_) {}
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  Scratch& operator=(Scratch&&) = delete;
-
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
-/// `values`, each converted to T, in scratch on the GPU; copied by the time this returns.
+/// `values`, each converted to T, in device memory for the call; copied by the time this returns.
 template <class T, class V>
-Scratch upload(const std::vector<V>& values, cudaStream_t stream) {
+cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
   const std::vector<T> converted(values.begin(), values.end());
-  Scratch scratch(converted.size() * sizeof(T), stream);
+  cuda::StreamBuffer scratch(converted.size() * sizeof(T), stream);
   cuda::check(cudaMemcpyAsync(scratch.as<T>(), converted.data(), converted.size() * sizeof(T),
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync");

@@ -343,18 +343,11 @@ inline bool keyed_block_of(const Sizes& sizes, const Strides& key_strides, Keyed
   return true;
 }
 
-// Elements each block of the chunked kernels takes, and the most chunks (a grid's limit along y).
-constexpr std::int64_t norm_chunk_terms = 256 * 32;
-constexpr std::int64_t norm_max_chunks = 65535;
-inline std::int64_t norm_chunk(std::int64_t terms) {
-  return std::max(norm_chunk_terms, (terms + norm_max_chunks - 1) / norm_max_chunks);
-}
-
 // Per-key constants in T on the GPU, one list after another: lists[j] at as<T>() + j keys (zeros
 // for a null list).
 template <class T>
-Scratch key_constants(std::initializer_list<const std::vector<double>*> lists, std::size_t keys,
-                      cudaStream_t stream) {
+cuda::StreamBuffer key_constants(std::initializer_list<const std::vector<double>*> lists,
+                                 std::size_t keys, cudaStream_t stream) {
   std::vector<double> all;
   for (const auto* list : lists) {
     if (list)
@@ -393,9 +386,9 @@ void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combi
                     std::int64_t keys, std::int64_t terms, std::int64_t width,
                     std::int64_t combined, double* result, cudaStream_t stream, Args... args) {
   const bool lanes = keys_innermost(block);
-  const std::int64_t chunk = lanes ? rows_per_lane : norm_chunk(terms),
+  const std::int64_t chunk = lanes ? rows_per_lane : chunk_of(terms),
                      chunks = (terms + chunk - 1) / chunk;
-  const Scratch partial(std::size_t(width * keys * chunks) * sizeof(double), stream),
+  const cuda::StreamBuffer partial(std::size_t(width * keys * chunks) * sizeof(double), stream),
       on_gpu(std::size_t(width * keys) * sizeof(double), stream);
   if (lanes)
     cuda::launch(cuda::kernel(norm_source(), first.lanes), keys * chunks, stream, block, args...,
@@ -459,7 +452,7 @@ bool norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     const std::size_t keys = scale.size();
-    const Scratch constants =
+    const cuda::StreamBuffer constants =
         detail::key_constants<T>({&scale, &shift}, keys, cuda::compute_stream());
     const T* c = constants.as<T>();
     run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64"), n,
@@ -489,8 +482,8 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T*
     const cudaStream_t stream = cuda::compute_stream();
     for (const T* data : {g, v, mask.x})
       if (data) cuda::prefetch_to_gpu(data, std::size_t(n) * sizeof(T), stream);
-    const Scratch constants = detail::key_constants<T>({&scale, &shift, mask.scale, mask.shift},
-                                                       std::size_t(keys), stream);
+    const cuda::StreamBuffer constants = detail::key_constants<T>(
+        {&scale, &shift, mask.scale, mask.shift}, std::size_t(keys), stream);
     const T* c = constants.as<T>();
     detail::reduce_per_key(block,
                            {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64"),
@@ -518,8 +511,8 @@ bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     const std::size_t keys = p.size();
-    const Scratch constants = detail::key_constants<T>({mask.scale, mask.shift, &p, &q, &r}, keys,
-                                                       cuda::compute_stream());
+    const cuda::StreamBuffer constants = detail::key_constants<T>(
+        {mask.scale, mask.shift, &p, &q, &r}, keys, cuda::compute_stream());
     const T* c = constants.as<T>();
     run_kernel(norm_source(), instance<T>("input_gradient_f32", "input_gradient_f64"), n,
                {operand(g, n), operand(v, n), operand(dx, n), operand(mask.x ? mask.x : g, n)},

@@ -94,8 +94,8 @@ bool resample(const ResampleTaps& taps, const T* box, T* out) {
     const std::int64_t n = taps.outer * taps.outputs() * taps.inner;
     if (n == 0) return true;
     const cudaStream_t stream = cuda::compute_stream();
-    const Scratch index = upload<long long>(taps.index, stream);
-    const Scratch weight = upload<T>(taps.weight, stream);
+    const cuda::StreamBuffer index = upload<long long>(taps.index, stream);
+    const cuda::StreamBuffer weight = upload<T>(taps.weight, stream);
     run_kernel(resample_source(), instance<T>("resample_f32", "resample_f64"), n,
                {operand(box, taps.outer * taps.sources * taps.inner), operand(out, n)},
                detail::resample_shape_of(taps), index.as<long long>(), weight.as<T>(), box, out);
@@ -114,9 +114,9 @@ bool resample_adjoint(const ResampleTaps& taps, const T* g, T* grad_box) {
     if (n == 0) return true;
     const ResampleReaders readers = readers_of(taps);
     const cudaStream_t stream = cuda::compute_stream();
-    const Scratch start = upload<long long>(readers.start, stream);
-    const Scratch reader = upload<long long>(readers.reader, stream);
-    const Scratch weight = upload<T>(readers.weight, stream);
+    const cuda::StreamBuffer start = upload<long long>(readers.start, stream);
+    const cuda::StreamBuffer reader = upload<long long>(readers.reader, stream);
+    const cuda::StreamBuffer weight = upload<T>(readers.weight, stream);
     run_kernel(resample_source(), instance<T>("resample_adjoint_f32", "resample_adjoint_f64"), n,
                {operand(g, taps.outer * taps.outputs() * taps.inner), operand(grad_box, n)},
                detail::resample_shape_of(taps), start.as<long long>(), reader.as<long long>(),

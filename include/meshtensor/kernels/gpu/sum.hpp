@@ -297,6 +297,11 @@ constexpr std::int64_t terms_per_thread = 256;
 // Terms each block of the chunked sum adds.
 constexpr std::int64_t chunk_terms = 256 * 32;
 constexpr std::int64_t max_chunks = 65535;
+// The terms of a chunk: chunk_terms, more where the chunks would pass max_chunks (a grid's limit
+// along y).
+inline std::int64_t chunk_of(std::int64_t terms) {
+  return std::max(chunk_terms, (terms + max_chunks - 1) / max_chunks);
+}
 }  // namespace detail
 
 /// out[o] = sum over the inner box of the product of the operands at (o, i), for every index o of
@@ -325,11 +330,9 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
           outputs, stream, shape, a, b, out, static_cast<long long>(outputs),
           static_cast<long long>(terms));
     } else {
-      // Chunks of chunk_terms, fewer but longer past 65535 (a grid's limit along y).
-      const std::int64_t chunk =
-          std::max(detail::chunk_terms, (terms + detail::max_chunks - 1) / detail::max_chunks);
+      const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
-      const Scratch partial(std::size_t(outputs * chunks) * sizeof(double), stream);
+      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(double), stream);
       cuda::launch_grid(cuda::kernel(sum_source(), instance<T>("sum_chunk_f32", "sum_chunk_f64")),
                         dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, a, b,
                         partial.as<double>(), static_cast<long long>(terms),
@@ -381,10 +384,9 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
                    outputs, stream, shape, operand.data, out, static_cast<long long>(outputs),
                    static_cast<long long>(terms), code, init);
     } else {
-      const std::int64_t chunk =
-          std::max(detail::chunk_terms, (terms + detail::max_chunks - 1) / detail::max_chunks);
+      const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
-      const Scratch partial(std::size_t(outputs * chunks) * sizeof(T), stream);
+      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(T), stream);
       cuda::launch_grid(
           cuda::kernel(sum_source(), instance<T>("extreme_chunk_f32", "extreme_chunk_f64")),
           dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, operand.data,
