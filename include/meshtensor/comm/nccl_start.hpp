@@ -174,8 +174,11 @@ inline std::unique_ptr<NcclCommunicator> start(const boost::mpi::communicator& w
                           // takes this from the parent's configuration)
   ncclComm_t comm = nullptr;
   try {
-    detail::settle(comm, ncclCommInitRankConfig(&comm, world.size(), id, world.rank(), &config),
-                   "ncclCommInitRankConfig");
+    // Two statements: settle() needs the communicator the call makes, and the order in which a
+    // function's arguments are evaluated is unspecified.
+    const ncclResult_t started =
+        ncclCommInitRankConfig(&comm, world.size(), id, world.rank(), &config);
+    detail::settle(comm, started, "ncclCommInitRankConfig");
   } catch (const CommError& e) {
     if (comm) (void)ncclCommAbort(comm);
     throw CommError("the nccl transport cannot start on processor " + std::to_string(world.rank()) +
