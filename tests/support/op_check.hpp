@@ -42,13 +42,19 @@ std::vector<Tensor<T>> as_list(const std::vector<Tensor<T>>& ts) {
 }
 }  // namespace lists
 
-// Counts the op x layout cases compared in this test executable and reports them at exit.
+// Counts the op x layout cases compared in this test executable and reports them at exit (with
+// the transport they ran on, noted while it runs: the nccl one is gone by the exit).
 struct CaseCounter {
   int compared = 0;
+  std::string transport;
+  void count() {
+    ++compared;
+    transport = transport_under_test();
+  }
   ~CaseCounter() {
     if (compared)
       std::fprintf(stderr, "%s transport: %d op x layout cases compared with one processor\n",
-                   transport_under_test().c_str(), compared);
+                   transport.c_str(), compared);
   }
 };
 inline CaseCounter& case_counter() {
@@ -73,7 +79,7 @@ std::string compare_with_one_processor(Op&& op, double rtol = 1e-5,
   });
   for (const auto& c : cases) {
     if (!can_run(c.mesh)) continue;
-    ++case_counter().compared;
+    case_counter().count();
     auto results = on_mesh(c.mesh, [&](Mesh& m) {
       std::vector<LocalBlock<T>> blocks;
       for (const auto& t : lists::as_list(op(m, c.layout))) blocks.push_back(local_block(t));
