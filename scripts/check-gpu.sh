@@ -28,7 +28,7 @@ cd build
 
 echo; echo "== GPU kernels, and the tests on the nccl transport (those needing more GPUs than $gpus"
 echo "   report themselves skipped)"
-ctest -L "gpu|nccl" --output-on-failure
+ctest -L "gpu|nccl" -LE emulated --output-on-failure
 
 echo; echo "== communication, $ranks ranks"
 for transport in mpi nccl; do

@@ -1,15 +1,17 @@
 // The cuDNN convolution kernels against the reference loops, with cuDNN and the CUDA runtime
-// emulated on the CPU by their documented semantics (cudnn_emulation.cpp): how meshtensor's
-// convolutions are put to cuDNN — padding, skipped and padded box rows, transposed convolutions
-// as adjoints, weight orders, alpha and beta — checked on every kernel test geometry, every slab
-// of output rows and of input rows the ops cut them into, and random geometries. What this cannot
-// check, cuDNN itself on a GPU, test_gpu_kernels does where there is one.
+// emulated on the CPU by their documented semantics (the emulated GPU, emulated/cudnn.cpp): how
+// meshtensor's convolutions are put to cuDNN — padding, skipped and padded box rows, transposed
+// convolutions as adjoints, weight orders, alpha and beta — checked on every kernel test geometry,
+// every slab of output rows and of input rows the ops cut them into, and random geometries. What
+// this cannot check, cuDNN itself on a GPU, test_gpu_kernels does where there is one.
 #include <catch2/catch.hpp>
 
 #include <random>
 #include <vector>
 
+#include <meshtensor/device/memory.hpp>
 #include <meshtensor/kernels/cudnn/conv.hpp>
+#include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
 
@@ -31,17 +33,21 @@ bool agrees(const ConvGeometry& g) {
   kernels::conv_forward(g, x.data(), w.data(), y_ref.data());
   kernels::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
   kernels::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
-  std::vector<float> y(out_n, 7.0f), dx(in_n, 7.0f);  // stale values must be overwritten
-  REQUIRE(kernels::cudnn::conv_forward(g, x.data(), w.data(), y.data()));
-  REQUIRE(kernels::cudnn::conv_backward_input(g, dy.data(), w.data(), dx.data()));
-  REQUIRE(kernels::cudnn::conv_backward_weight(g, x.data(), dy.data(), dw.data()));
-  return relative_gap(widen(y_ref), widen(y)) < 1e-4 &&
-         relative_gap(widen(dx_ref), widen(dx)) < 1e-4 && relative_gap(dw_ref, dw) < 1e-4;
+  // The GPU's operands in its managed memory (the processor's pool), as the ops give them.
+  const Buffer<float> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
+  Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);  // stale values must be overwritten
+  REQUIRE(kernels::cudnn::conv_forward(g, gx.data(), gw.data(), y.data()));
+  REQUIRE(kernels::cudnn::conv_backward_input(g, gdy.data(), gw.data(), dx.data()));
+  REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw.data()));
+  return relative_gap(widen(y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4 &&
+         relative_gap(widen(dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) < 1e-4 &&
+         relative_gap(dw_ref, dw) < 1e-4;
 }
 
+// As a processor of the nccl transport: computing on GPU 0, its blocks in the GPU's memory.
 struct OnGpu {
-  OnGpu() { cuda::gpu_of_this_thread() = 0; }
-  ~OnGpu() { cuda::gpu_of_this_thread() = -1; }
+  cuda::ComputeOnGpu gpu{0};
+  ProcessorMemory memory{cuda::managed_memory()};
 };
 
 }  // namespace

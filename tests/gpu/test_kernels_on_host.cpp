@@ -19,33 +19,12 @@
 #include <meshtensor/kernels/reference/copy_box.hpp>
 #include <meshtensor/kernels/reference/pool.hpp>
 
+#include "gpu/host_cuda.hpp"
 #include "support/elementwise_cases.hpp"
 #include "support/gemm_cases.hpp"
 #include "support/norm_cases.hpp"
 #include "support/pool_cases.hpp"
 #include "support/resample_cases.hpp"
-
-// The CUDA built-ins the kernels use, for a grid of one thread.
-#undef __global__
-#undef __device__
-#undef __shared__
-#define __global__
-#define __device__
-#define __shared__
-namespace host_cuda {
-struct Index {
-  unsigned x = 0, y = 0;
-};
-// One thread per block; a test walks the blocks of a 2D grid by setting blockIdx and gridDim.
-inline Index blockIdx{0, 0}, gridDim{1, 1};
-inline const Index threadIdx{0, 0}, blockDim{1, 1};
-inline void __syncthreads() {}
-inline float __int_as_float(int bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-}  // namespace host_cuda
 
 namespace host_kernels {
 using namespace host_cuda;

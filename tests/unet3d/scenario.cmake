@@ -1,15 +1,25 @@
 # The unet3d tests, one scenario per ctest test:  cmake -DSCENARIO=<name> -DUNET3D=... -DCHECK=...
-#   -DWORK=<scratch dir> [-DMPIEXEC=... -DNP_FLAG=...] -P scenario.cmake
+#   -DWORK=<scratch dir> [-DMPIEXEC=... -DNP_FLAG=...] [-DEMULATED_GPU=<dir>] -P scenario.cmake
+# EMULATED_GPU: the emulated GPU's libraries (tests/gpu/emulated), for the nccl_emulated scenarios.
 # Small volumes (16^3, depth 2) keep each run to a second or two.
 
 set(small --size 16 --depth 2 --channels 4 --validate-every 100 --validation-volumes 1)
 
-# Runs a command; fails the test unless it succeeds.
+# Runs a command; fails the test unless it succeeds. Leaves what it printed in `printed`.
 function(ok)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("$ ${ARGN}\n${out}${err}")
   if(NOT status EQUAL 0)
     message(FATAL_ERROR "expected success, got status ${status}")
+  endif()
+  set(printed "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+# Runs a command; fails the test unless it succeeds and prints something matching REGEX.
+function(ok_matching regex)
+  ok(${ARGN})
+  if(NOT "${printed}" MATCHES "${regex}")
+    message(FATAL_ERROR "the output does not match: ${regex}")
   endif()
 endfunction()
 
@@ -186,6 +196,48 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
       message(FATAL_ERROR "a failing predict left an output behind")
     endif()
   endif()
+elseif(SCENARIO STREQUAL "nccl_emulated")
+  # On the nccl transport, every GPU call carried out by the emulated GPU: training on 4 ranks
+  # follows one CPU processor's losses, stopped and resumed from its checkpoint too, having made
+  # every kind of GPU call (meshtensor's kernels, cuDNN, NCCL); predicting from that checkpoint on
+  # 2 ranks gives the CPU's probabilities.
+  set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})
+  set(ENV{MESHTENSOR_EMULATED_GPU_SUMMARY} 1)
+  set(ENV{MESHTENSOR_ONEDNN_FORMATS} by_channels)
+  set(four_gpus ${MPIEXEC} ${NP_FLAG} 4 ${UNET3D})
+  set(grid --mesh "rows:2, cols:2" --layout "x:rows, y:cols")
+  ok(${UNET3D} train ${small} --steps 6 --threads 1 --out ${here}/cpu --checkpoint ${here}/cpu_ckpt)
+  ok_matching("emulated GPU summary: kernel=[1-9][0-9]* cudnn=[1-9][0-9]* cublas=[0-9]+ nccl=[1-9]"
+              ${four_gpus} train ${small} --steps 6 --backend nccl ${grid} --out ${here}/gpu)
+  ok(${CHECK} losses 1e-4 ${here}/cpu/metrics.jsonl ${here}/gpu/metrics.jsonl)
+  ok(${four_gpus} train ${small} --steps 6 --stop-after 3 --backend nccl ${grid} --out ${here}/parts
+     --checkpoint ${here}/gpu_ckpt)
+  ok(${four_gpus} train ${small} --steps 6 --resume --backend nccl ${grid} --out ${here}/parts
+     --checkpoint ${here}/gpu_ckpt)
+  ok(${CHECK} losses 1e-4 ${here}/cpu/metrics.jsonl ${here}/parts/metrics.jsonl)
+  ok(${UNET3D} generate --size 16 --index 3 --output ${here}/volume.npy --threads 1)
+  ok(${UNET3D} predict --checkpoint ${here}/cpu_ckpt --input ${here}/volume.npy
+     --output ${here}/cpu.npy --probabilities ${here}/p_cpu.npy --threads 1)
+  ok(${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} predict --checkpoint ${here}/cpu_ckpt --backend nccl
+     --input ${here}/volume.npy --output ${here}/gpu.npy --probabilities ${here}/p_gpu.npy)
+  ok(${CHECK} close-npy 1e-5 ${here}/p_cpu.npy ${here}/p_gpu.npy)
+elseif(SCENARIO STREQUAL "nccl_emulated_bad_start")
+  # Machines the nccl transport cannot start on end every rank at once with the reason.
+  set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})
+  set(train ${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} train ${small} --steps 1 --backend nccl --out ${here}/o)
+  set(ENV{MESHTENSOR_EMULATED_GPUS} 0)
+  fails("the nccl transport cannot start; every processor: no GPU is visible to this process" ${train})
+  set(ENV{MESHTENSOR_EMULATED_GPUS} 1)
+  fails("2 processors of host .* would share GPU 0 \\(meshtensor emulated GPU.*the nccl transport needs one GPU per processor"
+        ${train})
+  unset(ENV{MESHTENSOR_EMULATED_GPUS})
+  set(ENV{MESHTENSOR_EMULATED_DRIVER_VERSION} 12000)
+  fails("supports CUDA 12.0 but this program was built with the CUDA [0-9.]+ runtime; install a newer driver"
+        ${train})
+  unset(ENV{MESHTENSOR_EMULATED_DRIVER_VERSION})
+  set(ENV{MESHTENSOR_EMULATED_NCCL_VERSION} 21800)
+  fails("the NCCL library loaded \\(libnccl.so.2, version 2.18.0\\) is older than the NCCL [0-9.]+ this program was built with"
+        ${train})
 else()
   message(FATAL_ERROR "unknown scenario ${SCENARIO}")
 endif()

@@ -1,8 +1,12 @@
 // Helpers for the unet3d tests:
-//   unet3d_check losses TOLERANCE A.jsonl B.jsonl...   loss sequences agree within a relative
-//   tolerance unet3d_check same-npy A.npy B.npy                  two .npy files hold the same array
-//   unet3d_check same-dir A B                          every .npy in A equals the one of that name
-//   in B unet3d_check corrupt MODE IN.npy OUT.npy           truncate | dtype | shape | garbage
+//   unet3d_check losses TOLERANCE A.jsonl B.jsonl...  loss sequences agree within a relative
+//                                                     tolerance
+//   unet3d_check same-npy A.npy B.npy                 two .npy files hold the same array
+//   unet3d_check close-npy TOLERANCE A.npy B.npy      two float arrays of one shape differ by at
+//                                                     most TOLERANCE times A's largest magnitude
+//   unet3d_check same-dir A B                         every .npy in A equals the one of that name
+//                                                     in B
+//   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | dtype | shape | garbage
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -68,6 +72,23 @@ int main(int argc, char** argv) try {
                 same ? "identical" : "DIFFERENT", differing, da.size());
     return same ? 0 : 1;
   }
+  if (command == "close-npy" && argc == 5) {
+    const double tolerance = std::stod(argv[2]);
+    const auto a = mt::npy::read<float>(argv[3]), b = mt::npy::read<float>(argv[4]);
+    if (a.shape() != b.shape()) {
+      std::printf("%s and %s have different shapes\n", argv[3], argv[4]);
+      return 1;
+    }
+    double scale = 0, largest = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      scale = std::max(scale, double(std::abs(a.data()[i])));
+      largest = std::max(largest, double(std::abs(a.data()[i] - b.data()[i])));
+    }
+    const double gap = largest / std::max(scale, 1e-30);
+    std::printf("%s and %s: largest difference %.3g of the largest magnitude (tolerance %g)\n",
+                argv[3], argv[4], gap, tolerance);
+    return gap <= tolerance ? 0 : 1;
+  }
   if (command == "same-dir" && argc == 4) {
     int checked = 0, different = 0;
     for (const auto& entry : fs::directory_iterator(argv[2])) {
@@ -110,7 +131,7 @@ int main(int argc, char** argv) try {
     std::ofstream(out, std::ios::binary | std::ios::trunc) << bytes;
     return 0;
   }
-  std::fprintf(stderr, "usage: unet3d_check losses|same-npy|same-dir|corrupt ...\n");
+  std::fprintf(stderr, "usage: unet3d_check losses|same-npy|close-npy|same-dir|corrupt ...\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "unet3d_check: %s\n", e.what());

@@ -1,18 +1,22 @@
-// The CUDA runtime and cuDNN calls of kernels/cudnn/conv.hpp, emulated on the CPU by their
-// documented semantics, so that the mapping of meshtensor's convolutions onto cuDNN (descriptors,
-// padding, transposed convolutions as adjoints, weight orders, alpha and beta) is tested on
-// machines without a GPU. Linked instead of libcudart and libcudnn into test_cudnn_emulated only.
-//  - Memory is host memory that claims to be managed; new device buffers are filled with NaN
-//    bytes, so a read of anything not written shows in the results.
+// The emulated cuDNN (libcudnn.so.9): the calls of kernels/cudnn/conv.hpp by their documented
+// semantics, run in their handle's stream on the emulated GPU (device.hpp), so that the mapping of
+// meshtensor's convolutions onto cuDNN (descriptors, padding, transposed convolutions as
+// adjoints, weight orders, alpha and beta) is tested on machines without a GPU.
 //  - Nd tensors are N, C, D, H, W with any strides; 5-D NHWC filters are stored K, D, H, W, C and
 //    described as {K, C, D, H, W}; convolution is cross-correlation with symmetric padding, and a
 //    call whose output dims differ from the forward output-dim formula is refused (BAD_PARAM), as
 //    cuDNN does; y = alpha * result + beta * y, with beta = 0 never reading y.
+//  - A call reads its descriptors and scalars when it is made (the caller may destroy them next)
+//    and its operands when its stream runs; an operand in host memory is an illegal address.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "device.hpp"
 
 struct cudnnTensorStruct {
   int dims[5], strides[5];
@@ -25,7 +29,9 @@ struct cudnnConvolutionStruct {
   int pad[3], stride[3], dilation[3];
   cudnnConvolutionMode_t mode;
 };
-struct cudnnContext {};
+struct cudnnContext {
+  cudaStream_t stream = nullptr;
+};
 
 namespace {
 
@@ -104,51 +110,28 @@ cudnnStatus_t one_algorithm(int* count, Perf* perf, std::size_t memory) {
   return CUDNN_STATUS_SUCCESS;
 }
 
+float value(const void* scalar) { return *static_cast<const float*>(scalar); }
+const float* as_float(const void* p) { return static_cast<const float*>(p); }
+
+// Queues `work`, a call's computation, in `handle`'s stream, once its operands are known to be
+// where a GPU can reach them.
+template <class Work>
+cudnnStatus_t in_stream(cudnnHandle_t handle, const char* call,
+                        std::initializer_list<const void*> operands, Work work) {
+  for (const void* p : operands)
+    if (!emulated_gpu::device_accessible(p)) {
+      emulated_gpu::fail(cudaErrorIllegalAddress,
+                         std::string(call) + " was given an operand in host memory");
+      return CUDNN_STATUS_EXECUTION_FAILED;
+    }
+  emulated_gpu::count("cudnn");
+  emulated_gpu::enqueue(handle->stream, std::move(work));
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
-
-// --- the CUDA runtime -------------------------------------------------------------------------
-cudaError_t CUDARTAPI cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  *stream = reinterpret_cast<cudaStream_t>(0x1);
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
-  *p = std::malloc(bytes ? bytes : 1);
-  std::memset(*p, 0xFF, bytes);  // NaN floats: unwritten reads show
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaFreeAsync(void* p, cudaStream_t) {
-  std::free(p);
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind,
-                                      cudaStream_t) {
-  std::memcpy(to, from, bytes);
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void*) {
-  attributes->type = cudaMemoryTypeManaged;
-  return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void*, size_t, cudaMemLocation, unsigned int,
-                                           cudaStream_t) {
-  return cudaSuccess;
-}
-const char* CUDARTAPI cudaGetErrorName(cudaError_t) { return "emulated error"; }
-const char* CUDARTAPI cudaGetErrorString(cudaError_t) { return "emulated error"; }
-cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
 
 // --- cuDNN ------------------------------------------------------------------------------------
 cudnnStatus_t CUDNNWINAPI cudnnCreate(cudnnHandle_t* handle) {
@@ -159,7 +142,8 @@ cudnnStatus_t CUDNNWINAPI cudnnDestroy(cudnnHandle_t handle) {
   delete handle;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t CUDNNWINAPI cudnnSetStream(cudnnHandle_t, cudaStream_t) {
+cudnnStatus_t CUDNNWINAPI cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
+  handle->stream = stream;
   return CUDNN_STATUS_SUCCESS;
 }
 const char* CUDNNWINAPI cudnnGetErrorString(cudnnStatus_t) { return "emulated cuDNN error"; }
@@ -226,19 +210,21 @@ cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionMathType(cudnnConvolutionDescriptor
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnTransformTensor(cudnnHandle_t, const void* alpha,
+cudnnStatus_t CUDNNWINAPI cudnnTransformTensor(cudnnHandle_t handle, const void* alpha,
                                                const cudnnTensorDescriptor_t xd, const void* x,
                                                const void* beta, const cudnnTensorDescriptor_t yd,
                                                void* y) {
   for (int i = 0; i < 5; ++i)
     if (xd->dims[i] != yd->dims[i]) return CUDNN_STATUS_BAD_PARAM;
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-  for_each_index(xd, [&](const int* i) {
-    float& to = static_cast<float*>(y)[offset_of(yd, i)];
-    const float from = static_cast<const float*>(x)[offset_of(xd, i)];
-    to = b == 0 ? a * from : a * from + b * to;
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return in_stream(handle, "cudnnTransformTensor", {x, y},
+                   [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), yt = *yd,
+                    y = static_cast<float*>(y)] {
+                     for_each_index(&xt, [&](const int* i) {
+                       float& to = y[offset_of(&yt, i)];
+                       const float from = x[offset_of(&xt, i)];
+                       to = b == 0 ? a * from : a * from + b * to;
+                     });
+                   });
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(
@@ -263,7 +249,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterAlgorithm_v7(
   return one_algorithm(count, perf, 8);
 }
 
-cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
+cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                                   const cudnnTensorDescriptor_t xd, const void* x,
                                                   const cudnnFilterDescriptor_t wd, const void* w,
                                                   const cudnnConvolutionDescriptor_t conv,
@@ -271,42 +257,45 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t, const void* alp
                                                   const void* beta,
                                                   const cudnnTensorDescriptor_t yd, void* y) {
   if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
-  const float a = *static_cast<const float*>(alpha);
-  auto* out = static_cast<float*>(y);
-  scale(yd, out, *static_cast<const float*>(beta));
-  for_each_product(xd, wd, conv, yd, [&](long xi, long wi, long yi) {
-    out[yi] += a * static_cast<const float*>(x)[xi] * static_cast<const float*>(w)[wi];
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return in_stream(handle, "cudnnConvolutionForward", {x, w, y},
+                   [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), wt = *wd,
+                    w = as_float(w), ct = *conv, yt = *yd, y = static_cast<float*>(y)] {
+                     scale(&yt, y, b);
+                     for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+                       y[yi] += a * x[xi] * w[wi];
+                     });
+                   });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(
-    cudnnHandle_t, const void* alpha, const cudnnFilterDescriptor_t wd, const void* w,
+    cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wd, const void* w,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdDataAlgo_t, void*, size_t, const void* beta,
     const cudnnTensorDescriptor_t xd, void* dx) {
   if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
-  const float a = *static_cast<const float*>(alpha);
-  auto* out = static_cast<float*>(dx);
-  scale(xd, out, *static_cast<const float*>(beta));
-  for_each_product(xd, wd, conv, yd, [&](long xi, long wi, long yi) {
-    out[xi] += a * static_cast<const float*>(dy)[yi] * static_cast<const float*>(w)[wi];
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return in_stream(handle, "cudnnConvolutionBackwardData", {w, dy, dx},
+                   [a = value(alpha), b = value(beta), xt = *xd, dx = static_cast<float*>(dx),
+                    wt = *wd, w = as_float(w), ct = *conv, yt = *yd, dy = as_float(dy)] {
+                     scale(&xt, dx, b);
+                     for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+                       dx[xi] += a * dy[yi] * w[wi];
+                     });
+                   });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(
-    cudnnHandle_t, const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
+    cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdFilterAlgo_t, void*, size_t, const void* beta,
     const cudnnFilterDescriptor_t wd, void* dw) {
   if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-  auto* out = static_cast<float*>(dw);
-  const long n = long(wd->dims[0]) * wd->dims[1] * wd->dims[2] * wd->dims[3] * wd->dims[4];
-  for (long i = 0; i < n; ++i) out[i] = b == 0 ? 0.0f : b * out[i];
-  for_each_product(xd, wd, conv, yd, [&](long xi, long wi, long yi) {
-    out[wi] += a * static_cast<const float*>(x)[xi] * static_cast<const float*>(dy)[yi];
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return in_stream(
+      handle, "cudnnConvolutionBackwardFilter", {x, dy, dw},
+      [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), yt = *yd, dy = as_float(dy),
+       ct = *conv, wt = *wd, dw = static_cast<float*>(dw)] {
+        const long n = long(wt.dims[0]) * wt.dims[1] * wt.dims[2] * wt.dims[3] * wt.dims[4];
+        for (long i = 0; i < n; ++i) dw[i] = b == 0 ? 0.0f : b * dw[i];
+        for_each_product(&xt, &wt, &ct, &yt,
+                         [&](long xi, long wi, long yi) { dw[wi] += a * x[xi] * dy[yi]; });
+      });
 }
 
 }  // extern "C"

@@ -1,0 +1,359 @@
+// The emulated NCCL (libnccl.so.2) over MPI, for the ranks of an MPI job: each communicator is an
+// MPI communicator, each call an operation in its stream on the emulated GPU (device.hpp) that
+// posts non-blocking MPI calls when the stream reaches it and finishes when they complete, so a
+// rank waiting for its messages polls as it would on a GPU, and a peer that never sends leaves
+// it waiting until the caller gives up. Grouped calls start together. What real NCCL refuses is
+// refused: buffers a GPU cannot reach, peers outside the communicator, unknown types.
+//   MESHTENSOR_EMULATED_NCCL_VERSION  the version this library reports (default: its headers')
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device.hpp"
+
+struct ncclComm {
+  // Two MPI communicators over the same ranks: `mpi` for the data calls, posted in stream order,
+  // and `setup` for splitting, called in program order. MPI matches collectives on a
+  // communicator by the order they are called in, and the ranks may post their queued calls
+  // later or sooner relative to a split.
+  MPI_Comm mpi = MPI_COMM_NULL, setup = MPI_COMM_NULL;
+  int rank = 0, size = 0;
+  int setup_polls = 0;  // a non-blocking communicator answers "in progress" this many times first
+};
+
+namespace {
+
+thread_local std::string last_error;
+thread_local int group_depth = 0;
+
+ncclResult_t refuse(ncclResult_t result, const std::string& why) {
+  last_error = why;
+  return result;
+}
+
+// NCCL's types as MPI's, with their sizes; false for those the emulator does not carry.
+bool mpi_type(ncclDataType_t type, MPI_Datatype* mpi, std::size_t* size) {
+  struct Type {
+    ncclDataType_t nccl;
+    MPI_Datatype mpi;
+    std::size_t size;
+  };
+  const Type types[] = {{ncclInt8, MPI_INT8_T, 1},   {ncclUint8, MPI_UINT8_T, 1},
+                        {ncclInt32, MPI_INT32_T, 4}, {ncclUint32, MPI_UINT32_T, 4},
+                        {ncclInt64, MPI_INT64_T, 8}, {ncclUint64, MPI_UINT64_T, 8},
+                        {ncclFloat32, MPI_FLOAT, 4}, {ncclFloat64, MPI_DOUBLE, 8}};
+  for (const Type& t : types)
+    if (t.nccl == type) {
+      *mpi = t.mpi;
+      *size = t.size;
+      return true;
+    }
+  return false;
+}
+
+bool mpi_op(ncclRedOp_t op, MPI_Op* mpi) {
+  switch (op) {
+    case ncclSum:
+      *mpi = MPI_SUM;
+      return true;
+    case ncclProd:
+      *mpi = MPI_PROD;
+      return true;
+    case ncclMax:
+      *mpi = MPI_MAX;
+      return true;
+    case ncclMin:
+      *mpi = MPI_MIN;
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// What the calls of an operation have posted: MPI requests, and copies of inputs they read.
+struct Posted {
+  std::vector<MPI_Request> requests;
+  std::vector<std::vector<char>> copies;
+
+  MPI_Request* request() { return &requests.emplace_back(); }
+};
+
+/// One NCCL call: posts the MPI requests that carry it out.
+using Post = std::function<void(Posted&)>;
+
+/// The calls of a group (or one call alone) on one stream: posted together when the stream
+/// reaches them, finished when every request has completed.
+class Calls final : public emulated_gpu::Operation {
+ public:
+  explicit Calls(std::vector<Post> posts) : posts_(std::move(posts)) {}
+  bool advance() override {
+    if (!started_) {
+      for (auto& post : posts_) post(posted_);
+      started_ = true;
+    }
+    auto& requests = posted_.requests;
+    int done = 0;
+    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  }
+
+ private:
+  std::vector<Post> posts_;
+  Posted posted_;
+  bool started_ = false;
+};
+
+// Calls made inside ncclGroupStart/End, by stream, in order.
+thread_local std::vector<std::pair<cudaStream_t, std::vector<Post>>> grouped;
+
+ncclResult_t issue(cudaStream_t stream, Post post) {
+  emulated_gpu::count("nccl");
+  if (group_depth > 0) {
+    if (grouped.empty() || grouped.back().first != stream) grouped.push_back({stream, {}});
+    grouped.back().second.push_back(std::move(post));
+    return ncclSuccess;
+  }
+  emulated_gpu::enqueue(stream, std::make_unique<Calls>(std::vector<Post>{std::move(post)}));
+  return ncclSuccess;
+}
+
+// Checks what every data call needs: a communicator, reachable buffers, a known type.
+ncclResult_t check_call(const char* call, ncclComm_t comm,
+                        std::initializer_list<const void*> buffers, ncclDataType_t type,
+                        MPI_Datatype* mpi, std::size_t* size) {
+  if (!comm || comm->mpi == MPI_COMM_NULL)
+    return refuse(ncclInvalidArgument, std::string(call) + ": invalid communicator");
+  if (!mpi_type(type, mpi, size))
+    return refuse(ncclInvalidArgument, std::string(call) + ": unsupported data type");
+  for (const void* p : buffers)
+    if (!emulated_gpu::device_accessible(p))
+      return refuse(ncclInvalidArgument,
+                    std::string(call) + ": a buffer in host memory, which a GPU cannot reach");
+  return ncclSuccess;
+}
+
+bool non_blocking(const ncclConfig_t* config) { return config && config->blocking == 0; }
+
+// A communicator over the ranks of `mpi`, which it takes.
+ncclComm* made_of(MPI_Comm mpi, const ncclConfig_t* config) {
+  auto made = std::make_unique<ncclComm>();
+  made->mpi = mpi;
+  MPI_Comm_dup(mpi, &made->setup);
+  MPI_Comm_rank(mpi, &made->rank);
+  MPI_Comm_size(mpi, &made->size);
+  made->setup_polls = non_blocking(config) ? 1 : 0;
+  return made.release();
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGetVersion(int* version) {
+  const char* text = std::getenv("MESHTENSOR_EMULATED_NCCL_VERSION");
+  *version = text ? std::atoi(text) : NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error";
+    case ncclSystemError:
+      return "unhandled system error";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t) { return last_error.c_str(); }
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::memset(id, 0, sizeof *id);
+  std::snprintf(id->internal, sizeof id->internal, "meshtensor emulated nccl");
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int ranks, ncclUniqueId, int rank,
+                                    ncclConfig_t* config) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (ranks != world)
+    return refuse(ncclInvalidArgument,
+                  "the emulated NCCL spans the MPI job's ranks: " + std::to_string(ranks) +
+                      " requested, " + std::to_string(world) + " in the job");
+  MPI_Comm mpi = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &mpi);
+  *comm = made_of(mpi, config);
+  return non_blocking(config) ? ncclInProgress : ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* part,
+                           ncclConfig_t* config) {
+  if (!comm || comm->mpi == MPI_COMM_NULL)
+    return refuse(ncclInvalidArgument, "ncclCommSplit: invalid communicator");
+  MPI_Comm split = MPI_COMM_NULL;
+  MPI_Comm_split(comm->setup, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split);
+  *part = split == MPI_COMM_NULL ? nullptr : made_of(split, config);
+  return non_blocking(config) ? ncclInProgress : ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
+  if (!comm) return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator");
+  *state = comm->setup_polls > 0 ? ncclInProgress : ncclSuccess;
+  if (comm->setup_polls > 0) --comm->setup_polls;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!comm) return refuse(ncclInvalidArgument, "ncclCommUserRank: invalid communicator");
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!comm) return refuse(ncclInvalidArgument, "ncclCommCount: invalid communicator");
+  *count = comm->size;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    MPI_Comm_free(&comm->mpi);
+    MPI_Comm_free(&comm->setup);
+  }
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  delete comm;  // its MPI communicators are left to MPI: freeing them may wait for the peers
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--group_depth > 0) return ncclSuccess;
+  auto calls = std::move(grouped);
+  grouped.clear();
+  for (auto& [stream, posts] : calls)
+    emulated_gpu::enqueue(stream, std::make_unique<Calls>(std::move(posts)));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  MPI_Datatype mpi;
+  std::size_t size;
+  if (const auto r = check_call("ncclSend", comm, {data}, type, &mpi, &size)) return r;
+  if (peer < 0 || peer >= comm->size)
+    return refuse(ncclInvalidArgument, "ncclSend: peer " + std::to_string(peer) + " out of range");
+  return issue(stream, [=](Posted& posted) {
+    MPI_Isend(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
+  });
+}
+
+ncclResult_t ncclRecv(void* data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  MPI_Datatype mpi;
+  std::size_t size;
+  if (const auto r = check_call("ncclRecv", comm, {data}, type, &mpi, &size)) return r;
+  if (peer < 0 || peer >= comm->size)
+    return refuse(ncclInvalidArgument, "ncclRecv: peer " + std::to_string(peer) + " out of range");
+  return issue(stream, [=](Posted& posted) {
+    MPI_Irecv(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
+  });
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  MPI_Datatype mpi;
+  MPI_Op reduce;
+  std::size_t size;
+  if (const auto r = check_call("ncclAllReduce", comm, {send, receive}, type, &mpi, &size))
+    return r;
+  if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclAllReduce: unsupported op");
+  return issue(stream, [=](Posted& posted) {
+    MPI_Iallreduce(send == receive ? MPI_IN_PLACE : send, receive, int(count), mpi, reduce,
+                   comm->mpi, posted.request());
+  });
+}
+
+ncclResult_t ncclAllGather(const void* send, void* receive, size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
+  MPI_Datatype mpi;
+  std::size_t size;
+  if (const auto r = check_call("ncclAllGather", comm, {send, receive}, type, &mpi, &size))
+    return r;
+  const void* own_place = static_cast<char*>(receive) + std::size_t(comm->rank) * count * size;
+  return issue(stream, [=](Posted& posted) {
+    MPI_Iallgather(send == own_place ? MPI_IN_PLACE : send, int(count), mpi, receive, int(count),
+                   mpi, comm->mpi, posted.request());
+  });
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* receive, size_t count, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  MPI_Datatype mpi;
+  MPI_Op reduce;
+  std::size_t size;
+  if (const auto r = check_call("ncclReduceScatter", comm, {send, receive}, type, &mpi, &size))
+    return r;
+  if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclReduceScatter: unsupported op");
+  return issue(stream, [=](Posted& posted) {
+    // In place, NCCL keeps this rank's block where it is in the input, and MPI's in-place form
+    // does not: the input is copied then.
+    const char* input = static_cast<const char*>(send);
+    const std::size_t whole = count * size * std::size_t(comm->size);
+    if (receive >= send && receive < input + whole)
+      input = posted.copies.emplace_back(input, input + whole).data();
+    MPI_Ireduce_scatter_block(input, receive, int(count), mpi, reduce, comm->mpi, posted.request());
+  });
+}
+
+ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  MPI_Datatype mpi;
+  std::size_t size;
+  if (const auto r = check_call("ncclBroadcast", comm, {send, receive}, type, &mpi, &size))
+    return r;
+  if (root < 0 || root >= comm->size)
+    return refuse(ncclInvalidArgument,
+                  "ncclBroadcast: root " + std::to_string(root) + " out of range");
+  return issue(stream, [=](Posted& posted) {
+    if (comm->rank == root && send != receive) std::memmove(receive, send, count * size);
+    MPI_Ibcast(receive, int(count), mpi, root, comm->mpi, posted.request());
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,496 @@
+// The emulated CUDA runtime (libcudart.so.13): the calls meshtensor makes, with their documented
+// semantics, on the host.
+//  - GPUs: MESHTENSOR_EMULATED_GPUS of them (8 unless set; 0 means none), each with its own UUID,
+//    compute capability 9.0; the current one is per host thread. The driver supports this
+//    runtime's CUDA version, or MESHTENSOR_EMULATED_DRIVER_VERSION (12080 for 12.8).
+//  - Memory: device memory (cudaMalloc, cudaMallocAsync) starts as NaN bytes, so a read of
+//    anything never written shows in results; managed memory is host memory that says it is
+//    managed; pointers are looked up to tell device, managed and host memory apart.
+//  - Streams run their work when the host waits for it (cudaStreamSynchronize, cudaStreamQuery,
+//    cudaEventQuery on an event recorded after it, cudaFree), in order. A copy from pageable host
+//    memory reads it at the call, as the driver's staging does; every other copy, memset and
+//    kernel waits in its stream. The legacy default stream runs its work at once.
+//  - Kernels come from NVRTC's emulation (nvrtc.cpp) as "PTX" naming them, and run as host code.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device.hpp"
+#include "kernels.hpp"
+
+struct CUstream_st {
+  std::deque<std::unique_ptr<emulated_gpu::Operation>> queue;
+  std::uint64_t queued = 0;    // operations ever queued
+  std::uint64_t finished = 0;  // of those, finished (in order)
+};
+
+struct CUevent_st {
+  CUstream_st* stream = nullptr;  // where it was last recorded; null: never, or its stream is gone
+  std::uint64_t after = 0;        // it completes when the stream has finished this many
+};
+
+struct CUlib_st {
+  std::set<std::string> kernels;  // what the "PTX" names
+};
+
+namespace emulated_gpu {
+namespace {
+
+struct Allocation {
+  std::size_t bytes;
+  Memory memory;
+};
+
+// The emulator's whole state, behind one lock: the programs that use it call CUDA from one thread
+// per process, but nothing here should break if they do not.
+std::recursive_mutex state_lock;
+std::map<std::uintptr_t, Allocation> allocations;  // by first byte
+std::set<CUstream_st*> streams;
+CUstream_st legacy_stream;  // stream 0: runs its work at once
+cudaError_t sticky = cudaSuccess;
+std::map<std::string, long> calls;  // by library, for the summary
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current_device = 0;
+
+using Lock = std::lock_guard<std::recursive_mutex>;
+
+int driver_version() {
+  const char* text = std::getenv("MESHTENSOR_EMULATED_DRIVER_VERSION");
+  return text ? std::atoi(text) : CUDART_VERSION;
+}
+
+int gpu_count() {
+  static const int count = [] {
+    const char* text = std::getenv("MESHTENSOR_EMULATED_GPUS");
+    return text ? std::max(0, std::atoi(text)) : 8;
+  }();
+  return count;
+}
+
+// Records `error` as the calling thread's last error and returns it.
+cudaError_t report(cudaError_t error) {
+  if (error != cudaSuccess) last_error = error;
+  return error;
+}
+
+// The sticky error if there is one, else `error`.
+cudaError_t outcome(cudaError_t error = cudaSuccess) {
+  return report(sticky != cudaSuccess ? sticky : error);
+}
+
+class Work final : public Operation {
+ public:
+  explicit Work(std::function<void()> work) : work_(std::move(work)) {}
+  bool advance() override {
+    work_();
+    return true;
+  }
+
+ private:
+  std::function<void()> work_;
+};
+
+CUstream_st* stream_of(cudaStream_t stream) {
+  // 0 is the legacy default stream, 0x1 and 0x2 its named handles (cudaStreamLegacy,
+  // cudaStreamPerThread).
+  if (reinterpret_cast<std::uintptr_t>(stream) <= 2) return &legacy_stream;
+  return stream;
+}
+
+// Runs `stream`'s work until `until` operations have finished there; without `block` stops at
+// the first that is not finished yet (a message whose peer has not done its part) and says so.
+bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
+  while (stream->finished < until) {
+    Operation& next = *stream->queue.front();
+    if (!next.advance()) {
+      if (!block) return false;
+      std::this_thread::yield();
+      continue;
+    }
+    stream->queue.pop_front();
+    ++stream->finished;
+  }
+  return true;
+}
+
+void push(CUstream_st* stream, std::unique_ptr<Operation> operation) {
+  stream->queue.push_back(std::move(operation));
+  ++stream->queued;
+}
+
+void run_all_streams() {
+  for (CUstream_st* s : streams) run_stream(s, s->queued, /*block=*/true);
+}
+
+void* allocate(std::size_t bytes, Memory memory) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);  // cudaMalloc's alignment
+  if (!p) return nullptr;
+  if (memory == Memory::device) std::memset(p, 0xFF, rounded);  // NaN floats and doubles
+  allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, memory};
+  return p;
+}
+
+bool release(void* p) {
+  const auto found = allocations.find(reinterpret_cast<std::uintptr_t>(p));
+  if (found == allocations.end()) return false;
+  allocations.erase(found);
+  std::free(p);
+  return true;
+}
+
+bool valid_device(int device) { return device >= 0 && device < gpu_count(); }
+
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;  // CUDA's own
+};
+
+// The errors the emulator returns, named as CUDA names them.
+const ErrorText& describe(cudaError_t code) {
+  static const ErrorText known[] = {
+      {cudaSuccess, "cudaSuccess", "no error"},
+      {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+      {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+      {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+      {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+      {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+       "CUDA driver version is insufficient for CUDA runtime version"},
+      {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+      {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
+       "an illegal memory access was encountered"},
+      {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+      {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+  };
+  static const ErrorText unknown{cudaErrorUnknown, "cudaErrorUnknown", "unknown error"};
+  for (const auto& e : known)
+    if (e.code == code) return e;
+  return unknown;
+}
+
+}  // namespace
+
+Memory memory_of(const void* p) {
+  Lock lock(state_lock);
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto after = allocations.upper_bound(at);
+  if (!p || after == allocations.begin()) return Memory::host;
+  const auto& [first, allocation] = *std::prev(after);
+  return at < first + std::max<std::size_t>(allocation.bytes, 1) ? allocation.memory : Memory::host;
+}
+
+void enqueue(cudaStream_t handle, std::function<void()> work) {
+  Lock lock(state_lock);
+  CUstream_st* stream = stream_of(handle);
+  push(stream, std::make_unique<Work>(std::move(work)));
+  if (stream == &legacy_stream) run_stream(stream, stream->queued, /*block=*/true);
+}
+
+void enqueue(cudaStream_t handle, std::unique_ptr<Operation> operation) {
+  Lock lock(state_lock);
+  CUstream_st* stream = stream_of(handle);
+  const bool idle = stream->queue.empty();
+  push(stream, std::move(operation));
+  if (idle || stream == &legacy_stream)
+    run_stream(stream, stream->queued, /*block=*/stream == &legacy_stream);
+}
+
+void count(const char* library) {
+  Lock lock(state_lock);
+  ++calls[library];
+}
+
+namespace {
+// Prints the summary when the process ends.
+struct Summary {
+  ~Summary() {
+    if (!std::getenv("MESHTENSOR_EMULATED_GPU_SUMMARY")) return;
+    std::string text = "emulated GPU summary:";
+    for (const char* library : {"kernel", "cudnn", "cublas", "nccl"})
+      text += std::string(" ") + library + "=" + std::to_string(calls[library]);
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+} summary;
+}  // namespace
+
+void fail(cudaError_t error, const std::string& what) {
+  Lock lock(state_lock);
+  std::fprintf(stderr, "emulated GPU: %s\n", what.c_str());
+  if (sticky == cudaSuccess) sticky = error;
+}
+
+}  // namespace emulated_gpu
+
+using namespace emulated_gpu;
+
+extern "C" {
+
+// --- errors and versions -----------------------------------------------------------------------
+const char* CUDARTAPI cudaGetErrorName(cudaError_t error) { return describe(error).name; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t error) { return describe(error).text; }
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+  const cudaError_t error = sticky != cudaSuccess ? sticky : last_error;
+  last_error = cudaSuccess;
+  return error;
+}
+cudaError_t CUDARTAPI cudaDriverGetVersion(int* version) {
+  *version = driver_version();
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// --- devices -----------------------------------------------------------------------------------
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+  *count = 0;
+  if (driver_version() < CUDART_VERSION) return report(cudaErrorInsufficientDriver);
+  *count = gpu_count();
+  return report(*count ? cudaSuccess : cudaErrorNoDevice);
+}
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  *device = current_device;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int device) {
+  if (!valid_device(device)) return report(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  if (!valid_device(device)) return report(cudaErrorInvalidDevice);
+  *properties = cudaDeviceProp{};
+  std::snprintf(properties->name, sizeof properties->name, "meshtensor emulated GPU");
+  std::memcpy(properties->uuid.bytes, "emulated-gpu", 12);  // then the ordinal: 16 bytes
+  std::memcpy(properties->uuid.bytes + 12, &device, sizeof device);
+  properties->pciBusID = device + 1;
+  properties->major = 9;
+  properties->minor = 0;
+  properties->totalGlobalMem = std::size_t(80) << 30;
+  properties->multiProcessorCount = 1;
+  properties->warpSize = 32;
+  properties->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (!valid_device(device)) return report(cudaErrorInvalidDevice);
+  switch (attribute) {
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+      *value = 1;
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      return cudaSuccess;
+    default:
+      return report(cudaErrorInvalidValue);
+  }
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
+  Lock lock(state_lock);
+  run_all_streams();
+  return outcome();
+}
+
+// --- memory ------------------------------------------------------------------------------------
+cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
+  Lock lock(state_lock);
+  *p = allocate(bytes, Memory::device);
+  return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaMallocManaged(void** p, size_t bytes, unsigned int) {
+  Lock lock(state_lock);
+  *p = allocate(bytes, Memory::managed);
+  return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  Lock lock(state_lock);
+  *p = allocate(bytes, Memory::device);  // usable in the stream's order, so at once here
+  return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaFree(void* p) {
+  Lock lock(state_lock);
+  if (!p) return outcome();
+  run_all_streams();  // cudaFree waits for the device, so no queued work still uses p
+  return outcome(release(p) ? cudaSuccess : cudaErrorInvalidValue);
+}
+cudaError_t CUDARTAPI cudaFreeAsync(void* p, cudaStream_t stream) {
+  Lock lock(state_lock);
+  if (!p) return outcome();
+  if (memory_of(p) != Memory::device) return report(cudaErrorInvalidValue);
+  enqueue(stream, [p] { release(p); });
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
+  *attributes = cudaPointerAttributes{};
+  switch (memory_of(p)) {
+    case Memory::host:
+      attributes->type = cudaMemoryTypeUnregistered;
+      break;
+    case Memory::device:
+      attributes->type = cudaMemoryTypeDevice;
+      break;
+    case Memory::managed:
+      attributes->type = cudaMemoryTypeManaged;
+      break;
+  }
+  if (attributes->type != cudaMemoryTypeUnregistered) {
+    attributes->device = current_device;
+    attributes->devicePointer = const_cast<void*>(p);
+    if (attributes->type == cudaMemoryTypeManaged)
+      attributes->hostPointer = attributes->devicePointer;
+  }
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* p, size_t bytes, cudaMemLocation,
+                                           unsigned int, cudaStream_t) {
+  if (bytes && memory_of(p) != Memory::managed) return report(cudaErrorInvalidValue);
+  return outcome();
+}
+
+cudaError_t CUDARTAPI cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind) {
+  Lock lock(state_lock);
+  // The legacy stream waits for blocking streams only; meshtensor's are all non-blocking.
+  std::memcpy(to, from, bytes);
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind,
+                                      cudaStream_t stream) {
+  Lock lock(state_lock);
+  if (bytes == 0) return outcome();
+  if (memory_of(from) == Memory::host) {
+    // The driver stages pageable memory before returning: the caller may reuse it at once.
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(from),
+                                                      static_cast<const char*>(from) + bytes);
+    enqueue(stream, [to, staged] { std::memcpy(to, staged->data(), staged->size()); });
+  } else {
+    enqueue(stream, [to, from, bytes] { std::memcpy(to, from, bytes); });
+  }
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  Lock lock(state_lock);
+  if (bytes && memory_of(p) == Memory::host) {
+    fail(cudaErrorIllegalAddress, "cudaMemsetAsync on host memory");
+    return outcome();
+  }
+  enqueue(stream, [p, value, bytes] { std::memset(p, value, bytes); });
+  return outcome();
+}
+
+// --- streams and events ------------------------------------------------------------------------
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  Lock lock(state_lock);
+  *stream = new CUstream_st;
+  streams.insert(*stream);
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+  Lock lock(state_lock);
+  if (!streams.count(stream)) return report(cudaErrorInvalidResourceHandle);
+  run_stream(stream, stream->queued, /*block=*/true);  // queued work still runs, as on a GPU
+  streams.erase(stream);
+  delete stream;
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
+  Lock lock(state_lock);
+  CUstream_st* s = stream_of(stream);
+  run_stream(s, s->queued, /*block=*/true);
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
+  Lock lock(state_lock);
+  CUstream_st* s = stream_of(stream);
+  return outcome(run_stream(s, s->queued, /*block=*/false) ? cudaSuccess : cudaErrorNotReady);
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Lock lock(state_lock);
+  event->stream = stream_of(stream);
+  event->after = event->stream->queued;
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
+  Lock lock(state_lock);
+  if (!event->stream || !streams.count(event->stream)) return outcome();
+  return outcome(run_stream(event->stream, event->after, /*block=*/false) ? cudaSuccess
+                                                                          : cudaErrorNotReady);
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
+  Lock lock(state_lock);
+  if (event->stream && streams.count(event->stream))
+    run_stream(event->stream, event->after, /*block=*/true);
+  return outcome();
+}
+
+// --- kernels -----------------------------------------------------------------------------------
+cudaError_t CUDARTAPI cudaLibraryLoadData(cudaLibrary_t* library, const void* code, cudaJitOption*,
+                                          void**, unsigned int, cudaLibraryOption*, void**,
+                                          unsigned int) {
+  // The "PTX" of the emulated NVRTC: a line per kernel, "kernel <name>".
+  const std::string text(static_cast<const char*>(code));
+  if (text.rfind("// meshtensor emulated PTX", 0) != 0) return report(cudaErrorInvalidValue);
+  auto loaded = std::make_unique<CUlib_st>();
+  std::istringstream lines(text);
+  std::string word, name;
+  while (lines >> word)
+    if (word == "kernel" && lines >> name) loaded->kernels.insert(name);
+  *library = loaded.release();  // kept for the process, as meshtensor keeps its libraries
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaLibraryGetKernel(cudaKernel_t* kernel, cudaLibrary_t library,
+                                           const char* name) {
+  const Kernel* found = library->kernels.count(name) ? find_kernel(name) : nullptr;
+  if (!found) return report(cudaErrorSymbolNotFound);
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<Kernel*>(found));
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaLaunchKernel(const void* function, dim3 grid, dim3 block,
+                                       void** arguments, size_t, cudaStream_t stream) {
+  Lock lock(state_lock);
+  if (grid.x * grid.y * grid.z == 0 || block.x * block.y * block.z == 0 ||
+      block.x * block.y * block.z > 1024)
+    return report(cudaErrorInvalidValue);  // cudaErrorInvalidConfiguration on a GPU
+  const auto* kernel = static_cast<const Kernel*>(function);
+  std::string error;
+  Launch launch = kernel->bind(arguments, grid, &error);
+  if (!launch) {
+    fail(cudaErrorIllegalAddress, error);
+    return outcome();
+  }
+  count("kernel");
+  enqueue(stream, std::move(launch));
+  return outcome();
+}
+
+}  // extern "C"
