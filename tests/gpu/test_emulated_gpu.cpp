@@ -1,0 +1,118 @@
+// The emulated GPU (emulated/) behaves as the tests that run on it rely on: work in a stream runs
+// only when the host waits for it, so a result read too early is stale; device memory starts as
+// NaN; a copy from pageable memory reads it at the call; managed, device and host memory are told
+// apart; a kernel given host memory is an illegal address. Were the emulator to run work at once,
+// or take any pointer, the tests on it could not catch what they are there to catch. Runs with the
+// emulated libraries first on LD_LIBRARY_PATH (ctest sets it).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <meshtensor/device/cuda.hpp>
+#include <meshtensor/device/memory.hpp>
+#include <meshtensor/device/runtime_compiler.hpp>
+#include <meshtensor/kernels/gpu/elementwise.hpp>
+
+using namespace meshtensor;
+
+namespace {
+
+// `n` floats of managed memory, freed at the end.
+struct Managed {
+  explicit Managed(std::size_t n) : size(n) {
+    cuda::check(
+        cudaMallocManaged(reinterpret_cast<void**>(&data), n * sizeof(float), cudaMemAttachGlobal),
+        "cudaMallocManaged");
+  }
+  ~Managed() { (void)cudaFree(data); }
+  float* data = nullptr;
+  std::size_t size;
+};
+
+// Queues out = 2 x on the calling thread's compute stream, without waiting.
+void queue_doubling(const float* x, float* out, long long n) {
+  cuda::launch(cuda::kernel(kernels::gpu::elementwise_source(), "map_f32"), n,
+               cuda::compute_stream(), int(kernels::UnaryOp::times_scalar), 2.0f, x, out, n);
+}
+
+bool all_equal(const float* values, std::size_t n, float expected) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (values[i] != expected) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the emulated GPU is the one in use") {
+  const cuda::GpuIdentity gpu = cuda::identify_gpu(0);
+  CHECK(gpu.description.find("meshtensor emulated GPU") != std::string::npos);
+}
+
+TEST_CASE("work in a stream runs when the host waits for it, not before") {
+  const std::size_t n = 1000;
+  Managed x(n), y(n);
+  std::fill(x.data, x.data + n, 1.0f);
+  std::fill(y.data, y.data + n, 7.0f);
+
+  queue_doubling(x.data, y.data, n);
+  CHECK(all_equal(y.data, n, 7.0f));  // not run yet: a result read without waiting is stale
+  cuda::check(cudaStreamSynchronize(cuda::compute_stream()), "cudaStreamSynchronize");
+  CHECK(all_equal(y.data, n, 2.0f));
+
+  // An event recorded after the work completes once the work has run.
+  queue_doubling(y.data, x.data, n);
+  cudaEvent_t done = nullptr;
+  cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  cuda::check(cudaEventRecord(done, cuda::compute_stream()), "cudaEventRecord");
+  CHECK(all_equal(x.data, n, 1.0f));
+  CHECK(cudaEventQuery(done) == cudaSuccess);
+  CHECK(all_equal(x.data, n, 4.0f));
+  cuda::check(cudaEventDestroy(done), "cudaEventDestroy");
+}
+
+TEST_CASE("device memory starts as NaN, and copies from pageable memory read it at the call") {
+  const std::size_t n = 64;
+  const cudaStream_t stream = cuda::compute_stream();
+  cuda::StreamBuffer device(n * sizeof(float), stream);
+  std::vector<float> host(n, 0.0f);
+  cuda::check(
+      cudaMemcpy(host.data(), device.as<float>(), n * sizeof(float), cudaMemcpyDeviceToHost),
+      "cudaMemcpy");
+  for (float v : host) CHECK(std::isnan(v));
+
+  std::vector<float> source(n, 3.0f);
+  cuda::check(cudaMemcpyAsync(device.as<float>(), source.data(), n * sizeof(float),
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync");
+  std::fill(source.begin(), source.end(), 5.0f);  // after the call: the copy has its own
+  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cuda::check(
+      cudaMemcpy(host.data(), device.as<float>(), n * sizeof(float), cudaMemcpyDeviceToHost),
+      "cudaMemcpy");
+  CHECK(all_equal(host.data(), n, 3.0f));
+}
+
+TEST_CASE("managed, device and host memory are told apart, inside an allocation too") {
+  Managed managed(16);
+  cuda::StreamBuffer device(16 * sizeof(float), cuda::compute_stream());
+  std::vector<float> host(16);
+  CHECK(cuda::memory_type(managed.data + 5) == cudaMemoryTypeManaged);
+  CHECK(cuda::memory_type(device.as<float>() + 5) == cudaMemoryTypeDevice);
+  CHECK(cuda::memory_type(host.data()) == cudaMemoryTypeUnregistered);
+  CHECK_FALSE(cuda::device_accessible(host.data()));
+}
+
+// Last, and alone in its process (ctest runs it by its tag): the error stays, as on a GPU.
+TEST_CASE("a kernel given host memory is an illegal address", "[sticky]") {
+  std::vector<float> x(10, 1.0f);
+  Managed y(10);
+  // A GPU reports it when the kernel runs; the emulator as early as the launch.
+  CHECK_THROWS_WITH(queue_doubling(x.data(), y.data, 10),
+                    Catch::Contains("an illegal memory access was encountered"));
+  CHECK(cudaStreamSynchronize(cuda::compute_stream()) == cudaErrorIllegalAddress);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+}
