@@ -3,8 +3,9 @@
 // compiler, so its own CUDA kernels are sources in headers (kernels/gpu/), compiled by NVRTC the
 // first time a process needs them, for the GPU it runs on, then loaded with the CUDA runtime's
 // library calls (no link to the driver library, so programs still start on machines without one)
-// and launched with cudaLaunchKernel. Compiling needs no GPU: tests compile every source on
-// machines without one.
+// and launched with cudaLaunchKernel. NVRTC itself is loaded then too, not linked
+// (device/loaded_library.hpp): it costs a process about 27 MiB of memory. Compiling needs no GPU:
+// tests compile every source on machines without one.
 
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
@@ -18,6 +19,7 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/cuda.hpp"
+#include "meshtensor/device/loaded_library.hpp"
 
 namespace meshtensor::cuda {
 
@@ -27,37 +29,70 @@ struct KernelSource {
   const char* text;
 };
 
+/// The NVRTC functions meshtensor calls.
+struct Nvrtc {
+  decltype(&::nvrtcGetErrorString) error_string = nullptr;
+  decltype(&::nvrtcCreateProgram) create_program = nullptr;
+  decltype(&::nvrtcDestroyProgram) destroy_program = nullptr;
+  decltype(&::nvrtcCompileProgram) compile_program = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) program_log_size = nullptr;
+  decltype(&::nvrtcGetProgramLog) program_log = nullptr;
+  decltype(&::nvrtcGetPTXSize) ptx_size = nullptr;
+  decltype(&::nvrtcGetPTX) ptx = nullptr;
+};
+
+/// NVRTC of the CUDA version meshtensor was built with, loaded on first use; throws DeviceError
+/// naming it if it cannot be.
+inline const Nvrtc& nvrtc() {
+  static const Nvrtc loaded = [] {
+    const std::string version = std::to_string(CUDART_VERSION / 1000);
+    const LoadedLibrary library("libnvrtc.so." + version, "NVRTC " + version);
+    Nvrtc n;
+    library.look_up("nvrtcGetErrorString", &n.error_string);
+    library.look_up("nvrtcCreateProgram", &n.create_program);
+    library.look_up("nvrtcDestroyProgram", &n.destroy_program);
+    library.look_up("nvrtcCompileProgram", &n.compile_program);
+    library.look_up("nvrtcGetProgramLogSize", &n.program_log_size);
+    library.look_up("nvrtcGetProgramLog", &n.program_log);
+    library.look_up("nvrtcGetPTXSize", &n.ptx_size);
+    library.look_up("nvrtcGetPTX", &n.ptx);
+    return n;
+  }();
+  return loaded;
+}
+
 /// The PTX of `source` for a virtual architecture ("compute_90"); throws DeviceError with
 /// NVRTC's log when it does not compile.
 inline std::string compile_to_ptx(const KernelSource& source, const std::string& architecture) {
+  const Nvrtc& n = nvrtc();
   auto check_nvrtc = [&](nvrtcResult result, const char* call) {
     if (result != NVRTC_SUCCESS)
       throw DeviceError(std::string(call) + " failed for kernel source " + source.name + ": " +
-                        nvrtcGetErrorString(result));
+                        n.error_string(result));
   };
   nvrtcProgram program = nullptr;
-  check_nvrtc(nvrtcCreateProgram(&program, source.text, source.name, 0, nullptr, nullptr),
+  check_nvrtc(n.create_program(&program, source.text, source.name, 0, nullptr, nullptr),
               "nvrtcCreateProgram");
   std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> owner(
-      &program, [](nvrtcProgram* p) { (void)nvrtcDestroyProgram(p); });
+      &program, [](nvrtcProgram* p) { (void)nvrtc().destroy_program(p); });
   const std::string arch = "--gpu-architecture=" + architecture;
   // Plain IEEE arithmetic, as the CPU kernels: no fused approximations, no flush to zero.
   const char* options[] = {arch.c_str(),  "--std=c++17",     "--fmad=false",
                            "--ftz=false", "--prec-div=true", "--prec-sqrt=true"};
   const nvrtcResult compiled =
-      nvrtcCompileProgram(program, static_cast<int>(std::size(options)), options);
+      n.compile_program(program, static_cast<int>(std::size(options)), options);
   if (compiled != NVRTC_SUCCESS) {
     std::size_t size = 0;
-    nvrtcGetProgramLogSize(program, &size);
+    n.program_log_size(program, &size);
     std::string log(size, '\0');
-    if (size) nvrtcGetProgramLog(program, log.data());
+    if (size) n.program_log(program, log.data());
     throw DeviceError(std::string("kernel source ") + source.name + " does not compile for " +
-                      architecture + ": " + nvrtcGetErrorString(compiled) + "\n" + log);
+                      architecture + ": " + n.error_string(compiled) + "\n" + log);
   }
   std::size_t size = 0;
-  check_nvrtc(nvrtcGetPTXSize(program, &size), "nvrtcGetPTXSize");
+  check_nvrtc(n.ptx_size(program, &size), "nvrtcGetPTXSize");
   std::string ptx(size, '\0');
-  check_nvrtc(nvrtcGetPTX(program, ptx.data()), "nvrtcGetPTX");
+  check_nvrtc(n.ptx(program, ptx.data()), "nvrtcGetPTX");
   return ptx;
 }
 
