@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "device.hpp"
+#include "residency.hpp"
 
 struct ncclComm {
   // Two MPI communicators over the same ranks: `mpi` for the data calls, posted in stream order,
@@ -32,6 +33,8 @@ struct ncclComm {
 };
 
 namespace {
+
+namespace residency = emulated_gpu::residency;
 
 thread_local std::string last_error;
 thread_local int group_depth = 0;
@@ -279,6 +282,7 @@ ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int p
   if (peer < 0 || peer >= comm->size)
     return refuse(ncclInvalidArgument, "ncclSend: peer " + std::to_string(peer) + " out of range");
   return issue(stream, [=](Posted& posted) {
+    residency::to_gpu(data, count * size);
     MPI_Isend(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
   });
 }
@@ -291,6 +295,7 @@ ncclResult_t ncclRecv(void* data, size_t count, ncclDataType_t type, int peer, n
   if (peer < 0 || peer >= comm->size)
     return refuse(ncclInvalidArgument, "ncclRecv: peer " + std::to_string(peer) + " out of range");
   return issue(stream, [=](Posted& posted) {
+    residency::to_gpu(data, count * size);
     MPI_Irecv(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
   });
 }
@@ -304,6 +309,8 @@ ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDa
     return r;
   if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclAllReduce: unsupported op");
   return issue(stream, [=](Posted& posted) {
+    residency::to_gpu(send, count * size);
+    residency::to_gpu(receive, count * size);
     MPI_Iallreduce(send == receive ? MPI_IN_PLACE : send, receive, int(count), mpi, reduce,
                    comm->mpi, posted.request());
   });
@@ -317,6 +324,8 @@ ncclResult_t ncclAllGather(const void* send, void* receive, size_t count, ncclDa
     return r;
   const void* own_place = static_cast<char*>(receive) + std::size_t(comm->rank) * count * size;
   return issue(stream, [=](Posted& posted) {
+    residency::to_gpu(send, count * size);
+    residency::to_gpu(receive, count * size * std::size_t(comm->size));
     MPI_Iallgather(send == own_place ? MPI_IN_PLACE : send, int(count), mpi, receive, int(count),
                    mpi, comm->mpi, posted.request());
   });
@@ -335,6 +344,8 @@ ncclResult_t ncclReduceScatter(const void* send, void* receive, size_t count, nc
     // does not: the input is copied then.
     const char* input = static_cast<const char*>(send);
     const std::size_t whole = count * size * std::size_t(comm->size);
+    residency::to_gpu(send, whole);
+    residency::to_gpu(receive, count * size);
     if (receive >= send && receive < input + whole)
       input = posted.copies.emplace_back(input, input + whole).data();
     MPI_Ireduce_scatter_block(input, receive, int(count), mpi, reduce, comm->mpi, posted.request());
@@ -351,6 +362,8 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDa
     return refuse(ncclInvalidArgument,
                   "ncclBroadcast: root " + std::to_string(root) + " out of range");
   return issue(stream, [=](Posted& posted) {
+    residency::to_gpu(send, count * size);
+    residency::to_gpu(receive, count * size);
     if (comm->rank == root && send != receive) std::memmove(receive, send, count * size);
     MPI_Ibcast(receive, int(count), mpi, root, comm->mpi, posted.request());
   });

@@ -29,6 +29,7 @@
 
 #include "device.hpp"
 #include "kernels.hpp"
+#include "residency.hpp"
 
 struct CUstream_st {
   std::deque<std::unique_ptr<emulated_gpu::Operation>> queue;
@@ -114,7 +115,10 @@ CUstream_st* stream_of(cudaStream_t stream) {
 bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
   while (stream->finished < until) {
     Operation& next = *stream->queue.front();
-    if (!next.advance()) {
+    residency::begin_gpu_work();
+    const bool finished = next.advance();
+    residency::end_gpu_work();
+    if (!finished) {
       if (!block) return false;
       std::this_thread::yield();
       continue;
@@ -135,19 +139,26 @@ void run_all_streams() {
 }
 
 void* allocate(std::size_t bytes, Memory memory) {
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded);  // cudaMalloc's alignment
-  if (!p) return nullptr;
-  if (memory == Memory::device) std::memset(p, 0xFF, rounded);  // NaN floats and doubles
-  allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, memory};
+  void* p = nullptr;
+  if (memory == Memory::managed) {
+    p = residency::map_managed(bytes);  // whole pages
+  } else {
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
+    p = std::aligned_alloc(256, rounded);  // cudaMalloc's alignment
+    if (p) std::memset(p, 0xFF, rounded);  // NaN floats and doubles
+  }
+  if (p) allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, memory};
   return p;
 }
 
 bool release(void* p) {
   const auto found = allocations.find(reinterpret_cast<std::uintptr_t>(p));
   if (found == allocations.end()) return false;
+  if (found->second.memory == Memory::managed)
+    residency::unmap_managed(p, found->second.bytes);
+  else
+    std::free(p);
   allocations.erase(found);
-  std::free(p);
   return true;
 }
 
@@ -217,11 +228,13 @@ namespace {
 // Prints the summary when the process ends.
 struct Summary {
   ~Summary() {
-    if (!std::getenv("MESHTENSOR_EMULATED_GPU_SUMMARY")) return;
-    std::string text = "emulated GPU summary:";
-    for (const char* library : {"kernel", "cudnn", "cublas", "nccl"})
-      text += std::string(" ") + library + "=" + std::to_string(calls[library]);
-    std::fprintf(stderr, "%s\n", text.c_str());
+    if (std::getenv("MESHTENSOR_EMULATED_GPU_SUMMARY")) {
+      std::string text = "emulated GPU summary:";
+      for (const char* library : {"kernel", "cudnn", "cublas", "nccl"})
+        text += std::string(" ") + library + "=" + std::to_string(calls[library]);
+      std::fprintf(stderr, "%s\n", text.c_str());
+    }
+    residency::print_summary();  // when pages are tracked
   }
 } summary;
 }  // namespace
@@ -362,15 +375,18 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* p, size_t bytes, cudaMemLocation,
-                                           unsigned int, cudaStream_t) {
+                                           unsigned int, cudaStream_t stream) {
   if (bytes && memory_of(p) != Memory::managed) return report(cudaErrorInvalidValue);
+  enqueue(stream, [p, bytes] { residency::to_gpu(p, bytes); });
   return outcome();
 }
 
 cudaError_t CUDARTAPI cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind) {
   Lock lock(state_lock);
   // The legacy stream waits for blocking streams only; meshtensor's are all non-blocking.
+  residency::begin_gpu_work();  // a copy engine's, not the host's
   std::memcpy(to, from, bytes);
+  residency::end_gpu_work();
   return outcome();
 }
 cudaError_t CUDARTAPI cudaMemcpyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind,
