@@ -33,6 +33,27 @@ TEST_CASE("binary ops on operands with the same dims match one processor") {
         }) == "");
 }
 
+TEST_CASE("equal marks where two operands agree, broadcasting, and passes no gradient") {
+  CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
+          auto b = test_input(m, "batch:2, x:6, y:5, c:3", l, 2);
+          return equal(a, maximum(a, b)) + equal(a, reduce_max(a, "c"));
+        }) == "");
+  auto checks = on_mesh("p:2", [](Mesh& m) {
+    auto a = test_input(m, "x:6, c:3", "x:p", 1).set_requires_grad();
+    auto b = test_input(m, "x:6, c:3", "x:p", 2);
+    const float marked_by_max =
+        reduce_sum(equal(a, maximum(a, b))).item() + reduce_sum(equal(b, maximum(a, b))).item();
+    const float with_itself = reduce_sum(equal(a, a)).item();
+    return std::tuple(marked_by_max, with_itself, equal(a, b).requires_grad());
+  });
+  for (const auto& [marked_by_max, with_itself, needs_gradient] : checks) {
+    CHECK(marked_by_max == 18.0f);  // every element is the larger of the two exactly once
+    CHECK(with_itself == 18.0f);
+    CHECK_FALSE(needs_gradient);
+  }
+}
+
 TEST_CASE("binary ops broadcast over the dims one operand lacks") {
   // Per-channel scale: [batch, x, y, c] * [c].
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {

@@ -57,9 +57,7 @@ struct Overlap {
 inline Overlap overlap(const mt::Tensor<float>& logits, const mt::Tensor<float>& labels) {
   mt::autodiff::NoGrad no_grad(logits.mesh());
   const auto detached = logits.detach();
-  const auto predicted = mt::zip(
-      detached, mt::reduce_max(detached, "classes"), [](float v, float m) { return float(v == m); },
-      "predicted");
+  const auto predicted = mt::equal(detached, mt::reduce_max(detached, "classes"));
   mt::DimNames all_but_classes("batch, x, y, z");
   const auto both = mt::gather(mt::reduce_sum(predicted * labels, all_but_classes));
   const auto p = mt::gather(mt::reduce_sum(predicted, all_but_classes));

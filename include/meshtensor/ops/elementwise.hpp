@@ -263,6 +263,14 @@ Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) {
   return detail::choose<detail::BinaryOp::smaller, detail::BinaryOp::smaller_mask>(a, b, "minimum");
 }
 
+/// 1 where `a` equals `b` (aligned by name, broadcast as the other binary ops), 0 elsewhere: a
+/// mask, with no gradient. `equal(logits, reduce_max(logits, "classes"))` marks each voxel's
+/// predicted class.
+template <class T>
+Tensor<T> equal(const Tensor<T>& a, const Tensor<T>& b) {
+  return detail::zip_values(a, b, detail::binary_op<detail::BinaryOp::equal_mask, T>(), "equal");
+}
+
 // Arithmetic with a scalar, and the named unary ops, each with its derivative
 // (kernels/elementwise_formulas.hpp says what each computes).
 // clang-format off
