@@ -39,9 +39,14 @@ bool agrees(const ConvGeometry& g) {
   REQUIRE(kernels::cudnn::conv_forward(g, gx.data(), gw.data(), y.data()));
   REQUIRE(kernels::cudnn::conv_backward_input(g, gdy.data(), gw.data(), dx.data()));
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw.data()));
+  // An accumulator in the GPU's memory is added to there.
+  Buffer<double> dw_on_gpu(w_n, 0.5);
+  REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw_on_gpu.data()));
+  std::vector<double> added(w_n);
+  for (std::size_t i = 0; i < w_n; ++i) added[i] = dw_on_gpu[i] - 0.5;
   return relative_gap(widen(y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4 &&
          relative_gap(widen(dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) < 1e-4 &&
-         relative_gap(dw_ref, dw) < 1e-4;
+         relative_gap(dw_ref, dw) < 1e-4 && relative_gap(dw_ref, added) < 1e-4;
 }
 
 // As a processor of the nccl transport: computing on GPU 0, its blocks in the GPU's memory.

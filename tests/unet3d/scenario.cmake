@@ -200,7 +200,7 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   # On the nccl transport, every GPU call carried out by the emulated GPU: training on 4 ranks
   # follows one CPU processor's losses, stopped and resumed from its checkpoint too, having made
   # every kind of GPU call (meshtensor's kernels, cuDNN, NCCL); predicting from that checkpoint on
-  # 2 ranks gives the CPU's probabilities.
+  # 2 ranks gives the CPU's probabilities; and training leaves the GPU's pages to the GPU.
   set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})
   set(ENV{MESHTENSOR_EMULATED_GPU_SUMMARY} 1)
   set(ENV{MESHTENSOR_ONEDNN_FORMATS} by_channels)
@@ -221,6 +221,14 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   ok(${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} predict --checkpoint ${here}/cpu_ckpt --backend nccl
      --input ${here}/volume.npy --output ${here}/gpu.npy --probabilities ${here}/p_gpu.npy)
   ok(${CHECK} close-npy 1e-5 ${here}/p_cpu.npy ${here}/p_gpu.npy)
+  # A training step keeps its blocks in the GPU's memory: the host touches none of the GPU's
+  # pages (each would be a page fault and a transfer over the bus, every step).
+  set(ENV{MESHTENSOR_EMULATED_GPU_PAGES} 1)
+  ok_matching("the host took back 0 pages" ${four_gpus} train --size 16 --depth 2 --channels 4
+              --validation-volumes 0 --steps 3 --backend nccl ${grid} --out ${here}/pages)
+  if("${printed}" MATCHES "took back [1-9]")
+    message(FATAL_ERROR "the host touched pages in the GPU's memory during training")
+  endif()
 elseif(SCENARIO STREQUAL "nccl_emulated_bad_start")
   # Machines the nccl transport cannot start on end every rank at once with the reason.
   set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})

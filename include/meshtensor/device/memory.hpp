@@ -55,6 +55,17 @@ inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t st
 #endif
 }
 
+/// Copies `bytes` from `from` to `to`, one of them host memory, by the copy engine of the calling
+/// thread's GPU, in the order of its compute stream, and waits: the host reads or writes the values
+/// without touching the GPU's pages (which would move each page it touches to the host, and the
+/// next kernel moves it back).
+inline void copy_through_gpu(void* to, const void* from, std::size_t bytes) {
+  if (bytes == 0) return;
+  const cudaStream_t stream = compute_stream();
+  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
 /// Device memory for the length of one call (a kernel's tables and partial sums, a library's
 /// copies and workspace), allocated and freed in the order of `stream`; none for 0 bytes.
 class StreamBuffer {

@@ -1,16 +1,21 @@
 #pragma once
 // Where copies between strided boxes run — packing and unpacking halos and messages, slicing,
-// broadcasting, reordering a block's dims for a kernel. With the GPU backend
-// (MESHTENSOR_WITH_CUDA), a processor that computes on a GPU copies there when both sides are in
-// its memory; otherwise, and always without the backend, the reference loops copy on the CPU.
+// broadcasting, reordering a block's dims for a kernel — and flat copies and fills. With the GPU
+// backend (MESHTENSOR_WITH_CUDA), a processor that computes on a GPU copies there when both sides
+// are in its memory; otherwise, and always without the backend, the reference loops copy on the
+// CPU.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/permute.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/device/memory.hpp"
 #include "meshtensor/kernels/gpu/elementwise.hpp"
 #endif
 
@@ -45,5 +50,54 @@ void permute(const T* from, const Sizes& sizes, const std::vector<std::size_t>& 
     kernels::permute(from, sizes, order, to);
 }
 }  // namespace copy_impl
+
+// Flat copies and fills of a processor's memory. Where the processor computes on a GPU they run
+// there: done by the host, they would move every page of a block in GPU memory to the host, and
+// the next kernel would move it back.
+
+/// to[i] = from[i] for i < n.
+template <class T>
+void copy_values(const T* from, std::int64_t n, T* to) {
+  if (n > 0 && !copy_box_on_gpu(Sizes{n}, from, Strides{1}, to, Strides{1}))
+    std::copy(from, from + n, to);
+}
+
+/// to[i] = value for i < n.
+template <class T>
+void fill_values(T* to, std::int64_t n, T value) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (n > 0 && gpu::map(UnaryOp::constant, value, to, to, n)) return;
+#endif
+  std::fill(to, to + n, value);
+}
+
+/// Whether `p` is in the memory of the GPU the processor computes on (none without the backend).
+inline bool in_gpu_memory([[maybe_unused]] const void* p) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  return cuda::gpu_of_this_thread() >= 0 && cuda::device_accessible(p);
+#else
+  return false;
+#endif
+}
+
+/// to[i] = from[i] for i < n where one side is the host's own memory (values the host computes
+/// with: a normalisation's parameters, its statistics, a loss, generated data): through the GPU's
+/// copy engine, in one transfer, when the other side is in the GPU's memory.
+template <class T>
+void transfer_values(const T* from, std::int64_t n, T* to) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (n > 0 && (in_gpu_memory(from) || in_gpu_memory(to)))
+    return cuda::copy_through_gpu(to, from, std::size_t(n) * sizeof(T));
+#endif
+  std::copy(from, from + n, to);
+}
+
+/// A copy of `a`: its shape and values.
+template <class T>
+Array<T> copy_of(const Array<T>& a) {
+  Array<T> out = Array<T>::from_shape(a.shape());
+  copy_values(a.data(), static_cast<std::int64_t>(a.size()), out.data());
+  return out;
+}
 
 }  // namespace meshtensor::kernels

@@ -9,13 +9,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "meshtensor/kernels/reference/pool.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/onednn/pool.hpp"
 #endif
 #if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/gpu/pool.hpp"
 #endif
 
@@ -42,14 +42,16 @@ namespace detail {
 constexpr std::size_t tag_bytes = 8;
 constexpr std::uint64_t cpu_format = 0, reference_format = 1;
 
-// Workspaces come from the processor's pool: host memory, or managed memory the host reaches too
-// (the GPU kernels have finished by the time these run).
+// Workspaces come from the processor's pool: host memory, or the GPU's, whose page the host would
+// pull over to write or read the tag itself; the copy engine carries it instead.
 inline void write_tag(void* workspace, std::uint64_t tag) {
-  std::memcpy(workspace, &tag, sizeof tag);
+  transfer_values(reinterpret_cast<const unsigned char*>(&tag), sizeof tag,
+                  static_cast<unsigned char*>(workspace));
 }
 inline std::uint64_t read_tag(const void* workspace) {
   std::uint64_t tag = 0;
-  std::memcpy(&tag, workspace, sizeof tag);
+  transfer_values(static_cast<const unsigned char*>(workspace), sizeof tag,
+                  reinterpret_cast<unsigned char*>(&tag));
   return tag;
 }
 }  // namespace detail

@@ -51,6 +51,14 @@ struct PoolAllocator {
 template <class T>
 using Array = xt::xarray<T, xt::layout_type::row_major, PoolAllocator<T>>;
 
+/// An array without elements, for a variable filled later. (A default-constructed Array is a
+/// 0-d array of one element, allocated and zeroed by the host: on a processor that computes on a
+/// GPU that writes to the GPU's memory from the host.)
+template <class T>
+Array<T> empty_array() {
+  return Array<T>::from_shape({0});
+}
+
 /// A flat buffer from the processor's pool (messages, kernel scratch); `Buffer<T>(n)` leaves its
 /// elements uninitialised, `Buffer<T>(n, value)` fills them.
 template <class T>

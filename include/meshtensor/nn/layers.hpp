@@ -141,9 +141,19 @@ class Norm {
         break;
     }
     if (training) return batch_statistics(x, Activation::none);
-    const auto inv_std =
-        map(running_var_, [e = epsilon_](T v) { return T(1.0 / std::sqrt(double(v) + e)); });
-    return (x - running_mean_) * (inv_std * gamma_) + beta_;
+    return (x - running_mean_) * (inverse_std() * gamma_) + beta_;
+  }
+
+  // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
+  // writes the few values through the GPU's copy engine where the processor computes there.
+  Tensor<T> inverse_std() const {
+    const auto n = static_cast<std::int64_t>(running_var_.local().size());
+    std::vector<T> values(static_cast<std::size_t>(n));
+    kernels::transfer_values(running_var_.local().data(), n, values.data());
+    for (T& v : values) v = T(1.0 / std::sqrt(double(v) + epsilon_));
+    Array<T> inverse = Array<T>::from_shape(running_var_.local().shape());
+    kernels::transfer_values(values.data(), n, inverse.data());
+    return Tensor<T>(running_var_.mesh(), running_var_.layout(), std::move(inverse));
   }
 
   // Batch norm on the batch's statistics, which also update the running ones.
@@ -155,11 +165,15 @@ class Norm {
     const T m = T(momentum_);
     const double n = double(moments.count);
     const T unbias = T(n > 1 ? n / (n - 1) : 1.0);
-    running_mean_.local() = (T(1) - m) * running_mean_.local() +
-                            m * relayout(moments.mean, running_mean_.layout().layout()).local();
-    running_var_.local() =
-        (T(1) - m) * running_var_.local() +
-        m * unbias * relayout(moments.variance, running_var_.layout().layout()).local();
+    // Updated in place (the checkpoint holds these tensors), by ops: where the processor computes
+    // on a GPU the statistics stay in its memory.
+    auto update = [&](Tensor<T>& running, const Tensor<T>& batch, T weight) {
+      const auto next = running * (T(1) - m) + relayout(batch, running.layout().layout()) * weight;
+      kernels::copy_values(next.local().data(), std::int64_t(next.local().size()),
+                           running.local().data());
+    };
+    update(running_mean_, moments.mean, m);
+    update(running_var_, moments.variance, m * unbias);
     return y;
   }
 

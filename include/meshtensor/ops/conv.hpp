@@ -21,6 +21,8 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/kernels/conv_select.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/sum_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
@@ -198,7 +200,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     conv_rows(geometry, rows, w_kernel.data(), out.data(), hi, geometry.out[0]);
     saved = SavedBox<T>::own_and_halo(x, plan.halo.inside(), std::move(halo));
   } else {
-    Array<T> box;
+    Array<T> box = empty_array<T>();
     if (!in_place)
       box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
                                               : plan.halo.exchange(mesh, x.local(), T(0)),
@@ -236,9 +238,17 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
         const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
-        auto weight_gradient_from = [&](const std::vector<double>& acc) {
+        // The weight's gradient accumulates in double, in the processor's memory (the GPU's,
+        // where it computes there), and is rounded to T there.
+        auto zero_accumulator = [&] {
+          Buffer<double> acc(w_kernel.size());
+          kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
+          return acc;
+        };
+        auto weight_gradient_from = [&](const Buffer<double>& acc) {
           Array<T> dw = Array<T>::from_shape(w_kernel.shape());
-          std::copy(acc.begin(), acc.end(), dw.begin());
+          if (!kernels::narrow_on_gpu(acc.data(), dw.data(), std::int64_t(acc.size()), 1.0))
+            std::copy(acc.begin(), acc.end(), dw.begin());
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
           grads[1] = relayout_to(
               Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
@@ -267,8 +277,9 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
             returning = plan.halo.begin_add_halo(mesh, halo_gradient);
           }
           if (need[1]) {
-            std::vector<double> acc(w_kernel.size(), 0.0);
-            Array<T> recomputed;  // the input block, where backward keeps its recipe
+            Buffer<double> acc = zero_accumulator();
+            Array<T> recomputed =
+                empty_array<T>();  // the input block, where backward keeps its recipe
             BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
             rows_of.add_halo(rows, saved.halo());
             const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
@@ -288,9 +299,9 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         }
 
         auto weight_gradient = [&] {
-          std::vector<double> acc(w_kernel.size(), 0.0);
+          Buffer<double> acc = zero_accumulator();
           if (!plan.empty()) {
-            Array<T> rebuilt;
+            Array<T> rebuilt = empty_array<T>();
             kernels::conv_impl::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
                                                      acc.data());
           }
@@ -302,11 +313,12 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         const bool halo_traffic = !plan.halo.local_only();
         if (need[1] && !halo_traffic) weight_gradient();
         std::optional<HaloPlan::Pending<T>> returning;
-        Array<T> own;
+        Array<T> own = empty_array<T>();
         if (need[0]) {
           Array<T> grad_box = Array<T>::from_shape(box_sizes);
-          grad_box.fill(T(0));
-          if (!plan.empty())
+          if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
+            kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
+          else
             kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
                                                     grad_box.data());
           auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);

@@ -33,7 +33,7 @@ struct NamedBlock {
   std::vector<std::string> names;
   kernels::Sizes sizes;
   const T* data = nullptr;
-  Array<T> owned;
+  Array<T> owned = empty_array<T>();
 };
 
 // into[i] = the accumulator's value i rounded to T: on the GPU where the processor computes.
@@ -126,8 +126,8 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   // Contract left to right; each step keeps the dims the output or a later operand still needs.
   std::vector<detail::NamedBlock<T>> blocks;
   for (const auto& t : aligned)
-    blocks.push_back({t.shape().names(), t.block().sizes(), t.local().data(), {}});
-  detail::NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, {}};
+    blocks.push_back({t.shape().names(), t.block().sizes(), t.local().data(), empty_array<T>()});
+  detail::NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, empty_array<T>()};
   Buffer<Acc> result;
   const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);
   for (std::size_t step = 0; step < steps; ++step) {

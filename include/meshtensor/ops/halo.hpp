@@ -95,7 +95,7 @@ class HaloPlan {
   template <class T>
   Array<T> exchange(Mesh& mesh, const Array<T>& own, T pad) const {
     Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
-    work.fill(pad);
+    kernels::fill_values(work.data(), std::int64_t(work.size()), pad);
     copy_into(work, cover_, own.data(), own_, own_);
     for (std::size_t step = 0; step < exchanged_.size(); ++step)
       move(mesh, step, cover_, work, /*adjoint=*/false);
@@ -121,7 +121,8 @@ class HaloPlan {
   /// two the caller computes what needs no halo (communication overlapped with computation).
   template <class T>
   struct Pending {
-    Array<T> work;  // over inside_work(): the own block, and the halo once finished
+    Array<T> work =
+        empty_array<T>();  // over inside_work(): the own block, and the halo once finished
     std::vector<Request> requests;
     std::vector<Buffer<T>> pieces;  // messages out and in, alive until the step completes
     std::vector<Block> unpack_at;   // where each received piece goes (empty for sent ones)
@@ -139,7 +140,7 @@ class HaloPlan {
   Pending<T> begin_inside(Mesh& mesh, const Array<T>& own) const {
     Pending<T> pending;
     pending.work = Array<T>::from_shape(detail_sizes(inside_work_));
-    pending.work.fill(T(0));
+    kernels::fill_values(pending.work.data(), std::int64_t(pending.work.size()), T(0));
     copy_into(pending.work, inside_work_, own.data(), own_, own_);
     for (std::size_t step = 0; step + 1 < exchanged_.size(); ++step)
       move(mesh, step, inside_work_, pending.work, /*adjoint=*/false);
@@ -157,7 +158,7 @@ class HaloPlan {
       pending.work = std::move(grad);
     } else {
       pending.work = Array<T>::from_shape(detail_sizes(inside_work_));
-      pending.work.fill(T(0));
+      kernels::fill_values(pending.work.data(), std::int64_t(pending.work.size()), T(0));
       copy_into(pending.work, inside_work_, grad.data(), in, in);
     }
     if (!exchanged_.empty()) post(mesh, exchanged_.size() - 1, inside_work_, pending, true);
@@ -222,7 +223,7 @@ class HaloPlan {
     post(mesh, 0, pending, /*adjoint=*/true, [&](const Block& send, T* to) {
       for (const auto& [box, data] : halo_gradient)
         if (box == send) {
-          std::copy(data.begin(), data.end(), to);
+          kernels::copy_values(data.data(), std::int64_t(data.size()), to);
           return;
         }
       throw Error("internal: begin_add_halo got no gradient for a halo piece it received");
@@ -243,7 +244,7 @@ class HaloPlan {
   template <class T>
   Array<T> exchange_add(Mesh& mesh, const Array<T>& grad) const {
     Array<T> work = Array<T>::from_shape(detail_sizes(cover_));
-    work.fill(T(0));
+    kernels::fill_values(work.data(), std::int64_t(work.size()), T(0));
     copy_into(work, cover_, grad.data(), need_, inside_);
     for (std::size_t step = exchanged_.size(); step-- > 0;)
       move(mesh, step, cover_, work, /*adjoint=*/true);

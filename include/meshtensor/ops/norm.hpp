@@ -19,6 +19,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/norm_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
@@ -359,10 +360,10 @@ void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<T>* mom
   TensorLayout stats_layout(Shape(st.kept_dims), x.mesh().shape(), x.layout().layout());
   Array<T> m = Array<T>::from_shape(to_xshape(st.kept_sizes));
   Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
-  for (std::size_t i = 0; i < st.keys; ++i) {
-    m.data()[i] = static_cast<T>(st.mean[i]);
-    v.data()[i] = static_cast<T>(st.variance[i]);
-  }
+  const std::vector<T> mean(st.mean.begin(), st.mean.end()),
+      variance(st.variance.begin(), st.variance.end());
+  kernels::transfer_values(mean.data(), std::int64_t(st.keys), m.data());
+  kernels::transfer_values(variance.data(), std::int64_t(st.keys), v.data());
   moments->mean = Tensor<T>(x.mesh(), stats_layout, std::move(m));
   moments->variance = Tensor<T>(x.mesh(), stats_layout, std::move(v));
   moments->count = st.count;
@@ -449,7 +450,9 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
   auto scale_of = [&](const Tensor<T>& t) {
     const auto here = relayout_to(t, stats_layout);
-    return std::vector<double>(here.local().begin(), here.local().end());
+    std::vector<T> values(here.local().size());
+    kernels::transfer_values(here.local().data(), std::int64_t(values.size()), values.data());
+    return std::vector<double>(values.begin(), values.end());
   };
   const auto g_scale = scale_of(gamma), shift = scale_of(beta);
   std::vector<double> a_key(st.keys), b_key(st.keys);  // y = a x + b
@@ -531,9 +534,10 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
           grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }
         auto per_key = [&](int which, const TensorLayout& layout) {
+          std::vector<T> values(st.keys);
+          for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<T>(sums[2 * k + which]);
           Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
-          for (std::size_t k = 0; k < st.keys; ++k)
-            v.data()[k] = static_cast<T>(sums[2 * k + which]);
+          kernels::transfer_values(values.data(), std::int64_t(st.keys), v.data());
           return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
         };
         if (needed[1]) grads[1] = per_key(1, gamma_layout);

@@ -12,6 +12,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/pool_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
@@ -90,7 +91,7 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
         const KernelOrderView<T> g_kernel(g.local(), plan.to_kernel_order);
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
         if (plan.empty())
-          grad_box.fill(T(0));
+          kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
         else if (is_max)
           kernels::pool_impl::max_pool_backward(geometry, g_kernel.data(), workspace.data(),
                                                 grad_box.data());

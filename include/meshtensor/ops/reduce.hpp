@@ -61,8 +61,8 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
 
   // Sums accumulate in double (int64 for integers) and are combined across processors in that
   // type, so the result does not depend on the split beyond the final rounding.
-  auto finish = [&](auto partial) {
-    using Acc = typename decltype(partial)::value_type;
+  auto finish = [&](auto& partial) {
+    using Acc = typename std::decay_t<decltype(partial)>::value_type;
     if (partial_axes) all_reduce(t.mesh().group(partial_axes), partial, op);
     TensorLayout layout(Shape(kept_dims), t.mesh().shape(), t.layout().layout());
     Array<T> out = Array<T>::from_shape(to_xshape(kept_sizes));

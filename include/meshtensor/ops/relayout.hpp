@@ -48,7 +48,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
 
   struct Piece {
     Block box;
-    std::vector<T> data;
+    Buffer<T> data;  // the processor's memory: its GPU's where it computes there
   };
   std::vector<Piece> outgoing, incoming;
   outgoing.reserve(mesh_shape.num_processors());
@@ -68,7 +68,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
             to_send.sizes(), from, old_strides,
             local.data() + kernels::offset_of_box(to_send, new_block, new_strides), new_strides);
       } else {
-        auto& piece = outgoing.emplace_back(Piece{to_send, std::vector<T>(to_send.num_elements())});
+        auto& piece = outgoing.emplace_back(Piece{to_send, Buffer<T>(to_send.num_elements())});
         kernels::copy_impl::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
                                      kernels::row_major_strides(to_send.sizes()));
         requests.push_back(
@@ -78,8 +78,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
     if (p == mesh.processor()) continue;
     const Block to_receive = intersect(source.block(other), new_block);
     if (!to_receive.empty()) {
-      auto& piece =
-          incoming.emplace_back(Piece{to_receive, std::vector<T>(to_receive.num_elements())});
+      auto& piece = incoming.emplace_back(Piece{to_receive, Buffer<T>(to_receive.num_elements())});
       requests.push_back(
           world.irecv(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
     }
@@ -115,10 +114,14 @@ Tensor<T> relayout(const Tensor<T>& tensor, const Layout& layout) {
   return moved;
 }
 
-/// The whole global array, on every processor (tests and small data: it needs the full memory).
+/// The whole global array, on every processor, in the host's memory (tests and small data: it
+/// needs the full memory).
 template <class T>
-Array<T> gather(const Tensor<T>& tensor) {
-  return detail::relayout_to(tensor, tensor.layout().with_layout(Layout{})).local();
+xt::xarray<T> gather(const Tensor<T>& tensor) {
+  const auto whole = detail::relayout_to(tensor, tensor.layout().with_layout(Layout{}));
+  xt::xarray<T> out = xt::xarray<T>::from_shape(whole.local().shape());
+  kernels::transfer_values(whole.local().data(), std::int64_t(out.size()), out.data());
+  return out;
 }
 
 }  // namespace meshtensor

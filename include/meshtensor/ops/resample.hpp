@@ -160,7 +160,7 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
   result.set_recipe(std::make_shared<const typename Tensor<T>::Recipe>(
       [kept = std::move(kept), offsets, place](T* into) {
         for (std::size_t i = 0; i < kept.size(); ++i) {
-          Array<T> scratch;
+          Array<T> scratch = empty_array<T>();
           place(kept[i].data(scratch), kept[i].block().sizes(), offsets[i], into);
         }
       }));

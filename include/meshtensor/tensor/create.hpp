@@ -54,13 +54,16 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
-  T* out = local.data();
+  std::int64_t n = block.num_elements();
+  // The host computes the values: in a GPU's memory they go over in one transfer from a staging
+  // buffer, not page by page as the host writes them.
+  std::vector<T> staging(kernels::in_gpu_memory(local.data()) ? n : 0);
+  T* out = staging.empty() ? local.data() : staging.data();
   const auto sizes = block.sizes();
   const auto& global = tensor_layout.shape();
   // Walk the block in row-major order, carrying the global coordinates along.
   std::vector<std::int64_t> coords = block.offsets();
   const Index index(global, coords);
-  std::int64_t n = block.num_elements();
   for (std::int64_t linear = 0; linear < n; ++linear) {
     out[linear] = static_cast<T>(fn(index));
     for (std::size_t d = sizes.size(); d-- > 0;) {
@@ -68,6 +71,7 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
       coords[d] = block.ranges[d].begin;
     }
   }
+  if (!staging.empty()) kernels::transfer_values(staging.data(), n, local.data());
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
@@ -76,7 +80,7 @@ Tensor<T> full(Mesh& mesh, const Shape& shape, const Layout& layout, T value) {
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
-  local.fill(value);
+  kernels::fill_values(local.data(), std::int64_t(local.size()), value);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 

@@ -16,6 +16,7 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #ifdef MESHTENSOR_WITH_CUDA
@@ -100,7 +101,9 @@ class Tensor {
     if (rank() != 0)
       throw ShapeError("item() needs a tensor without dims, but this tensor is " +
                        layout().to_string() + "; reduce it first");
-    return *local().data();
+    T value;
+    kernels::transfer_values(local().data(), 1, &value);
+    return value;
   }
 
   /// Whether this handle is the only way to the block: no copy of the handle, no detached view, no
@@ -111,11 +114,11 @@ class Tensor {
   /// (the tensor is left without data, as a moved-from object), else copied.
   array_type release_local() {
     if (sole_owner()) return std::move(*state().data);
-    return *state().data;
+    return kernels::copy_of(*state().data);
   }
 
   /// A tensor with its own copy of the data (and no gradient history).
-  Tensor clone() const { return Tensor(mesh(), layout(), array_type(local())); }
+  Tensor clone() const { return Tensor(mesh(), layout(), kernels::copy_of(local())); }
 
   /// The same data (shared, not copied), cut off from gradient history: backward stops here.
   Tensor detach() const {

@@ -2,7 +2,8 @@
 // Convolution kernels on one block through cuDNN, for a processor that computes on a GPU: the
 // same geometry and the same channels-last buffers as the reference kernels
 // (kernels/reference/conv.hpp): forward, the input's gradient (over the whole box, zeros where no
-// output reads) and the weight's gradient (added into a double accumulator). Operands must be in
+// output reads) and the weight's gradient (added into a double accumulator: on the GPU when the
+// accumulator is in its memory, else on the host). Operands must be in
 // device or managed memory; each call returns false, computing nothing, when cuDNN cannot run it
 // (host operands, a geometry cuDNN does not support), and the caller runs the CPU kernel instead.
 // Float only.
@@ -29,6 +30,9 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/cuda.hpp"
 #include "meshtensor/device/memory.hpp"
+#include "meshtensor/device/runtime_compiler.hpp"
+#include "meshtensor/kernels/gpu/elementwise.hpp"
+#include "meshtensor/kernels/gpu/sum.hpp"
 #include "meshtensor/kernels/reference/conv.hpp"
 
 namespace meshtensor::kernels::cudnn {
@@ -517,6 +521,18 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
     return false;
   }
   detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
+  if (cuda::device_accessible(grad_weight)) {  // added there, widened to double
+    cuda::StreamBuffer wide(n * sizeof(double), c.stream());
+    cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
+                 static_cast<const float*>(ours.as<float>()), wide.as<double>(),
+                 static_cast<long long>(n));
+    cuda::prefetch_to_gpu(grad_weight, std::size_t(n) * sizeof(double), c.stream());
+    cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
+                 grad_weight, static_cast<const double*>(wide.as<double>()),
+                 static_cast<long long>(n));
+    c.synchronize();
+    return true;
+  }
   std::vector<float> host(static_cast<std::size_t>(n));
   cuda::check(cudaMemcpyAsync(host.data(), ours.as<float>(), host.size() * sizeof(float),
                               cudaMemcpyDeviceToHost, c.stream()),

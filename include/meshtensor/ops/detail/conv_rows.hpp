@@ -15,6 +15,7 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/kernels/conv_select.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::detail {
@@ -40,8 +41,8 @@ class BoxRows {
     for (const Run& run : runs_) {
       const std::int64_t a = std::max(r0, run.begin), b = std::min(r1, run.end);
       if (a >= b) continue;
-      std::copy(run.data + (a - run.begin) * row_size_, run.data + (b - run.begin) * row_size_,
-                scratch.data() + (a - r0) * row_size_);
+      kernels::copy_values(run.data + (a - run.begin) * row_size_, (b - a) * row_size_,
+                           scratch.data() + (a - r0) * row_size_);
       filled += b - a;
     }
     if (filled != r1 - r0) throw Error("internal: a convolution read box rows nobody holds");

@@ -45,7 +45,7 @@ class KeptBlock {
   /// Writes the block's elements, in order, to `out`.
   void write_to(T* out) const {
     if (tensor_.defined())
-      std::copy(tensor_.local().begin(), tensor_.local().end(), out);
+      kernels::copy_values(tensor_.local().data(), std::int64_t(tensor_.local().size()), out);
     else
       (*recipe_)(out);
   }
@@ -132,7 +132,7 @@ class SavedBox {
       // moment of backward's peak.
       own_.write_to(own_in_box);
     } else {
-      Array<T> own_scratch;
+      Array<T> own_scratch = empty_array<T>();
       kernels::copy_impl::copy_box(own.sizes(), own_.data(own_scratch),
                                    kernels::row_major_strides(own.sizes()), own_in_box,
                                    box_strides);
@@ -155,7 +155,7 @@ class SavedBox {
     return true;
   }
 
-  Array<T> whole_;
+  Array<T> whole_ = empty_array<T>();
   KeptBlock<T> own_;
   Block box_;
   std::vector<std::pair<Block, Buffer<T>>> halo_;

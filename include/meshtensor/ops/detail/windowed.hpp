@@ -104,7 +104,7 @@ inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output
 // A block (in its dims' order) copied into kernel order; no copy when it already is.
 template <class T>
 Array<T> to_kernel_order(const Array<T>& block, const std::vector<std::size_t>& order) {
-  if (kernels::is_identity(order)) return block;
+  if (kernels::is_identity(order)) return kernels::copy_of(block);
   std::vector<std::int64_t> sizes(block.shape().begin(), block.shape().end());
   std::vector<std::size_t> permuted;
   for (auto d : order) permuted.push_back(static_cast<std::size_t>(sizes[d]));
@@ -134,7 +134,7 @@ class KernelOrderView {
   const T* data() const { return data_; }
 
  private:
-  Array<T> copy_;
+  Array<T> copy_ = empty_array<T>();
   const T* data_;
 };
 
