@@ -14,6 +14,7 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
@@ -168,6 +169,8 @@ Array<T> read_block(const std::string& path, const Block& block) {
   for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
   Array<T> out = Array<T>::from_shape(sizes);
   if (out.size() == 0) return out;
+  std::vector<T> staging;  // the host reads the file: see writable_on_host
+  T* into = kernels::writable_on_host(out.data(), std::int64_t(out.size()), staging);
   // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.
   const std::size_t rank = h.shape.size();
   std::vector<std::int64_t> strides(rank, 1);
@@ -181,10 +184,11 @@ Array<T> read_block(const std::string& path, const Block& block) {
       rest /= block.ranges[d].size();
     }
     in.seekg(static_cast<std::streamoff>(h.data_offset + offset * sizeof(T)));
-    if (!in.read(reinterpret_cast<char*>(out.data() + r * row),
+    if (!in.read(reinterpret_cast<char*>(into + r * row),
                  static_cast<std::streamsize>(row * sizeof(T))))
       throw IoError(path + ": read failed inside the data");
   }
+  kernels::written_on_host(staging, out.data());
   return out;
 }
 

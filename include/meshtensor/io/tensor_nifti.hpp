@@ -18,6 +18,7 @@
 #include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/nifti_file.hpp"
 #include "meshtensor/io/orientation.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
@@ -109,15 +110,17 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
                                          std::size_t(block.ranges[2].size())});
   const auto b = detail::box_in_block(v, block, kernels::row_major_strides(block.sizes()),
                                       detail::whole(v.size));
-  detail::agree_on(mesh, detail::failure_of([&] {
-                     nifti::read_box<T>(
-                         v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
-                           T* out = local.data() + b.first + (j - b.box[1].begin) * b.step[1] +
-                                    (k - b.box[2].begin) * b.step[2];
-                           for (std::int64_t i = 0; i < b.box[0].size(); ++i)
-                             out[i * b.step[0]] = values[i];
-                         });
-                   }));
+  std::vector<T> staging;  // the host reads the file: see writable_on_host
+  T* into = kernels::writable_on_host(local.data(), std::int64_t(local.size()), staging);
+  detail::agree_on(
+      mesh, detail::failure_of([&] {
+        nifti::read_box<T>(v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
+          T* out =
+              into + b.first + (j - b.box[1].begin) * b.step[1] + (k - b.box[2].begin) * b.step[2];
+          for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i * b.step[0]] = values[i];
+        });
+      }));
+  kernels::written_on_host(staging, local.data());
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
@@ -171,7 +174,9 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
   }();
   Communicator& world = mesh.world();
   std::string failure;
-  std::vector<T> slab, piece;
+  std::vector<T> slab, piece, staging;  // the host packs the block: see readable_on_host
+  const T* block_data = kernels::readable_on_host(
+      t.local().data(), static_cast<std::int64_t>(t.local().size()), staging);
   for (std::int64_t volume = 0; volume < volumes; ++volume)
     for (std::int64_t k0 = 0; k0 < like.file.size[2]; k0 += planes_per_slab) {
       const Range k_slab{k0, std::min(like.file.size[2], k0 + planes_per_slab)};
@@ -196,7 +201,7 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
         T* out = piece.data();
         detail::for_each_row(b, [&](std::int64_t, std::int64_t, std::int64_t at) {
           for (std::int64_t i = 0; i < b.box[0].size(); ++i)
-            *out++ = t.local().data()[at + i * b.step[0]];
+            *out++ = block_data[at + i * b.step[0]];
         });
       };
       detail::BoxInBlock b;

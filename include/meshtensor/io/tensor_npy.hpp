@@ -15,6 +15,7 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/npy.hpp"
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -83,7 +84,9 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
       for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * shape[d].size;
       const std::int64_t row = rank ? block.ranges[rank - 1].size() : 1;
       const std::int64_t rows = block.num_elements() / row;
-      const T* data = tensor.local().data();
+      std::vector<T> staging;  // the host writes the file: see readable_on_host
+      const T* data = kernels::readable_on_host(tensor.local().data(),
+                                                std::int64_t(tensor.local().size()), staging);
       for (std::int64_t r = 0; r < rows && failure.empty(); ++r) {
         std::int64_t offset = rank ? block.ranges[rank - 1].begin : 0, rest = r;
         for (std::size_t d = rank ? rank - 1 : 0; d-- > 0;) {

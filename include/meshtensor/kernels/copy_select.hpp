@@ -92,6 +92,30 @@ void transfer_values(const T* from, std::int64_t n, T* to) {
   std::copy(from, from + n, to);
 }
 
+/// What the host reads of n values at `p`: `p` itself, or where `p` is in the GPU's memory a copy
+/// in `staging`, carried over in one transfer (files written from a block, say).
+template <class T>
+const T* readable_on_host(const T* p, std::int64_t n, std::vector<T>& staging) {
+  if (!in_gpu_memory(p)) return p;
+  staging.resize(static_cast<std::size_t>(n));
+  transfer_values(p, n, staging.data());
+  return staging.data();
+}
+
+/// Where the host writes n values meant for `p` (generated data, a block read from a file): `p`
+/// itself, or where `p` is in the GPU's memory `staging`, which written_on_host() then sends over
+/// in one transfer.
+template <class T>
+T* writable_on_host(T* p, std::int64_t n, std::vector<T>& staging) {
+  if (!in_gpu_memory(p)) return p;
+  staging.resize(static_cast<std::size_t>(n));
+  return staging.data();
+}
+template <class T>
+void written_on_host(const std::vector<T>& staging, T* p) {
+  transfer_values(staging.data(), static_cast<std::int64_t>(staging.size()), p);
+}
+
 /// A copy of `a`: its shape and values.
 template <class T>
 Array<T> copy_of(const Array<T>& a) {

@@ -55,10 +55,8 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   std::int64_t n = block.num_elements();
-  // The host computes the values: in a GPU's memory they go over in one transfer from a staging
-  // buffer, not page by page as the host writes them.
-  std::vector<T> staging(kernels::in_gpu_memory(local.data()) ? n : 0);
-  T* out = staging.empty() ? local.data() : staging.data();
+  std::vector<T> staging;  // the host computes the values: see writable_on_host
+  T* out = kernels::writable_on_host(local.data(), n, staging);
   const auto sizes = block.sizes();
   const auto& global = tensor_layout.shape();
   // Walk the block in row-major order, carrying the global coordinates along.
@@ -71,7 +69,7 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
       coords[d] = block.ranges[d].begin;
     }
   }
-  if (!staging.empty()) kernels::transfer_values(staging.data(), n, local.data());
+  kernels::written_on_host(staging, local.data());
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
