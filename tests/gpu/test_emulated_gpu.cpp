@@ -1,9 +1,10 @@
 // The emulated GPU (emulated/) behaves as the tests that run on it rely on: work in a stream runs
-// only when the host waits for it, so a result read too early is stale; device memory starts as
-// NaN; a copy from pageable memory reads it at the call; managed, device and host memory are told
-// apart; a kernel given host memory is an illegal address. Were the emulator to run work at once,
-// or take any pointer, the tests on it could not catch what they are there to catch. Runs with the
-// emulated libraries first on LD_LIBRARY_PATH (ctest sets it).
+// only when the host waits for it, so a result read too early is stale; a stream told to wait for
+// an event waits for it; device memory starts as NaN; a copy from pageable memory reads it at the
+// call; managed, device and host memory are told apart; a kernel given host memory is an illegal
+// address. Were the emulator to run work at once, or take any pointer, the tests on it could not
+// catch what they are there to catch. Runs with the emulated libraries first on LD_LIBRARY_PATH
+// (ctest sets it).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -72,6 +73,35 @@ TEST_CASE("work in a stream runs when the host waits for it, not before") {
   CHECK(cudaEventQuery(done) == cudaSuccess);
   CHECK(all_equal(x.data, n, 4.0f));
   cuda::check(cudaEventDestroy(done), "cudaEventDestroy");
+}
+
+TEST_CASE("a stream told to wait for an event runs its later work after the event's stream") {
+  // As the nccl transport's stream follows the compute stream: it sends what kernels computed.
+  const std::size_t n = 256;
+  Managed x(n), y(n), copy(n);
+  std::fill(x.data, x.data + n, 1.0f);
+  std::fill(y.data, y.data + n, 7.0f);
+  std::fill(copy.data, copy.data + n, 0.0f);
+  cudaStream_t other = nullptr;
+  cudaEvent_t computed = nullptr;
+  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::check(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming), "cudaEventCreate");
+
+  queue_doubling(x.data, y.data, n);
+  cuda::check(cudaEventRecord(computed, cuda::compute_stream()), "cudaEventRecord");
+  cuda::check(cudaStreamWaitEvent(other, computed, 0), "cudaStreamWaitEvent");
+  cuda::check(cudaMemcpyAsync(copy.data, y.data, n * sizeof(float), cudaMemcpyDefault, other),
+              "cudaMemcpyAsync");
+  queue_doubling(y.data, x.data, n);  // after the event: the other stream need not wait for it
+  cuda::check(cudaEventRecord(computed, cuda::compute_stream()), "cudaEventRecord");  // again
+  CHECK(all_equal(copy.data, n, 0.0f));
+  cuda::check(cudaStreamSynchronize(other), "cudaStreamSynchronize");
+  CHECK(all_equal(copy.data, n, 2.0f));  // the doubling ran first, as the wait asked
+  CHECK(all_equal(x.data, n, 1.0f));     // what came after the recorded point has not run
+  cuda::check(cudaStreamSynchronize(cuda::compute_stream()), "cudaStreamSynchronize");
+  CHECK(all_equal(x.data, n, 4.0f));
+  cuda::check(cudaEventDestroy(computed), "cudaEventDestroy");
+  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
 }
 
 TEST_CASE("device memory starts as NaN, and copies from pageable memory read it at the call") {

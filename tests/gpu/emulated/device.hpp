@@ -41,6 +41,10 @@ void enqueue(cudaStream_t stream, std::function<void()> work);
 /// each process waits for something else.
 void enqueue(cudaStream_t stream, std::unique_ptr<Operation> operation);
 
+/// Whether any stream has work queued that has not finished: the host touching the GPU's memory
+/// now, without waiting, races with it.
+bool work_queued();
+
 /// Counts a call of `library` ("kernel", "cudnn", "cublas", "nccl") for the summary that a process
 /// prints on stderr at its end when MESHTENSOR_EMULATED_GPU_SUMMARY is set, so a test can tell
 /// that its program computed and communicated on the GPU rather than on the host.

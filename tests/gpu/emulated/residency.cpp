@@ -6,6 +6,8 @@
 // them off before MPI starts.
 #include "residency.hpp"
 
+#include "device.hpp"
+
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -42,7 +44,9 @@ struct State {
   std::map<std::uintptr_t, Region> regions;  // by first byte
   std::vector<void*> opened;                 // GPU pages opened for the GPU's work
   std::map<Stack, long> takers;              // the stacks that took pages back, and how many
+  std::map<Stack, long> racers;              // of those, the ones with GPU work still queued
   long pages_back = 0;
+  long pages_raced = 0;
   struct sigaction previous {};
 };
 
@@ -80,6 +84,10 @@ void on_fault(int signal, siginfo_t* info, void* context) {
           Stack stack{};
           backtrace(stack.data(), int(stack.size()));
           ++s.takers[stack];
+          if (work_queued()) {  // the host did not wait for the GPU before touching its memory
+            ++s.pages_raced;
+            ++s.racers[stack];
+          }
         }
         return;
       }
@@ -228,30 +236,41 @@ void end_gpu_work() {
 void print_summary() {
   if (!tracking()) return;
   State& s = state();
-  std::vector<std::pair<long, Stack>> takers;
-  std::vector<void*> addresses;
+  std::map<Stack, long> takers, racers;
+  long pages_back = 0, pages_raced = 0;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    for (const auto& [stack, count] : s.takers) {
-      takers.push_back({count, stack});
-      for (void* pc : stack)
-        if (pc) addresses.push_back(pc);
-    }
+    takers = s.takers;
+    racers = s.racers;
+    pages_back = s.pages_back;
+    pages_raced = s.pages_raced;
   }
+  std::vector<void*> addresses;
+  for (const auto& [stack, count] : takers)
+    for (void* pc : stack)
+      if (pc) addresses.push_back(pc);
   std::sort(addresses.begin(), addresses.end());
   addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
   const auto names = names_of(addresses);
-  std::map<std::string, long> by_place;
-  for (const auto& [count, stack] : takers) by_place[place_of(stack, names)] += count;
-  std::vector<std::pair<long, std::string>> places;
-  for (const auto& [place, count] : by_place) places.push_back({count, place});
-  std::sort(places.rbegin(), places.rend());
+  // The places of `stacks`, most pages first, as lines of the summary.
+  const auto by_place = [&](const std::map<Stack, long>& stacks) {
+    std::map<std::string, long> counts;
+    for (const auto& [stack, count] : stacks) counts[place_of(stack, names)] += count;
+    std::vector<std::pair<long, std::string>> places;
+    for (const auto& [place, count] : counts) places.push_back({count, place});
+    std::sort(places.rbegin(), places.rend());
+    std::ostringstream lines;
+    for (std::size_t i = 0; i < places.size() && i < 12; ++i)
+      lines << "\n  " << places[i].first << " pages: " << places[i].second;
+    return lines.str();
+  };
   std::ostringstream out;
-  out << "emulated GPU pages: the host took back " << s.pages_back << " pages ("
-      << s.pages_back * page / (1 << 20) << " MiB) from the GPU";
-  if (!places.empty()) out << "; by place:";
-  for (std::size_t i = 0; i < places.size() && i < 12; ++i)
-    out << "\n  " << places[i].first << " pages: " << places[i].second;
+  out << "emulated GPU pages: the host took back " << pages_back << " pages ("
+      << pages_back * page / (1 << 20) << " MiB) from the GPU";
+  if (pages_back) out << "; by place:" << by_place(takers);
+  out << "\nemulated GPU pages: the host touched " << pages_raced
+      << " pages while GPU work was still queued (without waiting for it: a race on a GPU)";
+  if (pages_raced) out << "; by place:" << by_place(racers);
   std::fprintf(stderr, "%s\n", out.str().c_str());
 }
 

@@ -4,8 +4,10 @@
 // operand) moves to the GPU, and is made inaccessible to the host; the host touching it then moves
 // it back, and is counted, with the code that touched it. On a GPU each such move is a page fault
 // and a transfer over the bus: host code that keeps touching what the GPU computes (an op that
-// runs on the CPU in the middle of GPU work) costs that every step. The count and the places are
-// printed at the process's end.
+// runs on the CPU in the middle of GPU work) costs that every step. A page a prefetch names is the
+// GPU's from the call on; host code touching one while any GPU work is still queued did not wait
+// for the GPU first, which on a GPU is a race with that work: those are counted apart. The counts
+// and the places are printed at the process's end.
 #include <cstddef>
 
 namespace emulated_gpu::residency {

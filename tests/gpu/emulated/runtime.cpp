@@ -9,11 +9,14 @@
 //  - Streams run their work when the host waits for it (cudaStreamSynchronize, cudaStreamQuery,
 //    cudaEventQuery on an event recorded after it, cudaFree), in order. A copy from pageable host
 //    memory reads it at the call, as the driver's staging does; every other copy, memset and
-//    kernel waits in its stream. The legacy default stream runs its work at once.
+//    kernel waits in its stream. The legacy default stream runs its work at once. A stream told to
+//    wait for an event (cudaStreamWaitEvent) runs nothing after that point before the event's
+//    stream has run what came before the event.
 //  - Kernels come from NVRTC's emulation (nvrtc.cpp) as "PTX" naming them, and run as host code.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -59,7 +62,8 @@ struct Allocation {
 std::recursive_mutex state_lock;
 std::map<std::uintptr_t, Allocation> allocations;  // by first byte
 std::set<CUstream_st*> streams;
-CUstream_st legacy_stream;  // stream 0: runs its work at once
+CUstream_st legacy_stream;        // stream 0: runs its work at once
+std::atomic<long> unfinished{0};  // operations queued on any stream, not finished yet
 cudaError_t sticky = cudaSuccess;
 std::map<std::string, long> calls;  // by library, for the summary
 thread_local cudaError_t last_error = cudaSuccess;
@@ -125,6 +129,7 @@ bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
     }
     stream->queue.pop_front();
     ++stream->finished;
+    --unfinished;
   }
   return true;
 }
@@ -132,6 +137,7 @@ bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
 void push(CUstream_st* stream, std::unique_ptr<Operation> operation) {
   stream->queue.push_back(std::move(operation));
   ++stream->queued;
+  ++unfinished;
 }
 
 void run_all_streams() {
@@ -218,6 +224,8 @@ void enqueue(cudaStream_t handle, std::unique_ptr<Operation> operation) {
   if (idle || stream == &legacy_stream)
     run_stream(stream, stream->queued, /*block=*/stream == &legacy_stream);
 }
+
+bool work_queued() { return unfinished.load() > 0; }
 
 void count(const char* library) {
   Lock lock(state_lock);
@@ -377,6 +385,9 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes
 cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* p, size_t bytes, cudaMemLocation,
                                            unsigned int, cudaStream_t stream) {
   if (bytes && memory_of(p) != Memory::managed) return report(cudaErrorInvalidValue);
+  // The pages are the GPU's from now: host code touching them before it waits for the stream
+  // races with the work queued on it, and is reported.
+  residency::to_gpu(p, bytes);
   enqueue(stream, [p, bytes] { residency::to_gpu(p, bytes); });
   return outcome();
 }
@@ -461,6 +472,26 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   if (!event->stream || !streams.count(event->stream)) return outcome();
   return outcome(run_stream(event->stream, event->after, /*block=*/false) ? cudaSuccess
                                                                           : cudaErrorNotReady);
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Lock lock(state_lock);
+  // What the event marks now: later records of it do not change what this wait waits for.
+  CUstream_st* other = event->stream;
+  const std::uint64_t after = event->after;
+  if (!other || !streams.count(other)) return outcome();
+  class Wait final : public Operation {
+   public:
+    Wait(CUstream_st* other, std::uint64_t after) : other_(other), after_(after) {}
+    bool advance() override {
+      return !streams.count(other_) || run_stream(other_, after_, /*block=*/false);
+    }
+
+   private:
+    CUstream_st* other_;
+    std::uint64_t after_;
+  };
+  enqueue(stream, std::make_unique<Wait>(other, after));
+  return outcome();
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(state_lock);
