@@ -92,6 +92,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       const auto x = test_tensor(m, c.layout);
       const auto before = m.traffic();
       const auto filled = plan.exchange(m, x.local(), -7.0);
+      wait_for_gpu();  // the host reads what GPU copies wrote (under nccl)
       o.sent = m.traffic().bytes - before.bytes;
 
       // Inside the tensor: the global values; outside: the padding.
@@ -123,6 +124,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       for (std::size_t i = 0; i < y.size(); ++i)
         y.data()[i] = std::sin(1.0 + i + 7 * m.processor());
       const auto back = plan.exchange_add(m, y);
+      wait_for_gpu();
       double forward = 0, adjoint = 0;
       for (std::size_t i = 0; i < y.size(); ++i) {
         const double f = filled.data()[i] == -7.0 ? 0.0 : filled.data()[i];  // padding is constant
@@ -176,6 +178,7 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
       const HaloPlan plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto pieces = plan.finish_halo(m, plan.begin_halo(m, x.local()));
+      wait_for_gpu();  // the host reads what GPU copies wrote (under nccl)
       // Each piece holds the global values of its box; with the own block they tile inside().
       const auto strides = kernels::row_major_strides(shape.sizes());
       std::int64_t covered = plan.own().num_elements();
@@ -205,6 +208,7 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
       Array<double> back = Array<double>::from_shape(x.local().shape());
       back.fill(0.0);
       plan.finish_add_halo(m, plan.begin_add_halo(m, gradients), back);
+      wait_for_gpu();
       double adjoint = 0;
       for (std::size_t i = 0; i < back.size(); ++i) adjoint += x.local().data()[i] * back.data()[i];
       o.forward_dot = all_reduce_value(m.world(), forward, ReduceOp::sum);

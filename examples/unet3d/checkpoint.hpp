@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -83,10 +84,14 @@ inline std::vector<Moment> adam_moments(mt::Mesh& mesh, nn::Parameters<float>& p
   std::size_t k = 0;
   for (const auto& entry : params.entries()) {
     if (!entry.trainable) continue;
-    out.push_back({"adam/m/" + entry.name,
-                   mt::Tensor<float>(mesh, trainable[k].layout(), adam.first_moments()[k])});
+    // Copies made where the moments are (on a GPU, in its memory, by the GPU, in the order of
+    // the work that updated them).
+    out.push_back(
+        {"adam/m/" + entry.name, mt::Tensor<float>(mesh, trainable[k].layout(),
+                                                   mt::kernels::copy_of(adam.first_moments()[k]))});
     out.push_back({"adam/v/" + entry.name,
-                   mt::Tensor<float>(mesh, trainable[k].layout(), adam.second_moments()[k])});
+                   mt::Tensor<float>(mesh, trainable[k].layout(),
+                                     mt::kernels::copy_of(adam.second_moments()[k]))});
     ++k;
   }
   return out;
@@ -172,10 +177,9 @@ inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path&
                         mt::npy::shape_text(shape) + " but the model needs " +
                         into.shape().to_string() +
                         "; the checkpoint was made with other model flags");
-    const auto loaded =
-        mt::load_npy<float>(mesh, (where / entry["file"].get<std::string>()).string(), into.shape(),
-                            into.layout().layout());
-    into.local() = loaded.local();
+    auto loaded = mt::load_npy<float>(mesh, (where / entry["file"].get<std::string>()).string(),
+                                      into.shape(), into.layout().layout());
+    into.local() = std::move(loaded.local());  // the loaded block itself: no copy by the host
     return;
   }
   throw mt::IoError(where.string() + ": the checkpoint has no tensor " + name);
@@ -195,8 +199,8 @@ inline std::int64_t restore_checkpoint(mt::Mesh& mesh, const json& manifest, con
     for (std::size_t i = 0; i < moments.size(); i += 2, ++k) {
       restore_tensor(mesh, manifest, where, moments[i].name, moments[i].tensor);
       restore_tensor(mesh, manifest, where, moments[i + 1].name, moments[i + 1].tensor);
-      adam->first_moments()[k] = moments[i].tensor.local();
-      adam->second_moments()[k] = moments[i + 1].tensor.local();
+      adam->first_moments()[k] = std::move(moments[i].tensor.local());
+      adam->second_moments()[k] = std::move(moments[i + 1].tensor.local());
     }
     adam->set_steps(manifest["optimizer"].value("steps", std::int64_t(0)));
   }

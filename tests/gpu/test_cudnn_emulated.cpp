@@ -11,6 +11,7 @@
 
 #include <meshtensor/device/memory.hpp>
 #include <meshtensor/kernels/cudnn/conv.hpp>
+#include <meshtensor/kernels/host_access.hpp>
 #include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
@@ -42,6 +43,7 @@ bool agrees(const ConvGeometry& g) {
   // An accumulator in the GPU's memory is added to there.
   Buffer<double> dw_on_gpu(w_n, 0.5);
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw_on_gpu.data()));
+  kernels::wait_for_gpu();  // the calls return once queued; the host reads their results next
   std::vector<double> added(w_n);
   for (std::size_t i = 0; i < w_n; ++i) added[i] = dw_on_gpu[i] - 0.5;
   return relative_gap(widen(y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4 &&

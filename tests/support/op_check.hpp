@@ -74,7 +74,7 @@ std::string compare_with_one_processor(Op&& op, double rtol = 1e-5,
   using T = typename List::value_type::value_type;
   const auto reference = on_one_processor([&](Mesh& m) {
     std::vector<xt::xarray<T>> arrays;
-    for (const auto& t : lists::as_list(op(m, Layout{}))) arrays.push_back(t.local());
+    for (const auto& t : lists::as_list(op(m, Layout{}))) arrays.push_back(local_block(t).data);
     return arrays;
   });
   for (const auto& c : cases) {

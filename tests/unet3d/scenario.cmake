@@ -23,6 +23,14 @@ function(ok_matching regex)
   endif()
 endfunction()
 
+# Fails the test if the last command's emulated GPU (MESHTENSOR_EMULATED_GPU_PAGES) saw the host
+# touch the GPU's memory while GPU work was still queued: a missing wait, a race on a GPU.
+function(no_race)
+  if("${printed}" MATCHES "touched [1-9][0-9]* pages while GPU work was still queued")
+    message(FATAL_ERROR "the host touched the GPU's memory without waiting for the GPU")
+  endif()
+endfunction()
+
 # Runs a command; fails the test unless it fails with a message matching REGEX.
 function(fails regex)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -200,35 +208,41 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   # On the nccl transport, every GPU call carried out by the emulated GPU: training on 4 ranks
   # follows one CPU processor's losses, stopped and resumed from its checkpoint too, having made
   # every kind of GPU call (meshtensor's kernels, cuDNN, NCCL); predicting from that checkpoint on
-  # 2 ranks gives the CPU's probabilities; and training leaves the GPU's pages to the GPU.
+  # 2 ranks gives the CPU's probabilities; training leaves the GPU's pages to the GPU; and the host
+  # never touches the GPU's memory while GPU work is queued (GPU calls return without waiting).
   set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})
   set(ENV{MESHTENSOR_EMULATED_GPU_SUMMARY} 1)
+  set(ENV{MESHTENSOR_EMULATED_GPU_PAGES} 1)
   set(ENV{MESHTENSOR_ONEDNN_FORMATS} by_channels)
   set(four_gpus ${MPIEXEC} ${NP_FLAG} 4 ${UNET3D})
   set(grid --mesh "rows:2, cols:2" --layout "x:rows, y:cols")
   ok(${UNET3D} train ${small} --steps 6 --threads 1 --out ${here}/cpu --checkpoint ${here}/cpu_ckpt)
   ok_matching("emulated GPU summary: kernel=[1-9][0-9]* cudnn=[1-9][0-9]* cublas=[0-9]+ nccl=[1-9]"
               ${four_gpus} train ${small} --steps 6 --backend nccl ${grid} --out ${here}/gpu)
+  no_race()
   ok(${CHECK} losses 1e-4 ${here}/cpu/metrics.jsonl ${here}/gpu/metrics.jsonl)
   ok(${four_gpus} train ${small} --steps 6 --stop-after 3 --backend nccl ${grid} --out ${here}/parts
      --checkpoint ${here}/gpu_ckpt)
+  no_race()
   ok(${four_gpus} train ${small} --steps 6 --resume --backend nccl ${grid} --out ${here}/parts
      --checkpoint ${here}/gpu_ckpt)
+  no_race()
   ok(${CHECK} losses 1e-4 ${here}/cpu/metrics.jsonl ${here}/parts/metrics.jsonl)
   ok(${UNET3D} generate --size 16 --index 3 --output ${here}/volume.npy --threads 1)
   ok(${UNET3D} predict --checkpoint ${here}/cpu_ckpt --input ${here}/volume.npy
      --output ${here}/cpu.npy --probabilities ${here}/p_cpu.npy --threads 1)
   ok(${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} predict --checkpoint ${here}/cpu_ckpt --backend nccl
      --input ${here}/volume.npy --output ${here}/gpu.npy --probabilities ${here}/p_gpu.npy)
+  no_race()
   ok(${CHECK} close-npy 1e-5 ${here}/p_cpu.npy ${here}/p_gpu.npy)
   # A training step keeps its blocks in the GPU's memory: the host touches none of the GPU's
   # pages (each would be a page fault and a transfer over the bus, every step).
-  set(ENV{MESHTENSOR_EMULATED_GPU_PAGES} 1)
   ok_matching("the host took back 0 pages" ${four_gpus} train --size 16 --depth 2 --channels 4
               --validation-volumes 0 --steps 3 --backend nccl ${grid} --out ${here}/pages)
   if("${printed}" MATCHES "took back [1-9]")
     message(FATAL_ERROR "the host touched pages in the GPU's memory during training")
   endif()
+  no_race()
 elseif(SCENARIO STREQUAL "nccl_emulated_bad_start")
   # Machines the nccl transport cannot start on end every rank at once with the reason.
   set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})

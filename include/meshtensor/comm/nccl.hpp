@@ -1,7 +1,9 @@
 #pragma once
 // The `nccl` transport: one processor per MPI rank, each on its own GPU, talking through NCCL.
 // Buffers may live in device memory (NCCL reads them in place) or on the host (they travel through
-// a stream-ordered device copy), so every op works on it whatever memory its blocks are in.
+// a stream-ordered device copy), so every op works on it whatever memory its blocks are in. Each
+// communicator has its own stream; its work waits there for the kernels queued before it on the
+// processor's compute stream, so the host queues them and goes on without waiting.
 //
 // NCCL matches point-to-point messages by their order between two processors, not by tag.
 // Sends and receives are therefore queued as they are posted and launched together, as one NCCL
@@ -181,6 +183,8 @@ class NcclCommunicator final : public Communicator {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
     cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda::check(cudaEventCreateWithFlags(&compute_queued_, cudaEventDisableTiming),
+                "cudaEventCreate");
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -196,6 +200,7 @@ class NcclCommunicator final : public Communicator {
         (void)ncclCommDestroy(comm_);
     }
     if (stream_) (void)cudaStreamDestroy(stream_);
+    if (compute_queued_) (void)cudaEventDestroy(compute_queued_);
   }
 
   int rank() const override { return rank_; }
@@ -208,6 +213,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
     launch_pending();
     if (count == 0) return;
+    follow_compute();
     detail::DeviceView view(data, count * dtype_size(type), stream_, /*copy_in=*/true);
     check(ncclAllReduce(view.get(), view.get(), count, detail::nccl_type(type), detail::nccl_op(op),
                         comm_, stream_),
@@ -221,6 +227,7 @@ class NcclCommunicator final : public Communicator {
     const auto offsets = offsets_of(recv_bytes, "all_gather", send_bytes);
     launch_pending();
     if (offsets.back() == 0) return;
+    follow_compute();
     detail::DeviceView in(send, send_bytes, stream_, true);
     detail::DeviceView out(recv, offsets.back(), stream_, false);
     if (all_equal(recv_bytes)) {
@@ -252,6 +259,7 @@ class NcclCommunicator final : public Communicator {
     const auto offsets = offsets_of(bytes, "reduce_scatter", bytes.at(rank_));
     launch_pending();
     if (offsets.back() == 0) return;
+    follow_compute();
     if (all_equal(bytes)) {
       detail::DeviceView in(send, offsets.back(), stream_, true);
       detail::DeviceView out(recv, bytes[rank_], stream_, false);
@@ -282,6 +290,7 @@ class NcclCommunicator final : public Communicator {
     const auto recv_offsets = offsets_of(recv_bytes, "all_to_all (receive)", send_bytes[rank_]);
     launch_pending();
     if (send_offsets.back() == 0 && recv_offsets.back() == 0) return;
+    follow_compute();
     detail::DeviceView in(send, send_offsets.back(), stream_, true);
     detail::DeviceView out(recv, recv_offsets.back(), stream_, false);
     group([&] {
@@ -308,6 +317,7 @@ class NcclCommunicator final : public Communicator {
                       " in a group of " + std::to_string(size_));
     launch_pending();
     if (bytes == 0) return;
+    follow_compute();
     detail::DeviceView view(data, bytes, stream_, /*copy_in=*/rank_ == root);
     check(ncclBroadcast(view.get(), view.get(), bytes, ncclUint8, root, comm_, stream_),
           "ncclBroadcast");
@@ -386,6 +396,7 @@ class NcclCommunicator final : public Communicator {
     pending_.reset();
     batch->launched = true;  // failed, if what follows throws: its requests report that
     try {
+      follow_compute();
       for (auto& m : batch->messages)
         m.view = std::make_unique<detail::DeviceView>(m.data, m.bytes, stream_, m.send);
       group([&] {
@@ -437,6 +448,17 @@ class NcclCommunicator final : public Communicator {
       if (std::chrono::steady_clock::now() - start > limit) give_up(what, limit.count());
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  // Orders this communicator's stream after the work queued so far on the processor's compute
+  // stream: the kernels that wrote what it is about to send, and those still reading a buffer it
+  // is about to receive into (the memory pool hands out a block as soon as the host is done
+  // with it). GPU calls return without waiting for their work (kernels/host_access.hpp); the
+  // host waits for this stream's, so the compute stream's later work follows it in turn.
+  void follow_compute() {
+    if (cuda::gpu_of_this_thread() < 0) return;
+    cuda::check(cudaEventRecord(compute_queued_, cuda::compute_stream()), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
   }
 
   // Runs `calls` (NCCL calls on this communicator) as one group.
@@ -509,6 +531,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t compute_queued_ = nullptr;    // follow_compute()'s mark on the compute stream
   std::shared_ptr<detail::Batch> pending_;  // posted, not yet launched
 };
 

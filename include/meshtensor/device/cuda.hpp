@@ -144,6 +144,15 @@ inline cudaStream_t compute_stream() {
   return stream;
 }
 
+/// Waits until the GPU has run everything queued on the calling thread's compute stream; nothing
+/// to wait for when the thread's processor computes on the CPU. GPU calls return once queued (the
+/// host goes on preparing the next while they run); the host waits before it touches memory that
+/// queued work may read or write: a CPU loop over a block in GPU memory, a result it reads.
+inline void finish_queued_work() {
+  if (gpu_of_this_thread() < 0) return;
+  check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
+}
+
 /// Whether a GPU kernel may run here on `operands`: the calling thread computes on a GPU and
 /// every operand is in device or managed memory. (The thread is asked first: on the CPU that is
 /// all a kernel call costs.)

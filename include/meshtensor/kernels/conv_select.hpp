@@ -14,6 +14,7 @@
 #endif
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cudnn/conv.hpp"
+#include "meshtensor/kernels/host_access.hpp"
 #endif
 
 namespace meshtensor::kernels {
@@ -35,6 +36,7 @@ template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if constexpr (std::is_same_v<T, float>)
     if (cudnn::conv_forward(g, input, weight, output)) return;
+  wait_for_gpu();
   cpu_conv_impl::conv_forward(g, input, weight, output);
 }
 template <class T>
@@ -42,6 +44,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
                          T* grad_input) {
   if constexpr (std::is_same_v<T, float>)
     if (cudnn::conv_backward_input(g, grad_output, weight, grad_input)) return;
+  wait_for_gpu();
   cpu_conv_impl::conv_backward_input(g, grad_output, weight, grad_input);
 }
 template <class T>
@@ -49,6 +52,7 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
                           double* grad_weight) {
   if constexpr (std::is_same_v<T, float>)
     if (cudnn::conv_backward_weight(g, input, grad_output, grad_weight)) return;
+  wait_for_gpu();
   cpu_conv_impl::conv_backward_weight(g, input, grad_output, grad_weight);
 }
 }  // namespace conv_impl

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/permute.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
@@ -21,13 +22,14 @@
 
 namespace meshtensor::kernels {
 
-/// copy_box on the GPU when the processor computes there; false when it did not run.
+/// copy_box on the GPU when the processor computes there; false when it did not run (and the GPU
+/// has finished its queued work, for the caller's CPU loop: kernels/host_access.hpp).
 template <class T>
 bool copy_box_on_gpu([[maybe_unused]] const Sizes& box, [[maybe_unused]] const T* from,
                      [[maybe_unused]] const Strides& from_strides, [[maybe_unused]] T* to,
                      [[maybe_unused]] const Strides& to_strides) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::copy_box(box, from, from_strides, to, to_strides);
+  return ran_or_waited(gpu::copy_box(box, from, from_strides, to, to_strides));
 #else
   return false;
 #endif
@@ -65,9 +67,11 @@ void copy_values(const T* from, std::int64_t n, T* to) {
 /// to[i] = value for i < n.
 template <class T>
 void fill_values(T* to, std::int64_t n, T value) {
+  if (n <= 0) return;
 #if defined(MESHTENSOR_WITH_CUDA)
-  if (n > 0 && gpu::map(UnaryOp::constant, value, to, to, n)) return;
+  if (gpu::map(UnaryOp::constant, value, to, to, n)) return;
 #endif
+  wait_for_gpu();
   std::fill(to, to + n, value);
 }
 

@@ -3,12 +3,14 @@
 // computes on a GPU runs a built-in op (a Unary or Binary functor,
 // kernels/elementwise_formulas.hpp) there; each function below returns false when it did not run,
 // and the op then runs its CPU loop: always without the GPU backend, and for functions the user
-// wrote.
+// wrote. On a GPU processor it returns false only once the GPU has finished its queued work, which
+// the CPU loop may touch (kernels/host_access.hpp).
 
 #include <array>
 #include <cstdint>
 
 #include "meshtensor/kernels/elementwise_formulas.hpp"
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/gpu/elementwise.hpp"
@@ -20,10 +22,11 @@ namespace meshtensor::kernels {
 template <class T, class F>
 bool map_on_gpu([[maybe_unused]] const F& f, [[maybe_unused]] const T* x, [[maybe_unused]] T* out,
                 [[maybe_unused]] std::int64_t n) {
+  bool ran = false;
 #if defined(MESHTENSOR_WITH_CUDA)
-  if constexpr (has_code<F>) return gpu::map<T>(F::code, f.s, x, out, n);
+  if constexpr (has_code<F>) ran = gpu::map<T>(F::code, f.s, x, out, n);
 #endif
-  return false;
+  return ran_or_waited(ran);
 }
 
 /// out[i] = g[i] * df(x[i]) for i < n on the GPU, as map_on_gpu.
@@ -31,10 +34,11 @@ template <class T, class D>
 bool times_derivative_on_gpu([[maybe_unused]] const D& df, [[maybe_unused]] const T* g,
                              [[maybe_unused]] const T* x, [[maybe_unused]] T* out,
                              [[maybe_unused]] std::int64_t n) {
+  bool ran = false;
 #if defined(MESHTENSOR_WITH_CUDA)
-  if constexpr (has_code<D>) return gpu::times_derivative<T>(D::code, df.s, g, x, out, n);
+  if constexpr (has_code<D>) ran = gpu::times_derivative<T>(D::code, df.s, g, x, out, n);
 #endif
-  return false;
+  return ran_or_waited(ran);
 }
 
 /// f of a and b at each index of `sizes` into out (strides: a's, b's, out's) on the GPU, when f is
@@ -43,10 +47,11 @@ template <class T, class F>
 bool zip_on_gpu([[maybe_unused]] const F& f, [[maybe_unused]] const Sizes& sizes,
                 [[maybe_unused]] const std::array<Strides, 3>& strides, [[maybe_unused]] const T* a,
                 [[maybe_unused]] const T* b, [[maybe_unused]] T* out) {
+  bool ran = false;
 #if defined(MESHTENSOR_WITH_CUDA)
-  if constexpr (has_code<F>) return gpu::zip<T>(F::code, sizes, strides, a, b, out);
+  if constexpr (has_code<F>) ran = gpu::zip<T>(F::code, sizes, strides, a, b, out);
 #endif
-  return false;
+  return ran_or_waited(ran);
 }
 
 }  // namespace meshtensor::kernels

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/norm_formulas.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
@@ -26,7 +27,7 @@ bool norm_moments_on_gpu([[maybe_unused]] const Sizes& sizes,
                          [[maybe_unused]] std::int64_t keys, [[maybe_unused]] const T* x,
                          [[maybe_unused]] std::vector<shared::PartialMoments>* out) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::norm_moments(sizes, key_strides, keys, x, out);
+  return ran_or_waited(gpu::norm_moments(sizes, key_strides, keys, x, out));
 #else
   return false;
 #endif
@@ -40,7 +41,7 @@ bool norm_affine_on_gpu([[maybe_unused]] const Sizes& sizes,
                         [[maybe_unused]] const std::vector<double>& shift, [[maybe_unused]] T floor,
                         [[maybe_unused]] T* out) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::norm_affine(sizes, key_strides, x, scale, shift, floor, out);
+  return ran_or_waited(gpu::norm_affine(sizes, key_strides, x, scale, shift, floor, out));
 #else
   return false;
 #endif
@@ -57,7 +58,7 @@ bool norm_gradient_sums_on_gpu([[maybe_unused]] const Sizes& sizes,
                                [[maybe_unused]] const ReluMask<T>& mask,
                                [[maybe_unused]] std::vector<double>* sums) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::norm_gradient_sums(sizes, key_strides, g, v, scale, shift, mask, sums);
+  return ran_or_waited(gpu::norm_gradient_sums(sizes, key_strides, g, v, scale, shift, mask, sums));
 #else
   return false;
 #endif
@@ -74,7 +75,7 @@ bool norm_input_gradient_on_gpu([[maybe_unused]] const Sizes& sizes,
                                 [[maybe_unused]] const std::vector<double>& r,
                                 [[maybe_unused]] T* dx) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::norm_input_gradient(sizes, key_strides, g, v, mask, p, q, r, dx);
+  return ran_or_waited(gpu::norm_input_gradient(sizes, key_strides, g, v, mask, p, q, r, dx));
 #else
   return false;
 #endif

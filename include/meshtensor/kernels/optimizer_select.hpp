@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/optimizer_formulas.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/gpu/optimizer.hpp"
@@ -17,7 +18,7 @@ bool sgd_on_gpu([[maybe_unused]] const shared::SgdStep& h, [[maybe_unused]] T* p
                 [[maybe_unused]] T* velocity, [[maybe_unused]] const T* gradient,
                 [[maybe_unused]] std::int64_t n) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::sgd(h, parameter, velocity, gradient, n);
+  return ran_or_waited(gpu::sgd(h, parameter, velocity, gradient, n));
 #else
   return false;
 #endif
@@ -28,7 +29,7 @@ bool adam_on_gpu([[maybe_unused]] const shared::AdamStep& h, [[maybe_unused]] T*
                  [[maybe_unused]] T* first, [[maybe_unused]] T* second,
                  [[maybe_unused]] const T* gradient, [[maybe_unused]] std::int64_t n) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::adam(h, parameter, first, second, gradient, n);
+  return ran_or_waited(gpu::adam(h, parameter, first, second, gradient, n));
 #else
   return false;
 #endif

@@ -17,6 +17,7 @@
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/gpu/pool.hpp"
+#include "meshtensor/kernels/host_access.hpp"
 #endif
 
 namespace meshtensor::kernels {
@@ -68,28 +69,36 @@ template <class T>
 void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
   void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
   const bool on_gpu = gpu::max_pool_forward(g, input, output, formatted);
-  if (!on_gpu) cpu_pool_impl::max_pool_forward(g, input, output, formatted);
+  if (!on_gpu) {
+    wait_for_gpu();
+    cpu_pool_impl::max_pool_forward(g, input, output, formatted);
+  }
   detail::write_tag(workspace, on_gpu ? detail::reference_format : detail::cpu_format);
 }
 template <class T>
 void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
                        T* grad_input) {
   const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
-  if (detail::read_tag(workspace) == detail::cpu_format)
-    return cpu_pool_impl::max_pool_backward(g, grad_output, formatted, grad_input);
-  if (!gpu::max_pool_backward(g, grad_output, formatted, grad_input))
+  const bool cpu_format = detail::read_tag(workspace) == detail::cpu_format;
+  if (!cpu_format && gpu::max_pool_backward(g, grad_output, formatted, grad_input)) return;
+  wait_for_gpu();
+  if (cpu_format)
+    cpu_pool_impl::max_pool_backward(g, grad_output, formatted, grad_input);
+  else
     kernels::max_pool_backward(g, grad_output, formatted, grad_input);  // the same format
 }
 template <class T>
 void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
-  if (!gpu::avg_pool_forward(g, input, output, count_padding))
-    cpu_pool_impl::avg_pool_forward(g, input, output, count_padding);
+  if (gpu::avg_pool_forward(g, input, output, count_padding)) return;
+  wait_for_gpu();
+  cpu_pool_impl::avg_pool_forward(g, input, output, count_padding);
 }
 template <class T>
 void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
                        bool count_padding) {
-  if (!gpu::avg_pool_backward(g, grad_output, grad_input, count_padding))
-    cpu_pool_impl::avg_pool_backward(g, grad_output, grad_input, count_padding);
+  if (gpu::avg_pool_backward(g, grad_output, grad_input, count_padding)) return;
+  wait_for_gpu();
+  cpu_pool_impl::avg_pool_backward(g, grad_output, grad_input, count_padding);
 }
 }  // namespace pool_impl
 #else

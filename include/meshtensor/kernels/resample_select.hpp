@@ -3,6 +3,7 @@
 // there (kernels/gpu/resample.hpp, with the GPU backend); otherwise the reference loops
 // (kernels/reference/resample.hpp) on the CPU.
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/resample.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/gpu/resample.hpp"
@@ -16,6 +17,7 @@ void resample(const ResampleTaps& taps, const T* box, T* out) {
 #if defined(MESHTENSOR_WITH_CUDA)
   if (gpu::resample(taps, box, out)) return;
 #endif
+  wait_for_gpu();
   kernels::resample(taps, box, out);
 }
 
@@ -25,6 +27,7 @@ void resample_adjoint(const ResampleTaps& taps, const T* g, T* grad_box) {
 #if defined(MESHTENSOR_WITH_CUDA)
   if (gpu::resample_adjoint(taps, g, grad_box)) return;
 #endif
+  wait_for_gpu();
   kernels::resample_adjoint(taps, g, grad_box);
 }
 

@@ -1,13 +1,16 @@
 #pragma once
 // Where einsum's and the reductions' sums of products, and the max and min folds, run: on the GPU
 // when the processor computes on one and its blocks are there (kernels/gpu/sum.hpp, with the GPU
-// backend); otherwise the caller runs kernels::parallel_sum on the CPU.
+// backend); otherwise the caller runs kernels::parallel_sum on the CPU. A function below returns
+// false only once the GPU has finished its queued work (kernels/host_access.hpp), but for
+// gemm_on_gpu, which sum_on_gpu follows.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/fold.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cublas/gemm.hpp"
@@ -22,7 +25,7 @@ bool sum_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const Size
                 [[maybe_unused]] const std::array<FoldOperand<T>, N>& operands,
                 [[maybe_unused]] Acc* out) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::sum<Acc, T, N>(outer, inner, operands, out);
+  return ran_or_waited(gpu::sum<Acc, T, N>(outer, inner, operands, out));
 #else
   return false;
 #endif
@@ -34,9 +37,10 @@ template <class Acc, class T>
 bool narrow_on_gpu([[maybe_unused]] const Acc* in, [[maybe_unused]] T* out,
                    [[maybe_unused]] std::int64_t n, [[maybe_unused]] double divisor) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  if constexpr (std::is_same_v<Acc, double>) return gpu::narrow<T>(in, out, n, divisor);
+  if constexpr (std::is_same_v<Acc, double>)
+    return ran_or_waited(gpu::narrow<T>(in, out, n, divisor));
 #endif
-  return false;
+  return ran_or_waited(false);
 }
 
 /// A sum of products of two operands that is a batch of matrix products, through cuBLAS on the
@@ -59,7 +63,7 @@ bool extreme_on_gpu([[maybe_unused]] const Sizes& outer, [[maybe_unused]] const 
                     [[maybe_unused]] const FoldOperand<T>& operand, [[maybe_unused]] T* out,
                     [[maybe_unused]] bool is_max, [[maybe_unused]] T init) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return gpu::extreme<T>(outer, inner, operand, out, is_max, init);
+  return ran_or_waited(gpu::extreme<T>(outer, inner, operand, out, is_max, init));
 #else
   return false;
 #endif

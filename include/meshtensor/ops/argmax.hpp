@@ -8,6 +8,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -33,6 +34,7 @@ Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
   Array<Out> out =
       Array<Out>::from_shape(detail::to_xshape(layout.block(whole.mesh().coord()).sizes()));
   const T* in = whole.local().data();
+  kernels::wait_for_gpu();  // a CPU loop, over a block the GPU may still be computing
   for (std::int64_t a = 0; a < outer; ++a)
     for (std::int64_t b = 0; b < inner; ++b) {
       std::int64_t best = 0;

@@ -17,6 +17,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
 #include "meshtensor/memory/array.hpp"
 #ifdef MESHTENSOR_WITH_CUDA
@@ -24,6 +25,11 @@
 #endif
 
 namespace meshtensor {
+
+/// Waits until the calling processor's GPU has run the work the ops queued on it, before the host
+/// touches a block itself (Tensor::local()); returns at once on a processor that computes on the
+/// CPU.
+using kernels::wait_for_gpu;
 
 template <class T>
 class Tensor;
@@ -89,7 +95,10 @@ class Tensor {
   const Block& block() const { return state().block; }
 
   /// The block, for writing: a block written in place no longer matches its recipe, so the recipe
-  /// is dropped (see recipe()).
+  /// is dropped (see recipe()). On a processor that computes on a GPU the block is in the GPU's
+  /// memory and the ops' GPU work on it may still be queued when they return: call
+  /// wait_for_gpu() before the host reads or writes it (item(), gather() and the io functions
+  /// wait themselves).
   array_type& local() {
     state().recipe = nullptr;
     return *state().data;
@@ -197,6 +206,7 @@ class Tensor {
 #ifdef MESHTENSOR_WITH_CUDA
     if (kernels::gpu::accumulate(into, add, n)) return;
 #endif
+    kernels::wait_for_gpu();
     kernels::parallel_for(n, compute_threads(), [into, add](std::int64_t i) { into[i] += add[i]; });
   }
 

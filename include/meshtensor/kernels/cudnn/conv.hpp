@@ -6,7 +6,8 @@
 // accumulator is in its memory, else on the host). Operands must be in
 // device or managed memory; each call returns false, computing nothing, when cuDNN cannot run it
 // (host operands, a geometry cuDNN does not support), and the caller runs the CPU kernel instead.
-// Float only.
+// The calls are queued on the compute stream and return without waiting for them
+// (kernels/host_access.hpp). Float only.
 //
 // cuDNN sees every call as a convolution x -> y with symmetric padding. An ordinary convolution is
 // x = the box, y = the output; where the padding before and after differ (a split block's edge
@@ -445,12 +446,8 @@ inline bool conv_forward(const ConvGeometry& g, const float* input, const float*
       ran = detail::backward_data(c, d, filter.as<float>(), input, 0.0f, x.as<float>());
       if (ran) detail::extract(c, p, x.as<float>(), 0.0f, output);
     }
-    if (!ran) {
-      c.synchronize();
-      return false;
-    }
+    if (!ran) return false;
   }
-  c.synchronize();
   return true;
 }
 
@@ -468,10 +465,7 @@ inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
   // Box rows no output reads get zeros; the rest is added on top.
   cuda::check(cudaMemsetAsync(grad_input, 0, std::size_t(in_elements) * sizeof(float), c.stream()),
               "cudaMemsetAsync");
-  if (p.empty) {
-    c.synchronize();
-    return true;
-  }
+  if (p.empty) return true;
   detail::Descriptors d(p);
   cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
   detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
@@ -488,7 +482,6 @@ inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
     detail::embed(c, p, grad_output, x.as<float>());
     ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 1.0f, grad_input);
   }
-  c.synchronize();
   return ran;
 }
 
@@ -516,10 +509,7 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
     detail::embed(c, p, t ? grad_output : input, x.as<float>());
     ran = detail::backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
   }
-  if (!ran) {
-    c.synchronize();
-    return false;
-  }
+  if (!ran) return false;
   detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
   if (cuda::device_accessible(grad_weight)) {  // added there, widened to double
     cuda::StreamBuffer wide(n * sizeof(double), c.stream());
@@ -530,14 +520,13 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
     cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
                  grad_weight, static_cast<const double*>(wide.as<double>()),
                  static_cast<long long>(n));
-    c.synchronize();
     return true;
   }
   std::vector<float> host(static_cast<std::size_t>(n));
   cuda::check(cudaMemcpyAsync(host.data(), ours.as<float>(), host.size() * sizeof(float),
                               cudaMemcpyDeviceToHost, c.stream()),
               "cudaMemcpyAsync (weight gradient)");
-  c.synchronize();
+  c.synchronize();  // the host adds the values next
   for (std::size_t i = 0; i < host.size(); ++i) grad_weight[i] += host[i];
   return true;
 }

@@ -1,8 +1,8 @@
 #pragma once
 // How meshtensor's own kernels run on a processor's GPU: the operands are asked for on the GPU
-// (blocks in managed memory move there, device/memory.hpp), the kernel runs on the processor's
-// compute stream, and the call returns when it has finished, since the host may read the results
-// next.
+// (blocks in managed memory move there, device/memory.hpp), and the kernel is queued on the
+// processor's compute stream. The call returns without waiting for it: the host waits
+// (kernels/host_access.hpp) only before it touches memory itself.
 
 #include <cstddef>
 #include <cstdint>
@@ -49,7 +49,9 @@ inline const char* with_shared_code(const char* shared_code, const char* kernels
   return text->c_str();
 }
 
-/// `values`, each converted to T, in device memory for the call; copied by the time this returns.
+/// `values`, each converted to T, in device memory for the calls queued next on `stream`. (A copy
+/// from pageable host memory has read it by the time cudaMemcpyAsync returns, CUDA documents, so
+/// `converted` may go at once.)
 template <class T, class V>
 cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
   const std::vector<T> converted(values.begin(), values.end());
@@ -57,18 +59,16 @@ cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
   cuda::check(cudaMemcpyAsync(scratch.as<T>(), converted.data(), converted.size() * sizeof(T),
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync");
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // `converted` goes next
   return scratch;
 }
 
-/// Runs `kernel` of `source` over n threads with `args`, its operands on the GPU, and waits.
+/// Queues `kernel` of `source` over n threads with `args`, its operands asked for on the GPU.
 template <class... Args>
 void run_kernel(const cuda::KernelSource& source, const char* kernel, std::int64_t n,
                 std::initializer_list<Operand> operands, Args... args) {
   const cudaStream_t stream = cuda::compute_stream();
   for (const Operand& o : operands) cuda::prefetch_to_gpu(o.data, o.bytes, stream);
   cuda::launch(cuda::kernel(source, kernel), n, stream, args...);
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 }  // namespace meshtensor::kernels::gpu

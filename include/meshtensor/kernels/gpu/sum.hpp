@@ -341,7 +341,6 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
                    static_cast<const double*>(partial.as<double>()), static_cast<long long>(chunks),
                    out, static_cast<long long>(outputs));
     }
-    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return true;
   }
 }
@@ -397,7 +396,6 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
           outputs, stream, static_cast<const T*>(partial.as<T>()), static_cast<long long>(chunks),
           out, static_cast<long long>(outputs), code, init);
     }
-    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return true;
   }
 }
