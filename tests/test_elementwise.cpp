@@ -2,6 +2,8 @@
 // every layout class — including operands split differently from each other.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "support/op_check.hpp"
 
 using namespace meshtensor;
@@ -30,6 +32,20 @@ TEST_CASE("binary ops on operands with the same dims match one processor") {
           auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1);
           auto b = test_input(m, "batch:2, x:6, y:5, c:3", l, 2);
           return (a + b) * (a - b) / (abs(b) + 1.0f) + maximum(a, b) - minimum(a, b);
+        }) == "");
+}
+
+TEST_CASE("map and zip over functions of your own match one processor, with gradients") {
+  // Their CPU loops run on the blocks where they are: on a GPU, once its queued work is done.
+  CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1).set_requires_grad();
+          auto b = test_input(m, "batch:2, x:6, y:5, c:3", l, 2);
+          auto wave = map(
+              a * 2.0f, [](float v) { return std::sin(v); }, [](float v) { return std::cos(v); });
+          auto mixed =
+              zip(wave.detach() + 1.0f, b, [](float u, float v) { return u * v - std::abs(v); });
+          backward(reduce_sum(wave * b));
+          return std::vector<Tensor<float>>{wave, mixed * 3.0f, a.grad()};
         }) == "");
 }
 

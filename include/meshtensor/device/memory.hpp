@@ -56,14 +56,19 @@ inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t st
 }
 
 /// Copies `bytes` from `from` to `to`, one of them host memory, by the copy engine of the calling
-/// thread's GPU, in the order of its compute stream, and waits: the host reads or writes the values
-/// without touching the GPU's pages (which would move each page it touches to the host, and the
-/// next kernel moves it back).
+/// thread's GPU, in the order of its compute stream: the host reads or writes the values without
+/// touching the GPU's pages (which would move each page it touches to the host, and the next
+/// kernel moves it back). Into host memory, it waits for the copy, which the host reads next. Out
+/// of pageable host memory it does not: such a copy has read its source when cudaMemcpyAsync
+/// returns (CUDA documents), and the GPU's later work on the values follows in stream order. (A
+/// copy out of pinned memory reads it later, so the caller's buffer must wait for it.)
 inline void copy_through_gpu(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = compute_stream();
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const bool from_pinned = memory_type(from) == cudaMemoryTypeHost;
+  if (!device_accessible(to) || from_pinned)
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 /// Device memory for the length of one call (a kernel's tables and partial sums, a library's

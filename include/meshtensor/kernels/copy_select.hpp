@@ -120,6 +120,15 @@ void written_on_host(const std::vector<T>& staging, T* p) {
   transfer_values(staging.data(), static_cast<std::int64_t>(staging.size()), p);
 }
 
+/// An array of `a`'s shape filled with zeros, where the processor's memory is (on a GPU, zeroed
+/// there: the host's writes would race with the GPU's queued work on recycled memory).
+template <class T>
+Array<T> zeros_like(const Array<T>& a) {
+  Array<T> out = Array<T>::from_shape(a.shape());
+  fill_values(out.data(), static_cast<std::int64_t>(out.size()), T(0));
+  return out;
+}
+
 /// A copy of `a`: its shape and values.
 template <class T>
 Array<T> copy_of(const Array<T>& a) {

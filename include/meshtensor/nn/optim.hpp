@@ -9,6 +9,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/optimizer_select.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/nn/parameters.hpp"
@@ -23,7 +24,8 @@ class Sgd {
   Sgd(std::vector<Tensor<T>> parameters, double lr, double momentum = 0.0,
       double weight_decay = 0.0)
       : params_(std::move(parameters)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
-    for (const auto& p : params_) velocity_.emplace_back(xt::zeros<T>(p.local().shape()));
+    velocity_.reserve(params_.size());  // no copies of the blocks when the vector grows
+    for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.local()));
   }
 
   void step() {
@@ -68,9 +70,11 @@ class Adam {
         epsilon_(epsilon),
         weight_decay_(weight_decay),
         decoupled_(decoupled) {
+    first_.reserve(params_.size());  // no copies of the blocks when the vectors grow
+    second_.reserve(params_.size());
     for (const auto& p : params_) {
-      first_.emplace_back(xt::zeros<T>(p.local().shape()));
-      second_.emplace_back(xt::zeros<T>(p.local().shape()));
+      first_.push_back(kernels::zeros_like(p.local()));
+      second_.push_back(kernels::zeros_like(p.local()));
     }
   }
 
