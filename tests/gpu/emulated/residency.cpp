@@ -98,6 +98,20 @@ void on_fault(int signal, siginfo_t* info, void* context) {
   (void)context;
 }
 
+// Puts on_fault first in line for SIGSEGV, unless it is already; the handler found there gets
+// the faults that are not the GPU's pages. Called before each page moves to the GPU, since a
+// program may install its own handler after start-up (Catch2 does, for every test case).
+void handle_faults() {
+  struct sigaction current {};
+  sigaction(SIGSEGV, nullptr, &current);
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_fault) return;
+  struct sigaction action {};
+  action.sa_sigaction = &on_fault;
+  action.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, &state().previous);
+}
+
 // Starts tracking if asked, before main (and MPI_Init) runs.
 struct Start {
   Start() {
@@ -105,11 +119,7 @@ struct Start {
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
     void* warm[1];
     backtrace(warm, 1);  // loads the unwinder now, not first in a signal handler
-    struct sigaction action {};
-    action.sa_sigaction = &on_fault;
-    action.sa_flags = SA_SIGINFO | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGSEGV, &action, &state().previous);
+    handle_faults();
   }
 } start;
 
@@ -205,6 +215,7 @@ void unmap_managed(void* p, std::size_t bytes) {
 
 void to_gpu(const void* p, std::size_t bytes) {
   if (!tracking() || bytes == 0) return;
+  handle_faults();
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto first = reinterpret_cast<std::uintptr_t>(p);

@@ -97,14 +97,17 @@ cudaError_t outcome(cudaError_t error = cudaSuccess) {
 
 class Work final : public Operation {
  public:
-  explicit Work(std::function<void()> work) : work_(std::move(work)) {}
+  Work(std::function<void()> work, bool touches_memory)
+      : work_(std::move(work)), touches_memory_(touches_memory) {}
   bool advance() override {
     work_();
     return true;
   }
+  bool touches_memory() const override { return touches_memory_; }
 
  private:
   std::function<void()> work_;
+  bool touches_memory_;
 };
 
 CUstream_st* stream_of(cudaStream_t stream) {
@@ -127,17 +130,17 @@ bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
       std::this_thread::yield();
       continue;
     }
+    if (next.touches_memory()) --unfinished;
     stream->queue.pop_front();
     ++stream->finished;
-    --unfinished;
   }
   return true;
 }
 
 void push(CUstream_st* stream, std::unique_ptr<Operation> operation) {
+  if (operation->touches_memory()) ++unfinished;
   stream->queue.push_back(std::move(operation));
   ++stream->queued;
-  ++unfinished;
 }
 
 void run_all_streams() {
@@ -209,11 +212,21 @@ Memory memory_of(const void* p) {
   return at < first + std::max<std::size_t>(allocation.bytes, 1) ? allocation.memory : Memory::host;
 }
 
-void enqueue(cudaStream_t handle, std::function<void()> work) {
+namespace {
+void enqueue_work(cudaStream_t handle, std::function<void()> work, bool touches_memory) {
   Lock lock(state_lock);
   CUstream_st* stream = stream_of(handle);
-  push(stream, std::make_unique<Work>(std::move(work)));
+  push(stream, std::make_unique<Work>(std::move(work), touches_memory));
   if (stream == &legacy_stream) run_stream(stream, stream->queued, /*block=*/true);
+}
+}  // namespace
+
+void enqueue(cudaStream_t handle, std::function<void()> work) {
+  enqueue_work(handle, std::move(work), /*touches_memory=*/true);
+}
+
+void enqueue_bookkeeping(cudaStream_t handle, std::function<void()> work) {
+  enqueue_work(handle, std::move(work), /*touches_memory=*/false);
 }
 
 void enqueue(cudaStream_t handle, std::unique_ptr<Operation> operation) {
@@ -238,7 +251,7 @@ struct Summary {
   ~Summary() {
     if (std::getenv("MESHTENSOR_EMULATED_GPU_SUMMARY")) {
       std::string text = "emulated GPU summary:";
-      for (const char* library : {"kernel", "cudnn", "cublas", "nccl"})
+      for (const char* library : {"kernel", "cudnn", "cublas", "nccl", "waits"})
         text += std::string(" ") + library + "=" + std::to_string(calls[library]);
       std::fprintf(stderr, "%s\n", text.c_str());
     }
@@ -358,7 +371,7 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* p, cudaStream_t stream) {
   Lock lock(state_lock);
   if (!p) return outcome();
   if (memory_of(p) != Memory::device) return report(cudaErrorInvalidValue);
-  enqueue(stream, [p] { release(p); });
+  enqueue_bookkeeping(stream, [p] { release(p); });
   return outcome();
 }
 cudaError_t CUDARTAPI cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
@@ -388,7 +401,7 @@ cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* p, size_t bytes, cudaMemL
   // The pages are the GPU's from now: host code touching them before it waits for the stream
   // races with the work queued on it, and is reported.
   residency::to_gpu(p, bytes);
-  enqueue(stream, [p, bytes] { residency::to_gpu(p, bytes); });
+  enqueue_bookkeeping(stream, [p, bytes] { residency::to_gpu(p, bytes); });
   return outcome();
 }
 
@@ -445,6 +458,7 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   Lock lock(state_lock);
   CUstream_st* s = stream_of(stream);
+  if (s->finished < s->queued) count("waits");  // the host stops until the GPU catches up
   run_stream(s, s->queued, /*block=*/true);
   return outcome();
 }
@@ -485,6 +499,7 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event
     bool advance() override {
       return !streams.count(other_) || run_stream(other_, after_, /*block=*/false);
     }
+    bool touches_memory() const override { return false; }
 
    private:
     CUstream_st* other_;
@@ -495,6 +510,8 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(state_lock);
+  if (event->stream && streams.count(event->stream) && event->stream->finished < event->after)
+    count("waits");
   if (event->stream && streams.count(event->stream))
     run_stream(event->stream, event->after, /*block=*/true);
   return outcome();
