@@ -85,6 +85,7 @@ struct Scan {
 /// One-hot classes of a label volume, checked: every value must be a class.
 inline mt::Tensor<float> one_hot(const mt::Tensor<float>& labels, const mt::Layout& layout,
                                  const std::string& path) {
+  mt::wait_for_gpu();  // the host reads the block next (on a GPU, it may still be computing)
   const auto& local = labels.local();
   // A bad value may lie in one processor's block only: all of them throw.
   mt::detail::agree_on(

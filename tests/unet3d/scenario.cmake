@@ -176,6 +176,16 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
          --output ${here}/mpi.nii.gz --mesh "rows:2, cols:2" --layout "y:rows, z:cols")
       list(APPEND labels ${here}/mpi.nii.gz)
     endif()
+    if(MPIEXEC AND EMULATED_GPU)
+      # The same folder on 2 emulated GPUs (tests/gpu/emulated): training on scans read,
+      # resampled and one-hot encoded on the GPU ranks follows the CPU's losses, and the host never
+      # touches GPU memory while GPU work is still queued.
+      ok(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${EMULATED_GPU} MESHTENSOR_EMULATED_GPU_PAGES=1
+         ${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} train --data ${here}/scans ${scan_flags} --steps 3
+         --backend nccl --out ${here}/gpu_train)
+      no_race()
+      ok(${CHECK} losses 1e-4 ${here}/train/metrics.jsonl ${here}/gpu_train/metrics.jsonl)
+    endif()
     ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_scans.py ${scan} ${labels} -- ${probabilities})
   else()
     set(train ${UNET3D} train ${scan_flags} --steps 1 --threads 2 --out ${here}/o)
