@@ -17,7 +17,7 @@ using namespace meshtensor;
 using namespace meshtensor::testing;
 
 TEST_CASE("a freed block serves the next allocation of its size without new system memory") {
-  ProcessorMemory scope;
+  LocalProcessor scope;
   MemoryPool& pool = memory_pool();
   void* a = pool.allocate(1'000'000);
   const MemoryStats after_first = pool.stats();
@@ -33,7 +33,7 @@ TEST_CASE("a freed block serves the next allocation of its size without new syst
 }
 
 TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller one") {
-  ProcessorMemory scope;
+  LocalProcessor scope;
   MemoryPool& pool = memory_pool();
   void* big = pool.allocate(4'000'000);
   std::memset(big, 1, 4'000'000);
@@ -63,7 +63,7 @@ TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller
 }
 
 TEST_CASE("the halves of a split block, freed, serve the whole block again") {
-  ProcessorMemory scope;
+  LocalProcessor scope;
   MemoryPool& pool = memory_pool();
   MemoryPool::deallocate(pool.allocate(8'000'000));
   const MemoryStats cached = pool.stats();
@@ -82,7 +82,7 @@ TEST_CASE("the halves of a split block, freed, serve the whole block again") {
 }
 
 TEST_CASE("the pool never holds more than the peak in use") {
-  ProcessorMemory scope;
+  LocalProcessor scope;
   MemoryPool& pool = memory_pool();
   for (std::size_t round = 0; round < 20; ++round) {
     // Sizes that never repeat: every allocation misses the cache.
@@ -101,7 +101,7 @@ TEST_CASE("the pool never holds more than the peak in use") {
 TEST_CASE("a block may be freed on another thread, after its pool's owner is gone") {
   Array<float> survivor;
   {
-    ProcessorMemory scope;
+    LocalProcessor scope;
     survivor = Array<float>::from_shape({256, 256});
     survivor.fill(1.0f);
     MemoryPool& pool = memory_pool();
@@ -173,7 +173,7 @@ struct WholeBlocks {
 
 TEST_CASE("a pool on a source of whole blocks reuses them whole and gives them back whole") {
   {
-    ProcessorMemory scope(WholeBlocks::source());
+    LocalProcessor scope(Device::cpu(), WholeBlocks::source());
     MemoryPool& pool = memory_pool();
     CHECK(std::string(pool.source().name) == "whole blocks");
 
@@ -221,10 +221,10 @@ TEST_CASE("a pool on a source of whole blocks reuses them whole and gives them b
 }
 
 TEST_CASE("host pools keep working while a pool on another source is alive") {
-  ProcessorMemory device_like(WholeBlocks::source());
+  LocalProcessor device_like(Device::cpu(), WholeBlocks::source());
   void* outside = memory_pool().allocate(100'000);
   {
-    ProcessorMemory host;
+    LocalProcessor host;
     auto array = Array<double>::from_shape({1000});
     array.fill(1.0);
     CHECK(array(999) == 1.0);

@@ -7,8 +7,8 @@
 //   unet3d generate --output VOL.npy [--labels LABELS.npy] [--size 64] [--seed 1] [--index 0]
 //
 // Started by hand it runs --threads processors (default: the cores) as threads; under mpirun or
-// srun one processor per rank, over MPI, or over NCCL with one GPU each (--backend nccl). Without
-// --mesh, all processors split x.
+// srun one processor per rank, over MPI, or over NCCL with one GPU each (--backend nccl, where
+// --device is cuda). Without --mesh, all processors split x.
 
 #include <CLI/CLI.hpp>
 
@@ -28,7 +28,7 @@ namespace mt = meshtensor;
 namespace {
 
 struct Distribution {
-  std::string mesh, layout, backend;
+  std::string mesh, layout, backend, device;
   int threads = 0;
 };
 
@@ -44,6 +44,10 @@ void add_distribution(CLI::App& app, Distribution& d) {
                  "transport: threads, mpi, or nccl (one GPU per MPI rank) (default: threads when "
                  "started by hand, mpi under mpirun or srun)")
       ->check(CLI::IsMember({"threads", "mpi", "nccl"}));
+  app.add_option("--device", d.device,
+                 "where each processor computes: cpu, or cuda (one GPU per rank, with --backend "
+                 "nccl) (default: the backend's, cpu for threads and mpi, cuda for nccl)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
 void add_size(CLI::App& app, std::array<std::int64_t, 3>& size, std::int64_t& cube,
@@ -63,6 +67,7 @@ std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::
 
 // The mesh and layout of this run, from the flags and the way the program was started.
 std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
+  mt::chosen_device(mt::chosen_transport(d.backend), d.device, "--device");
   auto launched = mt::launcher_world_size();
   if (launched && d.backend == "threads")
     throw mt::Error(
@@ -249,5 +254,5 @@ int main(int argc, char** argv) {
         else
           unet3d::generate_volume(mesh, generate, where.second);
       },
-      distribution.backend);
+      distribution.backend, distribution.device);
 }

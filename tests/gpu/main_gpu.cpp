@@ -6,9 +6,8 @@
 #include <cstdio>
 
 #include <meshtensor/core/error.hpp>
-#include <meshtensor/device/cuda.hpp>
-#include <meshtensor/device/memory.hpp>
-#include <meshtensor/memory/pool.hpp>
+#include <meshtensor/device/cuda_runtime.hpp>
+#include <meshtensor/device/processor.hpp>
 
 int main(int argc, char** argv) {
   try {
@@ -18,7 +17,6 @@ int main(int argc, char** argv) {
     return 77;
   }
   // As a processor of the nccl transport: computing on GPU 0, its blocks in the GPU's memory.
-  meshtensor::cuda::ComputeOnGpu gpu(0);
-  meshtensor::ProcessorMemory memory(meshtensor::cuda::managed_memory());
+  meshtensor::LocalProcessor gpu(meshtensor::Device::cuda(0));
   return Catch::Session().run(argc, argv);
 }

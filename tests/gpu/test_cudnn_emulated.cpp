@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
+#include <meshtensor/device/array.hpp>
 #include <meshtensor/device/memory.hpp>
 #include <meshtensor/kernels/cudnn/conv.hpp>
 #include <meshtensor/kernels/host_access.hpp>
-#include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
 
@@ -53,8 +53,7 @@ bool agrees(const ConvGeometry& g) {
 
 // As a processor of the nccl transport: computing on GPU 0, its blocks in the GPU's memory.
 struct OnGpu {
-  cuda::ComputeOnGpu gpu{0};
-  ProcessorMemory memory{cuda::managed_memory()};
+  LocalProcessor gpu{Device::cuda(0)};
 };
 
 }  // namespace

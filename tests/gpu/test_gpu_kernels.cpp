@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include <meshtensor/device/array.hpp>
 #include <meshtensor/kernels/conv_select.hpp>
 #include <meshtensor/kernels/cublas/gemm.hpp>
 #include <meshtensor/kernels/gpu/elementwise.hpp>
@@ -25,7 +26,6 @@
 #include <meshtensor/kernels/gpu/sum.hpp>
 #include <meshtensor/kernels/host_access.hpp>
 #include <meshtensor/kernels/reference/copy_box.hpp>
-#include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
 #include "support/elementwise_cases.hpp"

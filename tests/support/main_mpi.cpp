@@ -17,10 +17,6 @@
 
 #include "support/spmd.hpp"
 
-#ifdef MESHTENSOR_WITH_CUDA
-#include <meshtensor/device/memory.hpp>
-#endif
-
 int main(int argc, char** argv) {
   boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled);
   const char* transport = std::getenv("MESHTENSOR_TRANSPORT");
@@ -33,9 +29,8 @@ int main(int argc, char** argv) {
         std::printf("SKIPPED: the nccl transport needs one GPU per rank here: %s\n", e.what());
       return 77;
     }
-    // As nccl::run does: this rank computes on its GPU, its blocks in the GPU's memory.
-    meshtensor::cuda::ComputeOnGpu gpu(meshtensor::testing::nccl_world()->device());
-    meshtensor::ProcessorMemory memory(meshtensor::cuda::managed_memory());
+    // Outside a mesh (a test's set-up), this rank computes on its GPU as its meshes do.
+    meshtensor::LocalProcessor gpu(meshtensor::testing::nccl_world()->device());
     const int status = Catch::Session().run(argc, argv);
     meshtensor::testing::nccl_world().reset();  // before MPI ends
     return status;

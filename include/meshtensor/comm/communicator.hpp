@@ -10,6 +10,7 @@
 
 #include "meshtensor/comm/dtype.hpp"
 #include "meshtensor/comm/request.hpp"
+#include "meshtensor/device/device.hpp"
 
 namespace meshtensor {
 
@@ -25,6 +26,13 @@ class Communicator {
   virtual int size() const = 0;
   /// "threads", "mpi" or "nccl".
   virtual std::string transport() const = 0;
+
+  /// The device whose memory this transport carries messages from: the host's (threads, mpi) or
+  /// this rank's GPU (nccl). A processor on its mesh computes there (Mesh checks).
+  virtual Device device() const { return Device::cpu(); }
+  /// Whether every processor of the run is a thread of this process (the threads transport), not
+  /// one process of a launcher's job.
+  virtual bool in_one_process() const { return false; }
 
   /// Nonblocking send of `bytes` bytes to rank `dest`; the buffer must live until wait().
   Request isend(const void* data, std::size_t bytes, int dest, int tag) {

@@ -1,21 +1,21 @@
 #pragma once
-// A MeshShape bound to a communicator: this processor's place in the mesh and one communicator per
-// set of mesh axes, so that ops can reduce or gather along exactly the axes a layout splits.
+// A MeshShape bound to a communicator: this processor's place in the mesh, one communicator per
+// set of mesh axes, so that ops can reduce or gather along exactly the axes a layout splits, and
+// the processor's context (device/processor.hpp), current on the thread that built the mesh.
 
 #include <cstdint>
 #include <initializer_list>
-#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <typeindex>
-#include <typeinfo>
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
 
@@ -40,8 +40,14 @@ class Mesh {
  public:
   static constexpr std::size_t max_axes = 8;
 
-  Mesh(MeshShape shape, std::unique_ptr<Communicator> world)
-      : shape_(std::move(shape)), world_(std::move(world)) {
+  /// The mesh of the processors `world` connects; this processor computes on `device` (by
+  /// default the transport's: the host's cores, or a GPU under nccl), which must be one the
+  /// transport can carry messages from.
+  Mesh(MeshShape shape, std::unique_ptr<Communicator> world, std::optional<Device> device = {})
+      : shape_(std::move(shape)),
+        processor_(checked_device(*world, device), kernel_threads(*world)),
+        current_(processor_),
+        world_(std::move(world)) {
     if (shape_.num_processors() != world_->size())
       throw MeshError("mesh " + shape_.to_string() + " needs " +
                       std::to_string(shape_.num_processors()) + " processors but the run has " +
@@ -73,6 +79,9 @@ class Mesh {
   int num_processors() const { return world_->size(); }
   const MeshCoord& coord() const { return coord_; }
   std::string transport() const { return world_->transport(); }
+  /// This processor's context: its device, memory, compute threads and backend state.
+  Processor& processor_context() { return processor_; }
+  const Device& device() const { return processor_.device(); }
 
   /// Position of a mesh axis; throws naming the axis and the axes there are.
   std::size_t axis(std::string_view name) const {
@@ -82,13 +91,11 @@ class Mesh {
   }
   int coord(std::string_view axis_name) const { return coord_[axis(axis_name)]; }
 
-  /// Per-processor state that higher layers keep with the mesh (the autodiff tape, the buffer
-  /// pool): one default-constructed T per mesh, made on first use.
+  /// Per-processor state that higher layers keep with the mesh (the autodiff tape, profiles):
+  /// one default-constructed T per processor, made on first use.
   template <class T>
   T& context() {
-    auto& slot = contexts_[std::type_index(typeid(T))];
-    if (!slot) slot = std::make_shared<T>();
-    return *static_cast<T*>(slot.get());
+    return processor_.state<T>();
   }
 
   Communicator& world() { return *world_; }
@@ -111,11 +118,27 @@ class Mesh {
   }
 
  private:
+  static Device checked_device(const Communicator& world, const std::optional<Device>& asked) {
+    const Device carried = world.device();
+    if (!asked || *asked == carried) return carried;
+    throw MeshError("the " + world.transport() + " transport carries messages from " +
+                    (carried.is_cuda() ? "GPU memory (" + carried.to_string() + ")"
+                                       : carried.to_string() + " memory") +
+                    ", so its processors cannot compute on device " + asked->to_string() +
+                    "; valid pairs are threads or mpi with cpu, and nccl with cuda");
+  }
+  // The processors of a threads run share this process's cores; an MPI rank shares its node's
+  // with the other ranks there.
+  static int kernel_threads(const Communicator& world) {
+    return world.in_one_process() ? threads_per_processor(world.size()) : threads_per_process();
+  }
+
   MeshShape shape_;
+  Processor processor_;  // destroyed last: the communicators and tape may use its memory
+  ProcessorScope current_;
   std::unique_ptr<Communicator> world_;
   MeshCoord coord_;
   std::vector<std::unique_ptr<Communicator>> groups_;
-  std::map<std::type_index, std::shared_ptr<void>> contexts_;
 };
 
 }  // namespace meshtensor

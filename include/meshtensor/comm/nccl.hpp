@@ -208,7 +208,9 @@ class NcclCommunicator final : public Communicator {
   std::string transport() const override { return "nccl"; }
   ncclComm_t native() const { return comm_; }
   cudaStream_t stream() const { return stream_; }
-  int device() const { return device_; }
+  /// This rank's GPU.
+  int gpu() const { return device_; }
+  Device device() const override { return Device::cuda(device_); }
 
   void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
     launch_pending();
@@ -456,7 +458,7 @@ class NcclCommunicator final : public Communicator {
   // with it). GPU calls return without waiting for their work (kernels/host_access.hpp); the
   // host waits for this stream's, so the compute stream's later work follows it in turn.
   void follow_compute() {
-    if (cuda::gpu_of_this_thread() < 0) return;
+    if (!cuda::computes_on_gpu()) return;
     cuda::check(cudaEventRecord(compute_queued_, cuda::compute_stream()), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
   }

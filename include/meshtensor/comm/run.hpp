@@ -9,20 +9,17 @@
 #include <memory>
 #include <string>
 
-#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/comm/launcher.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/threads.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
-#include "meshtensor/memory/pool.hpp"
 
 #ifdef MESHTENSOR_WITH_MPI
 #include "meshtensor/comm/mpi.hpp"
 #endif
 #ifdef MESHTENSOR_WITH_CUDA
 #include "meshtensor/comm/nccl_start.hpp"
-#include "meshtensor/device/memory.hpp"
 #endif
 
 namespace meshtensor {
@@ -31,10 +28,7 @@ namespace threads {
 /// Runs `fn(Mesh&)` on one thread per processor of `shape`; rethrows the first failure.
 template <class F>
 void run(const MeshShape& shape, F&& fn) {
-  const int kernel_threads = threads_per_processor(shape.num_processors());
   spawn(shape.num_processors(), [&](std::unique_ptr<Communicator> world) {
-    ProcessorMemory memory;  // this processor's pool, released after its Mesh
-    set_compute_threads(kernel_threads);
     Mesh mesh(shape, std::move(world));
     fn(mesh);
   });
@@ -63,10 +57,7 @@ template <class F>
 void run(const MeshShape& shape, F&& fn) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
-  auto world = start(boost::mpi::communicator());
-  cuda::ComputeOnGpu gpu(world->device());
-  ProcessorMemory memory(cuda::managed_memory());  // released after the mesh
-  Mesh mesh(shape, std::move(world));
+  Mesh mesh(shape, start(boost::mpi::communicator()));  // computing on the rank's GPU
   fn(mesh);
 }
 }  // namespace nccl
@@ -115,12 +106,43 @@ inline std::string chosen_transport(const std::string& requested = "") {
   return mpi_launcher_variable() ? "mpi" : "threads";
 }
 
+/// The device a transport's processors compute on unless asked otherwise: a GPU each under nccl,
+/// the host's cores under threads and mpi.
+inline DeviceKind default_device(const std::string& transport) {
+  return transport == "nccl" ? DeviceKind::cuda : DeviceKind::cpu;
+}
+
+/// The device `run` puts the processors on: `requested` ("cpu", "cuda"; empty: MESHTENSOR_DEVICE
+/// if set, else the transport's default), checked against the transport, which carries messages
+/// from that device's memory: threads and mpi from the host's, nccl from GPUs'.
+inline DeviceKind chosen_device(const std::string& transport, const std::string& requested = "",
+                                std::string source = "the device asked for") {
+  std::string name = requested;
+  if (name.empty())
+    if (const char* forced = std::getenv("MESHTENSOR_DEVICE")) {
+      name = forced;
+      source = "MESHTENSOR_DEVICE";
+    }
+  if (name.empty()) return default_device(transport);
+  const DeviceKind kind = parse_device_kind(name, source);
+  if (kind == DeviceKind::plan)
+    throw Error(source +
+                " is \"plan\", a device without data, which no transport of run() carries; "
+                "valid devices here are \"cpu\" and \"cuda\"");
+  if (kind != default_device(transport))
+    throw Error(source + " is \"" + name + "\" but the " + transport + " transport carries " +
+                (transport == "nccl" ? "GPU memory" : "host memory") +
+                "; valid pairs are threads or mpi with cpu, and nccl with cuda");
+  return kind;
+}
+
 /**
  * Runs `fn(Mesh&)` as SPMD on every processor of the mesh `shape` and returns an exit status for
  * `main`. Started by hand it runs one thread per processor; under `mpirun -np N` it runs on the N
  * ranks, and N must equal the mesh size. `transport` ("threads", "mpi" or "nccl"; empty: see
- * chosen_transport()) overrides the choice. A failure on any processor ends the whole run with its
- * message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever.
+ * chosen_transport()) overrides the choice, and `device` ("cpu" or "cuda"; empty: see
+ * chosen_device()) says where the processors compute. A failure on any processor ends the whole run
+ * with its message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever.
  *
  * ```cpp
  * int main(int argc, char** argv) {
@@ -130,12 +152,13 @@ inline std::string chosen_transport(const std::string& requested = "") {
  */
 template <class F>
 int run(int argc, char** argv, const MeshShape& shape, F&& fn,
-        const std::string& requested_transport = "") {
+        const std::string& requested_transport = "", const std::string& requested_device = "") {
   (void)argc;
   (void)argv;
   std::string transport;
   try {
     transport = chosen_transport(requested_transport);
+    chosen_device(transport, requested_device);
     if (transport == "threads") {
       threads::run(shape, fn);
       return 0;

@@ -200,6 +200,7 @@ class ThreadsCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(group_->members.size()); }
   std::string transport() const override { return "threads"; }
+  bool in_one_process() const override { return true; }
 
  private:
   Request post_send(const void* data, std::size_t bytes, int dest, int tag) override {

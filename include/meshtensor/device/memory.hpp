@@ -1,9 +1,8 @@
 #pragma once
-// A GPU's memory as a processor's MemorySource: CUDA managed memory on the processor's GPU. Its
-// blocks are device memory that NCCL, cuDNN and CUDA kernels use in place; the ops that have no GPU
-// kernel yet still reach them from the host, page by page (the driver moves each page to whoever
-// touches it). Kernels ask for their operands on the GPU before they start (prefetch_to_gpu), so
-// a block that only GPU kernels touch stays there.
+// Moving a GPU processor's memory: its blocks are CUDA managed memory (device/cuda_runtime.hpp),
+// which the host can still reach page by page (the driver moves each page to whoever touches it).
+// Kernels ask for their operands on the GPU before they start (prefetch_to_gpu), so a block that
+// only GPU kernels touch stays there; values the host needs travel by the copy engine.
 
 #include <cuda_runtime_api.h>
 
@@ -11,33 +10,8 @@
 #include <utility>
 
 #include "meshtensor/device/cuda.hpp"
-#include "meshtensor/memory/pool.hpp"
 
 namespace meshtensor::cuda {
-namespace detail {
-
-inline void* map_managed(std::size_t bytes) {
-  void* p = nullptr;
-  if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) {
-    (void)cudaGetLastError();  // out of memory: the pool throws std::bad_alloc
-    return nullptr;
-  }
-  return p;
-}
-
-inline void unmap_managed(void* base, std::size_t) { (void)cudaFree(base); }
-
-}  // namespace detail
-
-/// Managed memory of the calling thread's current GPU, for ProcessorMemory.
-inline MemorySource managed_memory() {
-  MemorySource source;
-  source.map = &detail::map_managed;
-  source.unmap = &detail::unmap_managed;
-  source.in_parts = false;  // cudaFree takes whole allocations only
-  source.name = "GPU managed memory";
-  return source;
-}
 
 /// Queues, on `stream`, the move of `bytes` bytes of managed memory at `data` to the current GPU;
 /// does nothing for other memory.

@@ -14,8 +14,8 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 

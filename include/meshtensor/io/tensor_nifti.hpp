@@ -15,12 +15,12 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/nifti_file.hpp"
 #include "meshtensor/io/orientation.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/copy_box.hpp"
 #include "meshtensor/kernels/reference/permute.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/device/memory.hpp"
 #include "meshtensor/kernels/gpu/elementwise.hpp"
@@ -78,7 +78,7 @@ void fill_values(T* to, std::int64_t n, T value) {
 /// Whether `p` is in the memory of the GPU the processor computes on (none without the backend).
 inline bool in_gpu_memory([[maybe_unused]] const void* p) {
 #if defined(MESHTENSOR_WITH_CUDA)
-  return cuda::gpu_of_this_thread() >= 0 && cuda::device_accessible(p);
+  return cuda::computes_on_gpu() && cuda::device_accessible(p);
 #else
   return false;
 #endif

@@ -62,7 +62,7 @@ inline std::uint64_t read_tag(const void* workspace) {
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   const std::size_t cpu = cpu_pool_impl::max_pool_workspace_bytes<T>(g);
-  if (cuda::gpu_of_this_thread() < 0) return detail::tag_bytes + cpu;
+  if (!cuda::computes_on_gpu()) return detail::tag_bytes + cpu;
   return detail::tag_bytes + std::max(cpu, gpu::max_pool_workspace_bytes(g));
 }
 template <class T>

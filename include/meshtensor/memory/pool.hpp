@@ -86,6 +86,17 @@ class MemoryPool {
     return source;
   }
 
+  /// Addresses without memory behind them: a plan's blocks, which have a size and an address
+  /// but are never read or written (a touch faults). Blocks stay whole, as outside memory does.
+  static MemorySource address_space_only() {
+    MemorySource source;
+    source.map = &reserve;
+    source.unmap = &unmap;
+    source.in_parts = false;
+    source.name = "address space (a plan)";
+    return source;
+  }
+
   /// A new pool, owned by the caller until release().
   static MemoryPool* create(const MemorySource& source = system_pages()) {
     return new MemoryPool(source);
@@ -354,6 +365,11 @@ class MemoryPool {
     return p;
   }
   static void unmap(void* base, std::size_t size) { munmap(base, size); }
+  static void* reserve(std::size_t size) {
+    void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+
   // `base` (a mapped block of `from` bytes) resized to `to` bytes, keeping its pages.
   static void* remap(void* base, std::size_t from, std::size_t to) {
 #ifdef MREMAP_MAYMOVE
@@ -377,75 +393,6 @@ class MemoryPool {
   std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
   std::atomic<long> references_{1};  // the owner, plus one per live block
-};
-
-namespace detail {
-inline MemoryPool*& current_pool_slot() {
-  thread_local MemoryPool* pool = nullptr;
-  return pool;
-}
-// Threads outside any processor (the main thread before run(), kernel worker threads) share one
-// pool, never destroyed: blocks may outlive static destruction order.
-inline MemoryPool& process_pool() {
-  static MemoryPool* pool = MemoryPool::create();
-  return *pool;
-}
-}  // namespace detail
-
-/// The calling processor's pool (under MPI, the process's).
-inline MemoryPool& memory_pool() {
-  MemoryPool* pool = detail::current_pool_slot();
-  return pool ? *pool : detail::process_pool();
-}
-
-/// What the calling processor holds: its pool's statistics.
-inline MemoryStats memory_stats() { return memory_pool().stats(); }
-
-/// Memory for a short job beside the processor's work (timing kernel formats at a shape's first
-/// use): for its lifetime the calling thread allocates from a pool of its own, given back to the
-/// system when it ends. Were the job's buffers taken from the processor's pool, that pool would
-/// keep caching freed blocks up to the job's peak for the rest of the run (64^3 U-Net on one
-/// processor: 136 MiB held for 96 in use). The processor's peaks count the job while it lasts.
-class ScratchMemory {
- public:
-  ScratchMemory()
-      : owner_(memory_pool()),
-        pool_(MemoryPool::create(owner_.source())),
-        previous_(detail::current_pool_slot()) {
-    detail::current_pool_slot() = pool_;
-  }
-  ~ScratchMemory() {
-    detail::current_pool_slot() = previous_;
-    owner_.count_scratch(pool_->stats().peak_held);
-    pool_->release();
-  }
-  ScratchMemory(const ScratchMemory&) = delete;
-  ScratchMemory& operator=(const ScratchMemory&) = delete;
-
- private:
-  MemoryPool& owner_;
-  MemoryPool* pool_;
-  MemoryPool* previous_;
-};
-
-/// Gives the calling thread its own pool for its lifetime (run() does this for each processor of
-/// the threads transport, and for a rank of the nccl transport with its GPU's memory).
-class ProcessorMemory {
- public:
-  explicit ProcessorMemory(const MemorySource& source = MemoryPool::system_pages())
-      : pool_(MemoryPool::create(source)), previous_(detail::current_pool_slot()) {
-    detail::current_pool_slot() = pool_;
-  }
-  ~ProcessorMemory() {
-    detail::current_pool_slot() = previous_;
-    pool_->release();
-  }
-  ProcessorMemory(const ProcessorMemory&) = delete;
-  ProcessorMemory& operator=(const ProcessorMemory&) = delete;
-
- private:
-  MemoryPool* pool_;
-  MemoryPool* previous_;
 };
 
 }  // namespace meshtensor

@@ -9,9 +9,9 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/optimizer_select.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

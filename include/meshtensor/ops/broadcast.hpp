@@ -10,12 +10,12 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/relayout.hpp"

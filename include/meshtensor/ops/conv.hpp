@@ -20,10 +20,10 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv_select.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/sum_select.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"

@@ -23,10 +23,10 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/elementwise_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 
 namespace meshtensor {

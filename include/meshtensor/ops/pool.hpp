@@ -12,9 +12,9 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/pool_select.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"

@@ -14,9 +14,9 @@
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -15,11 +15,11 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/resample_select.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/elementwise.hpp"

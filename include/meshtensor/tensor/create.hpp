@@ -16,9 +16,9 @@
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/shape.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {

@@ -12,14 +12,14 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "meshtensor/comm/compute_threads.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/host_access.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #ifdef MESHTENSOR_WITH_CUDA
 #include "meshtensor/kernels/gpu/elementwise.hpp"
 #endif

@@ -49,7 +49,7 @@ class Handle {
   cublasHandle_t handle_ = nullptr;
 };
 
-inline cublasHandle_t handle() { return cuda::per_thread_on_current_gpu<Handle>().get(); }
+inline cublasHandle_t handle() { return current_processor().state<Handle>().get(); }
 
 inline cublasOperation_t operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 

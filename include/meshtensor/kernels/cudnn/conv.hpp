@@ -67,7 +67,7 @@ class Context {
   cudnnHandle_t handle_ = nullptr;
 };
 
-inline Context& context() { return cuda::per_thread_on_current_gpu<Context>(); }
+inline Context& context() { return current_processor().state<Context>(); }
 
 // RAII cuDNN descriptors.
 struct TensorDescriptor {

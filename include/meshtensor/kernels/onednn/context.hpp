@@ -1,17 +1,19 @@
 #pragma once
-// What every oneDNN kernel of a processor shares: the engine and stream of the calling thread
-// (each threads-transport processor is a thread), its share of the cores, and the buffers of one
-// call, taken from the processor's pool so that they count in its memory and are reused.
+// What every oneDNN kernel of a processor shares: the engine and stream of the calling processor,
+// its share of the cores, its primitives per shape, and the buffers of one call, taken from the
+// processor's pool so that they count in its memory and are reused.
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "meshtensor/comm/compute_threads.hpp"
-#include "meshtensor/memory/array.hpp"
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor::kernels::onednn::detail {
 
@@ -24,14 +26,22 @@ struct Context {
 };
 
 inline Context& context() {
-  thread_local Context c;
-  // oneDNN runs on OpenMP: give this processor its share of the cores, not all of them.
-  thread_local int threads = 0;
-  if (threads != compute_threads()) {
-    threads = compute_threads();
-    omp_set_num_threads(threads);
-  }
-  return c;
+  Processor& processor = current_processor();
+  // oneDNN runs on OpenMP, whose thread count belongs to the calling thread: give the processor's
+  // kernels its share of the cores, not all of them.
+  if (omp_get_max_threads() != processor.compute_threads())
+    omp_set_num_threads(processor.compute_threads());
+  return processor.state<Context>();
+}
+
+// A processor's primitives of one kind (`Tag` tells the kinds apart), per shape: built at a
+// shape's first use, kept for the processor's life.
+template <class Primitive, class Tag = Primitive>
+std::map<std::vector<std::int64_t>, std::unique_ptr<Primitive>>& cache_of() {
+  struct Cache {
+    std::map<std::vector<std::int64_t>, std::unique_ptr<Primitive>> by_shape;
+  };
+  return current_processor().state<Cache>().by_shape;
 }
 
 // Whether to run `pd` on the formats asked for, or let oneDNN choose. Its reference kernels are a

@@ -36,11 +36,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/blocked/conv.hpp"
 #include "meshtensor/kernels/onednn/context.hpp"
 #include "meshtensor/kernels/onednn/pass.hpp"
 #include "meshtensor/kernels/onednn/weight_planes.hpp"
-#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn {
 namespace detail {
@@ -55,10 +55,9 @@ struct Primitives {
   }
 };
 
-// The primitives of the calling thread, per shape.
+// The primitives of the calling processor, per shape.
 inline std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>>& cache() {
-  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>> c;
-  return c;
+  return cache_of<Primitives>();
 }
 
 // Whether `g` is a transposed convolution (oneDNN's deconvolution). Dims a window leaves unused

@@ -46,7 +46,7 @@ inline bool has_padding(const PoolGeometry& g) {
 }
 
 inline PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
-  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<PoolPrimitives>> cache;
+  auto& cache = cache_of<PoolPrimitives>();
   std::vector<std::int64_t> key{is_max, g.batch, g.channels};
   for (int d = 0; d < 3; ++d)
     for (auto v : {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride}) key.push_back(v);

@@ -27,11 +27,12 @@ namespace meshtensor::kernels::onednn::detail {
 // Padding of the two inner spatial dims, before and after (as oneDNN counts it).
 using InnerPadding = std::array<std::array<std::int64_t, 2>, 2>;
 
-// The 2-D weight-gradient pass for `batch` rows of `g`'s inner dims, per thread and shape; a pass
-// with optimised == false where oneDNN has no direct 2-D kernel either.
+// The 2-D weight-gradient pass for `batch` rows of `g`'s inner dims, per processor and shape; a
+// pass with optimised == false where oneDNN has no direct 2-D kernel either.
 inline const Pass& plane_pass(const ConvGeometry& g, std::int64_t batch,
                               const InnerPadding& padding) {
-  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<Pass>> cache;
+  struct PlanePasses;  // tells these passes apart from the other kinds of Pass
+  auto& cache = cache_of<Pass, PlanePasses>();
   std::vector<std::int64_t> key{batch, g.c_in, g.c_out};
   for (int d = 1; d < 3; ++d)
     for (auto v : {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation,

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv_select.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::detail {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/strided.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::detail {

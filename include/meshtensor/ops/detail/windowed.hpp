@@ -11,9 +11,9 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/reference/conv.hpp"
-#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/halo.hpp"
 #include "meshtensor/ops/window.hpp"
 

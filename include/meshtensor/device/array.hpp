@@ -9,7 +9,7 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "meshtensor/memory/pool.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
 

@@ -1,0 +1,237 @@
+#pragma once
+// A processor's context: the device it computes on, its memory pool, its share of the cores, and
+// what the kernel backends keep per processor (a GPU's stream and library handles, oneDNN's engine
+// and primitives). The Mesh owns one per processor and makes it the current processor of the
+// thread that runs it: kernels, allocators and backends find their processor there, in one slot.
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/device/device.hpp"
+#include "meshtensor/memory/pool.hpp"
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/device/cuda_runtime.hpp"
+#endif
+
+namespace meshtensor {
+
+/// Threads per processor when `sharing` processors share this machine's cores, unless
+/// MESHTENSOR_THREADS_PER_PROCESSOR says otherwise.
+inline int threads_per_processor(int sharing) {
+  if (const char* forced = std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR")) {
+    const int n = std::atoi(forced);
+    if (n > 0) return n;
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, sharing));
+}
+
+/// Threads for a processor that is one process of a launcher's job: the node's cores divided among
+/// the ranks the launcher placed on it.
+inline int threads_per_process() {
+  int sharing = 1;
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* value = std::getenv(name)) {
+      sharing = std::max(1, std::atoi(value));
+      break;
+    }
+  return threads_per_processor(sharing);
+}
+
+namespace detail {
+// Each type kept as processor state gets a slot number, the same in every processor.
+inline std::size_t new_state_slot() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+template <class T>
+std::size_t state_slot() {
+  static const std::size_t slot = new_state_slot();
+  return slot;
+}
+
+// Where a device kind's blocks live.
+inline MemorySource memory_of(const Device& device) {
+  switch (device.kind) {
+    case DeviceKind::cuda:
+#if defined(MESHTENSOR_WITH_CUDA)
+      return cuda::managed_memory();
+#else
+      throw DeviceError("device " + device.to_string() +
+                        " needs the GPU backend, but this program was built without it; link "
+                        "meshtensor::cuda (found when CUDA, cuDNN and NCCL are installed)");
+#endif
+    case DeviceKind::plan:
+      return MemoryPool::address_space_only();
+    case DeviceKind::cpu:
+      break;
+  }
+  return MemoryPool::system_pages();
+}
+}  // namespace detail
+
+/**
+ * One processor's context. Made by the Mesh (or by LocalProcessor, outside any mesh); kernels
+ * reach it through current_processor().
+ *
+ * ```cpp
+ * Processor& p = current_processor();
+ * p.device().is_cuda();           // computes on a GPU
+ * p.state<MyHandles>();           // made on first use, destroyed with the processor
+ * ```
+ */
+class Processor {
+ public:
+  Processor(Device device, int compute_threads, const MemorySource& memory)
+      : device_(device),
+        compute_threads_(std::max(1, compute_threads)),
+        pool_(MemoryPool::create(memory)),
+        active_pool_(pool_) {}
+  Processor(Device device, int compute_threads)
+      : Processor(device, compute_threads, detail::memory_of(device)) {}
+  ~Processor() {
+    states_.clear();  // handles and caches first: some hold blocks of the pool
+    pool_->release();
+  }
+  Processor(const Processor&) = delete;
+  Processor& operator=(const Processor&) = delete;
+
+  const Device& device() const { return device_; }
+
+  /// Threads this processor's kernels may use.
+  int compute_threads() const { return compute_threads_; }
+  void set_compute_threads(int threads) { compute_threads_ = std::max(1, threads); }
+
+  /// The pool the processor allocates from now: its own, or a ScratchMemory's while one lives.
+  MemoryPool& pool() { return *active_pool_; }
+  /// Its own pool, whose statistics are the processor's memory.
+  MemoryPool& own_pool() { return *pool_; }
+
+  /// The processor's T, default-constructed on first use and destroyed with the processor.
+  template <class T>
+  T& state() {
+    const std::size_t slot = detail::state_slot<T>();
+    {
+      std::lock_guard<std::mutex> lock(states_mutex_);
+      if (slot < states_.size() && states_[slot]) return *static_cast<T*>(states_[slot].get());
+    }
+    // Made outside the lock: a T may itself use other state (a library handle, the stream).
+    auto made = std::make_shared<T>();
+    std::lock_guard<std::mutex> lock(states_mutex_);
+    if (states_.size() <= slot) states_.resize(slot + 1);
+    if (!states_[slot]) states_[slot] = std::move(made);
+    return *static_cast<T*>(states_[slot].get());
+  }
+
+ private:
+  friend class ScratchMemory;
+
+  Device device_;
+  int compute_threads_;
+  MemoryPool* pool_;
+  MemoryPool* active_pool_;
+  std::mutex states_mutex_;
+  std::vector<std::shared_ptr<void>> states_;
+};
+
+namespace detail {
+inline Processor*& current_processor_slot() {
+  thread_local Processor* processor = nullptr;
+  return processor;
+}
+// Threads outside any processor (the main thread before run(), kernel worker threads) share one,
+// never destroyed: blocks may outlive static destruction order.
+inline Processor& process_processor() {
+  static Processor* processor = new Processor(Device::cpu(), threads_per_process());
+  return *processor;
+}
+// Makes a processor's device the calling thread's (a GPU's: CUDA's current device).
+inline void enter_device([[maybe_unused]] const Device& device) {
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (device.is_cuda()) cuda::check(cudaSetDevice(device.gpu), "cudaSetDevice");
+#endif
+}
+}  // namespace detail
+
+/// The processor the calling thread computes for.
+inline Processor& current_processor() {
+  Processor* p = detail::current_processor_slot();
+  return p ? *p : detail::process_processor();
+}
+
+/// Makes `processor` the calling thread's current processor for the scope's lifetime.
+class ProcessorScope {
+ public:
+  explicit ProcessorScope(Processor& processor) : previous_(detail::current_processor_slot()) {
+    detail::enter_device(processor.device());
+    detail::current_processor_slot() = &processor;
+  }
+  ~ProcessorScope() { detail::current_processor_slot() = previous_; }
+  ProcessorScope(const ProcessorScope&) = delete;
+  ProcessorScope& operator=(const ProcessorScope&) = delete;
+
+ private:
+  Processor* previous_;
+};
+
+/// A processor of the calling thread's own, outside any mesh, for the object's lifetime (kernel
+/// tests, tools): computing on `device`, its blocks from `memory` (by default the device's).
+class LocalProcessor {
+ public:
+  explicit LocalProcessor(Device device = Device::cpu())
+      : processor_(device, threads_per_process()), scope_(processor_) {}
+  LocalProcessor(Device device, const MemorySource& memory)
+      : processor_(device, threads_per_process(), memory), scope_(processor_) {}
+  Processor& processor() { return processor_; }
+
+ private:
+  Processor processor_;
+  ProcessorScope scope_;
+};
+
+/// The calling processor's kernel threads.
+inline int compute_threads() { return current_processor().compute_threads(); }
+
+/// The calling processor's pool (for a kernel worker thread, the process's).
+inline MemoryPool& memory_pool() { return current_processor().pool(); }
+
+/// What the calling processor holds: its pool's statistics.
+inline MemoryStats memory_stats() { return current_processor().own_pool().stats(); }
+
+/// Memory for a short job beside the processor's work (timing kernel formats at a shape's first
+/// use): for its lifetime the processor allocates from a pool of its own, given back to the
+/// system when it ends. Were the job's buffers taken from the processor's pool, that pool would
+/// keep caching freed blocks up to the job's peak for the rest of the run (64^3 U-Net on one
+/// processor: 136 MiB held for 96 in use). The processor's peaks count the job while it lasts.
+class ScratchMemory {
+ public:
+  ScratchMemory()
+      : processor_(current_processor()),
+        previous_(processor_.active_pool_),
+        pool_(MemoryPool::create(previous_->source())) {
+    processor_.active_pool_ = pool_;
+  }
+  ~ScratchMemory() {
+    processor_.active_pool_ = previous_;
+    previous_->count_scratch(pool_->stats().peak_held);
+    pool_->release();
+  }
+  ScratchMemory(const ScratchMemory&) = delete;
+  ScratchMemory& operator=(const ScratchMemory&) = delete;
+
+ private:
+  Processor& processor_;
+  MemoryPool* previous_;
+  MemoryPool* pool_;
+};
+
+}  // namespace meshtensor
