@@ -91,8 +91,8 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       const HaloPlan plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto before = m.traffic();
-      const auto filled = plan.exchange(m, x.local(), -7.0);
-      wait_for_gpu();  // the host reads what GPU copies wrote (under nccl)
+      const auto filled = plan.exchange(m, x.array(), -7.0);
+      wait_for_device();  // the host reads what GPU copies wrote (under nccl)
       o.sent = m.traffic().bytes - before.bytes;
 
       // Inside the tensor: the global values; outside: the padding.
@@ -124,7 +124,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       for (std::size_t i = 0; i < y.size(); ++i)
         y.data()[i] = std::sin(1.0 + i + 7 * m.processor());
       const auto back = plan.exchange_add(m, y);
-      wait_for_gpu();
+      wait_for_device();
       double forward = 0, adjoint = 0;
       for (std::size_t i = 0; i < y.size(); ++i) {
         const double f = filled.data()[i] == -7.0 ? 0.0 : filled.data()[i];  // padding is constant
@@ -158,7 +158,7 @@ TEST_CASE("on a 2x2 mesh a 3-tap halo takes two messages per processor, corners 
     const HaloPlan plan(layout, m.coord(), needs);
     auto x = zeros<float>(m, "x:8, y:6", "x:rows; y:cols");
     const auto before = m.traffic();
-    plan.exchange(m, x.local(), 0.0f);
+    plan.exchange(m, x.array(), 0.0f);
     return std::pair(m.traffic().messages - before.messages, m.traffic().bytes - before.bytes);
   });
   // A 4x3 block reads 5x4 inside the tensor: 3 elements along x, then 5 along y with the corner.
@@ -177,8 +177,8 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
       Observed o;
       const HaloPlan plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
-      const auto pieces = plan.finish_halo(m, plan.begin_halo(m, x.local()));
-      wait_for_gpu();  // the host reads what GPU copies wrote (under nccl)
+      const auto pieces = plan.finish_halo(m, plan.begin_halo(m, x.array()));
+      wait_for_device();  // the host reads what GPU copies wrote (under nccl)
       // Each piece holds the global values of its box; with the own block they tile inside().
       const auto strides = kernels::row_major_strides(shape.sizes());
       std::int64_t covered = plan.own().num_elements();
@@ -205,10 +205,10 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
                      std::to_string(covered) + " of " +
                      std::to_string(plan.inside().num_elements()) + " elements";
       // <pieces, gradients> summed over processors equals <x, what the adjoint adds> summed.
-      Array<double> back = Array<double>::from_shape(x.local().shape());
-      back.fill(0.0);
+      Array<double> back = Array<double>::from_shape(x.array().shape());
+      on_host(back).fill(0.0);
       plan.finish_add_halo(m, plan.begin_add_halo(m, gradients), back);
-      wait_for_gpu();
+      wait_for_device();
       double adjoint = 0;
       for (std::size_t i = 0; i < back.size(); ++i) adjoint += x.local().data()[i] * back.data()[i];
       o.forward_dot = all_reduce_value(m.world(), forward, ReduceOp::sum);

@@ -103,14 +103,14 @@ TEST_CASE("a block may be freed on another thread, after its pool's owner is gon
   {
     LocalProcessor scope;
     survivor = Array<float>::from_shape({256, 256});
-    survivor.fill(1.0f);
+    on_host(survivor).fill(1.0f);
     MemoryPool& pool = memory_pool();
     std::thread other([block = Array<float>::from_shape({512, 512})]() mutable { block = {}; });
     other.join();
     CHECK(pool.stats().in_use >= 256 * 256 * sizeof(float));
     CHECK(pool.stats().in_use < 512 * 512 * sizeof(float));
   }
-  CHECK(survivor(255, 255) == 1.0f);  // still valid; its pool goes when it does
+  CHECK(on_host(survivor)(255, 255) == 1.0f);  // still valid; its pool goes when it does
 }
 
 TEST_CASE("each processor of the threads transport counts only its own blocks") {
@@ -207,8 +207,8 @@ TEST_CASE("a pool on a source of whole blocks reuses them whole and gives them b
 
     // Arrays on such a pool work as on any other, and may be freed on another thread.
     auto array = Array<float>::from_shape({300, 300});
-    array.fill(2.0f);
-    CHECK(array(299, 299) == 2.0f);
+    on_host(array).fill(2.0f);
+    CHECK(on_host(array)(299, 299) == 2.0f);
     std::thread other([block = std::move(array)]() mutable { block = {}; });
     other.join();
     CHECK(pool.stats().in_use == 0);
@@ -226,8 +226,8 @@ TEST_CASE("host pools keep working while a pool on another source is alive") {
   {
     LocalProcessor host;
     auto array = Array<double>::from_shape({1000});
-    array.fill(1.0);
-    CHECK(array(999) == 1.0);
+    on_host(array).fill(1.0);
+    CHECK(on_host(array)(999) == 1.0);
     CHECK(std::string(memory_pool().source().name) == "host memory");
   }
   MemoryPool::deallocate(outside);

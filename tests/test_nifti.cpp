@@ -35,7 +35,8 @@ xt::xarray<double> read_npy(const std::string& path, std::size_t rank = 3) {
   const npy::Header h = npy::read_header(path);
   Block whole;
   for (auto n : h.shape) whole.ranges.push_back({0, n});
-  const auto all = npy::read_block<double>(path, whole);
+  const auto block = npy::read_block<double>(path, whole);
+  const auto all = on_host(block);
   xt::xarray<double> out = xt::xarray<double>::from_shape(
       std::vector<std::size_t>(h.shape.begin(), h.shape.begin() + rank));
   std::copy(all.begin(), all.end(), out.begin());

@@ -52,8 +52,8 @@ inline void write_text_atomically(const std::string& path, const std::string& te
 template <class F>
 void on_first(mt::Mesh& mesh, F&& f) {
   std::string failure;
-  if (mesh.processor() == 0) failure = mt::detail::failure_of(f);
-  mt::detail::agree_on(mesh, failure);
+  if (mesh.processor() == 0) failure = mt::failure_of(f);
+  mt::agree_on(mesh, failure);
 }
 
 /// Creates `dir` (and its parents) if needed and checks that files can be written in it.
@@ -179,7 +179,7 @@ inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path&
                         "; the checkpoint was made with other model flags");
     auto loaded = mt::load_npy<float>(mesh, (where / entry["file"].get<std::string>()).string(),
                                       into.shape(), into.layout().layout());
-    into.local() = std::move(loaded.local());  // the loaded block itself: no copy by the host
+    into.set_block(loaded.release_local());  // the loaded block itself: no copy by the host
     return;
   }
   throw mt::IoError(where.string() + ": the checkpoint has no tensor " + name);
@@ -199,8 +199,8 @@ inline std::int64_t restore_checkpoint(mt::Mesh& mesh, const json& manifest, con
     for (std::size_t i = 0; i < moments.size(); i += 2, ++k) {
       restore_tensor(mesh, manifest, where, moments[i].name, moments[i].tensor);
       restore_tensor(mesh, manifest, where, moments[i + 1].name, moments[i + 1].tensor);
-      adam->first_moments()[k] = std::move(moments[i].tensor.local());
-      adam->second_moments()[k] = std::move(moments[i + 1].tensor.local());
+      adam->first_moments()[k] = moments[i].tensor.release_local();
+      adam->second_moments()[k] = moments[i + 1].tensor.release_local();
     }
     adam->set_steps(manifest["optimizer"].value("steps", std::int64_t(0)));
   }

@@ -85,27 +85,19 @@ struct Scan {
 /// One-hot classes of a label volume, checked: every value must be a class.
 inline mt::Tensor<float> one_hot(const mt::Tensor<float>& labels, const mt::Layout& layout,
                                  const std::string& path) {
-  mt::wait_for_gpu();  // the host reads the block next (on a GPU, it may still be computing)
-  const auto& local = labels.local();
   // A bad value may lie in one processor's block only: all of them throw.
-  mt::detail::agree_on(
-      labels.mesh(), mt::detail::failure_of([&] {
-        for (float v : local)
-          if (!(v == 0 || v == 1 || v == 2))
-            throw mt::IoError(path + ": holds the label value " + std::to_string(v) +
-                              "; labels must be 0 (background), 1 (organ) or 2 (tumour)");
-      }));
-  std::vector<mt::Dim> dims{mt::Dim("batch", 1)};
-  for (const auto& d : labels.shape()) dims.push_back(d);
-  dims.emplace_back("classes", num_classes);
+  mt::agree(labels.mesh(), [&] {
+    for (float v : labels.local())
+      if (!(v == 0 || v == 1 || v == 2))
+        throw mt::IoError(path + ": holds the label value " + std::to_string(v) +
+                          "; labels must be 0 (background), 1 (organ) or 2 (tumour)");
+  });
+  // [batch, x, y, z] against the class numbers [classes]: 1 where they agree.
   mt::Mesh& mesh = labels.mesh();
-  mt::TensorLayout one_hot_layout(mt::Shape(dims), mesh.shape(), layout);
-  const auto sizes = one_hot_layout.block(mesh.coord()).sizes();
-  mt::Array<float> out = mt::Array<float>::from_shape(mt::detail::to_xshape(sizes));
-  for (std::size_t i = 0; i < local.size(); ++i)
-    for (int c = 0; c < num_classes; ++c)
-      out.data()[i * num_classes + c] = float(local.data()[i] == c);
-  return mt::Tensor<float>(mesh, std::move(one_hot_layout), std::move(out));
+  const auto batched = mt::append_dim(labels, "batch", 0);
+  const auto classes = mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", num_classes)}, layout,
+                                           [](const mt::Index& i) { return float(i["classes"]); });
+  return mt::relayout(mt::equal(batched, classes), layout);
 }
 
 /// Reads `image` (and `label_file` unless empty) on `layout`, each processor its own block. The

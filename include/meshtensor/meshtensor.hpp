@@ -15,6 +15,7 @@
 #include "meshtensor/core/shape.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 
+#include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/communicator.hpp"
 #include "meshtensor/comm/mesh.hpp"

@@ -33,7 +33,7 @@ std::string gradcheck(const std::vector<Shape>& shapes, F&& f, double tolerance 
     autodiff::NoGrad no_grad(mesh);
     for (std::size_t k = 0; k < inputs.size() && failure.empty(); ++k) {
       auto grad = inputs[k].grad();
-      auto& data = inputs[k].local();
+      auto data = inputs[k].local();
       for (std::size_t i = 0; i < data.size(); ++i) {
         const double saved = data.data()[i];
         data.data()[i] = saved + step;

@@ -20,7 +20,12 @@ class Tape {
   void set_recording(bool on) { recording_ = on; }
   std::size_t size() const { return steps_.size(); }
 
-  void push(std::function<void()> step) { steps_.push_back(std::move(step)); }
+  /// Records a step; it may own move-only state (saved blocks), which it keeps until released.
+  template <class Step>
+  void push(Step step) {
+    auto owned = std::make_shared<Step>(std::move(step));
+    steps_.push_back([owned] { (*owned)(); });
+  }
 
   /// Runs the steps newest first and forgets them (and with them the tensors they kept alive).
   void replay_and_clear() {

@@ -7,17 +7,30 @@
 
 #include "meshtensor/comm/communicator.hpp"
 #include "meshtensor/comm/dtype.hpp"
+#include "meshtensor/device/array.hpp"
 
 namespace meshtensor {
 
+/// `count` elements at `data`, in `where` (the host's memory unless said).
 template <class T>
-void all_reduce(Communicator& comm, T* data, std::size_t count, ReduceOp op) {
-  comm.all_reduce(data, count, dtype_of<T>(), op);
+void all_reduce(Communicator& comm, T* data, std::size_t count, ReduceOp op,
+                MemorySpace where = MemorySpace::host) {
+  comm.all_reduce(data, count, dtype_of<T>(), op, where);
 }
 
-template <class T, class Allocator>
-void all_reduce(Communicator& comm, std::vector<T, Allocator>& data, ReduceOp op) {
+template <class T>
+void all_reduce(Communicator& comm, std::vector<T>& data, ReduceOp op) {
   all_reduce(comm, data.data(), data.size(), op);
+}
+
+/// A processor's block or buffer, where it lives.
+template <class T>
+void all_reduce(Communicator& comm, Array<T>& data, ReduceOp op) {
+  all_reduce(comm, data.data(), data.size(), op, data.space());
+}
+template <class T>
+void all_reduce(Communicator& comm, Buffer<T>& data, ReduceOp op) {
+  all_reduce(comm, data.data(), data.size(), op, data.space());
 }
 
 template <class T>

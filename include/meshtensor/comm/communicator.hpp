@@ -11,6 +11,7 @@
 #include "meshtensor/comm/dtype.hpp"
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/device/device.hpp"
+#include "meshtensor/memory/pool.hpp"
 
 namespace meshtensor {
 
@@ -34,15 +35,21 @@ class Communicator {
   /// one process of a launcher's job.
   virtual bool in_one_process() const { return false; }
 
+  // Buffers are in `where`: the host's memory (a value, a vector), or the processor's device's (a
+  // block, a message buffer: Array and Buffer say which). A transport that carries another kind
+  // stages them (nccl copies host buffers to its GPU and back).
+
   /// Nonblocking send of `bytes` bytes to rank `dest`; the buffer must live until wait().
-  Request isend(const void* data, std::size_t bytes, int dest, int tag) {
+  Request isend(const void* data, std::size_t bytes, int dest, int tag,
+                MemorySpace where = MemorySpace::host) {
     ++traffic_.messages;
     traffic_.bytes += bytes;
-    return post_send(data, bytes, dest, tag);
+    return post_send(data, bytes, dest, tag, where);
   }
   /// Nonblocking receive of exactly `bytes` bytes from rank `source`.
-  Request irecv(void* data, std::size_t bytes, int source, int tag) {
-    return post_receive(data, bytes, source, tag);
+  Request irecv(void* data, std::size_t bytes, int source, int tag,
+                MemorySpace where = MemorySpace::host) {
+    return post_receive(data, bytes, source, tag, where);
   }
 
   /// Starts the messages posted so far. Threads and MPI start each message when it is posted; a
@@ -50,40 +57,91 @@ class Communicator {
   /// here, or at the first wait. Ops call it once a step is posted, before computing meanwhile.
   virtual void start_posted() {}
 
-  /// What this rank has sent point-to-point on this communicator so far: lets tests and
-  /// benchmarks hold communication to what an op needs.
+  /// What this rank has sent so far on this communicator: point-to-point messages and their bytes,
+  /// and the collectives it joined with the bytes it contributed (all-reduce: the reduced data;
+  /// all-gather: its part; reduce-scatter: all it reduces; all-to-all: all it sends; broadcast:
+  /// the data, counted at every rank). Lets tests, benchmarks and plans hold communication to what
+  /// an op needs.
   struct Traffic {
     std::uint64_t messages = 0;
     std::uint64_t bytes = 0;
+    std::uint64_t collectives = 0;
+    std::uint64_t collective_bytes = 0;
   };
   Traffic traffic() const { return traffic_; }
 
   /// In place: every rank ends with the element-wise reduction of all ranks' `count` elements.
   /// Every rank gets bitwise the same result.
-  virtual void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                  MemorySpace where = MemorySpace::host) {
+    count_collective(count * dtype_size(type));
+    run_all_reduce(data, count, type, op, where);
+  }
   /// Rank r contributes `send_bytes` (== recv_bytes[r]); every rank receives all contributions
   /// concatenated in rank order.
-  virtual void all_gather(const void* send, std::size_t send_bytes, void* recv,
-                          const std::vector<std::size_t>& recv_bytes) = 0;
+  void all_gather(const void* send, std::size_t send_bytes, void* recv,
+                  const std::vector<std::size_t>& recv_bytes,
+                  MemorySpace where = MemorySpace::host) {
+    count_collective(send_bytes);
+    run_all_gather(send, send_bytes, recv, recv_bytes, where);
+  }
   /// Reduces `send` (the sum of counts elements) over all ranks; rank r keeps the counts[r]
   /// elements starting at the sum of counts[0..r).
-  virtual void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
-                              DType type, ReduceOp op) = 0;
+  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                      DType type, ReduceOp op, MemorySpace where = MemorySpace::host) {
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    count_collective(total * dtype_size(type));
+    run_reduce_scatter(send, recv, counts, type, op, where);
+  }
   /// Rank r sends send_bytes[q] bytes (consecutive in `send`) to each rank q, and receives
   /// recv_bytes[q] bytes from each rank q (consecutive in `recv`).
-  virtual void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                          const std::vector<std::size_t>& recv_bytes) = 0;
+  void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                  const std::vector<std::size_t>& recv_bytes,
+                  MemorySpace where = MemorySpace::host) {
+    std::size_t total = 0;
+    for (auto b : send_bytes) total += b;
+    count_collective(total);
+    run_all_to_all(send, send_bytes, recv, recv_bytes, where);
+  }
   /// Rank `root`'s `bytes` bytes reach every rank.
-  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
-  virtual void barrier() = 0;
+  void broadcast(void* data, std::size_t bytes, int root, MemorySpace where = MemorySpace::host) {
+    count_collective(bytes);
+    run_broadcast(data, bytes, root, where);
+  }
+  void barrier() {
+    count_collective(0);
+    run_barrier();
+  }
 
   /// Collective: ranks with the same `color` form a new group, ordered by `key` (then by rank).
   /// A negative color leaves this rank out; it gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+ protected:
+  // What each transport does; the calls above count and forward.
+  virtual Request post_send(const void* data, std::size_t bytes, int dest, int tag,
+                            MemorySpace where) = 0;
+  virtual Request post_receive(void* data, std::size_t bytes, int source, int tag,
+                               MemorySpace where) = 0;
+  virtual void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                              MemorySpace where) = 0;
+  virtual void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
+                              const std::vector<std::size_t>& recv_bytes, MemorySpace where) = 0;
+  virtual void run_reduce_scatter(const void* send, void* recv,
+                                  const std::vector<std::size_t>& counts, DType type, ReduceOp op,
+                                  MemorySpace where) = 0;
+  virtual void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes,
+                              void* recv, const std::vector<std::size_t>& recv_bytes,
+                              MemorySpace where) = 0;
+  virtual void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace where) = 0;
+  virtual void run_barrier() = 0;
+
  private:
-  virtual Request post_send(const void* data, std::size_t bytes, int dest, int tag) = 0;
-  virtual Request post_receive(void* data, std::size_t bytes, int source, int tag) = 0;
+  void count_collective(std::size_t bytes) {
+    ++traffic_.collectives;
+    traffic_.collective_bytes += bytes;
+  }
 
   Traffic traffic_;
 };

@@ -105,7 +105,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Large messages travel as consecutive pieces with one tag; MPI keeps their order.
-  Request post_send(const void* data, std::size_t bytes, int dest, int tag) override {
+  Request post_send(const void* data, std::size_t bytes, int dest, int tag, MemorySpace) override {
     std::vector<MPI_Request> requests;
     auto* p = static_cast<const char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
@@ -116,7 +116,7 @@ class MpiCommunicator final : public Communicator {
     return Request(std::make_unique<detail::MpiRequest>(std::move(requests)));
   }
 
-  Request post_receive(void* data, std::size_t bytes, int source, int tag) override {
+  Request post_receive(void* data, std::size_t bytes, int source, int tag, MemorySpace) override {
     std::vector<MPI_Request> requests;
     auto* p = static_cast<char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
@@ -128,7 +128,8 @@ class MpiCommunicator final : public Communicator {
   }
 
  public:
-  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
+  void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                      MemorySpace) override {
     const std::size_t element = dtype_size(type);
     auto* p = static_cast<char*>(data);
     for_each_chunk(count * element, [&](std::size_t offset, int n) {
@@ -138,8 +139,8 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  void all_gather(const void* send, std::size_t send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
     std::vector<int> counts, displacements;
     std::size_t offset = 0;
     for (auto bytes : recv_bytes) {
@@ -153,8 +154,8 @@ class MpiCommunicator final : public Communicator {
         "MPI_Allgatherv");
   }
 
-  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
-                      DType type, ReduceOp op) override {
+  void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                          DType type, ReduceOp op, MemorySpace) override {
     std::vector<int> int_counts;
     for (auto n : counts) int_counts.push_back(detail::as_int(n, "a reduce_scatter block"));
     detail::check(MPI_Reduce_scatter(send, recv, int_counts.data(), detail::mpi_type(type),
@@ -162,8 +163,8 @@ class MpiCommunicator final : public Communicator {
                   "MPI_Reduce_scatter");
   }
 
-  void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
     auto layout = [](const std::vector<std::size_t>& bytes, std::vector<int>& counts,
                      std::vector<int>& displacements) {
       std::size_t offset = 0;
@@ -181,14 +182,14 @@ class MpiCommunicator final : public Communicator {
                   "MPI_Alltoallv");
   }
 
-  void broadcast(void* data, std::size_t bytes, int root) override {
+  void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace) override {
     auto* p = static_cast<char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
       detail::check(MPI_Bcast(p + offset, n, MPI_BYTE, root, native()), "MPI_Bcast");
     });
   }
 
-  void barrier() override { detail::check(MPI_Barrier(native()), "MPI_Barrier"); }
+  void run_barrier() override { detail::check(MPI_Barrier(native()), "MPI_Barrier"); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part = MPI_COMM_NULL;

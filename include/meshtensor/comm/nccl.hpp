@@ -109,9 +109,10 @@ inline void settle(ncclComm_t comm, ncclResult_t result, const char* call) {
 /// it may outlive this object in flight.
 class DeviceView {
  public:
-  DeviceView(const void* data, std::size_t bytes, cudaStream_t stream, bool copy_in)
+  DeviceView(const void* data, std::size_t bytes, MemorySpace where, cudaStream_t stream,
+             bool copy_in)
       : host_(const_cast<void*>(data)), bytes_(bytes), stream_(stream) {
-    if (bytes == 0 || cuda::device_accessible(data)) {
+    if (bytes == 0 || where == MemorySpace::device) {
       device_ = const_cast<void*>(data);
       return;
     }
@@ -154,6 +155,7 @@ struct Batch {
     void* data = nullptr;
     std::size_t bytes = 0;
     int peer = 0;
+    MemorySpace where = MemorySpace::device;
     std::unique_ptr<DeviceView> view;  // made at launch
   };
   std::vector<Message> messages;
@@ -212,11 +214,12 @@ class NcclCommunicator final : public Communicator {
   int gpu() const { return device_; }
   Device device() const override { return Device::cuda(device_); }
 
-  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
+  void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                      MemorySpace where) override {
     launch_pending();
     if (count == 0) return;
     follow_compute();
-    detail::DeviceView view(data, count * dtype_size(type), stream_, /*copy_in=*/true);
+    detail::DeviceView view(data, count * dtype_size(type), where, stream_, /*copy_in=*/true);
     check(ncclAllReduce(view.get(), view.get(), count, detail::nccl_type(type), detail::nccl_op(op),
                         comm_, stream_),
           "ncclAllReduce");
@@ -224,14 +227,14 @@ class NcclCommunicator final : public Communicator {
     view.copy_out();
   }
 
-  void all_gather(const void* send, std::size_t send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace where) override {
     const auto offsets = offsets_of(recv_bytes, "all_gather", send_bytes);
     launch_pending();
     if (offsets.back() == 0) return;
     follow_compute();
-    detail::DeviceView in(send, send_bytes, stream_, true);
-    detail::DeviceView out(recv, offsets.back(), stream_, false);
+    detail::DeviceView in(send, send_bytes, where, stream_, true);
+    detail::DeviceView out(recv, offsets.back(), where, stream_, false);
     if (all_equal(recv_bytes)) {
       check(ncclAllGather(in.get(), out.get(), send_bytes, ncclUint8, comm_, stream_),
             "ncclAllGather");
@@ -253,8 +256,8 @@ class NcclCommunicator final : public Communicator {
     out.copy_out();
   }
 
-  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
-                      DType type, ReduceOp op) override {
+  void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                          DType type, ReduceOp op, MemorySpace where) override {
     const std::size_t element = dtype_size(type);
     std::vector<std::size_t> bytes;
     for (auto n : counts) bytes.push_back(n * element);
@@ -263,8 +266,8 @@ class NcclCommunicator final : public Communicator {
     if (offsets.back() == 0) return;
     follow_compute();
     if (all_equal(bytes)) {
-      detail::DeviceView in(send, offsets.back(), stream_, true);
-      detail::DeviceView out(recv, bytes[rank_], stream_, false);
+      detail::DeviceView in(send, offsets.back(), where, stream_, true);
+      detail::DeviceView out(recv, bytes[rank_], where, stream_, false);
       check(ncclReduceScatter(in.get(), out.get(), counts[rank_], detail::nccl_type(type),
                               detail::nccl_op(op), comm_, stream_),
             "ncclReduceScatter");
@@ -273,8 +276,8 @@ class NcclCommunicator final : public Communicator {
       return;
     }
     // Uneven blocks: NCCL's reduce-scatter takes one count; reduce everything, keep this block.
-    detail::DeviceView in(send, offsets.back(), stream_, true);
-    detail::DeviceView out(recv, bytes[rank_], stream_, false);
+    detail::DeviceView in(send, offsets.back(), where, stream_, true);
+    detail::DeviceView out(recv, bytes[rank_], where, stream_, false);
     void* whole = nullptr;
     cuda::check(cudaMallocAsync(&whole, offsets.back(), stream_), "cudaMallocAsync");
     check(ncclAllReduce(in.get(), whole, offsets.back() / element, detail::nccl_type(type),
@@ -286,15 +289,15 @@ class NcclCommunicator final : public Communicator {
     out.copy_out();
   }
 
-  void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace where) override {
     const auto send_offsets = offsets_of(send_bytes, "all_to_all (send)", send_bytes.at(rank_));
     const auto recv_offsets = offsets_of(recv_bytes, "all_to_all (receive)", send_bytes[rank_]);
     launch_pending();
     if (send_offsets.back() == 0 && recv_offsets.back() == 0) return;
     follow_compute();
-    detail::DeviceView in(send, send_offsets.back(), stream_, true);
-    detail::DeviceView out(recv, recv_offsets.back(), stream_, false);
+    detail::DeviceView in(send, send_offsets.back(), where, stream_, true);
+    detail::DeviceView out(recv, recv_offsets.back(), where, stream_, false);
     group([&] {
       for (int q = 0; q < size_; ++q) {
         if (q == rank_) continue;
@@ -313,14 +316,14 @@ class NcclCommunicator final : public Communicator {
     out.copy_out();
   }
 
-  void broadcast(void* data, std::size_t bytes, int root) override {
+  void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace where) override {
     if (root < 0 || root >= size_)
       throw CommError("nccl transport: broadcast from rank " + std::to_string(root) +
                       " in a group of " + std::to_string(size_));
     launch_pending();
     if (bytes == 0) return;
     follow_compute();
-    detail::DeviceView view(data, bytes, stream_, /*copy_in=*/rank_ == root);
+    detail::DeviceView view(data, bytes, where, stream_, /*copy_in=*/rank_ == root);
     check(ncclBroadcast(view.get(), view.get(), bytes, ncclUint8, root, comm_, stream_),
           "ncclBroadcast");
     synchronize("broadcast");
@@ -329,9 +332,9 @@ class NcclCommunicator final : public Communicator {
 
   void start_posted() override { launch_pending(); }
 
-  void barrier() override {
+  void run_barrier() override {
     std::int32_t token = 0;
-    all_reduce(&token, 1, DType::i32, ReduceOp::sum);
+    run_all_reduce(&token, 1, DType::i32, ReduceOp::sum, MemorySpace::host);
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -368,14 +371,16 @@ class NcclCommunicator final : public Communicator {
     std::shared_ptr<detail::Batch> batch_;
   };
 
-  meshtensor::Request post_send(const void* data, std::size_t bytes, int dest, int) override {
-    return post(true, const_cast<void*>(data), bytes, dest);
+  meshtensor::Request post_send(const void* data, std::size_t bytes, int dest, int,
+                                MemorySpace where) override {
+    return post(true, const_cast<void*>(data), bytes, dest, where);
   }
-  meshtensor::Request post_receive(void* data, std::size_t bytes, int source, int) override {
-    return post(false, data, bytes, source);
+  meshtensor::Request post_receive(void* data, std::size_t bytes, int source, int,
+                                   MemorySpace where) override {
+    return post(false, data, bytes, source, where);
   }
 
-  meshtensor::Request post(bool send, void* data, std::size_t bytes, int peer) {
+  meshtensor::Request post(bool send, void* data, std::size_t bytes, int peer, MemorySpace where) {
     if (peer < 0 || peer >= size_)
       throw CommError("nccl transport: message " + std::string(send ? "to" : "from") + " rank " +
                       std::to_string(peer) + " on rank " + std::to_string(rank_) + " of " +
@@ -386,6 +391,7 @@ class NcclCommunicator final : public Communicator {
     message.data = data;
     message.bytes = bytes;
     message.peer = peer;
+    message.where = where;
     pending_->messages.push_back(std::move(message));
     return meshtensor::Request(std::make_unique<Request>(*this, pending_));
   }
@@ -400,7 +406,7 @@ class NcclCommunicator final : public Communicator {
     try {
       follow_compute();
       for (auto& m : batch->messages)
-        m.view = std::make_unique<detail::DeviceView>(m.data, m.bytes, stream_, m.send);
+        m.view = std::make_unique<detail::DeviceView>(m.data, m.bytes, m.where, stream_, m.send);
       group([&] {
         for (auto& m : batch->messages) {
           if (m.bytes == 0) continue;

@@ -203,7 +203,7 @@ class ThreadsCommunicator final : public Communicator {
   bool in_one_process() const override { return true; }
 
  private:
-  Request post_send(const void* data, std::size_t bytes, int dest, int tag) override {
+  Request post_send(const void* data, std::size_t bytes, int dest, int tag, MemorySpace) override {
     check_rank(dest, "send to");
     std::vector<std::byte> message(bytes);
     if (bytes) std::memcpy(message.data(), data, bytes);
@@ -211,14 +211,15 @@ class ThreadsCommunicator final : public Communicator {
     return Request();  // buffered: complete at once
   }
 
-  Request post_receive(void* data, std::size_t bytes, int source, int tag) override {
+  Request post_receive(void* data, std::size_t bytes, int source, int tag, MemorySpace) override {
     check_rank(source, "receive from");
     return Request(std::make_unique<detail::ReceiveRequest>(
         *world_, group_->context, source, group_->members[source], rank_, tag, data, bytes));
   }
 
  public:
-  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override {
+  void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                      MemorySpace) override {
     meshtensor::detail::visit_dtype(type, [&](auto zero) {
       using T = decltype(zero);
       auto peers = publish(data);
@@ -235,8 +236,8 @@ class ThreadsCommunicator final : public Communicator {
     });
   }
 
-  void all_gather(const void* send, std::size_t send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
     check_counts(recv_bytes, "all_gather");
     check_equal(send_bytes, recv_bytes[rank_], "all_gather: this rank's contribution");
     auto peers = publish(send);
@@ -248,8 +249,8 @@ class ThreadsCommunicator final : public Communicator {
     world_->barrier(*group_);
   }
 
-  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
-                      DType type, ReduceOp op) override {
+  void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                          DType type, ReduceOp op, MemorySpace) override {
     check_counts(counts, "reduce_scatter");
     meshtensor::detail::visit_dtype(type, [&](auto zero) {
       using T = decltype(zero);
@@ -268,8 +269,8 @@ class ThreadsCommunicator final : public Communicator {
     });
   }
 
-  void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                  const std::vector<std::size_t>& recv_bytes) override {
+  void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                      const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
     check_counts(send_bytes, "all_to_all");
     check_counts(recv_bytes, "all_to_all");
     struct Offer {
@@ -290,14 +291,14 @@ class ThreadsCommunicator final : public Communicator {
     world_->barrier(*group_);
   }
 
-  void broadcast(void* data, std::size_t bytes, int root) override {
+  void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace) override {
     check_rank(root, "broadcast from");
     auto peers = publish(data);
     if (rank_ != root && bytes) std::memcpy(data, peers[root], bytes);
     world_->barrier(*group_);
   }
 
-  void barrier() override { world_->barrier(*group_); }
+  void run_barrier() override { world_->barrier(*group_); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     struct Choice {

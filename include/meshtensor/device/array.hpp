@@ -1,67 +1,174 @@
 #pragma once
-// Array<T>: the n-dimensional array a processor keeps its blocks in — an xtensor array whose
-// memory comes from the processor's pool (memory/pool.hpp).
+// Array<T> and Buffer<T>: the memory a processor keeps its blocks and buffers in, from its pool,
+// each knowing where it lives (the host's memory, a GPU's, or none for a plan). Kernels get their
+// addresses; the host reads or writes a block only through device/host_access.hpp, which waits for
+// the device first. Neither is copied implicitly: a copy is a kernel (kernels::copy_of).
 
+#include <algorithm>
 #include <cstddef>
-#include <type_traits>
+#include <functional>
+#include <initializer_list>
+#include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include <xtensor/xarray.hpp>
-
+#include "meshtensor/core/error.hpp"
 #include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
+namespace detail {
 
-/// A standard allocator over the calling processor's MemoryPool.
+// `n` elements of T from the calling processor's pool, freed when the block goes; its memory space
+// is the pool's. Uninitialised: every user overwrites it, and zeroing would fault in every page.
 template <class T>
-struct PoolAllocator {
-  using value_type = T;
-  using is_always_equal = std::true_type;  // any instance frees any block: blocks name their pool
-
-  PoolAllocator() noexcept = default;
-  template <class U>
-  PoolAllocator(const PoolAllocator<U>&) noexcept {}
-
-  T* allocate(std::size_t n) { return static_cast<T*>(memory_pool().allocate(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t) noexcept { MemoryPool::deallocate(p); }
-
-  // Default-initialisation, not value-initialisation: a buffer of n floats is not zeroed, since
-  // every user overwrites it (zeroing also faults in every page before the kernel does).
-  template <class U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
+class PoolBlock {
+ public:
+  PoolBlock() : space_(memory_pool().source().space) {}
+  explicit PoolBlock(std::size_t n) {
+    MemoryPool& pool = memory_pool();
+    space_ = pool.source().space;
+    if (n == 0) return;
+    data_ = static_cast<T*>(pool.allocate(n * sizeof(T)));
+    size_ = n;
   }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  PoolBlock(PoolBlock&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        space_(other.space_) {}
+  PoolBlock& operator=(PoolBlock&& other) noexcept {
+    if (this != &other) {
+      MemoryPool::deallocate(data_);
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      space_ = other.space_;
+    }
+    return *this;
   }
+  PoolBlock(const PoolBlock&) = delete;
+  PoolBlock& operator=(const PoolBlock&) = delete;
+  ~PoolBlock() { MemoryPool::deallocate(data_); }
 
-  template <class U>
-  bool operator==(const PoolAllocator<U>&) const noexcept {
-    return true;
-  }
-  template <class U>
-  bool operator!=(const PoolAllocator<U>&) const noexcept {
-    return false;
-  }
+  T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  MemorySpace space() const { return space_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  MemorySpace space_ = MemorySpace::host;
 };
 
-/// A processor's block or buffer: row-major, memory from its pool.
-template <class T>
-using Array = xt::xarray<T, xt::layout_type::row_major, PoolAllocator<T>>;
-
-/// An array without elements, for a variable filled later. (A default-constructed Array is a
-/// 0-d array of one element, allocated and zeroed by the host: on a processor that computes on a
-/// GPU that writes to the GPU's memory from the host.)
-template <class T>
-Array<T> empty_array() {
-  return Array<T>::from_shape({0});
+inline std::size_t product(const std::vector<std::size_t>& sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), std::size_t{1}, std::multiplies<>());
 }
 
-/// A flat buffer from the processor's pool (messages, kernel scratch); `Buffer<T>(n)` leaves its
-/// elements uninitialised, `Buffer<T>(n, value)` fills them.
+}  // namespace detail
+
+/**
+ * A processor's n-dimensional block: row-major over `shape()`, its memory from the processor's
+ * pool, in the processor's memory space. Move-only.
+ *
+ * ```cpp
+ * auto a = Array<float>::from_shape({4, 8});   // 32 uninitialised floats
+ * kernels::fill_values(a.data(), 32, 0.0f);    // where the processor computes
+ * on_host(a)(3, 7);                            // the host's view, after the device's work
+ * ```
+ */
 template <class T>
-using Buffer = std::vector<T, PoolAllocator<T>>;
+class Array {
+ public:
+  using value_type = T;
+  using shape_type = std::vector<std::size_t>;
+
+  /// No elements (shape {0}).
+  Array() : shape_{0} {}
+
+  /// Uninitialised elements of `shape` from the calling processor's pool (a 0-d shape holds one).
+  static Array from_shape(shape_type shape) {
+    Array a;
+    a.block_ = detail::PoolBlock<T>(detail::product(shape));
+    a.shape_ = std::move(shape);
+    return a;
+  }
+  static Array from_shape(std::initializer_list<std::size_t> shape) {
+    return from_shape(shape_type(shape));
+  }
+
+  Array(Array&&) noexcept = default;
+  Array& operator=(Array&&) noexcept = default;
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+
+  const shape_type& shape() const { return shape_; }
+  std::size_t dimension() const { return shape_.size(); }
+  std::size_t size() const { return block_.size(); }
+  /// Where the elements are, for kernels (in space(): not for the host when that is a device).
+  T* data() { return block_.data(); }
+  const T* data() const { return block_.data(); }
+  MemorySpace space() const { return block_.space(); }
+
+  /// The same elements under another shape of the same size.
+  void reshape(shape_type shape) {
+    if (detail::product(shape) != detail::product(shape_))
+      throw ShapeError("internal: an array of " + std::to_string(detail::product(shape_)) +
+                       " elements cannot take a shape of " +
+                       std::to_string(detail::product(shape)));
+    shape_ = std::move(shape);
+  }
+
+ private:
+  shape_type shape_;
+  detail::PoolBlock<T> block_;
+};
+
+/// An array without elements, for a variable filled later.
+template <class T>
+Array<T> empty_array() {
+  return Array<T>();
+}
+
+/**
+ * A flat buffer from the processor's pool, in its memory space (messages, kernel scratch).
+ * Element access and the filling constructors are the host's: for host memory (the CPU kernels'
+ * scratch), or a device buffer before any device work uses it (tests).
+ */
+template <class T>
+class Buffer {
+ public:
+  using value_type = T;
+
+  Buffer() = default;
+  /// `n` uninitialised elements.
+  explicit Buffer(std::size_t n) : block_(n) {}
+  /// `n` elements set to `value` by the host.
+  Buffer(std::size_t n, const T& value) : block_(n) { std::fill(begin(), end(), value); }
+  /// A copy of [first, last), written by the host.
+  template <class It, class = typename std::iterator_traits<It>::iterator_category>
+  Buffer(It first, It last) : block_(static_cast<std::size_t>(std::distance(first, last))) {
+    std::copy(first, last, begin());
+  }
+
+  /// Room for `n` elements; the old ones are not kept.
+  void resize(std::size_t n) {
+    if (n != size()) block_ = detail::PoolBlock<T>(n);
+  }
+
+  T* data() { return block_.data(); }
+  const T* data() const { return block_.data(); }
+  std::size_t size() const { return block_.size(); }
+  bool empty() const { return size() == 0; }
+  MemorySpace space() const { return block_.space(); }
+
+  T& operator[](std::size_t i) { return data()[i]; }
+  const T& operator[](std::size_t i) const { return data()[i]; }
+  T* begin() { return data(); }
+  T* end() { return data() + size(); }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size(); }
+
+ private:
+  detail::PoolBlock<T> block_;
+};
 
 }  // namespace meshtensor

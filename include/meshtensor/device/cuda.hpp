@@ -5,8 +5,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <initializer_list>
-
 #include "meshtensor/device/cuda_runtime.hpp"
 #include "meshtensor/device/processor.hpp"
 
@@ -40,16 +38,6 @@ inline cudaStream_t compute_stream() {
 inline void finish_queued_work() {
   if (!computes_on_gpu()) return;
   check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
-}
-
-/// Whether a GPU kernel may run here on `operands`: the calling thread's processor computes on a
-/// GPU and every operand is in device or managed memory. (The processor is asked first: on the
-/// CPU that is all a kernel call costs.)
-inline bool runs_here(std::initializer_list<const void*> operands) {
-  if (!computes_on_gpu()) return false;
-  for (const void* p : operands)
-    if (!device_accessible(p)) return false;
-  return true;
 }
 
 }  // namespace meshtensor::cuda

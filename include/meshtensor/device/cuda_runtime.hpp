@@ -74,25 +74,6 @@ inline int visible_gpus() {
   return count;
 }
 
-/// Where `data` lives as CUDA sees it: device, managed or (pinned) host memory; unregistered for
-/// ordinary host memory and null.
-inline cudaMemoryType memory_type(const void* data) {
-  if (!data) return cudaMemoryTypeUnregistered;
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    (void)cudaGetLastError();  // an unknown host pointer: not an error worth keeping
-    return cudaMemoryTypeUnregistered;
-  }
-  return attributes.type;
-}
-
-/// Whether a GPU can use `data` in place: device or managed memory (host memory, pageable or
-/// pinned, needs a copy).
-inline bool device_accessible(const void* data) {
-  const cudaMemoryType type = memory_type(data);
-  return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
-}
-
 /// What identifies a GPU across the processes of a host, and names it in messages.
 struct GpuIdentity {
   int ordinal = -1;         // in this process's numbering (after CUDA_VISIBLE_DEVICES)
@@ -138,6 +119,7 @@ inline MemorySource managed_memory() {
   source.unmap = &detail::unmap_managed;
   source.in_parts = false;  // cudaFree takes whole allocations only
   source.name = "GPU managed memory";
+  source.space = MemorySpace::device;
   return source;
 }
 

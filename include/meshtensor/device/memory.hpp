@@ -13,10 +13,10 @@
 
 namespace meshtensor::cuda {
 
-/// Queues, on `stream`, the move of `bytes` bytes of managed memory at `data` to the current GPU;
-/// does nothing for other memory.
+/// Queues, on `stream`, the move of `bytes` bytes at `data` (a block or buffer of the processor:
+/// managed memory) to the current GPU.
 inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t stream) {
-  if (bytes == 0 || memory_type(data) != cudaMemoryTypeManaged) return;
+  if (bytes == 0) return;
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
 #if CUDART_VERSION >= 13000
@@ -29,20 +29,23 @@ inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t st
 #endif
 }
 
-/// Copies `bytes` from `from` to `to`, one of them host memory, by the copy engine of the calling
-/// thread's GPU, in the order of its compute stream: the host reads or writes the values without
-/// touching the GPU's pages (which would move each page it touches to the host, and the next
-/// kernel moves it back). Into host memory, it waits for the copy, which the host reads next. Out
-/// of pageable host memory it does not: such a copy has read its source when cudaMemcpyAsync
-/// returns (CUDA documents), and the GPU's later work on the values follows in stream order. (A
-/// copy out of pinned memory reads it later, so the caller's buffer must wait for it.)
-inline void copy_through_gpu(void* to, const void* from, std::size_t bytes) {
+/// Copies `bytes` from the GPU's memory at `from` into the host's at `to` by the copy engine of
+/// the calling processor's GPU, after the work queued before on its compute stream, and waits for
+/// it: the host reads the values next, without touching the GPU's pages (which would move each page
+/// it touches to the host, and the next kernel would move it back).
+inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = compute_stream();
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  const bool from_pinned = memory_type(from) == cudaMemoryTypeHost;
-  if (!device_accessible(to) || from_pinned)
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+/// Copies `bytes` from the host's pageable memory at `from` into the GPU's at `to`, in the order
+/// of the processor's compute stream. It does not wait: such a copy has read its source when
+/// cudaMemcpyAsync returns (CUDA documents), and the GPU's later work follows in stream order.
+inline void copy_from_host(void* to, const void* from, std::size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, compute_stream()), "cudaMemcpyAsync");
 }
 
 /// Device memory for the length of one call (a kernel's tables and partial sums, a library's

@@ -125,15 +125,15 @@ inline std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
-/// The whole array; the file must hold exactly the data its header promises.
+/// The whole array, in the host's memory; the file must hold exactly the data its header promises.
 template <class T>
-Array<T> read(const std::string& path) {
+xt::xarray<T> read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
   const Header h = read_header(in, path);
   check_type<T>(h, path);
   std::vector<std::size_t> shape(h.shape.begin(), h.shape.end());
-  Array<T> out = Array<T>::from_shape(shape);
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
   const std::size_t bytes = out.size() * sizeof(T);
   if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
     throw IoError(path + ": truncated; the header promises " + std::to_string(bytes) +
@@ -144,7 +144,8 @@ Array<T> read(const std::string& path) {
   return out;
 }
 
-/// One block of the array (global index ranges per axis), read row by row without loading the rest.
+/// One block of the array (global index ranges per axis), read row by row without loading the rest,
+/// into the calling processor's memory.
 template <class T>
 Array<T> read_block(const std::string& path, const Block& block) {
   std::ifstream in(path, std::ios::binary);
@@ -170,7 +171,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
   Array<T> out = Array<T>::from_shape(sizes);
   if (out.size() == 0) return out;
   std::vector<T> staging;  // the host reads the file: see writable_on_host
-  T* into = kernels::writable_on_host(out.data(), std::int64_t(out.size()), staging);
+  T* into = kernels::writable_on_host(out, staging);
   // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.
   const std::size_t rank = h.shape.size();
   std::vector<std::int64_t> strides(rank, 1);
@@ -188,7 +189,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
                  static_cast<std::streamsize>(row * sizeof(T))))
       throw IoError(path + ": read failed inside the data");
   }
-  kernels::written_on_host(staging, out.data());
+  kernels::written_on_host(staging, out);
   return out;
 }
 

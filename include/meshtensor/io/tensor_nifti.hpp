@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/nifti_file.hpp"
 #include "meshtensor/io/orientation.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
@@ -46,7 +46,7 @@ struct NiftiVolume {
  */
 inline NiftiVolume open_nifti(Mesh& mesh, const std::string& path, bool canonical = true) {
   NiftiVolume v;
-  detail::agree_on(mesh, detail::failure_of([&] { v.file = nifti::open(path); }));
+  agree_on(mesh, failure_of([&] { v.file = nifti::open(path); }));
   if (canonical) v.orientation = Orientation::closest_canonical(v.file.affine);
   v.size = v.orientation.canonical_size(v.file.size);
   v.affine = v.orientation.canonical_affine(v.file.affine, v.file.size);
@@ -111,16 +111,16 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
   const auto b = detail::box_in_block(v, block, kernels::row_major_strides(block.sizes()),
                                       detail::whole(v.size));
   std::vector<T> staging;  // the host reads the file: see writable_on_host
-  T* into = kernels::writable_on_host(local.data(), std::int64_t(local.size()), staging);
-  detail::agree_on(
-      mesh, detail::failure_of([&] {
+  T* into = kernels::writable_on_host(local, staging);
+  agree_on(
+      mesh, failure_of([&] {
         nifti::read_box<T>(v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
           T* out =
               into + b.first + (j - b.box[1].begin) * b.step[1] + (k - b.box[2].begin) * b.step[2];
           for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i * b.step[0]] = values[i];
         });
       }));
-  kernels::written_on_host(staging, local.data());
+  kernels::written_on_host(staging, local);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
@@ -147,12 +147,12 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
 
   std::unique_ptr<nifti::Writer> writer;
   if (mesh.processor() == 0)
-    detail::agree_on(mesh, detail::failure_of([&] {
-                       writer = std::make_unique<nifti::Writer>(
-                           like.file, path, nifti::datatype_of<T>(), volumes, description);
-                     }));
+    agree_on(mesh, failure_of([&] {
+               writer = std::make_unique<nifti::Writer>(like.file, path, nifti::datatype_of<T>(),
+                                                        volumes, description);
+             }));
   else
-    detail::agree_on(mesh, {});
+    agree_on(mesh, {});
 
   // Each block is sent once, by its first replica: coordinate 0 on mesh axes that split no dim.
   const TensorLayout& layout = t.layout();
@@ -175,8 +175,7 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
   Communicator& world = mesh.world();
   std::string failure;
   std::vector<T> slab, piece, staging;  // the host packs the block: see readable_on_host
-  const T* block_data = kernels::readable_on_host(
-      t.local().data(), static_cast<std::int64_t>(t.local().size()), staging);
+  const T* block_data = kernels::readable_on_host(t.array(), staging);
   for (std::int64_t volume = 0; volume < volumes; ++volume)
     for (std::int64_t k0 = 0; k0 < like.file.size[2]; k0 += planes_per_slab) {
       const Range k_slab{k0, std::min(like.file.size[2], k0 + planes_per_slab)};
@@ -232,13 +231,12 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
       }
       // After a failure processor 0 still takes every piece, so no sender waits forever.
       if (failure.empty())
-        failure = detail::failure_of(
-            [&] { writer->write(slab.data(), std::int64_t(slab.size() * sizeof(T))); });
+        failure =
+            failure_of([&] { writer->write(slab.data(), std::int64_t(slab.size() * sizeof(T))); });
     }
-  if (mesh.processor() == 0 && failure.empty())
-    failure = detail::failure_of([&] { writer->commit(); });
+  if (mesh.processor() == 0 && failure.empty()) failure = failure_of([&] { writer->commit(); });
   writer.reset();
-  detail::agree_on(mesh, failure);
+  agree_on(mesh, failure);
 }
 
 }  // namespace meshtensor

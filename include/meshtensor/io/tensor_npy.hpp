@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/io/detail/agree.hpp"
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -64,7 +64,7 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
       }
     }
   }
-  detail::agree_on(mesh, failure);
+  agree_on(mesh, failure);
 
   // Each block is written by one replica: the processor at coordinate 0 on the unused mesh axes.
   bool writer = true;
@@ -85,8 +85,7 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
       const std::int64_t row = rank ? block.ranges[rank - 1].size() : 1;
       const std::int64_t rows = block.num_elements() / row;
       std::vector<T> staging;  // the host writes the file: see readable_on_host
-      const T* data = kernels::readable_on_host(tensor.local().data(),
-                                                std::int64_t(tensor.local().size()), staging);
+      const T* data = kernels::readable_on_host(tensor.array(), staging);
       for (std::int64_t r = 0; r < rows && failure.empty(); ++r) {
         std::int64_t offset = rank ? block.ranges[rank - 1].begin : 0, rest = r;
         for (std::size_t d = rank ? rank - 1 : 0; d-- > 0;) {
@@ -103,13 +102,13 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
       if (::close(fd) != 0 && failure.empty()) failure = path + ": closing the partial file failed";
     }
   }
-  detail::agree_on(mesh, failure);
+  agree_on(mesh, failure);
   failure.clear();
   if (mesh.processor() == 0 && std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());
     failure = path + ": cannot rename the finished file into place";
   }
-  detail::agree_on(mesh, failure);
+  agree_on(mesh, failure);
 }
 
 }  // namespace meshtensor

@@ -75,49 +75,72 @@ void fill_values(T* to, std::int64_t n, T value) {
   std::fill(to, to + n, value);
 }
 
-/// Whether `p` is in the memory of the GPU the processor computes on (none without the backend).
-inline bool in_gpu_memory([[maybe_unused]] const void* p) {
-#if defined(MESHTENSOR_WITH_CUDA)
-  return cuda::computes_on_gpu() && cuda::device_accessible(p);
-#else
-  return false;
-#endif
-}
+// Values the host computes with or stores (a normalisation's parameters and statistics, a loss,
+// generated data, files) cross between the host's memory and the processor's in one transfer:
+// by the GPU's copy engine where the processor's memory is a GPU's, not by the host touching the
+// GPU's pages; not at all for a plan's blocks, which have no values (the host sees zeros).
 
-/// to[i] = from[i] for i < n where one side is the host's own memory (values the host computes
-/// with: a normalisation's parameters, its statistics, a loss, generated data): through the GPU's
-/// copy engine, in one transfer, when the other side is in the GPU's memory.
+/// to[i] = from[i] for i < n: `from` in the processor's memory (in `space`), `to` the host's.
 template <class T>
-void transfer_values(const T* from, std::int64_t n, T* to) {
+void copy_to_host(const T* from, MemorySpace space, std::int64_t n, T* to) {
+  if (n <= 0) return;
+  if (space == MemorySpace::none) return std::fill(to, to + n, T(0));
 #if defined(MESHTENSOR_WITH_CUDA)
-  if (n > 0 && (in_gpu_memory(from) || in_gpu_memory(to)))
-    return cuda::copy_through_gpu(to, from, std::size_t(n) * sizeof(T));
+  if (space == MemorySpace::device) return cuda::copy_to_host(to, from, std::size_t(n) * sizeof(T));
 #endif
   std::copy(from, from + n, to);
 }
 
-/// What the host reads of n values at `p`: `p` itself, or where `p` is in the GPU's memory a copy
+/// to[i] = from[i] for i < n: `from` in the host's memory, `to` the processor's (in `space`).
+template <class T>
+void copy_from_host(const T* from, std::int64_t n, T* to, MemorySpace space) {
+  if (n <= 0 || space == MemorySpace::none) return;
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (space == MemorySpace::device)
+    return cuda::copy_from_host(to, from, std::size_t(n) * sizeof(T));
+#endif
+  std::copy(from, from + n, to);
+}
+
+/// The values of `a`, in the host's memory.
+template <class T>
+std::vector<T> to_host_vector(const Array<T>& a) {
+  std::vector<T> values(a.size());
+  copy_to_host(a.data(), a.space(), std::int64_t(a.size()), values.data());
+  return values;
+}
+
+/// An array of `shape` in the processor's memory holding `values` (one per element).
+template <class T>
+Array<T> array_from_host(const std::vector<T>& values, typename Array<T>::shape_type shape) {
+  Array<T> out = Array<T>::from_shape(std::move(shape));
+  copy_from_host(values.data(), std::int64_t(out.size()), out.data(), out.space());
+  return out;
+}
+
+/// What the host reads of `a`'s values: `a`'s memory itself where it is the host's, else a copy
 /// in `staging`, carried over in one transfer (files written from a block, say).
 template <class T>
-const T* readable_on_host(const T* p, std::int64_t n, std::vector<T>& staging) {
-  if (!in_gpu_memory(p)) return p;
-  staging.resize(static_cast<std::size_t>(n));
-  transfer_values(p, n, staging.data());
+const T* readable_on_host(const Array<T>& a, std::vector<T>& staging) {
+  if (a.space() == MemorySpace::host) return a.data();
+  staging.resize(a.size());
+  copy_to_host(a.data(), a.space(), std::int64_t(a.size()), staging.data());
   return staging.data();
 }
 
-/// Where the host writes n values meant for `p` (generated data, a block read from a file): `p`
-/// itself, or where `p` is in the GPU's memory `staging`, which written_on_host() then sends over
-/// in one transfer.
+/// Where the host writes the values meant for `a` (generated data, a block read from a file):
+/// `a`'s memory itself where it is the host's, else `staging`, which written_on_host() then sends
+/// over in one transfer.
 template <class T>
-T* writable_on_host(T* p, std::int64_t n, std::vector<T>& staging) {
-  if (!in_gpu_memory(p)) return p;
-  staging.resize(static_cast<std::size_t>(n));
+T* writable_on_host(Array<T>& a, std::vector<T>& staging) {
+  if (a.space() == MemorySpace::host) return a.data();
+  staging.resize(a.size());
   return staging.data();
 }
 template <class T>
-void written_on_host(const std::vector<T>& staging, T* p) {
-  transfer_values(staging.data(), static_cast<std::int64_t>(staging.size()), p);
+void written_on_host(const std::vector<T>& staging, Array<T>& a) {
+  if (a.space() != MemorySpace::host)
+    copy_from_host(staging.data(), std::int64_t(a.size()), a.data(), a.space());
 }
 
 /// An array of `a`'s shape filled with zeros, where the processor's memory is (on a GPU, zeroed

@@ -46,13 +46,13 @@ constexpr std::uint64_t cpu_format = 0, reference_format = 1;
 // Workspaces come from the processor's pool: host memory, or the GPU's, whose page the host would
 // pull over to write or read the tag itself; the copy engine carries it instead.
 inline void write_tag(void* workspace, std::uint64_t tag) {
-  transfer_values(reinterpret_cast<const unsigned char*>(&tag), sizeof tag,
-                  static_cast<unsigned char*>(workspace));
+  copy_from_host(reinterpret_cast<const unsigned char*>(&tag), sizeof tag,
+                 static_cast<unsigned char*>(workspace), memory_pool().source().space);
 }
 inline std::uint64_t read_tag(const void* workspace) {
   std::uint64_t tag = 0;
-  transfer_values(static_cast<const unsigned char*>(workspace), sizeof tag,
-                  reinterpret_cast<unsigned char*>(&tag));
+  copy_to_host(static_cast<const unsigned char*>(workspace), memory_pool().source().space,
+               sizeof tag, reinterpret_cast<unsigned char*>(&tag));
   return tag;
 }
 }  // namespace detail

@@ -37,14 +37,20 @@
 
 namespace meshtensor {
 
+/// Where memory is: the host's, a device's (a GPU's: the host reaches it only after the device's
+/// queued work, and slowly), or nowhere (a plan's blocks: an address and a size, never touched).
+enum class MemorySpace { host, device, none };
+
 /// Where a pool's memory comes from: `map` a block (nullptr when there is none), `unmap` it.
 /// `in_parts`: unmap takes any part of mapped memory and its blocks are host memory (the system's
-/// pages), so the pool may split, merge and grow blocks and write a header into each.
+/// pages), so the pool may split, merge and grow blocks and write a header into each. `space`:
+/// where its blocks are, which every block keeps.
 struct MemorySource {
   void* (*map)(std::size_t bytes) = nullptr;
   void (*unmap)(void* base, std::size_t bytes) = nullptr;
   bool in_parts = false;
   const char* name = "";
+  MemorySpace space = MemorySpace::host;
 };
 
 class MemoryPool;
@@ -94,6 +100,7 @@ class MemoryPool {
     source.unmap = &unmap;
     source.in_parts = false;
     source.name = "address space (a plan)";
+    source.space = MemorySpace::none;
     return source;
   }
 

@@ -147,12 +147,9 @@ class Norm {
   // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
   // writes the few values through the GPU's copy engine where the processor computes there.
   Tensor<T> inverse_std() const {
-    const auto n = static_cast<std::int64_t>(running_var_.local().size());
-    std::vector<T> values(static_cast<std::size_t>(n));
-    kernels::transfer_values(running_var_.local().data(), n, values.data());
+    std::vector<T> values = kernels::to_host_vector(running_var_.array());
     for (T& v : values) v = T(1.0 / std::sqrt(double(v) + epsilon_));
-    Array<T> inverse = Array<T>::from_shape(running_var_.local().shape());
-    kernels::transfer_values(values.data(), n, inverse.data());
+    Array<T> inverse = kernels::array_from_host(values, running_var_.array().shape());
     return Tensor<T>(running_var_.mesh(), running_var_.layout(), std::move(inverse));
   }
 
@@ -169,8 +166,8 @@ class Norm {
     // on a GPU the statistics stay in its memory.
     auto update = [&](Tensor<T>& running, const Tensor<T>& batch, T weight) {
       const auto next = running * (T(1) - m) + relayout(batch, running.layout().layout()) * weight;
-      kernels::copy_values(next.local().data(), std::int64_t(next.local().size()),
-                           running.local().data());
+      kernels::copy_values(next.array().data(), std::int64_t(next.array().size()),
+                           running.array().data());
     };
     update(running_mean_, moments.mean, m);
     update(running_var_, moments.variance, m * unbias);

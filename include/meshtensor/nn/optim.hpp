@@ -25,7 +25,7 @@ class Sgd {
       double weight_decay = 0.0)
       : params_(std::move(parameters)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
     velocity_.reserve(params_.size());  // no copies of the blocks when the vector grows
-    for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.local()));
+    for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.array()));
   }
 
   void step() {
@@ -33,10 +33,10 @@ class Sgd {
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
-      T* p = params_[k].local().data();
+      T* p = params_[k].array().data();
       T* v = velocity_[k].data();
-      const T* d = g.local().data();
-      const auto n = static_cast<std::int64_t>(params_[k].local().size());
+      const T* d = g.array().data();
+      const auto n = static_cast<std::int64_t>(params_[k].array().size());
       if (kernels::sgd_on_gpu(h, p, v, d, n)) continue;
       for (std::int64_t i = 0; i < n; ++i) kernels::shared::sgd_update(h, p[i], v[i], d[i]);
     }
@@ -73,8 +73,8 @@ class Adam {
     first_.reserve(params_.size());  // no copies of the blocks when the vectors grow
     second_.reserve(params_.size());
     for (const auto& p : params_) {
-      first_.push_back(kernels::zeros_like(p.local()));
-      second_.push_back(kernels::zeros_like(p.local()));
+      first_.push_back(kernels::zeros_like(p.array()));
+      second_.push_back(kernels::zeros_like(p.array()));
     }
   }
 
@@ -91,11 +91,11 @@ class Adam {
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
-      T* p = params_[k].local().data();
+      T* p = params_[k].array().data();
       T* m = first_[k].data();
       T* v = second_[k].data();
-      const T* d = g.local().data();
-      const auto n = static_cast<std::int64_t>(params_[k].local().size());
+      const T* d = g.array().data();
+      const auto n = static_cast<std::int64_t>(params_[k].array().size());
       if (kernels::adam_on_gpu(h, p, m, v, d, n)) continue;
       for (std::int64_t i = 0; i < n; ++i) kernels::shared::adam_update(h, p[i], m[i], v[i], d[i]);
     }

@@ -33,14 +33,15 @@ Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
   TensorLayout layout(Shape(kept), whole.mesh().shape(), whole.layout().layout());
   Array<Out> out =
       Array<Out>::from_shape(detail::to_xshape(layout.block(whole.mesh().coord()).sizes()));
-  const T* in = whole.local().data();
-  kernels::wait_for_gpu();  // a CPU loop, over a block the GPU may still be computing
+  const auto input = whole.local();  // a CPU loop: the host's view, after the device's work
+  auto output = on_host(out);
+  const T* in = input.data();
   for (std::int64_t a = 0; a < outer; ++a)
     for (std::int64_t b = 0; b < inner; ++b) {
       std::int64_t best = 0;
       for (std::int64_t k = 1; k < n; ++k)
         if (in[(a * n + k) * inner + b] > in[(a * n + best) * inner + b]) best = k;
-      out.data()[a * inner + b] = static_cast<Out>(best);
+      output.data()[a * inner + b] = static_cast<Out>(best);
     }
   return Tensor<Out>(whole.mesh(), std::move(layout), std::move(out));
 }

@@ -47,7 +47,7 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
   const std::array<kernels::Strides, 2> strides{
       detail::strides_over(aligned.shape(), aligned.block().sizes(), target.shape().names()),
       kernels::row_major_strides(sizes)};
-  const T* in = aligned.local().data();
+  const T* in = aligned.array().data();
   T* o = out.data();
   if (!kernels::copy_box_on_gpu(sizes, in, strides[0], o, strides[1]))
     kernels::parallel_for_each_run<2>(sizes, strides, compute_threads(),

@@ -47,7 +47,7 @@ inline AxisSet axes_splitting(const TensorLayout& layout, const std::vector<std:
 
 template <class T>
 void complete_partial_sums(Mesh& mesh, AxisSet axes, Array<T>& data) {
-  if (axes) all_reduce(mesh.group(axes), data.data(), data.size(), ReduceOp::sum);
+  if (axes) all_reduce(mesh.group(axes), data, ReduceOp::sum);
 }
 
 // Where the rows of a box split along its first kernel dim lie: the own block's rows
@@ -160,7 +160,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   for (const auto& k : kernel_names) w_order.push_back(w_shape.position(k));
   w_order.push_back(w_shape.position(channels));
   w_order.push_back(w_shape.position(out_channels.name));
-  Array<T> w_kernel = to_kernel_order(w.local(), w_order);
+  Array<T> w_kernel = to_kernel_order(w.array(), w_order);
 
   kernels::ConvGeometry geometry;
   geometry.batch = plan.pass_size;
@@ -190,8 +190,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   std::vector<std::size_t> box_sizes;
   if (by_rows) {
     const RowsOfBox rows_of(plan, first_spatial);
-    auto pending = plan.halo.begin_halo(mesh, x.local());
-    BoxRows<T> rows = rows_of.own(geometry, x.local().data());
+    auto pending = plan.halo.begin_halo(mesh, x.array());
+    BoxRows<T> rows = rows_of.own(geometry, x.array().data());
     const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
     conv_rows(geometry, rows, w_kernel.data(), out.data(), lo, hi);
     auto halo = plan.halo.finish_halo(mesh, std::move(pending));
@@ -202,11 +202,11 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   } else {
     Array<T> box = empty_array<T>();
     if (!in_place)
-      box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.local())
-                                              : plan.halo.exchange(mesh, x.local(), T(0)),
+      box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.array())
+                                              : plan.halo.exchange(mesh, x.array(), T(0)),
                             plan.to_kernel_order);
-    const T* box_data = in_place ? x.local().data() : box.data();
-    const auto& box_shape = in_place ? x.local().shape() : box.shape();
+    const T* box_data = in_place ? x.array().data() : box.data();
+    const auto& box_shape = in_place ? x.array().shape() : box.shape();
     box_sizes.assign(box_shape.begin(), box_shape.end());
     if (!plan.empty())
       kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
@@ -236,7 +236,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
        aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
         Mesh& mesh = g.mesh();
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
-        const KernelOrderView<T> g_kernel(g_aligned.local(), plan.to_kernel_order);
+        const KernelOrderView<T> g_kernel(g_aligned.array(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
         // The weight's gradient accumulates in double, in the processor's memory (the GPU's,
         // where it computes there), and is rounded to T there.
@@ -248,7 +248,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         auto weight_gradient_from = [&](const Buffer<double>& acc) {
           Array<T> dw = Array<T>::from_shape(w_kernel.shape());
           if (!kernels::narrow_on_gpu(acc.data(), dw.data(), std::int64_t(acc.size()), 1.0))
-            std::copy(acc.begin(), acc.end(), dw.begin());
+            std::copy(acc.begin(), acc.end(), dw.data());
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
           grads[1] = relayout_to(
               Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),

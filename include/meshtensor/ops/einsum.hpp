@@ -126,7 +126,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   // Contract left to right; each step keeps the dims the output or a later operand still needs.
   std::vector<detail::NamedBlock<T>> blocks;
   for (const auto& t : aligned)
-    blocks.push_back({t.shape().names(), t.block().sizes(), t.local().data(), empty_array<T>()});
+    blocks.push_back({t.shape().names(), t.block().sizes(), t.array().data(), empty_array<T>()});
   detail::NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, empty_array<T>()};
   Buffer<Acc> result;
   const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);

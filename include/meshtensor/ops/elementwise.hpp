@@ -38,8 +38,8 @@ kernels::Binary<T, code> binary_op() {
 
 template <class T, class F>
 Tensor<T> map_values(const Tensor<T>& t, F&& f) {
-  Array<T> out = Array<T>::from_shape(t.local().shape());
-  const T* in = t.local().data();
+  Array<T> out = Array<T>::from_shape(t.array().shape());
+  const T* in = t.array().data();
   T* o = out.data();
   const auto n = static_cast<std::int64_t>(out.size());
   if (!kernels::map_on_gpu(f, in, o, n))
@@ -66,8 +66,8 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
       strides_over(operands[0].shape(), operands[0].block().sizes(), names),
       strides_over(operands[1].shape(), operands[1].block().sizes(), names),
       kernels::row_major_strides(sizes)};
-  const T* pa = in_place ? out.data() : operands[0].local().data();
-  const T* pb = operands[1].local().data();
+  const T* pa = in_place ? out.data() : operands[0].array().data();
+  const T* pb = operands[1].array().data();
   T* po = out.data();
   if (kernels::zip_on_gpu(f, sizes, strides, pa, pb, po))
     return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
@@ -102,9 +102,9 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
 // g times d(x) elementwise, where x has g's layout: the gradient of a unary op.
 template <class T, class D>
 Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivative) {
-  Array<T> out = Array<T>::from_shape(g.local().shape());
-  const T* pg = g.local().data();
-  const T* px = x.local().data();
+  Array<T> out = Array<T>::from_shape(g.array().shape());
+  const T* pg = g.array().data();
+  const T* px = x.array().data();
   T* o = out.data();
   const auto n = static_cast<std::int64_t>(out.size());
   if (!kernels::times_derivative_on_gpu(derivative, pg, px, o, n))

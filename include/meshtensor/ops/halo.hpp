@@ -368,17 +368,17 @@ class HaloPlan {
       if (!send.empty()) {
         Buffer<T> piece(send.num_elements());
         pack(send, piece.data());
-        pending.requests.push_back(
-            group.isend(piece.data(), piece.size() * sizeof(T), other, detail::tags::halo));
+        pending.requests.push_back(group.isend(piece.data(), piece.size() * sizeof(T), other,
+                                               detail::tags::halo, piece.space()));
         pending.pieces.push_back(std::move(piece));
         pending.unpack_at.push_back(Block{});
       }
       if (!receive.empty()) {
         pending.pieces.emplace_back(receive.num_elements());
         pending.unpack_at.push_back(receive);
-        pending.requests.push_back(group.irecv(pending.pieces.back().data(),
-                                               pending.pieces.back().size() * sizeof(T), other,
-                                               detail::tags::halo));
+        Buffer<T>& piece = pending.pieces.back();
+        pending.requests.push_back(group.irecv(piece.data(), piece.size() * sizeof(T), other,
+                                               detail::tags::halo, piece.space()));
       }
     }
     group.start_posted();  // the caller computes while they travel

@@ -303,7 +303,7 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
     if (!reduced.contains(shape[d].name)) key_strides[d] = kept_row_major[k++];
   st.keys = static_cast<std::size_t>(kernels::num_elements(st.kept_sizes));
   st.visit = {kernels::row_major_strides(st.sizes), key_strides};
-  const T* in = x.local().data();
+  const T* in = x.array().data();
 
   // Local statistics per key: on the GPU if the block is there; else in one pass over memory on a
   // keys-innermost block, in two otherwise.
@@ -358,12 +358,10 @@ template <class T>
 void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<T>* moments) {
   if (!moments) return;
   TensorLayout stats_layout(Shape(st.kept_dims), x.mesh().shape(), x.layout().layout());
-  Array<T> m = Array<T>::from_shape(to_xshape(st.kept_sizes));
-  Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
   const std::vector<T> mean(st.mean.begin(), st.mean.end()),
       variance(st.variance.begin(), st.variance.end());
-  kernels::transfer_values(mean.data(), std::int64_t(st.keys), m.data());
-  kernels::transfer_values(variance.data(), std::int64_t(st.keys), v.data());
+  Array<T> m = kernels::array_from_host(mean, to_xshape(st.kept_sizes));
+  Array<T> v = kernels::array_from_host(variance, to_xshape(st.kept_sizes));
   moments->mean = Tensor<T>(x.mesh(), stats_layout, std::move(m));
   moments->variance = Tensor<T>(x.mesh(), stats_layout, std::move(v));
   moments->count = st.count;
@@ -381,8 +379,8 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
                     Moments<T>* moments = nullptr) {
   const auto st = detail::norm_statistics(x, reduced, epsilon, "normalize");
   detail::store_moments(st, x, moments);
-  const T* in = x.local().data();
-  Array<T> out = Array<T>::from_shape(x.local().shape());
+  const T* in = x.array().data();
+  Array<T> out = Array<T>::from_shape(x.array().shape());
   T* o = out.data();
   std::vector<double> shift(st.keys);  // y = inv_std x + shift
   for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
@@ -396,8 +394,8 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
 
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(y, {x}, [y = y.detach(), st](const Tensor<T>& g, const std::vector<bool>&) {
-    const T* pg = g.local().data();
-    const T* py = y.local().data();
+    const T* pg = g.array().data();
+    const T* py = y.array().data();
     std::vector<double> sums;  // of g and g y, per key
     const std::vector<double> ones(st.keys, 1.0), zeros(st.keys, 0.0);
     if (!kernels::norm_gradient_sums_on_gpu(st.sizes, st.visit[1], pg, py, ones, zeros,
@@ -413,7 +411,7 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
       b[k] = -st.inv_std[k] * sums[2 * k + 1] / n;
       c[k] = -st.inv_std[k] * sums[2 * k] / n;
     }
-    Array<T> dx = Array<T>::from_shape(g.local().shape());
+    Array<T> dx = Array<T>::from_shape(g.array().shape());
     T* pd = dx.data();
     if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, py, kernels::ReluMask<T>{},
                                              st.inv_std, b, c, pd)) {
@@ -450,8 +448,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
   auto scale_of = [&](const Tensor<T>& t) {
     const auto here = relayout_to(t, stats_layout);
-    std::vector<T> values(here.local().size());
-    kernels::transfer_values(here.local().data(), std::int64_t(values.size()), values.data());
+    const std::vector<T> values = kernels::to_host_vector(here.array());
     return std::vector<double>(values.begin(), values.end());
   };
   const auto g_scale = scale_of(gamma), shift = scale_of(beta);
@@ -465,7 +462,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
       [x = x.detach(), st, a_key, b_key, floor](T* into) {
-        const T* in = x.local().data();
+        const T* in = x.array().data();
         if (kernels::norm_affine_on_gpu(st.sizes, st.visit[1], in, a_key, b_key, floor, into))
           return;
         const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
@@ -473,7 +470,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
           into[at] = affine_floor(a[i], in[at], b[i], floor);
         });
       });
-  Array<T> out = Array<T>::from_shape(x.local().shape());
+  Array<T> out = Array<T>::from_shape(x.array().shape());
   (*recipe)(out.data());
   Tensor<T> y(mesh, x.layout(), std::move(out));
   y.set_recipe(std::move(recipe));
@@ -484,8 +481,8 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
       [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, floor, st, g_scale,
        stats_layout, gamma_layout = gamma.layout(),
        beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
-        const T* pg = g.local().data();
-        const T* px = x.local().data();
+        const T* pg = g.array().data();
+        const T* px = x.array().data();
         const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
         // Raw pointers copied into the CPU loops' lambdas, and g loaded whether masked or not:
         // loops the compiler vectorises.
@@ -520,7 +517,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
             q_key[k] = -slope;
             r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
           }
-          Array<T> dx = Array<T>::from_shape(g.local().shape());
+          Array<T> dx = Array<T>::from_shape(g.array().shape());
           T* pd = dx.data();
           if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, px, mask, p_key,
                                                    q_key, r_key, pd)) {
@@ -536,8 +533,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
         auto per_key = [&](int which, const TensorLayout& layout) {
           std::vector<T> values(st.keys);
           for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<T>(sums[2 * k + which]);
-          Array<T> v = Array<T>::from_shape(to_xshape(st.kept_sizes));
-          kernels::transfer_values(values.data(), std::int64_t(st.keys), v.data());
+          Array<T> v = kernels::array_from_host(values, to_xshape(st.kept_sizes));
           return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
         };
         if (needed[1]) grads[1] = per_key(1, gamma_layout);

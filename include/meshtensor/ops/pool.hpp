@@ -67,7 +67,7 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
 
   const T pad = is_max ? -std::numeric_limits<T>::infinity() : T(0);
   const Array<T> box =
-      to_kernel_order(plan.halo.exchange(mesh, input.local(), pad), plan.to_kernel_order);
+      to_kernel_order(plan.halo.exchange(mesh, input.array(), pad), plan.to_kernel_order);
   std::vector<std::size_t> out_sizes;
   for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
   Array<T> out = Array<T>::from_shape(out_sizes);
@@ -88,7 +88,7 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
       result, {input},
       [plan, geometry, box_sizes, workspace = std::move(workspace), is_max, count_padding](
           const Tensor<T>& g, const std::vector<bool>&) {
-        const KernelOrderView<T> g_kernel(g.local(), plan.to_kernel_order);
+        const KernelOrderView<T> g_kernel(g.array(), plan.to_kernel_order);
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
         if (plan.empty())
           kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));

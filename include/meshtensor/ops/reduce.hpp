@@ -55,7 +55,7 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
       kept_sizes.push_back(block_sizes[d]);
     }
   }
-  kernels::FoldOperand<T> operand{t.local().data(),
+  kernels::FoldOperand<T> operand{t.array().data(),
                                   strides_over(t.shape(), block_sizes, kept_names),
                                   strides_over(t.shape(), block_sizes, reduced_names)};
 
@@ -77,7 +77,7 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
     }
     if (!copied && !kernels::narrow_on_gpu(partial.data(), out.data(), count,
                                            mean ? double(reduced_count) : 1.0)) {
-      std::transform(partial.begin(), partial.end(), out.begin(), [&](Acc v) {
+      std::transform(partial.begin(), partial.end(), out.data(), [&](Acc v) {
         return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
       });
     }

@@ -62,7 +62,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
     const Block to_send = intersect(old_block, target.block(other));
     if (!to_send.empty()) {
       const T* from =
-          tensor.local().data() + kernels::offset_of_box(to_send, old_block, old_strides);
+          tensor.array().data() + kernels::offset_of_box(to_send, old_block, old_strides);
       if (p == mesh.processor()) {
         kernels::copy_impl::copy_box(
             to_send.sizes(), from, old_strides,
@@ -71,16 +71,16 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
         auto& piece = outgoing.emplace_back(Piece{to_send, Buffer<T>(to_send.num_elements())});
         kernels::copy_impl::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
                                      kernels::row_major_strides(to_send.sizes()));
-        requests.push_back(
-            world.isend(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
+        requests.push_back(world.isend(piece.data.data(), piece.data.size() * sizeof(T), p,
+                                       tags::relayout, piece.data.space()));
       }
     }
     if (p == mesh.processor()) continue;
     const Block to_receive = intersect(source.block(other), new_block);
     if (!to_receive.empty()) {
       auto& piece = incoming.emplace_back(Piece{to_receive, Buffer<T>(to_receive.num_elements())});
-      requests.push_back(
-          world.irecv(piece.data.data(), piece.data.size() * sizeof(T), p, tags::relayout));
+      requests.push_back(world.irecv(piece.data.data(), piece.data.size() * sizeof(T), p,
+                                     tags::relayout, piece.data.space()));
     }
   }
   wait_all(requests);
@@ -119,8 +119,9 @@ Tensor<T> relayout(const Tensor<T>& tensor, const Layout& layout) {
 template <class T>
 xt::xarray<T> gather(const Tensor<T>& tensor) {
   const auto whole = detail::relayout_to(tensor, tensor.layout().with_layout(Layout{}));
-  xt::xarray<T> out = xt::xarray<T>::from_shape(whole.local().shape());
-  kernels::transfer_values(whole.local().data(), std::int64_t(out.size()), out.data());
+  xt::xarray<T> out = xt::xarray<T>::from_shape(whole.array().shape());
+  kernels::copy_to_host(whole.array().data(), whole.array().space(), std::int64_t(out.size()),
+                        out.data());
   return out;
 }
 

@@ -78,7 +78,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
     needs.push_back(per_block);
   }
   const HaloPlan plan(t.layout(), mesh.coord(), needs);
-  const Array<T> box = plan.exchange(mesh, t.local(), T(0));
+  const Array<T> box = plan.exchange(mesh, t.array(), T(0));
 
   // Blocks as [outer][dim][inner]: outer and inner extents are the own block's.
   std::int64_t outer = 1, inner = 1;
@@ -108,7 +108,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
       [plan, taps = std::move(taps), box_sizes, input_layout = t.layout()](
           const Tensor<T>& g, const std::vector<bool>&) {
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
-        kernels::resample_impl::resample_adjoint(taps, g.local().data(), grad_box.data());
+        kernels::resample_impl::resample_adjoint(taps, g.array().data(), grad_box.data());
         auto own = plan.exchange_add(g.mesh(), grad_box);
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
       });
@@ -149,7 +149,7 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
   std::int64_t offset = 0;
   for (const auto& p : parts) {
     const auto aligned = relayout_to(p, p.layout().with_layout(common));
-    place(aligned.local().data(), aligned.block().sizes(), offset, out.data());
+    place(aligned.array().data(), aligned.block().sizes(), offset, out.data());
     kept.emplace_back(aligned);
     offsets.push_back(offset);
     offset += aligned.block().sizes()[d];
@@ -176,7 +176,7 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
           const TensorLayout aligned = part_layouts[i].with_layout(common);
           const auto sizes = aligned.block(g.mesh().coord()).sizes();
           Array<T> slice = Array<T>::from_shape(to_xshape(sizes));
-          const T* src = g.local().data() + offsets[i] * g_strides[d];
+          const T* src = g.array().data() + offsets[i] * g_strides[d];
           T* dst = slice.data();
           const auto dst_strides = kernels::row_major_strides(sizes);
           if (!kernels::copy_box_on_gpu(sizes, src, g_strides, dst, dst_strides))

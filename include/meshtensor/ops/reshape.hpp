@@ -28,7 +28,7 @@ Tensor<T> relabel(Tensor<T> t, const Shape& shape, const Layout& layout) {
   data.reshape(to_xshape(target.block(t.mesh().coord()).sizes()));
   Tensor<T> out(t.mesh(), target, std::move(data));
   autodiff::record(out, {t}, [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
-    Array<T> back = kernels::copy_of(g.local());
+    Array<T> back = kernels::copy_of(g.array());
     back.reshape(to_xshape(source.block(g.mesh().coord()).sizes()));
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), source, std::move(back))};
   });

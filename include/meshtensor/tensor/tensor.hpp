@@ -16,6 +16,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/copy_select.hpp"
 #include "meshtensor/kernels/host_access.hpp"
@@ -25,11 +26,6 @@
 #endif
 
 namespace meshtensor {
-
-/// Waits until the calling processor's GPU has run the work the ops queued on it, before the host
-/// touches a block itself (Tensor::local()); returns at once on a processor that computes on the
-/// CPU.
-using kernels::wait_for_gpu;
 
 template <class T>
 class Tensor;
@@ -86,6 +82,13 @@ class Tensor {
                                            nullptr});
   }
 
+  /// A block the host holds (an xtensor container of this processor's block shape), copied into
+  /// the processor's memory.
+  template <class Container, class = decltype(std::declval<const Container&>().shape()),
+            class = std::enable_if_t<!std::is_same_v<Container, array_type>>>
+  Tensor(Mesh& mesh, TensorLayout layout, const Container& host_block)
+      : Tensor(mesh, std::move(layout), from_host(host_block)) {}
+
   bool defined() const { return state_ != nullptr; }
   Mesh& mesh() const { return *mesh_; }
   const TensorLayout& layout() const { return state().layout; }
@@ -94,16 +97,35 @@ class Tensor {
   /// The global index ranges of this processor's block.
   const Block& block() const { return state().block; }
 
-  /// The block, for writing: a block written in place no longer matches its recipe, so the recipe
-  /// is dropped (see recipe()). On a processor that computes on a GPU the block is in the GPU's
-  /// memory and the ops' GPU work on it may still be queued when they return: call
-  /// wait_for_gpu() before the host reads or writes it (item(), gather() and the io functions
-  /// wait themselves).
-  array_type& local() {
+  /// This processor's block as the host sees it, once the processor's device has run the work
+  /// the ops queued on it: an xtensor array over the block, in shape order, which keeps the block
+  /// alive. Writing through it changes the block, so a view for writing drops the block's recipe
+  /// (see recipe()).
+  HostView<T> local() {
+    state().recipe = nullptr;
+    return on_host(*state().data, state().data);
+  }
+  HostView<const T> local() const {
+    return on_host(static_cast<const array_type&>(*state().data), state().data);
+  }
+
+  /// The block where the processor keeps it, for kernels (no wait: in a GPU's memory the host
+  /// reaches it only through local()). Ops writing into it drop the recipe too.
+  array_type& array() {
     state().recipe = nullptr;
     return *state().data;
   }
-  const array_type& local() const { return *state().data; }
+  const array_type& array() const { return *state().data; }
+
+  /// Puts `block` (this processor's block sizes) in place of the block, e.g. one read from a file.
+  void set_block(array_type&& block) {
+    if (block.shape() != state().data->shape())
+      throw ShapeError("set_block: tensor " + layout().to_string() + " has the block shape " +
+                       shape_string(state().data->shape()) + " on processor " +
+                       std::to_string(mesh().processor()) + ", not " + shape_string(block.shape()));
+    state().recipe = nullptr;
+    *state().data = std::move(block);
+  }
 
   /// The value of a tensor without dims (a reduction's result); the same on every processor.
   T item() const {
@@ -111,7 +133,7 @@ class Tensor {
       throw ShapeError("item() needs a tensor without dims, but this tensor is " +
                        layout().to_string() + "; reduce it first");
     T value;
-    kernels::transfer_values(local().data(), 1, &value);
+    kernels::copy_to_host(array().data(), array().space(), 1, &value);
     return value;
   }
 
@@ -127,7 +149,7 @@ class Tensor {
   }
 
   /// A tensor with its own copy of the data (and no gradient history).
-  Tensor clone() const { return Tensor(mesh(), layout(), kernels::copy_of(local())); }
+  Tensor clone() const { return Tensor(mesh(), layout(), kernels::copy_of(array())); }
 
   /// The same data (shared, not copied), cut off from gradient history: backward stops here.
   Tensor detach() const {
@@ -200,9 +222,9 @@ class Tensor {
                   sum.layout().to_string());
     if (sum.state_.use_count() > 1 || sum.state_->data.use_count() > 1) sum = sum.clone();
     // In place, on the GPU or the compute threads (xtensor's `+=` would build a temporary).
-    T* into = sum.local().data();
-    const T* add = g.local().data();
-    const auto n = static_cast<std::int64_t>(sum.local().size());
+    T* into = sum.array().data();
+    const T* add = g.array().data();
+    const auto n = static_cast<std::int64_t>(sum.array().size());
 #ifdef MESHTENSOR_WITH_CUDA
     if (kernels::gpu::accumulate(into, add, n)) return;
 #endif
@@ -235,6 +257,14 @@ class Tensor {
     if (!state_)
       throw Error("use of an empty meshtensor::Tensor (default-constructed, never assigned)");
     return *state_;
+  }
+
+  template <class Container>
+  static array_type from_host(const Container& host_block) {
+    const std::vector<T> values(host_block.begin(), host_block.end());
+    return kernels::array_from_host(
+        values,
+        typename array_type::shape_type(host_block.shape().begin(), host_block.shape().end()));
   }
 
   static std::string shape_string(const std::vector<std::size_t>& sizes) {

@@ -404,10 +404,8 @@ inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 
   return batch * e[0] * e[1] * e[2] * channels;
 }
 
-// Whether this thread computes on a GPU and cuDNN can run `g` on these operands.
-inline bool usable(const ConvGeometry& g, std::initializer_list<const void*> operands) {
-  return cuda::runs_here(operands) && describable(g);
-}
+// Whether the processor computes on a GPU and cuDNN can run `g`.
+inline bool usable(const ConvGeometry& g) { return cuda::computes_on_gpu() && describable(g); }
 
 inline void prefetch(Context& c, const void* data, std::int64_t elements) {
   cuda::prefetch_to_gpu(data, std::size_t(elements) * sizeof(float), c.stream());
@@ -418,7 +416,7 @@ inline void prefetch(Context& c, const void* data, std::int64_t elements) {
 /// output = the convolution of `input` (the box) with `weight`; false when cuDNN cannot run it.
 inline bool conv_forward(const ConvGeometry& g, const float* input, const float* weight,
                          float* output) {
-  if (!detail::usable(g, {input, weight, output})) return false;
+  if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const bool t = detail::is_transposed(g);
   const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
@@ -454,7 +452,7 @@ inline bool conv_forward(const ConvGeometry& g, const float* input, const float*
 /// grad_input = the gradient of the box from `grad_output`; false when cuDNN cannot run it.
 inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
                                 const float* weight, float* grad_input) {
-  if (!detail::usable(g, {grad_output, weight, grad_input})) return false;
+  if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const bool t = detail::is_transposed(g);
   const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
@@ -488,7 +486,7 @@ inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
 /// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot.
 inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
                                  const float* grad_output, double* grad_weight) {
-  if (!detail::usable(g, {input, grad_output})) return false;
+  if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const bool t = detail::is_transposed(g);
   const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
@@ -511,23 +509,15 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
   }
   if (!ran) return false;
   detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
-  if (cuda::device_accessible(grad_weight)) {  // added there, widened to double
-    cuda::StreamBuffer wide(n * sizeof(double), c.stream());
-    cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
-                 static_cast<const float*>(ours.as<float>()), wide.as<double>(),
-                 static_cast<long long>(n));
-    cuda::prefetch_to_gpu(grad_weight, std::size_t(n) * sizeof(double), c.stream());
-    cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
-                 grad_weight, static_cast<const double*>(wide.as<double>()),
-                 static_cast<long long>(n));
-    return true;
-  }
-  std::vector<float> host(static_cast<std::size_t>(n));
-  cuda::check(cudaMemcpyAsync(host.data(), ours.as<float>(), host.size() * sizeof(float),
-                              cudaMemcpyDeviceToHost, c.stream()),
-              "cudaMemcpyAsync (weight gradient)");
-  c.synchronize();  // the host adds the values next
-  for (std::size_t i = 0; i < host.size(); ++i) grad_weight[i] += host[i];
+  // Added into the caller's double sum (in the GPU's memory), widened there.
+  cuda::StreamBuffer wide(n * sizeof(double), c.stream());
+  cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
+               static_cast<const float*>(ours.as<float>()), wide.as<double>(),
+               static_cast<long long>(n));
+  cuda::prefetch_to_gpu(grad_weight, std::size_t(n) * sizeof(double), c.stream());
+  cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
+               grad_weight, static_cast<const double*>(wide.as<double>()),
+               static_cast<long long>(n));
   return true;
 }
 

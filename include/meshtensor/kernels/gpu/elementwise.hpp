@@ -171,7 +171,7 @@ bool map(int code, T s, const T* x, T* out, std::int64_t n) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({x, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64"), n,
                {operand(x, n), operand(out, n)}, code, s, x, out, static_cast<long long>(n));
     return true;
@@ -184,7 +184,7 @@ bool times_derivative(int code, T s, const T* g, const T* x, T* out, std::int64_
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({g, x, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(), instance<T>("times_derivative_f32", "times_derivative_f64"), n,
                {operand(g, n), operand(x, n), operand(out, n)}, code, s, g, x, out,
                static_cast<long long>(n));
@@ -201,7 +201,7 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({a, b, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     detail::Walk walk;
@@ -222,7 +222,7 @@ bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
   if constexpr ((sizeof(T) != 4 && sizeof(T) != 8) || !std::is_trivially_copyable_v<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({from, to})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     const std::int64_t n = num_elements(box);
     if (n == 0) return true;
     detail::Walk walk;
@@ -242,7 +242,7 @@ bool accumulate(T* into, const T* add, std::int64_t n) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({into, add})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(), instance<T>("accumulate_f32", "accumulate_f64"), n,
                {operand(into, n), operand(add, n)}, into, add, static_cast<long long>(n));
     return true;

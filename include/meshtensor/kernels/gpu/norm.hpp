@@ -419,7 +419,8 @@ bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
     return false;
   } else {
     detail::KeyedBlock block;
-    if (!cuda::runs_here({x}) || !detail::keyed_block_of(sizes, key_strides, &block)) return false;
+    if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
+      return false;
     const std::int64_t n = num_elements(sizes), terms = keys > 0 ? n / keys : 0;
     out->assign(std::size_t(keys), shared::PartialMoments{0, 0, 0});
     if (n == 0) return true;
@@ -447,7 +448,7 @@ bool norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
     return false;
   } else {
     detail::KeyedBlock block;
-    if (!cuda::runs_here({x, out}) || !detail::keyed_block_of(sizes, key_strides, &block))
+    if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
@@ -472,8 +473,7 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T*
     return false;
   } else {
     detail::KeyedBlock block;
-    if (!cuda::runs_here({g, v, mask.x ? mask.x : g}) ||
-        !detail::keyed_block_of(sizes, key_strides, &block))
+    if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
     const std::int64_t keys = std::int64_t(scale.size()), n = num_elements(sizes);
     const std::int64_t terms = keys > 0 ? n / keys : 0;
@@ -505,8 +505,7 @@ bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T
     return false;
   } else {
     detail::KeyedBlock block;
-    if (!cuda::runs_here({g, v, dx, mask.x ? mask.x : g}) ||
-        !detail::keyed_block_of(sizes, key_strides, &block))
+    if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;

@@ -60,7 +60,7 @@ bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({parameter, velocity, gradient})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64"), n,
                {operand(parameter, n), operand(velocity, n), operand(gradient, n)}, h, parameter,
                velocity, gradient, static_cast<long long>(n));
@@ -75,7 +75,7 @@ bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T*
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({parameter, first, second, gradient})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64"), n,
                {operand(parameter, n), operand(first, n), operand(second, n), operand(gradient, n)},
                h, parameter, first, second, gradient, static_cast<long long>(n));

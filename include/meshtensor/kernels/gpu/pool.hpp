@@ -195,10 +195,10 @@ inline FlatGeometry flatten(const PoolGeometry& g) {
   return f;
 }
 
-inline bool usable(const PoolGeometry& g, std::initializer_list<const void*> operands) {
+inline bool usable(const PoolGeometry& g) {
   for (int d = 0; d < 3; ++d)  // the backward kernel keeps at most 16 readers per dim
     if (g.kernel[d] > 16 || g.taps[d].stride < 1 || g.taps[d].dilation < 1) return false;
-  return cuda::runs_here(operands);
+  return cuda::computes_on_gpu();
 }
 
 inline std::int64_t box_elements(const PoolGeometry& g) {
@@ -220,7 +220,7 @@ bool max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!detail::usable(g, {input, output, workspace})) return false;
+    if (!detail::usable(g)) return false;
     run_kernel(pool_source(), "max_pool_forward_f32", detail::output_elements(g),
                {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
                static_cast<long long*>(workspace));
@@ -234,7 +234,7 @@ bool avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!detail::usable(g, {input, output})) return false;
+    if (!detail::usable(g)) return false;
     run_kernel(pool_source(), "avg_pool_forward_f32", detail::output_elements(g),
                {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
                int(count_padding));
@@ -249,7 +249,7 @@ bool max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!detail::usable(g, {grad_output, workspace, grad_input})) return false;
+    if (!detail::usable(g)) return false;
     run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
                {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
                static_cast<const long long*>(workspace), grad_input, 0);
@@ -264,7 +264,7 @@ bool avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
   if constexpr (!std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!detail::usable(g, {grad_output, grad_input})) return false;
+    if (!detail::usable(g)) return false;
     run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
                {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
                static_cast<const long long*>(nullptr), grad_input, int(count_padding));

@@ -90,7 +90,7 @@ bool resample(const ResampleTaps& taps, const T* box, T* out) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({box, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     const std::int64_t n = taps.outer * taps.outputs() * taps.inner;
     if (n == 0) return true;
     const cudaStream_t stream = cuda::compute_stream();
@@ -109,7 +109,7 @@ bool resample_adjoint(const ResampleTaps& taps, const T* g, T* grad_box) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({g, grad_box})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     const std::int64_t n = taps.outer * taps.sources * taps.inner;
     if (n == 0) return true;
     const ResampleReaders readers = readers_of(taps);

@@ -314,7 +314,7 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
   } else {
     const T* a = operands[0].data;
     const T* b = operands[N - 1].data;
-    if (!cuda::runs_here({a, b, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     detail::SumShape shape;
     std::array<std::int64_t, 2> spans{};
     if (!detail::sum_shape_of(outer, inner, operands, &shape, &spans)) return false;
@@ -351,7 +351,7 @@ bool narrow(const double* in, T* out, std::int64_t n, double divisor) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({in, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64"), n,
                {operand(in, n), operand(out, n)}, in, out, static_cast<long long>(n), divisor);
     return true;
@@ -367,7 +367,7 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
-    if (!cuda::runs_here({operand.data, out})) return false;
+    if (!cuda::computes_on_gpu()) return false;
     detail::SumShape shape;
     std::array<std::int64_t, 2> spans{};
     if (!detail::sum_shape_of<T, 1>(outer, inner, {operand}, &shape, &spans)) return false;

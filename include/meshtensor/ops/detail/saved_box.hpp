@@ -36,7 +36,7 @@ class KeptBlock {
 
   /// The block's data: the tensor's, or recomputed into `scratch` (the block's sizes).
   const T* data(Array<T>& scratch) const {
-    if (tensor_.defined()) return tensor_.local().data();
+    if (tensor_.defined()) return tensor_.array().data();
     scratch = Array<T>::from_shape(to_xshape(block_.sizes()));
     (*recipe_)(scratch.data());
     return scratch.data();
@@ -45,7 +45,7 @@ class KeptBlock {
   /// Writes the block's elements, in order, to `out`.
   void write_to(T* out) const {
     if (tensor_.defined())
-      kernels::copy_values(tensor_.local().data(), std::int64_t(tensor_.local().size()), out);
+      kernels::copy_values(tensor_.array().data(), std::int64_t(tensor_.array().size()), out);
     else
       (*recipe_)(out);
   }

@@ -1,8 +1,9 @@
 #pragma once
-// Collective failure: a file problem seen by one processor is thrown on all of them, so that no
-// processor waits for a partner that has given up.
+// Collective failure: a problem one processor finds in its part of a file or of the data is thrown
+// on all of them, so that no processor waits for a partner that has given up.
 
 #include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/error.hpp"
 
-namespace meshtensor::detail {
+namespace meshtensor {
 
 /// Every processor learns of any processor's failure (empty = none) and throws the first one, in
 /// processor order, as an IoError.
@@ -27,6 +28,9 @@ inline void agree_on(Mesh& mesh, const std::string& local_failure) {
 }
 
 /// Runs `f` and returns what it threw (empty when nothing), to hand to agree_on.
+/// ```cpp
+/// agree_on(mesh, failure_of([&] { check_my_block(); }));   // all throw if any block is bad
+/// ```
 template <class F>
 std::string failure_of(F&& f) {
   try {
@@ -37,4 +41,13 @@ std::string failure_of(F&& f) {
   return {};
 }
 
-}  // namespace meshtensor::detail
+}  // namespace meshtensor
+
+namespace meshtensor {
+/// Runs `f` on this processor; if it threw here or on any other, every processor throws the first
+/// failure in processor order (an IoError with its message). Collective: every processor calls it.
+template <class F>
+void agree(Mesh& mesh, F&& f) {
+  agree_on(mesh, failure_of(std::forward<F>(f)));
+}
+}  // namespace meshtensor
