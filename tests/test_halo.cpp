@@ -187,8 +187,9 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
       for (const auto& [box, data] : pieces) {
         covered += box.num_elements();
         std::vector<double> want(data.size());
-        kernels::copy_box(box.sizes(), global.data() + kernels::offset_of(box.offsets(), strides),
-                          strides, want.data(), kernels::row_major_strides(box.sizes()));
+        kernels::reference::copy_box(box.sizes(),
+                                     global.data() + kernels::offset_of(box.offsets(), strides),
+                                     strides, want.data(), kernels::row_major_strides(box.sizes()));
         if (!std::equal(want.begin(), want.end(), data.begin()) && o.mismatch.empty())
           o.mismatch = "processor " + std::to_string(m.processor()) + ": a piece's values";
         Buffer<double> gradient(data.size());

@@ -9,16 +9,19 @@
 #include <cstdint>
 #include <vector>
 
-#include <meshtensor/kernels/blocked/conv.hpp>
-#include <meshtensor/kernels/reference/strided.hpp>
+#include <meshtensor/kernels/common/strided.hpp>
+#include <meshtensor/kernels/cpu/blocked/conv.hpp>
+#include <meshtensor/kernels/cpu/loops.hpp>
+#include <meshtensor/kernels/cpu/reference/pool.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
-#include <meshtensor/kernels/onednn/conv.hpp>
-#include <meshtensor/kernels/onednn/pool.hpp>
+#include <meshtensor/kernels/cpu/onednn/conv.hpp>
+#include <meshtensor/kernels/cpu/onednn/pool.hpp>
 #endif
 
 #include "support/conv_cases.hpp"
 
 using namespace meshtensor::kernels;
+using namespace meshtensor::kernels::reference;
 using namespace meshtensor::testing;
 
 // The three kernels of one implementation, to run side by side with the reference loops.

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include <meshtensor/device/array.hpp>
+#include <meshtensor/device/host_access.hpp>
 #include <meshtensor/device/memory.hpp>
-#include <meshtensor/kernels/cudnn/conv.hpp>
-#include <meshtensor/kernels/host_access.hpp>
+#include <meshtensor/kernels/cuda/cudnn_conv.hpp>
 
 #include "support/conv_cases.hpp"
 
@@ -31,9 +31,9 @@ bool agrees(const ConvGeometry& g) {
   for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
   for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
   std::vector<double> dw_ref(w_n, 0.0);
-  kernels::conv_forward(g, x.data(), w.data(), y_ref.data());
-  kernels::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
-  kernels::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
+  kernels::reference::conv_forward(g, x.data(), w.data(), y_ref.data());
+  kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
+  kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
   // The GPU's operands in its managed memory (the processor's pool), as the ops give them.
   const Buffer<float> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
   Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);  // stale values must be overwritten
@@ -44,7 +44,7 @@ bool agrees(const ConvGeometry& g) {
   // An accumulator in the GPU's memory is added to there.
   Buffer<double> dw_on_gpu(w_n, 0.5);
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw_on_gpu.data()));
-  kernels::wait_for_gpu();  // the calls return once queued; the host reads their results next
+  wait_for_device();  // the calls return once queued; the host reads their results next
   std::vector<double> added(w_n);
   for (std::size_t i = 0; i < w_n; ++i) added[i] = dw_on_gpu[i] - 0.5;
   return relative_gap(widen(y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4 &&

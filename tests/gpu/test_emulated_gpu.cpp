@@ -16,7 +16,7 @@
 #include <meshtensor/device/cuda.hpp>
 #include <meshtensor/device/memory.hpp>
 #include <meshtensor/device/runtime_compiler.hpp>
-#include <meshtensor/kernels/gpu/elementwise.hpp>
+#include <meshtensor/kernels/cuda/elementwise.hpp>
 
 using namespace meshtensor;
 

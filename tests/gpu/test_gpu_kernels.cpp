@@ -17,16 +17,16 @@
 #include <vector>
 
 #include <meshtensor/device/array.hpp>
-#include <meshtensor/kernels/conv_select.hpp>
-#include <meshtensor/kernels/cublas/gemm.hpp>
-#include <meshtensor/kernels/gpu/elementwise.hpp>
-#include <meshtensor/kernels/gpu/norm.hpp>
-#include <meshtensor/kernels/gpu/optimizer.hpp>
-#include <meshtensor/kernels/gpu/pool.hpp>
-#include <meshtensor/kernels/gpu/resample.hpp>
-#include <meshtensor/kernels/gpu/sum.hpp>
-#include <meshtensor/kernels/host_access.hpp>
-#include <meshtensor/kernels/reference/copy_box.hpp>
+#include <meshtensor/device/host_access.hpp>
+#include <meshtensor/kernels/conv.hpp>
+#include <meshtensor/kernels/cpu/reference/copy_box.hpp>
+#include <meshtensor/kernels/cuda/cublas_gemm.hpp>
+#include <meshtensor/kernels/cuda/elementwise.hpp>
+#include <meshtensor/kernels/cuda/norm.hpp>
+#include <meshtensor/kernels/cuda/optimizer.hpp>
+#include <meshtensor/kernels/cuda/pool.hpp>
+#include <meshtensor/kernels/cuda/resample.hpp>
+#include <meshtensor/kernels/cuda/sum.hpp>
 
 #include "support/conv_cases.hpp"
 #include "support/elementwise_cases.hpp"
@@ -60,10 +60,10 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
     const bool ran[3] = {kernels::cudnn::conv_forward(g, x.data(), w.data(), y.data()),
                          kernels::cudnn::conv_backward_input(g, dy.data(), w.data(), dx.data()),
                          kernels::cudnn::conv_backward_weight(g, x.data(), dy.data(), dw.data())};
-    kernels::wait_for_gpu();  // before the host reads the results
-    if (!ran[0]) kernels::cpu_conv_impl::conv_forward(g, x.data(), w.data(), y.data());
-    if (!ran[1]) kernels::cpu_conv_impl::conv_backward_input(g, dy.data(), w.data(), dx.data());
-    if (!ran[2]) kernels::cpu_conv_impl::conv_backward_weight(g, x.data(), dy.data(), dw.data());
+    wait_for_device();  // before the host reads the results
+    if (!ran[0]) kernels::cpu_conv::conv_forward(g, x.data(), w.data(), y.data());
+    if (!ran[1]) kernels::cpu_conv::conv_backward_input(g, dy.data(), w.data(), dx.data());
+    if (!ran[2]) kernels::cpu_conv::conv_backward_weight(g, x.data(), dy.data(), dw.data());
     const bool unet_shape = c.pad == 1 || c.exact_multiple;
     for (int k = 0; k < 3; ++k) {
       if (!ran[k]) WARN("cuDNN declined kernel " << k << " (forward, input, weight) of this case");
@@ -89,7 +89,7 @@ TEST_CASE("gradients accumulate on the GPU exactly as on the CPU") {
   for (std::size_t i = 0; i < n; ++i) a[i] = float(std::sin(0.1 * i)), b[i] = float(std::cos(i));
   auto into = on_gpu(a), add = on_gpu(b);
   REQUIRE(kernels::gpu::accumulate(into.data(), add.data(), std::int64_t(n)));
-  kernels::wait_for_gpu();  // before the host reads the results
+  wait_for_device();  // before the host reads the results
   std::size_t differing = 0;
   for (std::size_t i = 0; i < n; ++i) differing += into[i] != a[i] + b[i];
   CHECK(differing == 0);
@@ -104,7 +104,7 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
     const std::size_t in_n = data.in_n, out_n = data.out_n;
     const auto& x = data.x;
     const auto& dy = data.dy;
-    const std::size_t workspace_bytes = kernels::max_pool_workspace_bytes(g);
+    const std::size_t workspace_bytes = kernels::reference::max_pool_workspace_bytes(g);
     for (const bool is_max : {true, false})
       for (const bool count_padding : {false, true}) {
         if (is_max && count_padding) continue;
@@ -113,11 +113,11 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
         std::vector<float> y_ref(out_n), dx_ref(in_n);
         std::vector<std::uint8_t> ws_ref(workspace_bytes);
         if (is_max) {
-          kernels::max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
-          kernels::max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
+          kernels::reference::max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
+          kernels::reference::max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
         } else {
-          kernels::avg_pool_forward(g, x.data(), y_ref.data(), count_padding);
-          kernels::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding);
+          kernels::reference::avg_pool_forward(g, x.data(), y_ref.data(), count_padding);
+          kernels::reference::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding);
         }
         auto gx = on_gpu(x), gdy = on_gpu(dy);
         Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);
@@ -125,11 +125,11 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
         if (is_max) {
           REQUIRE(kernels::gpu::max_pool_forward(g, gx.data(), y.data(), ws.data()));
           REQUIRE(kernels::gpu::max_pool_backward(g, gdy.data(), ws.data(), dx.data()));
-          kernels::wait_for_gpu();  // before the host reads the results
+          wait_for_device();  // before the host reads the results
         } else {
           REQUIRE(kernels::gpu::avg_pool_forward(g, gx.data(), y.data(), count_padding));
           REQUIRE(kernels::gpu::avg_pool_backward(g, gdy.data(), dx.data(), count_padding));
-          kernels::wait_for_gpu();  // before the host reads the results
+          wait_for_device();  // before the host reads the results
         }
         CHECK(std::memcmp(y_ref.data(), y.data(), out_n * sizeof(float)) == 0);  // bit for bit
         CHECK(std::memcmp(dx_ref.data(), dx.data(), in_n * sizeof(float)) == 0);
@@ -178,7 +178,7 @@ void check_elementwise_on_gpu(double math_library_tolerance) {
     REQUIRE(kernels::gpu::map(code, s, gx.data(), y.data(), std::int64_t(n)));
     REQUIRE(
         kernels::gpu::times_derivative(code, s, gg.data(), gx.data(), dy.data(), std::int64_t(n)));
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     if (uses_math_library(code)) {
       CHECK(largest_relative_gap(y, y_ref) < math_library_tolerance);
       CHECK(largest_relative_gap(dy, dy_ref) < math_library_tolerance);
@@ -195,7 +195,7 @@ void check_elementwise_on_gpu(double math_library_tolerance) {
       auto ga = on_gpu(a), gb = on_gpu(b);
       Buffer<T> out(out_ref.size(), T(7));
       REQUIRE(kernels::gpu::zip(code, c.sizes, c.strides, ga.data(), gb.data(), out.data()));
-      kernels::wait_for_gpu();  // before the host reads the results
+      wait_for_device();  // before the host reads the results
       CHECK(differing(out, out_ref) == 0);
     }
 }
@@ -222,7 +222,7 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
       kernels::shared::adam_update(h, ref.parameter[i], ref.first[i], ref.second[i],
                                    ref.gradient[i]);
     REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n)));
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
     CHECK(largest_relative_gap(m, ref.first) < 2e-7);
     CHECK(largest_relative_gap(v, ref.second) < 2e-7);
@@ -234,7 +234,7 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
     REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n)));
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
     CHECK(largest_relative_gap(v, ref.first) < 2e-7);
   }
@@ -245,20 +245,21 @@ TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
     INFO("box of " << c.box.size() << " dims");
     const auto values = testing::zip_operand<float>(c.from_elements, 0.3);
     std::vector<float> to_ref(std::size_t(c.to_elements), -1.0f);
-    kernels::copy_box(c.box, values.data(), c.from_strides, to_ref.data(), c.to_strides);
+    kernels::reference::copy_box(c.box, values.data(), c.from_strides, to_ref.data(), c.to_strides);
     auto from = on_gpu(values);
     Buffer<float> to(to_ref.size(), -1.0f);
     REQUIRE(kernels::gpu::copy_box(c.box, from.data(), c.from_strides, to.data(), c.to_strides));
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     CHECK(differing(to, to_ref) == 0);
     std::vector<std::int64_t> indices(values.size()), to64_ref(to_ref.size(), -1);
     for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = std::int64_t(i) * 7 + 1;
-    kernels::copy_box(c.box, indices.data(), c.from_strides, to64_ref.data(), c.to_strides);
+    kernels::reference::copy_box(c.box, indices.data(), c.from_strides, to64_ref.data(),
+                                 c.to_strides);
     auto from64 = on_gpu(indices);
     Buffer<std::int64_t> to64(to_ref.size(), -1);
     REQUIRE(
         kernels::gpu::copy_box(c.box, from64.data(), c.from_strides, to64.data(), c.to_strides));
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     CHECK(differing(to64, to64_ref) == 0);
   }
 }
@@ -278,7 +279,7 @@ void check_sum_on_gpu(const testing::SumCase& c) {
   const std::size_t outputs = ref.size();
   Buffer<double> out(outputs, 7.0);
   REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
-  kernels::wait_for_gpu();  // before the host reads the results
+  wait_for_device();  // before the host reads the results
   CHECK(testing::sum_gap(std::vector<double>(out.begin(), out.end()), ref) < 1e-12);
   if constexpr (N == 1) {
     for (const bool is_max : {true, false}) {
@@ -287,7 +288,7 @@ void check_sum_on_gpu(const testing::SumCase& c) {
       Buffer<float> got(want.size(), 7.0f);
       REQUIRE(kernels::gpu::extreme<float>(c.outer, c.inner, device_operands[0], got.data(), is_max,
                                            is_max ? -INFINITY : INFINITY));
-      kernels::wait_for_gpu();  // before the host reads the results
+      wait_for_device();  // before the host reads the results
       CHECK(differing(got, want) == 0);
     }
   }
@@ -328,14 +329,14 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
       const auto x = on_gpu(check.x), g = on_gpu(check.g), v = on_gpu(check.v);
       std::vector<kernels::shared::PartialMoments> moments;
       REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), &moments));
-      kernels::wait_for_gpu();  // before the host reads the results
+      wait_for_device();  // before the host reads the results
       CHECK(testing::moments_gap(moments, check.moments()) < 1e-12);
 
       for (const float floor : {-INFINITY, 0.0f}) {
         Buffer<float> out(std::size_t(check.n), 7.0f);
         REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, x.data(), check.scale,
                                           check.shift, floor, out.data()));
-        kernels::wait_for_gpu();  // before the host reads the results
+        wait_for_device();  // before the host reads the results
         CHECK(largest_gap(out, check.affine(floor)) < 1e-5);
       }
       for (const bool masked : {false, true}) {
@@ -346,12 +347,12 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
         std::vector<double> sums;
         REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, g.data(), operand,
                                                  check.scale, check.shift, mask, &sums));
-        kernels::wait_for_gpu();  // before the host reads the results
+        wait_for_device();  // before the host reads the results
         CHECK(testing::sum_gap(sums, check.gradient_sums(masked)) < 1e-5);
         Buffer<float> dx(std::size_t(check.n), 7.0f);
         REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, g.data(), operand, mask,
                                                   check.p, check.q, check.r, dx.data()));
-        kernels::wait_for_gpu();  // before the host reads the results
+        wait_for_device();  // before the host reads the results
         CHECK(largest_gap(dx, check.input_gradient(masked)) < 1e-5);
       }
     }
@@ -371,10 +372,10 @@ TEST_CASE("resampling on the GPU equals the reference loops") {
       const auto box = on_gpu(check.box), g = on_gpu(check.g);
       Buffer<float> out(check.out_ref.size(), 7.0f), grad_box(check.grad_box_ref.size(), 7.0f);
       REQUIRE(kernels::gpu::resample(c.taps, box.data(), out.data()));
-      kernels::wait_for_gpu();  // before the host reads the results
+      wait_for_device();  // before the host reads the results
       CHECK(largest_gap(out, check.out_ref) < 1e-6);
       REQUIRE(kernels::gpu::resample_adjoint(c.taps, g.data(), grad_box.data()));
-      kernels::wait_for_gpu();  // before the host reads the results
+      wait_for_device();  // before the host reads the results
       CHECK(largest_gap(grad_box, check.grad_box_ref) < 1e-6);
     }
 }
@@ -389,11 +390,12 @@ TEST_CASE("matrix products through cuBLAS equal the CPU's sums to float rounding
     g.operands[1].data = y.data();
     const std::size_t outputs = std::size_t(kernels::num_elements(g.outer));
     std::vector<double> want(outputs, 7.0);
-    kernels::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(), 1);
+    kernels::reference::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(),
+                                                       1);
     Buffer<double> got(outputs, 7.0);
     REQUIRE(kernels::cublas::gemm_sum<float>(g.outer, g.inner, g.operands, got.data()) ==
             c.is_gemm);
-    kernels::wait_for_gpu();  // before the host reads the results
+    wait_for_device();  // before the host reads the results
     if (c.is_gemm)
       CHECK(testing::sum_gap(std::vector<double>(got.begin(), got.end()), want) < 1e-5);
   }
@@ -406,7 +408,7 @@ TEST_CASE("accumulators narrowed on the GPU equal the CPU's rounding") {
   const auto in = on_gpu(values);
   Buffer<float> out(values.size(), 7.0f);
   REQUIRE(kernels::gpu::narrow<float>(in.data(), out.data(), std::int64_t(values.size()), 3.0));
-  kernels::wait_for_gpu();  // before the host reads the results
+  wait_for_device();  // before the host reads the results
   std::vector<float> want;
   for (double v : values) want.push_back(static_cast<float>(v / 3.0));
   CHECK(differing(out, want) == 0);

@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
-#include <meshtensor/kernels/gpu/elementwise.hpp>
-#include <meshtensor/kernels/gpu/norm.hpp>
-#include <meshtensor/kernels/gpu/pool.hpp>
-#include <meshtensor/kernels/gpu/resample.hpp>
-#include <meshtensor/kernels/gpu/sum.hpp>
-#include <meshtensor/kernels/reference/copy_box.hpp>
-#include <meshtensor/kernels/reference/pool.hpp>
+#include <meshtensor/kernels/cpu/reference/copy_box.hpp>
+#include <meshtensor/kernels/cpu/reference/pool.hpp>
+#include <meshtensor/kernels/cuda/elementwise.hpp>
+#include <meshtensor/kernels/cuda/norm.hpp>
+#include <meshtensor/kernels/cuda/pool.hpp>
+#include <meshtensor/kernels/cuda/resample.hpp>
+#include <meshtensor/kernels/cuda/sum.hpp>
 
 #include "gpu/host_cuda.hpp"
 #include "support/elementwise_cases.hpp"
@@ -70,8 +70,8 @@ TEST_CASE("the pooling kernels, run on the host, equal the reference kernels bit
 
       std::vector<float> y_ref(out_n), dx_ref(in_n), y(out_n, 7.0f), dx(in_n, 7.0f);
       std::vector<std::int64_t> won_ref(out_n), won(out_n);
-      kernels::max_pool_forward(g, x.data(), y_ref.data(), won_ref.data());
-      kernels::max_pool_backward(g, dy.data(), won_ref.data(), dx_ref.data());
+      kernels::reference::max_pool_forward(g, x.data(), y_ref.data(), won_ref.data());
+      kernels::reference::max_pool_backward(g, dy.data(), won_ref.data(), dx_ref.data());
       host_kernels::max_pool_forward_f32(geometry, x.data(), y.data(),
                                          reinterpret_cast<long long*>(won.data()));
       host_kernels::pool_backward_f32(geometry, dy.data(),
@@ -82,8 +82,8 @@ TEST_CASE("the pooling kernels, run on the host, equal the reference kernels bit
 
       for (const int count_padding : {0, 1}) {
         INFO("average pooling, padding " << (count_padding ? "counted" : "not counted"));
-        kernels::avg_pool_forward(g, x.data(), y_ref.data(), count_padding != 0);
-        kernels::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding != 0);
+        kernels::reference::avg_pool_forward(g, x.data(), y_ref.data(), count_padding != 0);
+        kernels::reference::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding != 0);
         host_kernels::avg_pool_forward_f32(geometry, x.data(), y.data(), count_padding);
         host_kernels::pool_backward_f32(geometry, dy.data(), nullptr, dx.data(), count_padding);
         CHECK(same_bits(y, y_ref));
@@ -139,7 +139,7 @@ TEST_CASE("the copy kernels, run on the host, copy strided boxes as the referenc
     INFO("box of " << c.box.size() << " dims");
     const auto from = testing::zip_operand<double>(c.from_elements, 0.3);
     std::vector<double> to_ref(std::size_t(c.to_elements), -1.0), to = to_ref;
-    kernels::copy_box(c.box, from.data(), c.from_strides, to_ref.data(), c.to_strides);
+    kernels::reference::copy_box(c.box, from.data(), c.from_strides, to_ref.data(), c.to_strides);
     kernels::gpu::detail::Walk flat;
     std::array<std::int64_t, 3> spans{};
     REQUIRE(kernels::gpu::detail::walk_of(
@@ -152,7 +152,8 @@ TEST_CASE("the copy kernels, run on the host, copy strided boxes as the referenc
     CHECK(same_bits(to, to_ref));
     std::vector<float> from32(from.begin(), from.end()), to32_ref(to_ref.size(), -1.0f),
         to32(to_ref.size(), -1.0f);
-    kernels::copy_box(c.box, from32.data(), c.from_strides, to32_ref.data(), c.to_strides);
+    kernels::reference::copy_box(c.box, from32.data(), c.from_strides, to32_ref.data(),
+                                 c.to_strides);
     host_kernels::copy_4_bytes(walk, reinterpret_cast<const unsigned*>(from32.data()),
                                reinterpret_cast<unsigned*>(to32.data()),
                                kernels::num_elements(c.box));
@@ -426,7 +427,8 @@ TEST_CASE("contractions that are matrix products become the GEMMs cuBLAS compute
     const std::int64_t outputs = kernels::num_elements(g.outer);
     CHECK(shape->batch * shape->stride_c == outputs);
     std::vector<double> want(std::size_t(outputs), 7.0), got(std::size_t(outputs), 7.0);
-    kernels::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(), 1);
+    kernels::reference::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(),
+                                                       1);
     testing::blas_gemm(*shape, g.operands[shape->a_operand].data,
                        g.operands[1 - shape->a_operand].data, got.data());
     CHECK(testing::sum_gap(got, want) < 1e-12);

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include <meshtensor/device/runtime_compiler.hpp>
-#include <meshtensor/kernels/cublas/gemm.hpp>
-#include <meshtensor/kernels/cublas/library.hpp>
-#include <meshtensor/kernels/gpu/elementwise.hpp>
-#include <meshtensor/kernels/gpu/norm.hpp>
-#include <meshtensor/kernels/gpu/optimizer.hpp>
-#include <meshtensor/kernels/gpu/pool.hpp>
-#include <meshtensor/kernels/gpu/resample.hpp>
-#include <meshtensor/kernels/gpu/sum.hpp>
+#include <meshtensor/kernels/cuda/cublas_gemm.hpp>
+#include <meshtensor/kernels/cuda/cublas_library.hpp>
+#include <meshtensor/kernels/cuda/elementwise.hpp>
+#include <meshtensor/kernels/cuda/norm.hpp>
+#include <meshtensor/kernels/cuda/optimizer.hpp>
+#include <meshtensor/kernels/cuda/pool.hpp>
+#include <meshtensor/kernels/cuda/resample.hpp>
+#include <meshtensor/kernels/cuda/sum.hpp>
 
 using namespace meshtensor;
 

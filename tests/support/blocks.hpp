@@ -8,6 +8,7 @@
 
 #include <xtensor/xarray.hpp>
 
+#include <meshtensor/kernels/cpu/reference/copy_box.hpp>
 #include <meshtensor/meshtensor.hpp>
 
 namespace meshtensor::testing {
@@ -31,8 +32,9 @@ xt::xarray<T> slice(const xt::xarray<T>& full, const Block& block) {
   xt::xarray<T> out = xt::xarray<T>::from_shape(detail::to_xshape(block.sizes()));
   std::vector<std::int64_t> full_sizes(full.shape().begin(), full.shape().end());
   const auto strides = kernels::row_major_strides(full_sizes);
-  kernels::copy_box(block.sizes(), full.data() + kernels::offset_of(block.offsets(), strides),
-                    strides, out.data(), kernels::row_major_strides(block.sizes()));
+  kernels::reference::copy_box(block.sizes(),
+                               full.data() + kernels::offset_of(block.offsets(), strides), strides,
+                               out.data(), kernels::row_major_strides(block.sizes()));
   return out;
 }
 

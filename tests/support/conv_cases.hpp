@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <meshtensor/kernels/reference/conv.hpp>
+#include <meshtensor/kernels/cpu/reference/conv.hpp>
 
 namespace meshtensor::testing {
 
@@ -108,9 +108,9 @@ struct ConvCheck {
     y_ref.resize(out_n);
     dx_ref.resize(in_n);
     dw_ref.assign(w_n, 0.0);
-    kernels::conv_forward(g, x.data(), w.data(), y_ref.data());
-    kernels::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
-    kernels::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
+    kernels::reference::conv_forward(g, x.data(), w.data(), y_ref.data());
+    kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
+    kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
   }
 };
 

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include <meshtensor/kernels/elementwise_formulas.hpp>
-#include <meshtensor/kernels/optimizer_formulas.hpp>
-#include <meshtensor/kernels/reference/fold.hpp>
-#include <meshtensor/kernels/reference/strided.hpp>
+#include <meshtensor/kernels/common/elementwise_formulas.hpp>
+#include <meshtensor/kernels/common/optimizer_formulas.hpp>
+#include <meshtensor/kernels/common/strided.hpp>
+#include <meshtensor/kernels/cpu/reference/fold.hpp>
 
 namespace meshtensor::testing {
 namespace detail {
@@ -209,7 +209,7 @@ struct SumCheck {
       values.push_back(zip_operand<float>(c.elements[k], double(k)));
     operands = sum_operands<float, N>(c, values);
     ref.assign(std::size_t(kernels::num_elements(c.outer)), 7.0);
-    kernels::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
+    kernels::reference::parallel_sum<double, float, N>(c.outer, c.inner, operands, ref.data(), 1);
   }
   SumCheck(const SumCheck&) = delete;
   SumCheck& operator=(const SumCheck&) = delete;
@@ -219,7 +219,7 @@ struct SumCheck {
 /// with the reduction's identity and formula.
 inline std::vector<float> extreme_on_cpu(const SumCase& c, const SumCheck<1>& check, bool is_max) {
   std::vector<float> out(std::size_t(kernels::num_elements(c.outer)), 7.0f);
-  kernels::fold<float, float, 1>(
+  kernels::reference::fold<float, float, 1>(
       c.outer, c.inner, check.operands, out.data(), is_max ? -INFINITY : INFINITY,
       [is_max](float a, float b) {
         return is_max ? kernels::Binary<float, kernels::BinaryOp::larger>{}(a, b)

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <meshtensor/kernels/gemm_shape.hpp>
-#include <meshtensor/kernels/reference/fold.hpp>
+#include <meshtensor/kernels/common/gemm_shape.hpp>
+#include <meshtensor/kernels/cpu/reference/fold.hpp>
 
 namespace meshtensor::testing {
 

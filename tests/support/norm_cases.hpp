@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <meshtensor/kernels/norm_formulas.hpp>
-#include <meshtensor/kernels/reference/strided.hpp>
+#include <meshtensor/kernels/common/norm_formulas.hpp>
+#include <meshtensor/kernels/common/strided.hpp>
 
 namespace meshtensor::testing {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <meshtensor/kernels/reference/pool.hpp>
+#include <meshtensor/kernels/cpu/reference/pool.hpp>
 
 namespace meshtensor::testing {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <meshtensor/kernels/reference/resample.hpp>
+#include <meshtensor/kernels/cpu/reference/resample.hpp>
 
 namespace meshtensor::testing {
 
@@ -81,8 +81,8 @@ struct ResampleCheck {
     for (std::int64_t i = 0; i < out_n; ++i) g.push_back(T(std::sin(0.61 * double(i)) + 0.1));
     out_ref.assign(std::size_t(out_n), T(7));
     grad_box_ref.assign(std::size_t(box_n), T(7));
-    kernels::resample(taps, box.data(), out_ref.data());
-    kernels::resample_adjoint(taps, g.data(), grad_box_ref.data());
+    kernels::reference::resample(taps, box.data(), out_ref.data());
+    kernels::reference::resample_adjoint(taps, g.data(), grad_box_ref.data());
   }
 };
 

@@ -461,7 +461,7 @@ class NcclCommunicator final : public Communicator {
   // Orders this communicator's stream after the work queued so far on the processor's compute
   // stream: the kernels that wrote what it is about to send, and those still reading a buffer it
   // is about to receive into (the memory pool hands out a block as soon as the host is done
-  // with it). GPU calls return without waiting for their work (kernels/host_access.hpp); the
+  // with it). GPU calls return without waiting for their work (device/host_access.hpp); the
   // host waits for this stream's, so the compute stream's later work follows it in turn.
   void follow_compute() {
     if (!cuda::computes_on_gpu()) return;

@@ -1,6 +1,6 @@
 #pragma once
 // CUDA kernels compiled at run time. meshtensor is a header-only library built by the host
-// compiler, so its own CUDA kernels are sources in headers (kernels/gpu/), compiled by NVRTC the
+// compiler, so its own CUDA kernels are sources in headers (kernels/cuda/), compiled by NVRTC the
 // first time a process needs them, for the GPU it runs on, then loaded with the CUDA runtime's
 // library calls (no link to the driver library, so programs still start on machines without one)
 // and launched with cudaLaunchKernel. NVRTC itself is loaded then too, not linked

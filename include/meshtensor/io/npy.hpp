@@ -15,7 +15,8 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/copy.hpp"
 
 namespace meshtensor {
 
@@ -171,7 +172,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
   Array<T> out = Array<T>::from_shape(sizes);
   if (out.size() == 0) return out;
   std::vector<T> staging;  // the host reads the file: see writable_on_host
-  T* into = kernels::writable_on_host(out, staging);
+  T* into = writable_on_host(out, staging);
   // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.
   const std::size_t rank = h.shape.size();
   std::vector<std::int64_t> strides(rank, 1);
@@ -189,7 +190,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
                  static_cast<std::streamsize>(row * sizeof(T))))
       throw IoError(path + ": read failed inside the data");
   }
-  kernels::written_on_host(staging, out);
+  written_on_host(staging, out);
   return out;
 }
 

@@ -17,10 +17,11 @@
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/io/nifti_file.hpp"
 #include "meshtensor/io/orientation.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -111,7 +112,7 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
   const auto b = detail::box_in_block(v, block, kernels::row_major_strides(block.sizes()),
                                       detail::whole(v.size));
   std::vector<T> staging;  // the host reads the file: see writable_on_host
-  T* into = kernels::writable_on_host(local, staging);
+  T* into = writable_on_host(local, staging);
   agree_on(
       mesh, failure_of([&] {
         nifti::read_box<T>(v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
@@ -120,7 +121,7 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
           for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i * b.step[0]] = values[i];
         });
       }));
-  kernels::written_on_host(staging, local);
+  written_on_host(staging, local);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
@@ -175,7 +176,7 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
   Communicator& world = mesh.world();
   std::string failure;
   std::vector<T> slab, piece, staging;  // the host packs the block: see readable_on_host
-  const T* block_data = kernels::readable_on_host(t.array(), staging);
+  const T* block_data = readable_on_host(t.array(), staging);
   for (std::int64_t volume = 0; volume < volumes; ++volume)
     for (std::int64_t k0 = 0; k0 < like.file.size[2]; k0 += planes_per_slab) {
       const Range k_slab{k0, std::min(like.file.size[2], k0 + planes_per_slab)};

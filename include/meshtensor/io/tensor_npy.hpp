@@ -14,8 +14,9 @@
 #include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/io/npy.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -85,7 +86,7 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
       const std::int64_t row = rank ? block.ranges[rank - 1].size() : 1;
       const std::int64_t rows = block.num_elements() / row;
       std::vector<T> staging;  // the host writes the file: see readable_on_host
-      const T* data = kernels::readable_on_host(tensor.array(), staging);
+      const T* data = readable_on_host(tensor.array(), staging);
       for (std::int64_t r = 0; r < rows && failure.empty(); ++r) {
         std::int64_t offset = rank ? block.ranges[rank - 1].begin : 0, rest = r;
         for (std::size_t d = rank ? rank - 1 : 0; d-- > 0;) {

@@ -10,6 +10,7 @@
 
 #include "meshtensor/autodiff/recompute.hpp"
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/nn/init.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/ops/conv.hpp"
@@ -147,9 +148,9 @@ class Norm {
   // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
   // writes the few values through the GPU's copy engine where the processor computes there.
   Tensor<T> inverse_std() const {
-    std::vector<T> values = kernels::to_host_vector(running_var_.array());
+    std::vector<T> values = to_host_vector(running_var_.array());
     for (T& v : values) v = T(1.0 / std::sqrt(double(v) + epsilon_));
-    Array<T> inverse = kernels::array_from_host(values, running_var_.array().shape());
+    Array<T> inverse = array_from_host(values, running_var_.array().shape());
     return Tensor<T>(running_var_.mesh(), running_var_.layout(), std::move(inverse));
   }
 

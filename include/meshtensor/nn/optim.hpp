@@ -10,8 +10,8 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/optimizer_select.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/optimizer.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -37,8 +37,7 @@ class Sgd {
       T* v = velocity_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      if (kernels::sgd_on_gpu(h, p, v, d, n)) continue;
-      for (std::int64_t i = 0; i < n; ++i) kernels::shared::sgd_update(h, p[i], v[i], d[i]);
+      kernels::sgd(h, p, v, d, n);
     }
   }
   void zero_grad() {
@@ -96,8 +95,7 @@ class Adam {
       T* v = second_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      if (kernels::adam_on_gpu(h, p, m, v, d, n)) continue;
-      for (std::int64_t i = 0; i < n; ++i) kernels::shared::adam_update(h, p[i], m[i], v[i], d[i]);
+      kernels::adam(h, p, m, v, d, n);
     }
   }
   void zero_grad() {

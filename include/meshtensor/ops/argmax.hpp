@@ -9,7 +9,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/host_access.hpp"
+#include "meshtensor/device/host_access.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/tensor.hpp"

@@ -14,8 +14,8 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/relayout.hpp"
@@ -49,16 +49,7 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
       kernels::row_major_strides(sizes)};
   const T* in = aligned.array().data();
   T* o = out.data();
-  if (!kernels::copy_box_on_gpu(sizes, in, strides[0], o, strides[1]))
-    kernels::parallel_for_each_run<2>(sizes, strides, compute_threads(),
-                                      [&](const std::array<std::int64_t, 2>& at, std::int64_t n,
-                                          const std::array<std::int64_t, 2>& step) {
-                                        if (step[0] == 0 && step[1] == 1)
-                                          std::fill(o + at[1], o + at[1] + n, in[at[0]]);
-                                        else
-                                          for (std::int64_t i = 0; i < n; ++i)
-                                            o[at[1] + i * step[1]] = in[at[0] + i * step[0]];
-                                      });
+  kernels::copy_box(sizes, in, strides[0], o, strides[1]);
   Tensor<T> result(mesh, target, std::move(out));
   autodiff::record(result, {t},
                    [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {

@@ -21,9 +21,9 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/conv_select.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/sum_select.hpp"
+#include "meshtensor/kernels/conv.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
@@ -208,8 +208,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
     const T* box_data = in_place ? x.array().data() : box.data();
     const auto& box_shape = in_place ? x.array().shape() : box.shape();
     box_sizes.assign(box_shape.begin(), box_shape.end());
-    if (!plan.empty())
-      kernels::conv_impl::conv_forward(geometry, box_data, w_kernel.data(), out.data());
+    if (!plan.empty()) kernels::conv_forward(geometry, box_data, w_kernel.data(), out.data());
     // Backward keeps the input block and the halo, not a second copy of the block (nor the box of
     // a transposed convolution that needs neither halo nor padding: that box is the block).
     const bool box_is_block = plan.halo.local_only() &&
@@ -247,8 +246,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         };
         auto weight_gradient_from = [&](const Buffer<double>& acc) {
           Array<T> dw = Array<T>::from_shape(w_kernel.shape());
-          if (!kernels::narrow_on_gpu(acc.data(), dw.data(), std::int64_t(acc.size()), 1.0))
-            std::copy(acc.begin(), acc.end(), dw.data());
+          kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
           complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
           grads[1] = relayout_to(
               Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
@@ -302,8 +300,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           Buffer<double> acc = zero_accumulator();
           if (!plan.empty()) {
             Array<T> rebuilt = empty_array<T>();
-            kernels::conv_impl::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
-                                                     acc.data());
+            kernels::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
+                                          acc.data());
           }
           weight_gradient_from(acc);
         };
@@ -319,8 +317,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
             kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
           else
-            kernels::conv_impl::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
-                                                    grad_box.data());
+            kernels::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
+                                         grad_box.data());
           auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
           if (!plan.clip_padding)
             own = plan.halo.exchange_add(mesh, in_order);

@@ -16,9 +16,8 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/reference/accumulator.hpp"
-#include "meshtensor/kernels/reference/fold.hpp"
-#include "meshtensor/kernels/sum_select.hpp"
+#include "meshtensor/kernels/common/accumulator.hpp"
+#include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -40,9 +39,7 @@ struct NamedBlock {
 template <class Acc, class T>
 void narrow(const Buffer<Acc>& accumulator, T* into) {
   const auto n = static_cast<std::int64_t>(accumulator.size());
-  if (!kernels::narrow_on_gpu(accumulator.data(), into, n, 1.0))
-    std::transform(accumulator.begin(), accumulator.end(), into,
-                   [](Acc v) { return static_cast<T>(v); });
+  kernels::narrow(accumulator.data(), into, n);
 }
 
 template <class Acc, class T>
@@ -66,17 +63,12 @@ Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
     op.inner_strides = strides(inner_names);
     return op;
   };
-  const int threads = compute_threads();
   if (in.size() == 1) {
     const std::array<kernels::FoldOperand<T>, 1> operands{operand(*in[0])};
-    if (!kernels::sum_on_gpu<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data()))
-      kernels::parallel_sum<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data(), threads);
+    kernels::sum<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data());
   } else {
     const std::array<kernels::FoldOperand<T>, 2> operands{operand(*in[0]), operand(*in[1])};
-    // On a GPU, a matrix product goes to cuBLAS; any other contraction to the sum kernels.
-    if (!kernels::gemm_on_gpu<Acc, T>(out_sizes, inner_sizes, operands, out.data()) &&
-        !kernels::sum_on_gpu<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data()))
-      kernels::parallel_sum<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data(), threads);
+    kernels::sum<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data());
   }
   return out;
 }

@@ -14,8 +14,8 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/elementwise_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/elementwise.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -25,8 +25,8 @@ namespace detail {
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
-// The built-in ops (kernels/elementwise_formulas.hpp): unary op `code` with scalar operand s,
-// and binary op `code`.
+// The built-in ops (kernels/common/elementwise_formulas.hpp): unary op `code` with scalar operand
+// s, and binary op `code`.
 template <int code, class T>
 kernels::Unary<T, code> unary_op(T s = T(0)) {
   return {s};
@@ -42,9 +42,7 @@ Tensor<T> map_values(const Tensor<T>& t, F&& f) {
   const T* in = t.array().data();
   T* o = out.data();
   const auto n = static_cast<std::int64_t>(out.size());
-  if (!kernels::map_on_gpu(f, in, o, n))
-    kernels::parallel_for(n, compute_threads(),
-                          [&](std::int64_t i) { o[i] = static_cast<T>(f(in[i])); });
+  kernels::map(f, in, o, n);
   return Tensor<T>(t.mesh(), t.layout(), std::move(out));
 }
 
@@ -69,33 +67,7 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   const T* pa = in_place ? out.data() : operands[0].array().data();
   const T* pb = operands[1].array().data();
   T* po = out.data();
-  if (kernels::zip_on_gpu(f, sizes, strides, pa, pb, po))
-    return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
-  // Runs of the output (contiguous); each operand either walks along with it or repeats one
-  // value (a broadcast dim): plain loops in the common cases.
-  kernels::parallel_for_each_run<3>(sizes, strides, compute_threads(),
-                                    [&](const std::array<std::int64_t, 3>& at, std::int64_t n,
-                                        const std::array<std::int64_t, 3>& step) {
-                                      const T* x = pa + at[0];
-                                      const T* y = pb + at[1];
-                                      T* out = po + at[2];
-                                      if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
-                                        for (std::int64_t i = 0; i < n; ++i)
-                                          out[i] = static_cast<T>(f(x[i], y[i]));
-                                      } else if (step[0] == 1 && step[1] == 0 && step[2] == 1) {
-                                        const T y0 = *y;
-                                        for (std::int64_t i = 0; i < n; ++i)
-                                          out[i] = static_cast<T>(f(x[i], y0));
-                                      } else if (step[0] == 0 && step[1] == 1 && step[2] == 1) {
-                                        const T x0 = *x;
-                                        for (std::int64_t i = 0; i < n; ++i)
-                                          out[i] = static_cast<T>(f(x0, y[i]));
-                                      } else {
-                                        for (std::int64_t i = 0; i < n; ++i)
-                                          out[i * step[2]] =
-                                              static_cast<T>(f(x[i * step[0]], y[i * step[1]]));
-                                      }
-                                    });
+  kernels::zip(f, sizes, strides, pa, pb, po);
   return Tensor<T>(a.mesh(), std::move(layout), std::move(out));
 }
 
@@ -107,10 +79,7 @@ Tensor<T> times_derivative(const Tensor<T>& g, const Tensor<T>& x, D&& derivativ
   const T* px = x.array().data();
   T* o = out.data();
   const auto n = static_cast<std::int64_t>(out.size());
-  if (!kernels::times_derivative_on_gpu(derivative, pg, px, o, n))
-    kernels::parallel_for(n, compute_threads(), [&](std::int64_t i) {
-      o[i] = pg[i] * static_cast<T>(derivative(px[i]));
-    });
+  kernels::times_derivative(derivative, pg, px, o, n);
   return Tensor<T>(g.mesh(), g.layout(), std::move(out));
 }
 
@@ -272,7 +241,7 @@ Tensor<T> equal(const Tensor<T>& a, const Tensor<T>& b) {
 }
 
 // Arithmetic with a scalar, and the named unary ops, each with its derivative
-// (kernels/elementwise_formulas.hpp says what each computes).
+// (kernels/common/elementwise_formulas.hpp says what each computes).
 // clang-format off
 template <class T> Tensor<T> operator+(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::plus_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(T(1)), detail::DerivativeOf::input); }
 template <class T> Tensor<T> operator-(const Tensor<T>& a, T s) { return detail::unary(a, detail::unary_op<detail::UnaryOp::minus_scalar>(s), detail::unary_op<detail::UnaryOp::constant>(T(1)), detail::DerivativeOf::input); }

@@ -24,9 +24,9 @@
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/elementwise_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/elementwise.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 
 namespace meshtensor {
@@ -192,9 +192,8 @@ class HaloPlan {
     Pending<T> pending;
     const auto own_strides = kernels::row_major_strides(own_.sizes());
     post(mesh, 0, pending, /*adjoint=*/false, [&](const Block& send, T* to) {
-      kernels::copy_impl::copy_box(send.sizes(),
-                                   own.data() + kernels::offset_of_box(send, own_, own_strides),
-                                   own_strides, to, kernels::row_major_strides(send.sizes()));
+      kernels::copy_box(send.sizes(), own.data() + kernels::offset_of_box(send, own_, own_strides),
+                        own_strides, to, kernels::row_major_strides(send.sizes()));
     });
     return pending;
   }
@@ -274,7 +273,7 @@ class HaloPlan {
     if (box.empty()) return;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     const auto src_strides = kernels::row_major_strides(src_box.sizes());
-    kernels::copy_impl::copy_box(
+    kernels::copy_box(
         box.sizes(), src + kernels::offset_of_box(box, src_box, src_strides), src_strides,
         work.data() + kernels::offset_of_box(box, work_box, work_strides), work_strides);
   }
@@ -285,9 +284,9 @@ class HaloPlan {
     Array<T> out = Array<T>::from_shape(detail_sizes(box));
     if (box.empty()) return out;
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    kernels::copy_impl::copy_box(box.sizes(),
-                                 work.data() + kernels::offset_of_box(box, work_box, work_strides),
-                                 work_strides, out.data(), kernels::row_major_strides(box.sizes()));
+    kernels::copy_box(box.sizes(),
+                      work.data() + kernels::offset_of_box(box, work_box, work_strides),
+                      work_strides, out.data(), kernels::row_major_strides(box.sizes()));
     return out;
   }
 
@@ -341,9 +340,9 @@ class HaloPlan {
             bool adjoint) const {
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     post(mesh, step, pending, adjoint, [&](const Block& send, T* to) {
-      kernels::copy_impl::copy_box(
-          send.sizes(), pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
-          work_strides, to, kernels::row_major_strides(send.sizes()));
+      kernels::copy_box(send.sizes(),
+                        pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
+                        work_strides, to, kernels::row_major_strides(send.sizes()));
     });
   }
 
@@ -400,12 +399,10 @@ class HaloPlan {
       const auto strides = kernels::row_major_strides(sizes);
       const T* from = pending.pieces[i].data();
       if (!pending.adjoint) {
-        kernels::copy_impl::copy_box(sizes, from, strides, at, work_strides);
-      } else if (!kernels::zip_on_gpu(kernels::Binary<T, kernels::BinaryOp::add>{}, sizes,
-                                      {work_strides, strides, work_strides}, at, from, at)) {
-        kernels::for_each_offset<2>(
-            sizes, {strides, work_strides},
-            [&](const std::array<std::int64_t, 2>& o) { at[o[1]] += from[o[0]]; });
+        kernels::copy_box(sizes, from, strides, at, work_strides);
+      } else {
+        kernels::zip(kernels::Binary<T, kernels::BinaryOp::add>{}, sizes,
+                     {work_strides, strides, work_strides}, at, from, at);
       }
     }
     pending.requests.clear();

@@ -20,12 +20,12 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/norm_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/norm.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/align.hpp"
-#include "meshtensor/ops/detail/key_lanes.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -43,232 +43,22 @@ struct Moments {
 namespace detail {
 
 // A statistic's count, mean and sum of squared deviations, combined pairwise (Chan, Golub and
-// LeVeque) by the same formula on the CPU and the GPU.
+// LeVeque) by the same formula on every backend.
 using Partial = kernels::shared::PartialMoments;
-using kernels::shared::affine_floor;
-using kernels::shared::affine_input_gradient;
 using kernels::shared::combine_moments;
-
-// Sums of W terms per statistic over a block: term(offset, key) for every element, added into
-// the key's W sums; the block split over the processor's compute threads, each with its own sums.
-template <std::size_t W, class Term>
-std::vector<double> sum_per_key(const kernels::Sizes& sizes,
-                                const std::array<kernels::Strides, 2>& visit, std::size_t keys,
-                                Term&& term) {
-  const int threads = compute_threads();
-  std::vector<std::vector<double>> parts(threads, std::vector<double>(keys * W, 0.0));
-  const int used = kernels::for_each_part<2>(
-      sizes, visit, threads,
-      [&](int p, const kernels::Sizes& sub, const std::array<std::int64_t, 2>& base) {
-        double* acc = parts[p].data();
-        kernels::for_each_offset<2>(sub, visit, [&](const std::array<std::int64_t, 2>& o) {
-          const std::int64_t at = base[0] + o[0], key = base[1] + o[1];
-          const std::array<double, W> t = term(at, key);
-          for (std::size_t j = 0; j < W; ++j) acc[key * W + j] += t[j];
-        });
-      });
-  for (int p = 1; p < used; ++p)
-    for (std::size_t i = 0; i < keys * W; ++i) parts[0][i] += parts[p][i];
-  return std::move(parts[0]);
-}
-
-}  // namespace detail
-
-namespace detail {
 
 // A block's statistics over the reduced dims, one per index of the kept dims (its "key"), the
 // same on every processor.
 struct NormStatistics {
-  kernels::Sizes sizes;                   // the block
-  std::array<kernels::Strides, 2> visit;  // an element's offset and its key, in memory order
-  std::size_t keys = 0;                   // statistics in this block
-  AxisSet axes = 0;                       // mesh axes that split reduced dims
-  std::int64_t count = 1;                 // elements each statistic is taken over (globally)
+  kernels::Sizes sizes;          // the block
+  kernels::Strides key_strides;  // an element's key (its statistic's index), along each dim
+  std::size_t keys = 0;          // statistics in this block
+  AxisSet axes = 0;              // mesh axes that split reduced dims
+  std::int64_t count = 1;        // elements each statistic is taken over (globally)
   std::vector<Dim> kept_dims;
   kernels::Sizes kept_sizes;
   std::vector<double> mean, inv_std, variance;
-
-  // Whether an element's key is its offset modulo `keys`: the kept dims are the block's innermost
-  // (batch norm on channels-last blocks), so the block is rows of `keys` contiguous values and the
-  // loops below run over it as lanes (KeyLanes), vectorised across rows.
-  bool keys_innermost() const {
-    if (keys == 0) return false;
-    std::int64_t expect = 1;
-    bool in_keys = true;
-    for (std::size_t d = sizes.size(); d-- > 0;) {
-      if (sizes[d] == 1) continue;
-      if (in_keys && visit[1][d] == expect && expect < std::int64_t(keys)) {
-        expect *= sizes[d];
-        continue;
-      }
-      in_keys = false;
-      if (visit[1][d] != 0) return false;
-    }
-    return expect == std::int64_t(keys);
-  }
-  std::int64_t rows() const { return kernels::num_elements(sizes) / std::int64_t(keys); }
 };
-
-// f(p, first_row, end_row) over the rows of a keys-innermost block, on the compute threads.
-template <class F>
-int for_row_ranges(std::int64_t rows, F&& f) {
-  return kernels::for_each_part<1>(
-      {rows}, {kernels::Strides{1}}, compute_threads(),
-      [&](int p, const kernels::Sizes& sub, const std::array<std::int64_t, 1>& base) {
-        f(p, base[0], base[0] + sub[0]);
-      });
-}
-
-// Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by
-// key otherwise.
-template <class T, class U>
-std::vector<T> indexed(const NormStatistics& st, const std::vector<U>& per_key) {
-  if (st.keys_innermost()) return KeyLanes(std::int64_t(st.keys)).per_lane<T>(per_key);
-  return std::vector<T>(per_key.begin(), per_key.end());
-}
-
-// acc[w * width + j] += term(at + j, j)[w] for the n lanes of one group: one vector per sum.
-template <std::size_t W, class N, class T, class Term>
-void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, Term& term) {
-  // Two named streams, not a loop over w (a run-time stride the vectoriser gives up on); no `omp
-  // simd` (it would keep each lane's array of terms in memory).
-  static_assert(W == 2, "the normalisations' gradients sum two terms");
-  T* second = acc + width;
-  for (std::int64_t j = 0; j < n; ++j) {
-    const std::array<T, 2> t = term(at + j, j);
-    acc[j] += t[0];
-    second[j] += t[1];
-  }
-}
-
-// Per key, the W sums of term(value offset, index) over a keys-innermost block, the index as
-// indexed() gives: per chunk in T across the lanes, then per key in double.
-template <class T, std::size_t W, class Term>
-std::vector<double> lane_sums(const NormStatistics& st, Term&& term) {
-  const KeyLanes lanes(std::int64_t(st.keys));
-  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
-  std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(W * keys, 0.0));
-  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
-    auto add_chunks = [&](T* acc) {
-      for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
-        std::fill(acc, acc + W * width, T(0));
-        lanes.for_groups(c0, std::min(end, c0 + lanes.chunk_rows()),
-                         [&](std::int64_t at, auto n) { add_terms<W>(at, n, width, acc, term); });
-        for (std::size_t w = 0; w < W; ++w)
-          lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
-      }
-    };
-    // Sums on the stack where they fit: the compiler then knows that they alias no operand, and
-    // vectorises without run-time overlap checks (a term reads up to six arrays).
-    if (width <= std::size_t(KeyLanes::wide)) {
-      alignas(64) T on_stack[W * KeyLanes::wide];
-      add_chunks(on_stack);
-    } else {
-      std::vector<T> on_heap(W * width);
-      add_chunks(on_heap.data());
-    }
-  });
-  for (int p = 1; p < used; ++p)
-    for (std::size_t i = 0; i < W * keys; ++i) parts[0][i] += parts[p][i];
-  std::vector<double> out(keys * W);  // interleaved per key, as sum_per_key returns them
-  for (std::size_t k = 0; k < keys; ++k)
-    for (std::size_t w = 0; w < W; ++w) out[k * W + w] = parts[0][w * keys + k];
-  return out;
-}
-
-// Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
-template <class T, std::size_t W, class Term>
-std::vector<double> sum_keys(const NormStatistics& st, Term&& term) {
-  if (st.keys_innermost()) return lane_sums<T, W>(st, term);
-  return sum_per_key<W>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
-    const std::array<T, W> t = term(at, key);
-    std::array<double, W> wide;
-    for (std::size_t w = 0; w < W; ++w) wide[w] = double(t[w]);
-    return wide;
-  });
-}
-
-// f(value offset, index) for every element, the index as indexed() gives, on the compute threads;
-// f touches that element alone (the lanes of a group run as one vector).
-template <class F>
-void for_each_value(const NormStatistics& st, F&& f) {
-  if (st.keys_innermost()) {
-    const KeyLanes lanes(std::int64_t(st.keys));
-    for_row_ranges(st.rows(), [&](int, std::int64_t begin, std::int64_t end) {
-      lanes.for_groups(begin, end, [&](std::int64_t at, auto n) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-        for (std::int64_t j = 0; j < n; ++j) f(at + j, j);
-      });
-    });
-    return;
-  }
-  kernels::parallel_for_each_offset<2>(
-      st.sizes, st.visit, compute_threads(),
-      [&](const std::array<std::int64_t, 2>& at) { f(at[0], at[1]); });
-}
-
-// Count, mean and sum of squared deviations per key of a keys-innermost block, in one pass over
-// memory: each chunk (in cache) is walked twice, for its mean and for the deviations from it, and
-// the chunks are combined in double (Chan et al.).
-template <class T>
-std::vector<Partial> lane_moments(const NormStatistics& st, const T* in) {
-  const KeyLanes lanes(std::int64_t(st.keys));
-  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
-  std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
-  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
-    // Per lane, what the values are taken from: the chunk's first row for the sum, then its mean
-    // for the squared deviations.
-    std::vector<T> lane_sum(width), centre(width), lane_m2(width);
-    std::vector<double> sum(keys), mean(keys), m2(keys);
-    for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
-      const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
-      const double n = double(c1 - c0);
-      // The sums are of x minus the chunk's first row: values of the data's spread, not of its
-      // magnitude (around 1e4, float sums of x itself would lose the chunk mean's last digits,
-      // and Chan's combination the variance with them).
-      const T* first = in + c0 * std::int64_t(keys);
-      for (std::size_t j = 0; j < width; ++j) centre[j] = first[j % keys];
-      std::fill(lane_sum.begin(), lane_sum.end(), T(0));
-      T* acc = lane_sum.data();
-      const T* shift = centre.data();  // (the same buffer, the mean, further down)
-      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-        for (std::int64_t j = 0; j < w; ++j) acc[j] += in[at + j] - shift[j];
-      });
-      std::fill(sum.begin(), sum.end(), 0.0);
-      lanes.add_to_keys(acc, sum.data());
-      for (std::size_t k = 0; k < keys; ++k) mean[k] = double(first[k]) + sum[k] / n;
-      for (std::size_t j = 0; j < width; ++j) centre[j] = static_cast<T>(mean[j % keys]);
-      std::fill(lane_m2.begin(), lane_m2.end(), T(0));
-      T* dev2 = lane_m2.data();
-      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-        for (std::int64_t j = 0; j < w; ++j) {
-          const T d = in[at + j] - shift[j];
-          dev2[j] += d * d;
-        }
-      });
-      std::fill(m2.begin(), m2.end(), 0.0);
-      lanes.add_to_keys(dev2, m2.data());
-      for (std::size_t k = 0; k < keys; ++k) {
-        // The deviations were taken from the mean rounded to T: sum (x - m~)^2 exceeds
-        // sum (x - m)^2 by n (m - m~)^2.
-        const double off = mean[k] - double(static_cast<T>(mean[k]));
-        parts[p][k] =
-            combine_moments(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
-      }
-    }
-  });
-  for (int p = 1; p < used; ++p)
-    for (std::size_t k = 0; k < keys; ++k) parts[0][k] = combine_moments(parts[0][k], parts[p][k]);
-  return std::move(parts[0]);
-}
 
 template <class T>
 NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, double epsilon,
@@ -290,43 +80,17 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   Mesh& mesh = x.mesh();
   st.sizes = x.block().sizes();
   // Blocks are visited in memory order (all statistics at once, so channels-last data streams
-  // through once per pass); the second offset of each element is its statistic's index.
-  std::int64_t local_count = 1;
+  // through once per pass), each element with its statistic's index.
   for (std::size_t d = 0; d < shape.rank(); ++d)
-    if (reduced.contains(shape[d].name))
-      local_count *= st.sizes[d];
-    else
-      st.kept_sizes.push_back(st.sizes[d]);
+    if (!reduced.contains(shape[d].name)) st.kept_sizes.push_back(st.sizes[d]);
   const auto kept_row_major = kernels::row_major_strides(st.kept_sizes);
-  kernels::Strides key_strides(shape.rank(), 0);
+  st.key_strides.assign(shape.rank(), 0);
   for (std::size_t d = 0, k = 0; d < shape.rank(); ++d)
-    if (!reduced.contains(shape[d].name)) key_strides[d] = kept_row_major[k++];
+    if (!reduced.contains(shape[d].name)) st.key_strides[d] = kept_row_major[k++];
   st.keys = static_cast<std::size_t>(kernels::num_elements(st.kept_sizes));
-  st.visit = {kernels::row_major_strides(st.sizes), key_strides};
-  const T* in = x.array().data();
 
-  // Local statistics per key: on the GPU if the block is there; else in one pass over memory on a
-  // keys-innermost block, in two otherwise.
-  std::vector<Partial> partial(st.keys);
-  const bool on_gpu =
-      kernels::norm_moments_on_gpu(st.sizes, st.visit[1], std::int64_t(st.keys), in, &partial);
-  if (!on_gpu && st.keys_innermost()) {
-    partial = lane_moments(st, in);
-  } else if (!on_gpu) {
-    const auto sums = sum_per_key<1>(
-        st.sizes, st.visit, st.keys,
-        [&](std::int64_t at, std::int64_t) { return std::array<double, 1>{double(in[at])}; });
-    for (std::size_t k = 0; k < st.keys; ++k) {
-      partial[k].count = double(local_count);
-      partial[k].mean = local_count > 0 ? sums[k] / double(local_count) : 0.0;
-    }
-    const auto squares =
-        sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
-          const double dev = in[at] - partial[key].mean;
-          return std::array<double, 1>{dev * dev};
-        });
-    for (std::size_t k = 0; k < st.keys; ++k) partial[k].m2 = squares[k];
-  }
+  std::vector<Partial> partial =
+      kernels::norm_moments(st.sizes, st.key_strides, std::int64_t(st.keys), x.array().data());
 
   // The processors along the axes that split reduced dims hold parts of the same statistics.
   for (const auto& name : reduced_names)
@@ -360,8 +124,8 @@ void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<T>* mom
   TensorLayout stats_layout(Shape(st.kept_dims), x.mesh().shape(), x.layout().layout());
   const std::vector<T> mean(st.mean.begin(), st.mean.end()),
       variance(st.variance.begin(), st.variance.end());
-  Array<T> m = kernels::array_from_host(mean, to_xshape(st.kept_sizes));
-  Array<T> v = kernels::array_from_host(variance, to_xshape(st.kept_sizes));
+  Array<T> m = array_from_host(mean, to_xshape(st.kept_sizes));
+  Array<T> v = array_from_host(variance, to_xshape(st.kept_sizes));
   moments->mean = Tensor<T>(x.mesh(), stats_layout, std::move(m));
   moments->variance = Tensor<T>(x.mesh(), stats_layout, std::move(v));
   moments->count = st.count;
@@ -384,25 +148,17 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
   T* o = out.data();
   std::vector<double> shift(st.keys);  // y = inv_std x + shift
   for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
-  if (!kernels::norm_affine_on_gpu(st.sizes, st.visit[1], in, st.inv_std, shift,
-                                   -std::numeric_limits<T>::infinity(), o)) {
-    const auto a = detail::indexed<T>(st, st.inv_std), b = detail::indexed<T>(st, shift);
-    detail::for_each_value(st,
-                           [&](std::int64_t at, std::int64_t i) { o[at] = a[i] * in[at] + b[i]; });
-  }
+  kernels::norm_affine(st.sizes, st.key_strides, in, st.inv_std, shift,
+                       -std::numeric_limits<T>::infinity(), o);
   Tensor<T> y(x.mesh(), x.layout(), std::move(out));
 
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(y, {x}, [y = y.detach(), st](const Tensor<T>& g, const std::vector<bool>&) {
     const T* pg = g.array().data();
     const T* py = y.array().data();
-    std::vector<double> sums;  // of g and g y, per key
     const std::vector<double> ones(st.keys, 1.0), zeros(st.keys, 0.0);
-    if (!kernels::norm_gradient_sums_on_gpu(st.sizes, st.visit[1], pg, py, ones, zeros,
-                                            kernels::ReluMask<T>{}, &sums))
-      sums = detail::sum_keys<T, 2>(st, [&](std::int64_t at, std::int64_t) {
-        return std::array<T, 2>{pg[at], pg[at] * py[at]};
-      });
+    std::vector<double> sums = kernels::norm_gradient_sums(  // of g and g y, per key
+        st.sizes, st.key_strides, pg, py, ones, zeros, kernels::ReluMask<T>{});
     if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
     // dx = a g + b y + c per key.
     std::vector<double> b(st.keys), c(st.keys);
@@ -413,14 +169,8 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
     }
     Array<T> dx = Array<T>::from_shape(g.array().shape());
     T* pd = dx.data();
-    if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, py, kernels::ReluMask<T>{},
-                                             st.inv_std, b, c, pd)) {
-      const auto a_at = detail::indexed<T>(st, st.inv_std), b_at = detail::indexed<T>(st, b),
-                 c_at = detail::indexed<T>(st, c);
-      detail::for_each_value(st, [&](std::int64_t at, std::int64_t i) {
-        pd[at] = detail::affine_input_gradient(a_at[i], pg[at], b_at[i], py[at], c_at[i]);
-      });
-    }
+    kernels::norm_input_gradient(st.sizes, st.key_strides, pg, py, kernels::ReluMask<T>{},
+                                 st.inv_std, b, c, pd);
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), g.layout(), std::move(dx))};
   });
   return y;
@@ -448,7 +198,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
   auto scale_of = [&](const Tensor<T>& t) {
     const auto here = relayout_to(t, stats_layout);
-    const std::vector<T> values = kernels::to_host_vector(here.array());
+    const std::vector<T> values = to_host_vector(here.array());
     return std::vector<double>(values.begin(), values.end());
   };
   const auto g_scale = scale_of(gamma), shift = scale_of(beta);
@@ -463,12 +213,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
       [x = x.detach(), st, a_key, b_key, floor](T* into) {
         const T* in = x.array().data();
-        if (kernels::norm_affine_on_gpu(st.sizes, st.visit[1], in, a_key, b_key, floor, into))
-          return;
-        const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
-        for_each_value(st, [&](std::int64_t at, std::int64_t i) {
-          into[at] = affine_floor(a[i], in[at], b[i], floor);
-        });
+        kernels::norm_affine(st.sizes, st.key_strides, in, a_key, b_key, floor, into);
       });
   Array<T> out = Array<T>::from_shape(x.array().shape());
   (*recipe)(out.data());
@@ -478,33 +223,16 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record(
       y, {x, gamma, beta},
-      [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, floor, st, g_scale,
+      [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, st, g_scale,
        stats_layout, gamma_layout = gamma.layout(),
        beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
         const T* pg = g.array().data();
         const T* px = x.array().data();
         const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
-        // Raw pointers copied into the CPU loops' lambdas, and g loaded whether masked or not:
-        // loops the compiler vectorises.
-        const auto a = indexed<T>(st, a_key), b = indexed<T>(st, b_key);
-        const T *pa = a.data(), *pb = b.data();
-        auto masked = [=](std::int64_t at, std::int64_t i) {
-          const T value = pg[at];
-          const bool keep = (affine_floor(pa[i], px[at], pb[i], floor) > T(0)) | !relu;
-          return keep ? value : T(0);
-        };
         std::vector<double> shift(st.keys);  // x̂ = inv_std x + shift
         for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
-        std::vector<double> sums;  // of g' and g' x̂, per key
-        if (!kernels::norm_gradient_sums_on_gpu(st.sizes, st.visit[1], pg, px, st.inv_std, shift,
-                                                mask, &sums)) {
-          const auto norm_scale = indexed<T>(st, st.inv_std), norm_shift = indexed<T>(st, shift);
-          const T *ps = norm_scale.data(), *ph = norm_shift.data();
-          sums = sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
-            const T gm = masked(at, i);
-            return std::array<T, 2>{gm, gm * (ps[i] * px[at] + ph[i])};
-          });
-        }
+        std::vector<double> sums = kernels::norm_gradient_sums(  // of g' and g' x̂, per key
+            st.sizes, st.key_strides, pg, px, st.inv_std, shift, mask);
         if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
         std::vector<Tensor<T>> grads(3);
         if (needed[0]) {
@@ -518,22 +246,14 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
             r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
           }
           Array<T> dx = Array<T>::from_shape(g.array().shape());
-          T* pd = dx.data();
-          if (!kernels::norm_input_gradient_on_gpu(st.sizes, st.visit[1], pg, px, mask, p_key,
-                                                   q_key, r_key, pd)) {
-            const auto p = indexed<T>(st, p_key), q = indexed<T>(st, q_key),
-                       r = indexed<T>(st, r_key);
-            const T *pp = p.data(), *pq = q.data(), *pr = r.data();
-            for_each_value(st, [=](std::int64_t at, std::int64_t i) {
-              pd[at] = affine_input_gradient(pp[i], masked(at, i), pq[i], px[at], pr[i]);
-            });
-          }
+          kernels::norm_input_gradient(st.sizes, st.key_strides, pg, px, mask, p_key, q_key, r_key,
+                                       dx.data());
           grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }
         auto per_key = [&](int which, const TensorLayout& layout) {
           std::vector<T> values(st.keys);
           for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<T>(sums[2 * k + which]);
-          Array<T> v = kernels::array_from_host(values, to_xshape(st.kept_sizes));
+          Array<T> v = array_from_host(values, to_xshape(st.kept_sizes));
           return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
         };
         if (needed[1]) grads[1] = per_key(1, gamma_layout);

@@ -13,8 +13,8 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/pool_select.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/pool.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -73,12 +73,12 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   Array<T> out = Array<T>::from_shape(out_sizes);
   // What max pooling's backward reads: which position of each window won.
   Buffer<std::uint8_t> workspace(
-      is_max && !plan.empty() ? kernels::pool_impl::max_pool_workspace_bytes<T>(geometry) : 0);
+      is_max && !plan.empty() ? kernels::max_pool_workspace_bytes<T>(geometry) : 0);
   if (!plan.empty()) {
     if (is_max)
-      kernels::pool_impl::max_pool_forward(geometry, box.data(), out.data(), workspace.data());
+      kernels::max_pool_forward(geometry, box.data(), out.data(), workspace.data());
     else
-      kernels::pool_impl::avg_pool_forward(geometry, box.data(), out.data(), count_padding);
+      kernels::avg_pool_forward(geometry, box.data(), out.data(), count_padding);
   }
   Tensor<T> result(mesh, plan.output_layout,
                    from_kernel_order(std::move(out), plan.to_kernel_order));
@@ -93,11 +93,9 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
         if (plan.empty())
           kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
         else if (is_max)
-          kernels::pool_impl::max_pool_backward(geometry, g_kernel.data(), workspace.data(),
-                                                grad_box.data());
+          kernels::max_pool_backward(geometry, g_kernel.data(), workspace.data(), grad_box.data());
         else
-          kernels::pool_impl::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(),
-                                                count_padding);
+          kernels::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(), count_padding);
         auto own = plan.halo.exchange_add(
             g.mesh(), from_kernel_order(std::move(grad_box), plan.to_kernel_order));
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), plan.input_layout, std::move(own))};

@@ -17,10 +17,9 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/accumulator.hpp"
-#include "meshtensor/kernels/reference/fold.hpp"
-#include "meshtensor/kernels/sum_select.hpp"
+#include "meshtensor/kernels/common/accumulator.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -70,26 +69,20 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
     bool copied = false;
     if constexpr (std::is_same_v<Acc, T>) {
       if (!mean) {  // max, min, and sums of doubles: as they are (on the GPU where it computes)
-        kernels::copy_impl::copy_box(kernels::Sizes{count}, partial.data(), kernels::Strides{1},
-                                     out.data(), kernels::Strides{1});
+        kernels::copy_box(kernels::Sizes{count}, partial.data(), kernels::Strides{1}, out.data(),
+                          kernels::Strides{1});
         copied = true;
       }
     }
-    if (!copied && !kernels::narrow_on_gpu(partial.data(), out.data(), count,
-                                           mean ? double(reduced_count) : 1.0)) {
-      std::transform(partial.begin(), partial.end(), out.data(), [&](Acc v) {
-        return static_cast<T>(mean ? v / static_cast<Acc>(reduced_count) : v);
-      });
-    }
+    if (!copied)
+      kernels::narrow(partial.data(), out.data(), count, mean ? double(reduced_count) : 1.0);
     return Tensor<T>(t.mesh(), std::move(layout), std::move(out));
   };
   const auto n = static_cast<std::size_t>(kernels::num_elements(kept_sizes));
   if (op == ReduceOp::sum) {
     using Acc = kernels::accumulator_t<T>;
     Buffer<Acc> partial(n);
-    if (!kernels::sum_on_gpu<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data()))
-      kernels::parallel_sum<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data(),
-                                       compute_threads());
+    kernels::sum<Acc, T, 1>(kept_sizes, reduced_sizes, {operand}, partial.data());
     return finish(partial);
   }
   // An empty block (a dim smaller than its mesh axis) contributes the identity of max or min.
@@ -99,15 +92,7 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
           ? (is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
           : (is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
   Buffer<T> partial(n);
-  if (!kernels::extreme_on_gpu(kept_sizes, reduced_sizes, operand, partial.data(), is_max,
-                               identity))
-    kernels::parallel_fold<T, T, 1>(
-        kept_sizes, reduced_sizes, {operand}, partial.data(), identity,
-        [is_max](T a, T b) {
-          return is_max ? kernels::shared::binary_formula<BinaryOp::larger>(a, b)
-                        : kernels::shared::binary_formula<BinaryOp::smaller>(a, b);
-        },
-        compute_threads());
+  kernels::extreme(kept_sizes, reduced_sizes, operand, partial.data(), is_max, identity);
   return finish(partial);
 }
 

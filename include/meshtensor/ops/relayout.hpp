@@ -15,8 +15,9 @@
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/detail/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -64,13 +65,13 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
       const T* from =
           tensor.array().data() + kernels::offset_of_box(to_send, old_block, old_strides);
       if (p == mesh.processor()) {
-        kernels::copy_impl::copy_box(
-            to_send.sizes(), from, old_strides,
-            local.data() + kernels::offset_of_box(to_send, new_block, new_strides), new_strides);
+        kernels::copy_box(to_send.sizes(), from, old_strides,
+                          local.data() + kernels::offset_of_box(to_send, new_block, new_strides),
+                          new_strides);
       } else {
         auto& piece = outgoing.emplace_back(Piece{to_send, Buffer<T>(to_send.num_elements())});
-        kernels::copy_impl::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
-                                     kernels::row_major_strides(to_send.sizes()));
+        kernels::copy_box(to_send.sizes(), from, old_strides, piece.data.data(),
+                          kernels::row_major_strides(to_send.sizes()));
         requests.push_back(world.isend(piece.data.data(), piece.data.size() * sizeof(T), p,
                                        tags::relayout, piece.data.space()));
       }
@@ -85,7 +86,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   }
   wait_all(requests);
   for (const auto& piece : incoming)
-    kernels::copy_impl::copy_box(
+    kernels::copy_box(
         piece.box.sizes(), piece.data.data(), kernels::row_major_strides(piece.box.sizes()),
         local.data() + kernels::offset_of_box(piece.box, new_block, new_strides), new_strides);
   return Tensor<T>(mesh, target, std::move(local));
@@ -120,8 +121,7 @@ template <class T>
 xt::xarray<T> gather(const Tensor<T>& tensor) {
   const auto whole = detail::relayout_to(tensor, tensor.layout().with_layout(Layout{}));
   xt::xarray<T> out = xt::xarray<T>::from_shape(whole.array().shape());
-  kernels::copy_to_host(whole.array().data(), whole.array().space(), std::int64_t(out.size()),
-                        out.data());
+  copy_to_host(whole.array().data(), whole.array().space(), std::int64_t(out.size()), out.data());
   return out;
 }
 

@@ -18,8 +18,8 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/resample_select.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/resample.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -99,7 +99,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
     }
   }
   Array<T> out = Array<T>::from_shape(to_xshape(out_block.sizes()));
-  kernels::resample_impl::resample(taps, box.data(), out.data());
+  kernels::resample(taps, box.data(), out.data());
   Tensor<T> result(mesh, std::move(out_layout), std::move(out));
 
   std::vector<std::size_t> box_sizes(box.shape().begin(), box.shape().end());
@@ -108,7 +108,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
       [plan, taps = std::move(taps), box_sizes, input_layout = t.layout()](
           const Tensor<T>& g, const std::vector<bool>&) {
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
-        kernels::resample_impl::resample_adjoint(taps, g.array().data(), grad_box.data());
+        kernels::resample_adjoint(taps, g.array().data(), grad_box.data());
         auto own = plan.exchange_add(g.mesh(), grad_box);
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
       });
@@ -138,10 +138,7 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
                                 T* out) {
     T* dst = out + offset * out_strides[d];
     const auto src_strides = kernels::row_major_strides(sizes);
-    if (kernels::copy_box_on_gpu(sizes, src, src_strides, dst, out_strides)) return;
-    kernels::parallel_for_each_offset<2>(
-        sizes, {src_strides, out_strides}, compute_threads(),
-        [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+    kernels::copy_box(sizes, src, src_strides, dst, out_strides);
   };
   Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
   std::vector<std::int64_t> offsets;
@@ -179,10 +176,7 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
           const T* src = g.array().data() + offsets[i] * g_strides[d];
           T* dst = slice.data();
           const auto dst_strides = kernels::row_major_strides(sizes);
-          if (!kernels::copy_box_on_gpu(sizes, src, g_strides, dst, dst_strides))
-            kernels::parallel_for_each_offset<2>(
-                sizes, {g_strides, dst_strides}, compute_threads(),
-                [&](const std::array<std::int64_t, 2>& o) { dst[o[1]] = src[o[0]]; });
+          kernels::copy_box(sizes, src, g_strides, dst, dst_strides);
           grads[i] = relayout_to(Tensor<T>(g.mesh(), aligned, std::move(slice)), part_layouts[i]);
         }
         return grads;

@@ -12,7 +12,7 @@
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -17,8 +17,9 @@
 #include "meshtensor/core/shape.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -56,7 +57,7 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
   std::int64_t n = block.num_elements();
   std::vector<T> staging;  // the host computes the values: see writable_on_host
-  T* out = kernels::writable_on_host(local, staging);
+  T* out = writable_on_host(local, staging);
   const auto sizes = block.sizes();
   const auto& global = tensor_layout.shape();
   // Walk the block in row-major order, carrying the global coordinates along.
@@ -69,7 +70,7 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
       coords[d] = block.ranges[d].begin;
     }
   }
-  kernels::written_on_host(staging, local);
+  written_on_host(staging, local);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
@@ -104,11 +105,11 @@ Tensor<T> scatter(Mesh& mesh, const Shape& shape, const Layout& layout, const Co
   // The host cuts its block out of the array, which then travels to the processor's memory.
   std::vector<T> mine(static_cast<std::size_t>(block.num_elements()));
   const auto global_strides = kernels::row_major_strides(shape.sizes());
-  kernels::copy_box(block.sizes(),
-                    global.data() + kernels::offset_of(block.offsets(), global_strides),
-                    global_strides, mine.data(), kernels::row_major_strides(block.sizes()));
+  kernels::copy_box_on_host(block.sizes(),
+                            global.data() + kernels::offset_of(block.offsets(), global_strides),
+                            global_strides, mine.data(), kernels::row_major_strides(block.sizes()));
   return Tensor<T>(mesh, std::move(tensor_layout),
-                   kernels::array_from_host(mine, detail::to_xshape(block.sizes())));
+                   array_from_host(mine, detail::to_xshape(block.sizes())));
 }
 
 }  // namespace meshtensor

@@ -18,12 +18,10 @@
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/host_access.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
-#ifdef MESHTENSOR_WITH_CUDA
-#include "meshtensor/kernels/gpu/elementwise.hpp"
-#endif
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/elementwise.hpp"
 
 namespace meshtensor {
 
@@ -133,7 +131,7 @@ class Tensor {
       throw ShapeError("item() needs a tensor without dims, but this tensor is " +
                        layout().to_string() + "; reduce it first");
     T value;
-    kernels::copy_to_host(array().data(), array().space(), 1, &value);
+    copy_to_host(array().data(), array().space(), 1, &value);
     return value;
   }
 
@@ -221,15 +219,9 @@ class Tensor {
       throw Error("gradient of layout " + g.layout().to_string() + " cannot accumulate into " +
                   sum.layout().to_string());
     if (sum.state_.use_count() > 1 || sum.state_->data.use_count() > 1) sum = sum.clone();
-    // In place, on the GPU or the compute threads (xtensor's `+=` would build a temporary).
-    T* into = sum.array().data();
-    const T* add = g.array().data();
-    const auto n = static_cast<std::int64_t>(sum.array().size());
-#ifdef MESHTENSOR_WITH_CUDA
-    if (kernels::gpu::accumulate(into, add, n)) return;
-#endif
-    kernels::wait_for_gpu();
-    kernels::parallel_for(n, compute_threads(), [into, add](std::int64_t i) { into[i] += add[i]; });
+    // In place (xtensor's `+=` would build a temporary).
+    kernels::add_into(sum.array().data(), g.array().data(),
+                      static_cast<std::int64_t>(sum.array().size()));
   }
 
   std::string to_string() const {
@@ -262,9 +254,8 @@ class Tensor {
   template <class Container>
   static array_type from_host(const Container& host_block) {
     const std::vector<T> values(host_block.begin(), host_block.end());
-    return kernels::array_from_host(
-        values,
-        typename array_type::shape_type(host_block.shape().begin(), host_block.shape().end()));
+    return array_from_host(values, typename array_type::shape_type(host_block.shape().begin(),
+                                                                   host_block.shape().end()));
   }
 
   static std::string shape_string(const std::vector<std::size_t>& sizes) {

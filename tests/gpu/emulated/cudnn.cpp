@@ -1,4 +1,4 @@
-// The emulated cuDNN (libcudnn.so.9): the calls of kernels/cudnn/conv.hpp by their documented
+// The emulated cuDNN (libcudnn.so.9): the calls of kernels/cuda/cudnn_conv.hpp by their documented
 // semantics, run in their handle's stream on the emulated GPU (device.hpp), so that the mapping of
 // meshtensor's convolutions onto cuDNN (descriptors, padding, transposed convolutions as
 // adjoints, weight orders, alpha and beta) is tested on machines without a GPU.

@@ -8,9 +8,9 @@
 #include <type_traits>
 #include <utility>
 
-#include <meshtensor/kernels/elementwise_formulas.hpp>
-#include <meshtensor/kernels/norm_formulas.hpp>
-#include <meshtensor/kernels/optimizer_formulas.hpp>
+#include <meshtensor/kernels/common/elementwise_formulas.hpp>
+#include <meshtensor/kernels/common/norm_formulas.hpp>
+#include <meshtensor/kernels/common/optimizer_formulas.hpp>
 
 #include "device.hpp"
 #include "gpu/host_cuda.hpp"

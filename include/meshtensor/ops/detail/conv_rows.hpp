@@ -15,8 +15,8 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/conv_select.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
+#include "meshtensor/kernels/conv.hpp"
+#include "meshtensor/kernels/copy.hpp"
 
 namespace meshtensor::detail {
 
@@ -65,8 +65,8 @@ void conv_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T* w
   if (a >= b) return;
   const kernels::RowSlab slab = kernels::output_rows(g, a, b);
   Buffer<T> scratch;
-  kernels::conv_impl::conv_forward(slab.geometry, box.rows(slab.r0, slab.r1, scratch), weight,
-                                   out + a * kernels::output_row_size(g));
+  kernels::conv_forward(slab.geometry, box.rows(slab.r0, slab.r1, scratch), weight,
+                        out + a * kernels::output_row_size(g));
 }
 
 /// grad_weight += the weight gradient of output rows [a, b) (`grad_output`: all output rows).
@@ -76,9 +76,8 @@ void weight_rows(const kernels::ConvGeometry& g, const BoxRows<T>& box, const T*
   if (a >= b) return;
   const kernels::RowSlab slab = kernels::output_rows(g, a, b);
   Buffer<T> scratch;
-  kernels::conv_impl::conv_backward_weight(slab.geometry, box.rows(slab.r0, slab.r1, scratch),
-                                           grad_output + a * kernels::output_row_size(g),
-                                           grad_weight);
+  kernels::conv_backward_weight(slab.geometry, box.rows(slab.r0, slab.r1, scratch),
+                                grad_output + a * kernels::output_row_size(g), grad_weight);
 }
 
 /// The gradient of box rows [r0, r1) into `grad_rows` (`grad_output`: all output rows): the rows
@@ -87,8 +86,12 @@ template <class T>
 void input_rows(const kernels::ConvGeometry& g, const T* grad_output, const T* weight, T* grad_rows,
                 std::int64_t r0, std::int64_t r1) {
   if (r0 >= r1) return;
-  kernels::input_gradient_rows(g, r0, r1, grad_output, weight, grad_rows,
-                               &kernels::conv_impl::conv_backward_input<T>);
+  const kernels::InputSlab slab = kernels::input_rows(g, r0, r1);
+  if (slab.o0 < slab.o1)
+    kernels::conv_backward_input(slab.geometry, grad_output + slab.o0 * kernels::output_row_size(g),
+                                 weight, grad_rows);
+  else
+    kernels::fill_values(grad_rows, (r1 - r0) * kernels::input_row_size(g), T(0));
 }
 
 /// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)

@@ -12,8 +12,8 @@
 
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/strided.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::detail {
@@ -95,9 +95,9 @@ class SavedBox {
           slab.ranges.push_back(e < d ? own.ranges[e] : e == d ? along : box_block.ranges[e]);
         if (slab.empty()) continue;
         Buffer<T> data(slab.num_elements());
-        kernels::copy_impl::copy_box(
-            slab.sizes(), box.data() + kernels::offset_of_box(slab, box_block, box_strides),
-            box_strides, data.data(), kernels::row_major_strides(slab.sizes()));
+        kernels::copy_box(slab.sizes(),
+                          box.data() + kernels::offset_of_box(slab, box_block, box_strides),
+                          box_strides, data.data(), kernels::row_major_strides(slab.sizes()));
         saved.halo_.emplace_back(std::move(slab), std::move(data));
       }
     return saved;
@@ -133,14 +133,13 @@ class SavedBox {
       own_.write_to(own_in_box);
     } else {
       Array<T> own_scratch = empty_array<T>();
-      kernels::copy_impl::copy_box(own.sizes(), own_.data(own_scratch),
-                                   kernels::row_major_strides(own.sizes()), own_in_box,
-                                   box_strides);
+      kernels::copy_box(own.sizes(), own_.data(own_scratch),
+                        kernels::row_major_strides(own.sizes()), own_in_box, box_strides);
     }
     for (const auto& [slab, data] : halo_)
-      kernels::copy_impl::copy_box(
-          slab.sizes(), data.data(), kernels::row_major_strides(slab.sizes()),
-          scratch.data() + kernels::offset_of_box(slab, box_, box_strides), box_strides);
+      kernels::copy_box(slab.sizes(), data.data(), kernels::row_major_strides(slab.sizes()),
+                        scratch.data() + kernels::offset_of_box(slab, box_, box_strides),
+                        box_strides);
     return scratch.data();
   }
 

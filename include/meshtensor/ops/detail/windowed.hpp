@@ -12,8 +12,8 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/copy_select.hpp"
-#include "meshtensor/kernels/reference/conv.hpp"
+#include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/halo.hpp"
 #include "meshtensor/ops/window.hpp"
 
@@ -109,7 +109,7 @@ Array<T> to_kernel_order(const Array<T>& block, const std::vector<std::size_t>& 
   std::vector<std::size_t> permuted;
   for (auto d : order) permuted.push_back(static_cast<std::size_t>(sizes[d]));
   Array<T> out = Array<T>::from_shape(permuted);
-  kernels::copy_impl::permute(block.data(), sizes, order, out.data());
+  kernels::permute(block.data(), sizes, order, out.data());
   return out;
 }
 

@@ -1,0 +1,82 @@
+#pragma once
+// The convolution family: forward, and the gradients of the input (into the box) and of the weight
+// (added, in double), on one block (kernels/common/conv_geometry.hpp says the layout). The CPU's
+// kernels are chosen at compile time: oneDNN when the program links meshtensor::onednn
+// (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference loops with
+// MESHTENSOR_REFERENCE_KERNELS (for cross-checks). A GPU runs cuDNN's, and the CPU's for what cuDNN
+// cannot run (double). A plan counts a multiply-add per (output, tap) pair that reads the box.
+
+#include <cstdint>
+#include <type_traits>
+
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/cpu/blocked/conv.hpp"
+#include "meshtensor/kernels/cpu/reference/conv.hpp"
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+#include "meshtensor/kernels/cpu/onednn/conv.hpp"
+#endif
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cuda/cudnn_conv.hpp"
+#endif
+
+namespace meshtensor::kernels {
+#if defined(MESHTENSOR_REFERENCE_KERNELS)
+namespace cpu_conv = reference;
+#elif defined(MESHTENSOR_WITH_ONEDNN)
+namespace cpu_conv = onednn;
+#else
+namespace cpu_conv = blocked;
+#endif
+
+/// The operations of one pass of a convolution: two per (output, tap) pair that reads inside the
+/// box, per input and output channel.
+inline double conv_flops(const ConvGeometry& g) {
+  double pairs = 2.0 * double(g.batch) * double(g.c_in) * double(g.c_out);
+  for (int d = 0; d < 3; ++d) {
+    std::int64_t reading = 0;
+    for (std::int64_t o = 0; o < g.out[d]; ++o)
+      for (std::int64_t k = 0; k < g.kernel[d]; ++k) {
+        const std::int64_t i = g.taps[d].reads(o, k);
+        reading += i >= 0 && i < g.in[d];
+      }
+    pairs *= double(reading);
+  }
+  return pairs;
+}
+
+namespace detail {
+template <class T, class Cudnn>
+bool on_cudnn([[maybe_unused]] Cudnn&& run) {
+  if constexpr (std::is_same_v<T, float>) return run();
+  return false;
+}
+}  // namespace detail
+
+template <class T>
+void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
+  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
+           MESHTENSOR_ON_GPU(
+               detail::on_cudnn<T>([&] { return cudnn::conv_forward(g, input, weight, output); })),
+           [&] { cpu_conv::conv_forward(g, input, weight, output); });
+}
+
+template <class T>
+void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                         T* grad_input) {
+  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
+           MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
+               [&] { return cudnn::conv_backward_input(g, grad_output, weight, grad_input); })),
+           [&] { cpu_conv::conv_backward_input(g, grad_output, weight, grad_input); });
+}
+
+template <class T>
+void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                          double* grad_weight) {
+  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
+           MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
+               [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
+           [&] { cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight); });
+}
+
+}  // namespace meshtensor::kernels

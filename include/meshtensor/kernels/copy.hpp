@@ -1,0 +1,79 @@
+#pragma once
+// The copy family: copies between strided boxes — packing and unpacking halos and messages,
+// slicing, broadcasting, reordering a block's dims for a kernel — and flat copies and fills of a
+// processor's memory. On a GPU they run there: done by the host, they would move every page of a
+// block in GPU memory to the host, and the next kernel would move it back. A plan counts no FLOPs
+// for them (memory traffic only).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/cpu/copy.hpp"
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cuda/elementwise.hpp"
+#endif
+
+namespace meshtensor::kernels {
+
+/// to[i * to_strides] = from[i * from_strides] for every index i of `box`.
+template <class T>
+void copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* to,
+              const Strides& to_strides) {
+  dispatch([&] { plan::count(plan::Family::copy, 0); },
+           MESHTENSOR_ON_GPU(gpu::copy_box(box, from, from_strides, to, to_strides)),
+           [&] { cpu::copy_box(box, from, from_strides, to, to_strides); });
+}
+
+/// copy_box between two arrays in the host's memory (a global array the host holds, a staging
+/// vector), whatever the processor computes on.
+template <class T>
+void copy_box_on_host(const Sizes& box, const T* from, const Strides& from_strides, T* to,
+                      const Strides& to_strides) {
+  cpu::copy_box(box, from, from_strides, to, to_strides);
+}
+
+/// to (row-major over sizes[order[0]], sizes[order[1]], ...) = from (row-major over `sizes`).
+template <class T>
+void permute(const T* from, const Sizes& sizes, const std::vector<std::size_t>& order, T* to) {
+  const auto [new_sizes, gathered] = reordered(sizes, order);
+  copy_box(new_sizes, from, gathered, to, row_major_strides(new_sizes));
+}
+
+/// to[i] = from[i] for i < n.
+template <class T>
+void copy_values(const T* from, std::int64_t n, T* to) {
+  if (n > 0) copy_box(Sizes{n}, from, Strides{1}, to, Strides{1});
+}
+
+/// to[i] = value for i < n.
+template <class T>
+void fill_values(T* to, std::int64_t n, T value) {
+  if (n <= 0) return;
+  dispatch([&] { plan::count(plan::Family::copy, 0); },
+           MESHTENSOR_ON_GPU(gpu::map(UnaryOp::constant, value, to, to, n)),
+           [&] { std::fill(to, to + n, value); });
+}
+
+/// An array of `a`'s shape filled with zeros, where the processor's memory is (on a GPU, zeroed
+/// there: the host's writes would race with the GPU's queued work on recycled memory).
+template <class T>
+Array<T> zeros_like(const Array<T>& a) {
+  Array<T> out = Array<T>::from_shape(a.shape());
+  fill_values(out.data(), static_cast<std::int64_t>(out.size()), T(0));
+  return out;
+}
+
+/// A copy of `a`: its shape and values.
+template <class T>
+Array<T> copy_of(const Array<T>& a) {
+  Array<T> out = Array<T>::from_shape(a.shape());
+  copy_values(a.data(), static_cast<std::int64_t>(a.size()), out.data());
+  return out;
+}
+
+}  // namespace meshtensor::kernels

@@ -1,0 +1,344 @@
+#pragma once
+// The CPU's passes of the normalisations over a block whose elements each belong to one
+// statistic, its key (kernels/norm.hpp says the layout). A block whose keys are its innermost
+// values (batch norm on channels-last blocks) runs as lanes (kernels/cpu/key_lanes.hpp),
+// vectorised across rows; any other as offsets. Sums are taken per compute thread and added in
+// thread order; statistics in one pass over memory per chunk (Chan et al.).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/norm_formulas.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/cpu/key_lanes.hpp"
+#include "meshtensor/kernels/cpu/loops.hpp"
+
+namespace meshtensor::kernels::cpu {
+namespace norm_detail {
+
+using shared::affine_floor;
+using shared::affine_input_gradient;
+using shared::combine_moments;
+using Partial = shared::PartialMoments;
+
+// A block and its keys: each element's offset and its key's index, in memory order.
+struct KeyedBlock {
+  Sizes sizes;
+  std::array<Strides, 2> visit;
+  std::size_t keys = 0;
+
+  KeyedBlock(const Sizes& s, const Strides& key_strides, std::size_t k)
+      : sizes(s), visit{row_major_strides(s), key_strides}, keys(k) {}
+
+  // Whether an element's key is its offset modulo `keys`: the kept dims are the block's innermost
+  // (batch norm on channels-last blocks), so the block is rows of `keys` contiguous values and the
+  // loops below run over it as lanes (KeyLanes), vectorised across rows.
+  bool keys_innermost() const {
+    if (keys == 0) return false;
+    std::int64_t expect = 1;
+    bool in_keys = true;
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] == 1) continue;
+      if (in_keys && visit[1][d] == expect && expect < std::int64_t(keys)) {
+        expect *= sizes[d];
+        continue;
+      }
+      in_keys = false;
+      if (visit[1][d] != 0) return false;
+    }
+    return expect == std::int64_t(keys);
+  }
+  std::int64_t rows() const { return num_elements(sizes) / std::int64_t(keys); }
+};
+
+// Sums of W terms per statistic over a block: term(offset, key) for every element, added into
+// the key's W sums; the block split over the processor's compute threads, each with its own sums.
+template <std::size_t W, class Term>
+std::vector<double> sum_per_key(const Sizes& sizes, const std::array<Strides, 2>& visit,
+                                std::size_t keys, Term&& term) {
+  const int threads = compute_threads();
+  std::vector<std::vector<double>> parts(threads, std::vector<double>(keys * W, 0.0));
+  const int used = for_each_part<2>(
+      sizes, visit, threads, [&](int p, const Sizes& sub, const std::array<std::int64_t, 2>& base) {
+        double* acc = parts[p].data();
+        for_each_offset<2>(sub, visit, [&](const std::array<std::int64_t, 2>& o) {
+          const std::int64_t at = base[0] + o[0], key = base[1] + o[1];
+          const std::array<double, W> t = term(at, key);
+          for (std::size_t j = 0; j < W; ++j) acc[key * W + j] += t[j];
+        });
+      });
+  for (int p = 1; p < used; ++p)
+    for (std::size_t i = 0; i < keys * W; ++i) parts[0][i] += parts[p][i];
+  return std::move(parts[0]);
+}
+
+// f(p, first_row, end_row) over the rows of a keys-innermost block, on the compute threads.
+template <class F>
+int for_row_ranges(std::int64_t rows, F&& f) {
+  return for_each_part<1>({rows}, {Strides{1}}, compute_threads(),
+                          [&](int p, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
+                            f(p, base[0], base[0] + sub[0]);
+                          });
+}
+
+// Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by
+// key otherwise.
+template <class T, class U>
+std::vector<T> indexed(const KeyedBlock& st, const std::vector<U>& per_key) {
+  if (st.keys_innermost()) return KeyLanes(std::int64_t(st.keys)).per_lane<T>(per_key);
+  return std::vector<T>(per_key.begin(), per_key.end());
+}
+
+// acc[w * width + j] += term(at + j, j)[w] for the n lanes of one group: one vector per sum.
+template <std::size_t W, class N, class T, class Term>
+void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, Term& term) {
+  // Two named streams, not a loop over w (a run-time stride the vectoriser gives up on); no `omp
+  // simd` (it would keep each lane's array of terms in memory).
+  static_assert(W == 2, "the normalisations' gradients sum two terms");
+  T* second = acc + width;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::array<T, 2> t = term(at + j, j);
+    acc[j] += t[0];
+    second[j] += t[1];
+  }
+}
+
+// Per key, the W sums of term(value offset, index) over a keys-innermost block, the index as
+// indexed() gives: per chunk in T across the lanes, then per key in double.
+template <class T, std::size_t W, class Term>
+std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
+  const KeyLanes lanes(std::int64_t(st.keys));
+  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
+  std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(W * keys, 0.0));
+  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+    auto add_chunks = [&](T* acc) {
+      for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+        std::fill(acc, acc + W * width, T(0));
+        lanes.for_groups(c0, std::min(end, c0 + lanes.chunk_rows()),
+                         [&](std::int64_t at, auto n) { add_terms<W>(at, n, width, acc, term); });
+        for (std::size_t w = 0; w < W; ++w)
+          lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
+      }
+    };
+    // Sums on the stack where they fit: the compiler then knows that they alias no operand, and
+    // vectorises without run-time overlap checks (a term reads up to six arrays).
+    if (width <= std::size_t(KeyLanes::wide)) {
+      alignas(64) T on_stack[W * KeyLanes::wide];
+      add_chunks(on_stack);
+    } else {
+      std::vector<T> on_heap(W * width);
+      add_chunks(on_heap.data());
+    }
+  });
+  for (int p = 1; p < used; ++p)
+    for (std::size_t i = 0; i < W * keys; ++i) parts[0][i] += parts[p][i];
+  std::vector<double> out(keys * W);  // interleaved per key, as sum_per_key returns them
+  for (std::size_t k = 0; k < keys; ++k)
+    for (std::size_t w = 0; w < W; ++w) out[k * W + w] = parts[0][w * keys + k];
+  return out;
+}
+
+// Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
+template <class T, std::size_t W, class Term>
+std::vector<double> sum_keys(const KeyedBlock& st, Term&& term) {
+  if (st.keys_innermost()) return lane_sums<T, W>(st, term);
+  return sum_per_key<W>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
+    const std::array<T, W> t = term(at, key);
+    std::array<double, W> wide;
+    for (std::size_t w = 0; w < W; ++w) wide[w] = double(t[w]);
+    return wide;
+  });
+}
+
+// f(value offset, index) for every element, the index as indexed() gives, on the compute threads;
+// f touches that element alone (the lanes of a group run as one vector).
+template <class F>
+void for_each_value(const KeyedBlock& st, F&& f) {
+  if (st.keys_innermost()) {
+    const KeyLanes lanes(std::int64_t(st.keys));
+    for_row_ranges(st.rows(), [&](int, std::int64_t begin, std::int64_t end) {
+      lanes.for_groups(begin, end, [&](std::int64_t at, auto n) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+        for (std::int64_t j = 0; j < n; ++j) f(at + j, j);
+      });
+    });
+    return;
+  }
+  parallel_for_each_offset<2>(st.sizes, st.visit, compute_threads(),
+                              [&](const std::array<std::int64_t, 2>& at) { f(at[0], at[1]); });
+}
+
+// Count, mean and sum of squared deviations per key of a keys-innermost block, in one pass over
+// memory: each chunk (in cache) is walked twice, for its mean and for the deviations from it, and
+// the chunks are combined in double (Chan et al.).
+template <class T>
+std::vector<Partial> lane_moments(const KeyedBlock& st, const T* in) {
+  const KeyLanes lanes(std::int64_t(st.keys));
+  const std::size_t keys = st.keys, width = std::size_t(lanes.width());
+  std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
+  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+    // Per lane, what the values are taken from: the chunk's first row for the sum, then its mean
+    // for the squared deviations.
+    std::vector<T> lane_sum(width), centre(width), lane_m2(width);
+    std::vector<double> sum(keys), mean(keys), m2(keys);
+    for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+      const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
+      const double n = double(c1 - c0);
+      // The sums are of x minus the chunk's first row: values of the data's spread, not of its
+      // magnitude (around 1e4, float sums of x itself would lose the chunk mean's last digits,
+      // and Chan's combination the variance with them).
+      const T* first = in + c0 * std::int64_t(keys);
+      for (std::size_t j = 0; j < width; ++j) centre[j] = first[j % keys];
+      std::fill(lane_sum.begin(), lane_sum.end(), T(0));
+      T* acc = lane_sum.data();
+      const T* shift = centre.data();  // (the same buffer, the mean, further down)
+      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+        for (std::int64_t j = 0; j < w; ++j) acc[j] += in[at + j] - shift[j];
+      });
+      std::fill(sum.begin(), sum.end(), 0.0);
+      lanes.add_to_keys(acc, sum.data());
+      for (std::size_t k = 0; k < keys; ++k) mean[k] = double(first[k]) + sum[k] / n;
+      for (std::size_t j = 0; j < width; ++j) centre[j] = static_cast<T>(mean[j % keys]);
+      std::fill(lane_m2.begin(), lane_m2.end(), T(0));
+      T* dev2 = lane_m2.data();
+      lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+        for (std::int64_t j = 0; j < w; ++j) {
+          const T d = in[at + j] - shift[j];
+          dev2[j] += d * d;
+        }
+      });
+      std::fill(m2.begin(), m2.end(), 0.0);
+      lanes.add_to_keys(dev2, m2.data());
+      for (std::size_t k = 0; k < keys; ++k) {
+        // The deviations were taken from the mean rounded to T: sum (x - m~)^2 exceeds
+        // sum (x - m)^2 by n (m - m~)^2.
+        const double off = mean[k] - double(static_cast<T>(mean[k]));
+        parts[p][k] =
+            combine_moments(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
+      }
+    }
+  });
+  for (int p = 1; p < used; ++p)
+    for (std::size_t k = 0; k < keys; ++k) parts[0][k] = combine_moments(parts[0][k], parts[p][k]);
+  return std::move(parts[0]);
+}
+
+// Count, mean and sum of squared deviations per key in two passes (a block whose keys are not
+// innermost).
+template <class T>
+std::vector<Partial> two_pass_moments(const KeyedBlock& st, const T* in) {
+  std::vector<Partial> partial(st.keys);
+  const double local_count = st.keys ? double(num_elements(st.sizes)) / double(st.keys) : 0.0;
+  const auto sums = sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t) {
+    return std::array<double, 1>{double(in[at])};
+  });
+  for (std::size_t k = 0; k < st.keys; ++k) {
+    partial[k].count = local_count;
+    partial[k].mean = local_count > 0 ? sums[k] / local_count : 0.0;
+  }
+  const auto squares =
+      sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
+        const double dev = in[at] - partial[key].mean;
+        return std::array<double, 1>{dev * dev};
+      });
+  for (std::size_t k = 0; k < st.keys; ++k) partial[k].m2 = squares[k];
+  return partial;
+}
+
+}  // namespace norm_detail
+
+/// The count, mean and sum of squared deviations of each of `keys` keys' elements.
+template <class T>
+std::vector<shared::PartialMoments> norm_moments(const Sizes& sizes, const Strides& key_strides,
+                                                 std::int64_t keys, const T* x) {
+  const norm_detail::KeyedBlock st(sizes, key_strides, std::size_t(keys));
+  if (st.keys_innermost()) return norm_detail::lane_moments(st, x);
+  return norm_detail::two_pass_moments(st, x);
+}
+
+/// out = affine_floor(scale[key], x, shift[key], floor) for every element.
+template <class T>
+void norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
+                 const std::vector<double>& scale, const std::vector<double>& shift, T floor,
+                 T* out) {
+  using namespace norm_detail;
+  const KeyedBlock st(sizes, key_strides, scale.size());
+  const auto a = indexed<T>(st, scale), b = indexed<T>(st, shift);
+  for_each_value(st, [&](std::int64_t at, std::int64_t i) {
+    out[at] = affine_floor(a[i], x[at], b[i], floor);
+  });
+}
+
+namespace norm_detail {
+// g masked by the ReLU `mask` (kernels/common/norm_formulas.hpp), as a function of (offset,
+// index): raw pointers copied into the CPU loops' lambdas, and the mask computed whether it
+// applies or not (from v and zeros where there is no ReLU): loops the compiler vectorises.
+template <class T>
+struct Masked {
+  std::vector<T> a, b;
+  const T *g, *x;
+  bool relu;
+  Masked(const KeyedBlock& st, const T* g_, const T* v, const ReluMask<T>& mask)
+      : g(g_), x(mask.x ? mask.x : v), relu(mask.x != nullptr) {
+    const std::vector<double> zeros(st.keys, 0.0);
+    a = indexed<T>(st, relu ? *mask.scale : zeros);
+    b = indexed<T>(st, relu ? *mask.shift : zeros);
+  }
+  auto at() const {
+    return
+        [g = g, x = x, pa = a.data(), pb = b.data(), relu = relu](std::int64_t at, std::int64_t i) {
+          const T value = g[at];
+          const bool keep = (affine_floor(pa[i], x[at], pb[i], T(0)) > T(0)) | !relu;
+          return keep ? value : T(0);
+        };
+  }
+};
+}  // namespace norm_detail
+
+/// Per key, the sums of g' and of g' (scale[key] v + shift[key]), g' being g masked by `mask`;
+/// interleaved, two per key.
+template <class T>
+std::vector<double> norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T* g,
+                                       const T* v, const std::vector<double>& scale,
+                                       const std::vector<double>& shift, const ReluMask<T>& mask) {
+  using namespace norm_detail;
+  const KeyedBlock st(sizes, key_strides, scale.size());
+  const Masked<T> mask_of(st, g, v, mask);
+  const auto masked = mask_of.at();
+  const auto s = indexed<T>(st, scale), h = indexed<T>(st, shift);
+  const T *ps = s.data(), *ph = h.data();
+  return sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
+    const T gm = masked(at, i);
+    return std::array<T, 2>{gm, gm * (ps[i] * v[at] + ph[i])};
+  });
+}
+
+/// dx = affine_input_gradient(p[key], g', q[key], v, r[key]), g' being g masked by `mask`.
+template <class T>
+void norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T* g, const T* v,
+                         const ReluMask<T>& mask, const std::vector<double>& p,
+                         const std::vector<double>& q, const std::vector<double>& r, T* dx) {
+  using namespace norm_detail;
+  const KeyedBlock st(sizes, key_strides, p.size());
+  const Masked<T> mask_of(st, g, v, mask);
+  const auto masked = mask_of.at();
+  const auto pk = indexed<T>(st, p), qk = indexed<T>(st, q), rk = indexed<T>(st, r);
+  const T *pp = pk.data(), *pq = qk.data(), *pr = rk.data();
+  for_each_value(st, [=](std::int64_t at, std::int64_t i) {
+    dx[at] = affine_input_gradient(pp[i], masked(at, i), pq[i], v[at], pr[i]);
+  });
+}
+
+}  // namespace meshtensor::kernels::cpu

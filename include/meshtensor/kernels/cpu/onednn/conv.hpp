@@ -1,0 +1,469 @@
+#pragma once
+// Convolution kernels through oneDNN (the library behind PyTorch's CPU convolutions), same contract
+// as kernels/cpu/reference/conv.hpp.
+//
+// Formats. meshtensor blocks are channels-last (ndhwc), and oneDNN's brgemm/jit kernels run on
+// that format directly — twice as fast as its blocked formats at 8 channels, where the blocked
+// backward pass wastes half of each 16-lane vector — while at many channels and large volumes its
+// blocked formats win even with the reorders in and out. By default each pass of each shape is
+// timed once both ways and runs the faster. Like cuDNN's benchmark mode, that makes a run's last
+// bits depend on the machine's load (the two formats round differently): for bitwise reproducible
+// runs MESHTENSOR_ONEDNN_FORMATS=by_channels picks by a fixed rule, and =channels_last|blocked
+// forces one.
+// Where oneDNN has no optimised kernel for the plain format (its implementation name starts with
+// "ref"), only the blocked one is considered. Weights (small) go to the format oneDNN wants.
+//
+// Memory. Reorder buffers and oneDNN's scratchpad come from the processor's pool for the duration
+// of one call (scratchpad_mode::user), so they count in its memory and are reused, not kept per
+// shape; big shapes run in slabs of rows (rows_per_call) so that those stay an eighth of an
+// operand. Timing the formats takes scratch memory that is given back at once (ScratchMemory).
+// Primitives are built once per shape and thread (each threads-transport processor is a thread).
+// Transposed convolutions run on oneDNN's deconvolution; boxes that are not exactly a
+// convolution's read range go to the blocked kernels. Each processor runs oneDNN on
+// compute_threads() OpenMP threads.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/cpu/blocked/conv.hpp"
+#include "meshtensor/kernels/cpu/onednn/context.hpp"
+#include "meshtensor/kernels/cpu/onednn/pass.hpp"
+#include "meshtensor/kernels/cpu/onednn/weight_planes.hpp"
+
+namespace meshtensor::kernels::onednn {
+namespace detail {
+
+struct Primitives {
+  Pass forward;           // reads src, weights; writes dst
+  Pass backward_data;     // reads diff_dst, weights; writes diff_src
+  Pass backward_weights;  // reads src, diff_dst; writes diff_weights
+  // Whether any pass runs on oneDNN.
+  bool usable() const {
+    return forward.optimised || backward_data.optimised || backward_weights.optimised;
+  }
+};
+
+// The primitives of the calling processor, per shape.
+inline std::map<std::vector<std::int64_t>, std::unique_ptr<Primitives>>& cache() {
+  return cache_of<Primitives>();
+}
+
+// Whether `g` is a transposed convolution (oneDNN's deconvolution). Dims a window leaves unused
+// have plain one-tap taps, which read the same either way.
+inline bool transposed(const ConvGeometry& g) {
+  return g.taps[0].transposed || g.taps[1].transposed || g.taps[2].transposed;
+}
+
+// oneDNN's padding along dim d, before and after. A convolution reads zeros beyond its box: the
+// box starts -origin positions after output 0's first read (kernels/cpu/reference/conv.hpp). A
+// transposed convolution writes input i to outputs i*stride - origin + k*dilation: its padding is
+// the outputs cut off the full result, origin before and the rest after.
+inline std::array<std::int64_t, 2> padding(const ConvGeometry& g, int d) {
+  const Taps& t = g.taps[d];
+  const std::int64_t extent = (g.kernel[d] - 1) * t.dilation + 1;
+  if (transposed(g)) {
+    const std::int64_t full = (g.in[d] - 1) * t.stride + extent;
+    return {t.origin, full - t.origin - g.out[d]};
+  }
+  const std::int64_t before = -t.origin;
+  const std::int64_t reads = (g.out[d] - 1) * t.stride + extent;
+  return {before, reads - before - g.in[d]};
+}
+
+// A convolution oneDNN can run: ordinary taps, reading the box and zero padding around it; or a
+// transposed one that cuts less than a kernel's extent off each side.
+inline bool supported(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d) {
+    const Taps& t = g.taps[d];
+    if (t.transposed != transposed(g) && g.kernel[d] > 1) return false;
+    const auto [before, after] = padding(g, d);
+    const std::int64_t extent = (g.kernel[d] - 1) * t.dilation + 1;
+    if (before < 0 || after < 0 || before >= extent || after >= extent) return false;
+  }
+  return g.batch > 0 && g.out[0] * g.out[1] * g.out[2] > 0 && g.in[0] * g.in[1] * g.in[2] > 0;
+}
+
+inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
+  std::vector<std::int64_t> key{transposed(g), g.batch, g.c_in, g.c_out};
+  for (int d = 0; d < 3; ++d)
+    for (auto v :
+         {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation, g.taps[d].origin})
+      key.push_back(v);
+  return key;
+}
+
+struct Descriptors {
+  memory::desc src, weights, dst;
+};
+
+// The primitives of one shape from one family (convolution or deconvolution): each pass on
+// channels-last activations if `channels_last` and oneDNN has an optimised kernel there, else on
+// the formats oneDNN prefers.
+template <class Forward, class BackwardData, class BackwardWeights>
+Primitives build_family(const ConvGeometry& g, bool channels_last_first,
+                        dnnl::algorithm algorithm) {
+  Context& c = context();
+  const auto f32 = memory::data_type::f32;
+  // Weights are [kernel..., c_in, c_out] (dhwio) for both families: oneDNN's deconvolution
+  // weights are (output channels, input channels, kernel) in its own terms too.
+  const memory::dims src_dims{g.batch, g.c_in, g.in[0], g.in[1], g.in[2]},
+      weight_dims{g.c_out, g.c_in, g.kernel[0], g.kernel[1], g.kernel[2]},
+      dst_dims{g.batch, g.c_out, g.out[0], g.out[1], g.out[2]};
+  const Descriptors plain{memory::desc(src_dims, f32, tag::ndhwc),
+                          memory::desc(weight_dims, f32, tag::dhwio),
+                          memory::desc(dst_dims, f32, tag::ndhwc)};
+  const Descriptors free_choice{memory::desc(src_dims, f32, tag::any),
+                                memory::desc(weight_dims, f32, tag::any),
+                                memory::desc(dst_dims, f32, tag::any)};
+  const Descriptors channels_last =
+      channels_last_first
+          ? Descriptors{plain.src, memory::desc(weight_dims, f32, tag::any), plain.dst}
+          : free_choice;
+  memory::dims strides, dilates, pad_before, pad_after;
+  for (int k = 0; k < 3; ++k) {
+    strides.push_back(g.taps[k].stride);
+    dilates.push_back(g.taps[k].dilation - 1);  // oneDNN counts the gaps
+    pad_before.push_back(padding(g, k)[0]);
+    pad_after.push_back(padding(g, k)[1]);
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+
+  auto forward_on = [&](const Descriptors& d) {
+    return typename Forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, algorithm, d.src, d.weights, d.dst, strides, dilates,
+         pad_before, pad_after},
+        attr, c.engine);
+  };
+  auto forward = forward_on(channels_last);
+  if (!optimised(forward)) forward = forward_on(free_choice);
+  auto backward_data_on = [&](const Descriptors& d) {
+    return typename BackwardData::primitive_desc(
+        {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
+        c.engine, forward);
+  };
+  auto backward_data = backward_data_on(channels_last);
+  if (!optimised(backward_data)) backward_data = backward_data_on(free_choice);
+  auto backward_weights_on = [&](const Descriptors& d) {
+    return typename BackwardWeights::primitive_desc(
+        {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
+        c.engine, forward);
+  };
+  auto backward_weights = backward_weights_on(channels_last);
+  if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
+
+  // A pass no optimised kernel runs gets no primitive (building one would compile its kernel).
+  auto pass = [](const auto& pd, auto make, Operand first, Operand second, Operand result) {
+    if (!optimised(pd)) return Pass{{}, first, second, result, false};
+    return Pass{{make(pd), pd.scratchpad_desc()}, first, second, result, true};
+  };
+  return Primitives{
+      pass(forward, [](const auto& pd) { return Forward(pd); }, {plain.src, forward.src_desc()},
+           {plain.weights, forward.weights_desc()}, {plain.dst, forward.dst_desc()}),
+      pass(backward_data, [](const auto& pd) { return BackwardData(pd); },
+           {plain.dst, backward_data.diff_dst_desc()},
+           {plain.weights, backward_data.weights_desc()},
+           {plain.src, backward_data.diff_src_desc()}),
+      pass(backward_weights, [](const auto& pd) { return BackwardWeights(pd); },
+           {plain.src, backward_weights.src_desc()}, {plain.dst, backward_weights.diff_dst_desc()},
+           {plain.weights, backward_weights.diff_weights_desc()})};
+}
+
+inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
+  if (transposed(g))
+    return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                        dnnl::deconvolution_backward_weights>(
+        g, channels_last_first, dnnl::algorithm::deconvolution_direct);
+  return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                      dnnl::convolution_backward_weights>(g, channels_last_first,
+                                                          dnnl::algorithm::convolution_direct);
+}
+
+inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
+
+// Whether two variants of a pass run on the same formats (then there is nothing to time).
+inline bool same_formats(const Pass& a, const Pass& b) {
+  return a.optimised == b.optimised && a.result.chosen == b.result.chosen &&
+         a.first.chosen == b.first.chosen;
+}
+
+// The shape the formats are timed on: `g` itself, or where its activations are big, a slab of its
+// first rows (same channels and cross-section, so the same per-row speed). Timing the whole shape
+// would hold a copy of its activations in both formats at the moment of first use — at 128^3, late
+// in the first forward pass, on top of every saved activation: 400 MiB added to the step's peak.
+inline ConvGeometry timing_slab(const ConvGeometry& g) {
+  constexpr std::int64_t budget = std::int64_t{4} << 20;  // floats per activation (16 MiB)
+  const std::int64_t in_row = g.batch * g.in[1] * g.in[2] * g.c_in;
+  const std::int64_t out_row = g.batch * g.out[1] * g.out[2] * g.c_out;
+  // Rows of the side with more rows per row of the other: outputs for a convolution, inputs for
+  // a transposed one (each input row spreads over `stride` output rows).
+  const std::int64_t stride = std::max<std::int64_t>(1, g.taps[0].stride);
+  const std::int64_t per_row = transposed(g)
+                                   ? std::max<std::int64_t>({in_row, out_row * stride, 1})
+                                   : std::max<std::int64_t>({in_row * stride, out_row, 1});
+  const std::int64_t rows = std::max<std::int64_t>(1, budget / per_row);
+  ConvGeometry slab = g;
+  if (transposed(g)) {
+    if (rows >= g.in[0]) return g;
+    slab.in[0] = rows;
+    slab.out[0] = g.out[0] - (g.in[0] - rows) * stride;  // the same padding after
+  } else {
+    if (rows >= g.out[0]) return g;
+    slab.out[0] = rows;
+    slab.in[0] = g.in[0] - (g.out[0] - rows) * stride;
+  }
+  return slab.in[0] >= 1 && slab.out[0] >= 1 && supported(slab) ? slab : g;
+}
+
+// `channels_last` with each pass that runs faster on the blocked formats taken from `blocked`,
+// timed on timing_slab(g).
+inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last,
+                                 Primitives blocked) {
+  const ConvGeometry probe = timing_slab(g);
+  if (key_of(probe) == key_of(g))
+    return choose_faster(std::move(channels_last), std::move(blocked));
+  const Primitives probe_channels_last = build(probe, true);  // handles: copies share the kernels
+  const Primitives timed = choose_faster(probe_channels_last, build(probe, false));
+  Primitives chosen = channels_last;
+  if (!same_formats(timed.forward, probe_channels_last.forward)) chosen.forward = blocked.forward;
+  if (!same_formats(timed.backward_data, probe_channels_last.backward_data))
+    chosen.backward_data = blocked.backward_data;
+  if (!same_formats(timed.backward_weights, probe_channels_last.backward_weights))
+    chosen.backward_weights = blocked.backward_weights;
+  return chosen;
+}
+
+inline Primitives& primitives(const ConvGeometry& g) {
+  auto& slot = cache()[key_of(g)];
+  if (slot) return *slot;
+  // MESHTENSOR_ONEDNN_FORMATS: auto (default: the faster per pass, timed once per shape),
+  // channels_last, blocked, or by_channels: the rule bench/RESULTS.md suggests, channels-last
+  // (2.3-2.8x faster at 8 channels, about even at 16) up to 16 channels, blocked from 32.
+  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
+  const std::string formats = forced ? forced : "auto";
+  if (formats == "auto") {
+    Primitives channels_last = build(g, true);
+    const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
+    // A shape the blocked kernels run (not usable) has nothing to time.
+    slot = std::make_unique<Primitives>(
+        channels_last.usable() ? choose_formats(g, channels_last, build(g, false)) : channels_last);
+  } else if (formats == "channels_last" || formats == "blocked")
+    slot = std::make_unique<Primitives>(build(g, formats == "channels_last"));
+  else if (formats == "by_channels")
+    slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16));
+  else
+    throw std::invalid_argument("MESHTENSOR_ONEDNN_FORMATS=" + formats +
+                                ": expected auto, by_channels, channels_last or blocked");
+  return *slot;
+}
+
+// Per pass, the variant that runs faster on this shape (reorders included), timed on zeros; passes
+// whose variants use the same formats are not timed.
+inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
+  const auto count = [](const Operand& o) { return o.plain.get_size() / sizeof(float); };
+  const Pass& f = channels_last.forward;
+  Buffer<float> src(count(f.first), 0.0f), weights(count(f.second), 0.0f),
+      dst(count(f.result), 0.0f);
+  auto seconds = [](auto&& run_once) {
+    const auto start = std::chrono::steady_clock::now();
+    run_once();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // Warm-up runs, then the best of two interleaved runs each: one slow moment on a shared
+  // machine should not decide.
+  auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
+                    const float* first, const float* second, float* result) {
+    if (!other.optimised || same_formats(chosen, other)) return;  // nothing to choose
+    if (!chosen.optimised) {
+      chosen = other;
+      return;
+    }
+    auto with = [&](const Pass& pass) { return [&] { run(pass, args, first, second, result); }; };
+    with(chosen)();
+    with(other)();
+    double mine = 1e300, theirs = 1e300;
+    for (int round = 0; round < 2; ++round) {
+      mine = std::min(mine, seconds(with(chosen)));
+      theirs = std::min(theirs, seconds(with(other)));
+    }
+    if (theirs < mine) chosen = other;
+  };
+  Primitives chosen = channels_last;
+  choose(chosen.forward, blocked.forward, forward_args, src.data(), weights.data(), dst.data());
+  choose(chosen.backward_data, blocked.backward_data, backward_data_args, dst.data(),
+         weights.data(), src.data());
+  choose(chosen.backward_weights, blocked.backward_weights, backward_weights_args, src.data(),
+         dst.data(), weights.data());
+  return chosen;
+}
+
+// The shape's primitives, or null where meshtensor's blocked kernels run it instead.
+inline const Primitives* fast_path(const ConvGeometry& g) {
+  if (!supported(g)) return nullptr;
+  const Primitives& p = primitives(g);
+  return p.usable() ? &p : nullptr;
+}
+
+// grad_weight += the weight gradient of `g`, in one call: oneDNN's kernel, else the 2-D one per
+// tap, else the blocked kernels.
+inline void weight_gradient(const ConvGeometry& g, const float* input, const float* grad_output,
+                            double* grad_weight) {
+  const Primitives* p = fast_path(g);
+  if (p && p->backward_weights.optimised) {
+    Buffer<float> result(
+        static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
+    run(p->backward_weights, backward_weights_args, input, grad_output, result.data());
+    // The float result joins the caller's double sum.
+    for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
+    return;
+  }
+  if (p &&
+      weight_gradient_by_planes(g, {padding(g, 1), padding(g, 2)}, input, grad_output, grad_weight))
+    return;
+  blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+}
+
+// Rows of the first dim per oneDNN call (output rows for forward and the weight gradient, input
+// rows for the input gradient). Every output row, and the gradient of every input row, depends
+// only on the rows around it, and the weight gradient is a sum over rows: a convolution is the
+// same computation done slab by slab. Two things make that pay. oneDNN's fastest kernels often
+// want blocked copies of their operands; whole, those copies were the largest transients of a
+// U-Net's backward pass, and with each processor's shape timed to its own format, why a split
+// run's peak fell slower than 1/P. In slabs of an eighth of the operand (at least `min_floats`,
+// below which calls get too thin to run fast) they cost at most an eighth of it on any split. And
+// rows away from the box's edges read no padding: on AVX2, oneDNN 2.6 has a direct 3-D
+// weight-gradient kernel only for those (130 GFLOP/s on 2 cores vs 80 for the 2-D one per tap,
+// 64x64 cross-section, 16 channels).
+inline std::int64_t& min_slab_floats() {               // tests lower it to cut small shapes too
+  static std::int64_t floats = std::int64_t{1} << 18;  // 1 MiB
+  return floats;
+}
+
+inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass) {
+  const std::int64_t whole = std::max(g.in[0], g.out[0]);
+  if (transposed(g) || g.batch != 1 || !supported(g)) return whole;
+  const std::int64_t per_row =
+      std::max<std::int64_t>({input_row_size(g) * g.taps[0].stride, output_row_size(g), 1});
+  const std::int64_t largest = std::max(input_row_size(g) * g.in[0], output_row_size(g) * g.out[0]);
+  const std::int64_t rows =
+      std::max<std::int64_t>(1, std::max(min_slab_floats(), largest / 8) / per_row);
+  if (rows >= whole) return whole;  // small enough: no need to look at the pass
+  // A pass that runs optimised on the activations in place has no copies to bound: whole, it
+  // needs no more primitives (a one-off prediction pays for each one it builds).
+  const Pass& p = primitives(g).*pass;
+  const bool activations_copied =
+      p.first.reordered() ||
+      (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
+  return p.optimised && !activations_copied ? whole : rows;
+}
+
+// The blocked kernels (single-threaded) on the processor's compute threads: each thread takes a
+// slab of rows, output rows forward and input rows for the input gradient (of a convolution that
+// is not transposed), which depend on nothing the other slabs compute. (oneDNN 2.6 on AVX2 has no
+// optimised kernel for a transposed convolution's forward pass: the U-Net's up-sampling runs here.)
+template <class Slab>
+void on_row_slabs(std::int64_t rows, Slab&& slab) {
+  const int parts = static_cast<int>(std::min<std::int64_t>(compute_threads(), rows));
+  if (parts <= 1) return slab(0, rows);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
+  for (int p = 0; p < parts; ++p) slab(rows * p / parts, rows * (p + 1) / parts);
+}
+
+inline void blocked_forward(const ConvGeometry& g, const float* input, const float* weight,
+                            float* output) {
+  if (g.batch != 1) return blocked::conv_forward(g, input, weight, output);
+  on_row_slabs(g.out[0], [&](std::int64_t a, std::int64_t b) {
+    const RowSlab slab = output_rows(g, a, b);
+    blocked::conv_forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
+                          output + a * output_row_size(g));
+  });
+}
+
+inline void blocked_backward_data(const ConvGeometry& g, const float* grad_output,
+                                  const float* weight, float* grad_input) {
+  if (g.batch != 1 || g.taps[0].transposed)  // (input_rows: not transposed)
+    return blocked::conv_backward_input(g, grad_output, weight, grad_input);
+  on_row_slabs(g.in[0], [&](std::int64_t r0, std::int64_t r1) {
+    reference::input_gradient_rows(g, r0, r1, grad_output, weight,
+                                   grad_input + r0 * input_row_size(g),
+                                   &blocked::conv_backward_input<float>);
+  });
+}
+
+inline void forward(const ConvGeometry& g, const float* input, const float* weight, float* output) {
+  const Primitives* p = fast_path(g);
+  if (!p || !p->forward.optimised) return blocked_forward(g, input, weight, output);
+  run(p->forward, forward_args, input, weight, output);
+}
+
+inline void backward_data(const ConvGeometry& g, const float* grad_output, const float* weight,
+                          float* grad_input) {
+  const Primitives* p = fast_path(g);
+  if (!p || !p->backward_data.optimised)
+    return blocked_backward_data(g, grad_output, weight, grad_input);
+  run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
+}
+
+}  // namespace detail
+
+template <class T>
+void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return blocked::conv_forward(g, input, weight, output);
+  } else {
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::forward);
+    if (rows >= g.out[0]) return detail::forward(g, input, weight, output);
+    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+      detail::forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
+                      output + a * output_row_size(g));
+    }
+  }
+}
+
+template <class T>
+void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                         T* grad_input) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return blocked::conv_backward_input(g, grad_output, weight, grad_input);
+  } else {
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_data);
+    if (rows >= g.in[0]) return detail::backward_data(g, grad_output, weight, grad_input);
+    for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows)
+      reference::input_gradient_rows(g, r0, std::min(g.in[0], r0 + rows), grad_output, weight,
+                                     grad_input + r0 * input_row_size(g), &detail::backward_data);
+  }
+}
+
+template <class T>
+void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                          double* grad_weight) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+  } else {
+    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_weights);
+    if (rows >= g.out[0]) return detail::weight_gradient(g, input, grad_output, grad_weight);
+    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+      if (slab.r0 < slab.r1)  // else every read is padding
+        detail::weight_gradient(slab.geometry, input + slab.r0 * input_row_size(g),
+                                grad_output + a * output_row_size(g), grad_weight);
+    }
+  }
+}
+
+}  // namespace meshtensor::kernels::onednn

@@ -1,0 +1,159 @@
+#pragma once
+// Folds over an inner box for each index of an outer box: the kernel under einsum (a sum of
+// products) and under the reductions (sum, max, min of one operand).
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "meshtensor/kernels/common/fold_operand.hpp"
+#include "meshtensor/kernels/cpu/loops.hpp"
+
+namespace meshtensor::kernels::reference {
+
+/**
+ * out[o] = fold of combine(acc, product of operands at (o, i)) over every inner index i, starting
+ * from `init`, accumulated in Acc and stored as Out; `out` is row-major over `outer`. With an empty
+ * inner box every output is `init` (the identity of the reduction).
+ */
+template <class Acc, class T, std::size_t N, class Out, class Combine>
+void fold(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>, N>& operands,
+          Out* out, Acc init, Combine combine) {
+  std::array<Strides, N> outer_strides, inner_strides;
+  for (std::size_t k = 0; k < N; ++k) {
+    outer_strides[k] = operands[k].outer_strides;
+    inner_strides[k] = operands[k].inner_strides;
+  }
+  std::int64_t o = 0;
+  for_each_offset<N>(outer, outer_strides, [&](const std::array<std::int64_t, N>& base) {
+    Acc acc = init;
+    for_each_offset<N>(inner, inner_strides, [&](const std::array<std::int64_t, N>& offset) {
+      Acc product = static_cast<Acc>(operands[0].data[base[0] + offset[0]]);
+      for (std::size_t k = 1; k < N; ++k)
+        product *= static_cast<Acc>(operands[k].data[base[k] + offset[k]]);
+      acc = combine(acc, product);
+    });
+    out[o++] = static_cast<Out>(acc);
+  });
+}
+
+/// fold() with the outputs shared out among up to `threads` threads.
+template <class Acc, class T, std::size_t N, class Out, class Combine>
+void parallel_fold(const Sizes& outer, const Sizes& inner,
+                   const std::array<FoldOperand<T>, N>& operands, Out* out, Acc init,
+                   Combine combine, int threads) {
+  std::array<Strides, N + 1> strides;
+  for (std::size_t k = 0; k < N; ++k) strides[k] = operands[k].outer_strides;
+  strides[N] = row_major_strides(outer);
+  // A part is a run of whole outer indices: its outputs are contiguous from its base.
+  for_each_part<N + 1>(outer, strides, threads,
+                       [&](int, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+                         auto shifted = operands;
+                         for (std::size_t k = 0; k < N; ++k) shifted[k].data += base[k];
+                         fold<Acc, T, N>(sub, inner, shifted, out + base[N], init, combine);
+                       });
+}
+
+/**
+ * out[o] = sum over every inner index i of the product of the operands at (o, i), on up to
+ * `threads` threads: what einsum and the sum reductions compute. A small output (a bias or scale
+ * gradient: a few sums over a whole activation) is summed in the first operand's memory order,
+ * each thread into its own copy of `out`, rather than one strided pass per output; a big output
+ * is shared out among the threads.
+ */
+template <class Acc, class T, std::size_t N>
+void parallel_sum(const Sizes& outer, const Sizes& inner,
+                  const std::array<FoldOperand<T>, N>& operands, Acc* out, int threads) {
+  const std::int64_t outputs = num_elements(outer);
+  const std::int64_t terms = num_elements(inner);
+  const auto output_strides = row_major_strides(outer);
+  if (outputs > (1 << 14) || terms < 8)
+    return parallel_fold<Acc, T, N>(
+        outer, inner, operands, out, Acc(0), [](Acc a, Acc b) { return a + b; }, threads);
+  // Every dim, outer then inner, ordered by the first operand's strides: its memory order.
+  struct Axis {
+    std::int64_t size;
+    std::array<std::int64_t, N + 1> strides;
+  };
+  std::vector<Axis> axes;
+  for (std::size_t d = 0; d < outer.size() + inner.size(); ++d) {
+    const bool is_outer = d < outer.size();
+    const std::size_t e = is_outer ? d : d - outer.size();
+    Axis axis{is_outer ? outer[e] : inner[e], {}};
+    for (std::size_t k = 0; k < N; ++k)
+      axis.strides[k] = is_outer ? operands[k].outer_strides[e] : operands[k].inner_strides[e];
+    axis.strides[N] = is_outer ? output_strides[e] : 0;
+    axes.push_back(axis);
+  }
+  std::stable_sort(axes.begin(), axes.end(),
+                   [](const Axis& a, const Axis& b) { return a.strides[0] > b.strides[0]; });
+  // Axes that every operand and the output walk as one (a whole channels-last volume summed per
+  // channel: x, y, z) become one, so the innermost loop below is long.
+  Sizes sorted_sizes;
+  std::array<Strides, N + 1> sorted_strides;
+  for (const auto& axis : axes) {
+    sorted_sizes.push_back(axis.size);
+    for (std::size_t k = 0; k <= N; ++k) sorted_strides[k].push_back(axis.strides[k]);
+  }
+  Sizes sizes;
+  std::array<Strides, N + 1> strides;
+  std::tie(sizes, strides) = merge_dims<N + 1>(sorted_sizes, sorted_strides);
+  Axis last{1, {}};  // the innermost (merged) axis, which add_run walks
+  if (!sizes.empty()) {
+    last.size = sizes.back();
+    sizes.pop_back();
+    for (std::size_t k = 0; k <= N; ++k) {
+      last.strides[k] = strides[k].back();
+      strides[k].pop_back();
+    }
+  }
+  // One run along the innermost axis: into a register where the output stays put along it (a
+  // sum over that axis), else element by element.
+  auto add_run = [&](const std::array<std::int64_t, N + 1>& at, Acc* acc) {
+    const std::int64_t n = last.size;
+    Acc total = 0;
+    if (N == 1 && last.strides[0] == 1 && last.strides[N] == 0) {
+      const T* x = operands[0].data + at[0];
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : total)
+#endif
+      for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
+      acc[at[N]] += total;
+      return;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
+      for (std::size_t k = 1; k < N; ++k)
+        product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
+      if (last.strides[N] == 0)
+        total += product;
+      else
+        acc[at[N] + i * last.strides[N]] += product;
+    }
+    if (last.strides[N] == 0) acc[at[N]] += total;
+  };
+  std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
+  int used = 1;
+  if (sizes.empty()) {
+    add_run({}, sums[0].data());
+  } else {
+    used = for_each_part<N + 1>(
+        sizes, strides, threads,
+        [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+          Acc* acc = sums[p].data();
+          for_each_offset<N + 1>(sub, strides, [&](std::array<std::int64_t, N + 1> o) {
+            for (std::size_t k = 0; k <= N; ++k) o[k] += base[k];
+            add_run(o, acc);
+          });
+        });
+  }
+  for (std::int64_t i = 0; i < outputs; ++i) {
+    Acc total = sums[0][i];
+    for (int p = 1; p < used; ++p) total += sums[p][i];
+    out[i] = total;
+  }
+}
+
+}  // namespace meshtensor::kernels::reference

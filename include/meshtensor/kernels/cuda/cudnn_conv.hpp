@@ -1,0 +1,524 @@
+#pragma once
+// Convolution kernels on one block through cuDNN, for a processor that computes on a GPU: the
+// same geometry and the same channels-last buffers as the reference kernels
+// (kernels/cpu/reference/conv.hpp): forward, the input's gradient (over the whole box, zeros where
+// no output reads) and the weight's gradient (added into a double accumulator: on the GPU when the
+// accumulator is in its memory, else on the host). Operands must be in
+// device or managed memory; each call returns false, computing nothing, when cuDNN cannot run it
+// (host operands, a geometry cuDNN does not support), and the caller runs the CPU kernel instead.
+// The calls are queued on the compute stream and return without waiting for them
+// (device/host_access.hpp). Float only.
+//
+// cuDNN sees every call as a convolution x -> y with symmetric padding. An ordinary convolution is
+// x = the box, y = the output; where the padding before and after differ (a split block's edge
+// has a halo on one side and padding on the other) x is a zero-padded copy of the box. A
+// transposed convolution is the adjoint of the convolution from its output space to its input:
+// x = a buffer over every output position the input reaches, y = the input. Calls use FMA math,
+// not TF32 tensor cores, so results match the CPU kernels to float rounding; deterministic
+// algorithms only.
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtensor/core/error.hpp"
+#include "meshtensor/device/cuda.hpp"
+#include "meshtensor/device/memory.hpp"
+#include "meshtensor/device/runtime_compiler.hpp"
+#include "meshtensor/kernels/cpu/reference/conv.hpp"
+#include "meshtensor/kernels/cuda/elementwise.hpp"
+#include "meshtensor/kernels/cuda/sum.hpp"
+
+namespace meshtensor::kernels::cudnn {
+namespace detail {
+
+inline void check(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  throw DeviceError(std::string(call) + " failed: " + cudnnGetErrorString(status));
+}
+
+/// The calling thread's cuDNN handle, on its current GPU and its compute stream.
+class Context {
+ public:
+  Context() : stream_(cuda::compute_stream()) {
+    check(cudnnCreate(&handle_), "cudnnCreate");
+    check(cudnnSetStream(handle_, stream_), "cudnnSetStream");
+  }
+  ~Context() {
+    if (handle_) (void)cudnnDestroy(handle_);
+  }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  cudnnHandle_t handle() const { return handle_; }
+  cudaStream_t stream() const { return stream_; }
+
+  void synchronize() { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t handle_ = nullptr;
+};
+
+inline Context& context() { return current_processor().state<Context>(); }
+
+// RAII cuDNN descriptors.
+struct TensorDescriptor {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDescriptor() { check(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor"); }
+  ~TensorDescriptor() { (void)cudnnDestroyTensorDescriptor(d); }
+  TensorDescriptor(const TensorDescriptor&) = delete;
+  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
+};
+struct FilterDescriptor {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDescriptor() { check(cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor"); }
+  ~FilterDescriptor() { (void)cudnnDestroyFilterDescriptor(d); }
+  FilterDescriptor(const FilterDescriptor&) = delete;
+  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
+};
+struct ConvolutionDescriptor {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvolutionDescriptor() {
+    check(cudnnCreateConvolutionDescriptor(&d), "cudnnCreateConvolutionDescriptor");
+  }
+  ~ConvolutionDescriptor() { (void)cudnnDestroyConvolutionDescriptor(d); }
+  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
+  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
+};
+
+/// A channels-last box [batch][e0][e1][e2][channels] inside a buffer whose rows have `full`
+/// spatial extents (so that a box may be a view of a bigger one), as cuDNN's N, C, D, H, W.
+struct Box {
+  std::int64_t batch = 1, channels = 1;
+  std::array<std::int64_t, 3> extent{1, 1, 1};
+  std::array<std::int64_t, 3> full{1, 1, 1};
+
+  std::int64_t elements_of_full() const { return batch * full[0] * full[1] * full[2] * channels; }
+  std::array<std::int64_t, 3> spatial_strides() const {
+    return {full[1] * full[2] * channels, full[2] * channels, channels};
+  }
+  /// Offset of spatial position `at` in the buffer.
+  std::int64_t offset(const std::array<std::int64_t, 3>& at) const {
+    const auto s = spatial_strides();
+    return at[0] * s[0] + at[1] * s[1] + at[2] * s[2];
+  }
+  void describe(TensorDescriptor& t) const {
+    const auto s = spatial_strides();
+    const int dims[5] = {int(batch), int(channels), int(extent[0]), int(extent[1]), int(extent[2])};
+    const int strides[5] = {int(full[0] * s[0]), 1, int(s[0]), int(s[1]), int(s[2])};
+    check(cudnnSetTensorNdDescriptor(t.d, CUDNN_DATA_FLOAT, 5, dims, strides),
+          "cudnnSetTensorNdDescriptor");
+  }
+};
+
+/// y = alpha x + beta y between two boxes of the same sizes (strided copies, and adds).
+inline void transform(Context& c, const Box& from, const float* x, float beta, const Box& to,
+                      float* y) {
+  TensorDescriptor a, b;
+  from.describe(a);
+  to.describe(b);
+  const float one = 1.0f;
+  check(cudnnTransformTensor(c.handle(), &one, a.d, x, &beta, b.d, y), "cudnnTransformTensor");
+}
+
+/// One convolution as cuDNN's x -> y with symmetric padding, and where the caller's buffer sits in
+/// x: `x_is_caller` when x is a view of it (offset `caller_x`), else x is a buffer of its own with
+/// the caller's region [caller_at, + region) at `x_at`.
+struct Problem {
+  Box x, y;
+  std::array<int, 3> pad{0, 0, 0}, stride{1, 1, 1}, dilation{1, 1, 1};
+  std::array<int, 3> kernel{1, 1, 1};
+  int filter_out = 1, filter_in = 1;  // cuDNN's K (y's channels) and C (x's channels)
+  bool x_is_caller = true;
+  std::int64_t caller_x = 0;  // offset of x's first element in the caller's buffer
+  Box caller;                 // the caller's whole buffer (x side)
+  std::array<std::int64_t, 3> caller_at{0, 0, 0}, x_at{0, 0, 0}, region{0, 0, 0};
+  bool empty = false;  // no output reads any input: results are zeros
+};
+
+// What both kinds of problem share: x holds `x_channels` over the caller's buffer of `caller`
+// extents, y holds the other channels over `y` extents; taps as in `g`.
+inline Problem problem(const ConvGeometry& g, std::int64_t x_channels, std::int64_t y_channels,
+                       const std::array<std::int64_t, 3>& caller,
+                       const std::array<std::int64_t, 3>& y) {
+  Problem p;
+  p.caller.batch = p.x.batch = p.y.batch = g.batch;
+  p.caller.channels = p.x.channels = x_channels;
+  p.caller.extent = p.caller.full = caller;
+  p.y.channels = y_channels;
+  p.y.extent = p.y.full = y;
+  p.filter_out = int(y_channels);
+  p.filter_in = int(x_channels);
+  for (int d = 0; d < 3; ++d) {
+    p.kernel[d] = int(g.kernel[d]);
+    p.stride[d] = int(g.taps[d].stride);
+    p.dilation[d] = int(g.taps[d].dilation);
+  }
+  return p;
+}
+
+// The problem of an ordinary convolution; x is the box (or its zero-padded copy).
+inline Problem ordinary(const ConvGeometry& g) {
+  Problem p = problem(g, g.c_in, g.c_out, g.in, g.out);
+  std::array<std::int64_t, 3> before{}, after{}, needed{};
+  for (int d = 0; d < 3; ++d) {
+    const Taps& t = g.taps[d];
+    needed[d] = (g.out[d] - 1) * t.stride + (g.kernel[d] - 1) * t.dilation + 1;
+    // Output 0 reads box row origin first: rows before it are skipped, padding fills in before.
+    before[d] = std::max<std::int64_t>(0, -t.origin);
+    p.caller_at[d] = std::max<std::int64_t>(0, t.origin);
+    p.region[d] = std::min(g.in[d] - p.caller_at[d], needed[d] - before[d]);
+    if (p.region[d] <= 0) p.empty = true;
+    after[d] = needed[d] - before[d] - p.region[d];
+  }
+  p.x_is_caller = before == after;
+  if (p.x_is_caller) {
+    p.x.extent = p.region;
+    p.x.full = g.in;
+    p.caller_x = p.caller.offset(p.caller_at);
+    for (int d = 0; d < 3; ++d) p.pad[d] = int(before[d]);
+  } else {
+    p.x.extent = p.x.full = needed;
+    p.x_at = before;
+  }
+  return p;
+}
+
+// The problem of a transposed convolution: x spans every output position the input reaches
+// (output o is x's o + origin), y is the input; the caller's buffer (x side) is the output.
+inline Problem transposed(const ConvGeometry& g) {
+  Problem p = problem(g, g.c_out, g.c_in, g.out, g.in);
+  p.x_is_caller = false;
+  for (int d = 0; d < 3; ++d) {
+    const Taps& t = g.taps[d];
+    p.x.extent[d] = p.x.full[d] = (g.in[d] - 1) * t.stride + (g.kernel[d] - 1) * t.dilation + 1;
+    const std::int64_t first = std::max<std::int64_t>(0, t.origin);
+    const std::int64_t last = std::min<std::int64_t>(p.x.extent[d], t.origin + g.out[d]);
+    p.x_at[d] = first;
+    p.caller_at[d] = first - t.origin;
+    p.region[d] = last - first;
+    if (p.region[d] <= 0) p.empty = true;
+  }
+  return p;
+}
+
+inline std::int64_t weight_elements(const ConvGeometry& g) {
+  return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
+}
+
+inline bool is_transposed(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.taps[d].transposed && g.kernel[d] > 1) return true;
+  return g.taps[0].transposed && g.taps[1].transposed && g.taps[2].transposed;
+}
+
+// Whether cuDNN's plain taps describe `g`: every dim transposed or none (a dim of kernel 1 and
+// stride 1 is the same either way), and the sizes fit cuDNN's ints.
+inline bool describable(const ConvGeometry& g) {
+  const bool t = is_transposed(g);
+  for (int d = 0; d < 3; ++d) {
+    const Taps& taps = g.taps[d];
+    if (taps.transposed != t && !(g.kernel[d] == 1 && taps.stride == 1)) return false;
+    if (taps.stride < 1 || taps.dilation < 1) return false;
+  }
+  // Every buffer cuDNN sees, the padded box and the transposed convolution's output space
+  // included, must be indexable with int.
+  const Problem p = t ? transposed(g) : ordinary(g);
+  const std::int64_t biggest = std::max({g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in,
+                                         g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out,
+                                         p.x.elements_of_full(), weight_elements(g)});
+  return biggest < (std::int64_t{1} << 31);
+}
+
+/// The descriptors of a problem, and its filter in cuDNN's K, D, H, W, C order.
+struct Descriptors {
+  TensorDescriptor x, y;
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+
+  explicit Descriptors(const Problem& p) {
+    p.x.describe(x);
+    p.y.describe(y);
+    const int filter[5] = {p.filter_out, p.filter_in, p.kernel[0], p.kernel[1], p.kernel[2]};
+    check(cudnnSetFilterNdDescriptor(w.d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 5, filter),
+          "cudnnSetFilterNdDescriptor");
+    check(
+        cudnnSetConvolutionNdDescriptor(conv.d, 3, p.pad.data(), p.stride.data(), p.dilation.data(),
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "cudnnSetConvolutionNdDescriptor");
+    check(cudnnSetConvolutionMathType(conv.d, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  }
+};
+
+// Our weight [K0][K1][K2][Ci][Co] and cuDNN's filter [K][k0][k1][k2][C] (K = Co for an ordinary
+// convolution, Ci for a transposed one) as two views of one tensor of dims (K, C, k0, k1, k2).
+inline void describe_weights(const ConvGeometry& g, const Problem& p, TensorDescriptor& ours,
+                             TensorDescriptor& theirs) {
+  const std::int64_t ci = g.c_in, co = g.c_out;
+  const std::int64_t k1 = g.kernel[1], k2 = g.kernel[2];
+  const bool t = is_transposed(g);
+  const int dims[5] = {p.filter_out, p.filter_in, p.kernel[0], p.kernel[1], p.kernel[2]};
+  const int co_stride = 1, ci_stride = int(co);
+  const int ours_strides[5] = {t ? ci_stride : co_stride, t ? co_stride : ci_stride,
+                               int(k1 * k2 * ci * co), int(k2 * ci * co), int(ci * co)};
+  check(cudnnSetTensorNdDescriptor(ours.d, CUDNN_DATA_FLOAT, 5, dims, ours_strides),
+        "cudnnSetTensorNdDescriptor");
+  const int c = p.filter_in;
+  const int theirs_strides[5] = {int(g.kernel[0] * k1 * k2 * c), 1, int(k1 * k2 * c), int(k2 * c),
+                                 c};
+  check(cudnnSetTensorNdDescriptor(theirs.d, CUDNN_DATA_FLOAT, 5, dims, theirs_strides),
+        "cudnnSetTensorNdDescriptor");
+}
+
+// cuDNN's filter from our weight, or (to_ours) our order from cuDNN's filter; overwrites.
+inline void reorder_weight(Context& c, const ConvGeometry& g, const Problem& p, const float* from,
+                           float* to, bool to_ours) {
+  TensorDescriptor ours, theirs;
+  describe_weights(g, p, ours, theirs);
+  const float one = 1.0f, zero = 0.0f;
+  check(cudnnTransformTensor(c.handle(), &one, to_ours ? theirs.d : ours.d, from, &zero,
+                             to_ours ? ours.d : theirs.d, to),
+        "cudnnTransformTensor (weight)");
+}
+
+// The caller's region and the part of x that holds it, as two boxes of the same sizes.
+inline std::pair<Box, Box> region_boxes(const Problem& p) {
+  Box caller = p.caller, x = p.x;
+  caller.extent = x.extent = p.region;
+  return {caller, x};
+}
+
+// x filled from the caller's buffer: zeros around the region.
+inline void embed(Context& c, const Problem& p, const float* from, float* x) {
+  cuda::check(cudaMemsetAsync(x, 0, p.x.elements_of_full() * sizeof(float), c.stream()),
+              "cudaMemsetAsync");
+  const auto [caller, inside] = region_boxes(p);
+  transform(c, caller, from + p.caller.offset(p.caller_at), 0.0f, inside, x + p.x.offset(p.x_at));
+}
+
+// The region of x into the caller's buffer: overwritten (beta 0) or added (beta 1).
+inline void extract(Context& c, const Problem& p, const float* x, float beta, float* to) {
+  const auto [caller, inside] = region_boxes(p);
+  transform(c, inside, x + p.x.offset(p.x_at), beta, caller, to + p.caller.offset(p.caller_at));
+}
+
+// The deterministic FMA algorithms cuDNN's heuristics suggest, best first.
+template <class Perf, class Query>
+std::vector<Perf> candidates(Query&& query, const char* call) {
+  Perf results[16];
+  int count = 0;
+  check(query(16, &count, results), call);
+  std::vector<Perf> usable;
+  for (int i = 0; i < count; ++i)
+    if (results[i].status == CUDNN_STATUS_SUCCESS &&
+        results[i].determinism == CUDNN_DETERMINISTIC && results[i].mathType == CUDNN_FMA_MATH)
+      usable.push_back(results[i]);
+  return usable;
+}
+
+// Runs `call(algo, workspace, bytes)` with each candidate until one succeeds: an algorithm the
+// heuristics suggest may still refuse the problem, or its workspace may not fit. False if none
+// ran; other failures throw.
+template <class Perf, class Call>
+bool run_first(Context& c, const std::vector<Perf>& perfs, const char* what, Call&& call) {
+  for (const Perf& perf : perfs) {
+    void* workspace = nullptr;
+    if (perf.memory && cudaMallocAsync(&workspace, perf.memory, c.stream()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    const cudnnStatus_t status = call(perf.algo, workspace, perf.memory);
+    if (workspace) cuda::check(cudaFreeAsync(workspace, c.stream()), "cudaFreeAsync");
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM &&
+        status != CUDNN_STATUS_ALLOC_FAILED)
+      check(status, what);
+  }
+  return false;
+}
+
+// x -> y forward: y = conv(x) + beta y.
+inline bool forward(Context& c, Descriptors& d, const float* x, const float* filter, float beta,
+                    float* y) {
+  const auto perfs = candidates<cudnnConvolutionFwdAlgoPerf_t>(
+      [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* out) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(c.handle(), d.x.d, d.w.d, d.conv.d, d.y.d, n,
+                                                      count, out);
+      },
+      "cudnnGetConvolutionForwardAlgorithm_v7");
+  const float one = 1.0f;
+  return run_first(c, perfs, "cudnnConvolutionForward",
+                   [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
+                     return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter,
+                                                    d.conv.d, algo, workspace, bytes, &beta, d.y.d,
+                                                    y);
+                   });
+}
+
+// The adjoint: x = conv^T(y) + beta x.
+inline bool backward_data(Context& c, Descriptors& d, const float* filter, const float* y,
+                          float beta, float* x) {
+  const auto perfs = candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+      [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* out) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle(), d.w.d, d.y.d, d.conv.d,
+                                                           d.x.d, n, count, out);
+      },
+      "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+  const float one = 1.0f;
+  return run_first(c, perfs, "cudnnConvolutionBackwardData",
+                   [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
+                     return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y,
+                                                         d.conv.d, algo, workspace, bytes, &beta,
+                                                         d.x.d, x);
+                   });
+}
+
+// The filter's gradient from x and y's gradient (overwritten).
+inline bool backward_filter(Context& c, Descriptors& d, const float* x, const float* y,
+                            float* filter) {
+  const auto perfs = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* out) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.handle(), d.x.d, d.y.d, d.conv.d,
+                                                             d.w.d, n, count, out);
+      },
+      "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+  const float one = 1.0f, zero = 0.0f;
+  return run_first(c, perfs, "cudnnConvolutionBackwardFilter",
+                   [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
+                     return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y,
+                                                           d.conv.d, algo, workspace, bytes, &zero,
+                                                           d.w.d, filter);
+                   });
+}
+
+inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 3>& e,
+                             std::int64_t channels) {
+  return batch * e[0] * e[1] * e[2] * channels;
+}
+
+// Whether the processor computes on a GPU and cuDNN can run `g`.
+inline bool usable(const ConvGeometry& g) { return cuda::computes_on_gpu() && describable(g); }
+
+inline void prefetch(Context& c, const void* data, std::int64_t elements) {
+  cuda::prefetch_to_gpu(data, std::size_t(elements) * sizeof(float), c.stream());
+}
+
+}  // namespace detail
+
+/// output = the convolution of `input` (the box) with `weight`; false when cuDNN cannot run it.
+inline bool conv_forward(const ConvGeometry& g, const float* input, const float* weight,
+                         float* output) {
+  if (!detail::usable(g)) return false;
+  detail::Context& c = detail::context();
+  const bool t = detail::is_transposed(g);
+  const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
+  const std::int64_t out_elements = detail::elements(g.batch, g.out, g.c_out);
+  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
+  detail::prefetch(c, weight, detail::weight_elements(g));
+  detail::prefetch(c, output, out_elements);
+  // Outputs no input reaches are zeros (all of them in an empty problem).
+  if (p.empty || (t && p.region != g.out))
+    cuda::check(cudaMemsetAsync(output, 0, std::size_t(out_elements) * sizeof(float), c.stream()),
+                "cudaMemsetAsync");
+  if (!p.empty) {
+    detail::Descriptors d(p);
+    cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
+    detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
+    bool ran = false;
+    if (!t && p.x_is_caller) {
+      ran = detail::forward(c, d, input + p.caller_x, filter.as<float>(), 0.0f, output);
+    } else if (!t) {
+      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+      detail::embed(c, p, input, x.as<float>());
+      ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 0.0f, output);
+    } else {
+      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+      ran = detail::backward_data(c, d, filter.as<float>(), input, 0.0f, x.as<float>());
+      if (ran) detail::extract(c, p, x.as<float>(), 0.0f, output);
+    }
+    if (!ran) return false;
+  }
+  return true;
+}
+
+/// grad_input = the gradient of the box from `grad_output`; false when cuDNN cannot run it.
+inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
+                                const float* weight, float* grad_input) {
+  if (!detail::usable(g)) return false;
+  detail::Context& c = detail::context();
+  const bool t = detail::is_transposed(g);
+  const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
+  const std::int64_t in_elements = detail::elements(g.batch, g.in, g.c_in);
+  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
+  detail::prefetch(c, weight, detail::weight_elements(g));
+  detail::prefetch(c, grad_input, in_elements);
+  // Box rows no output reads get zeros; the rest is added on top.
+  cuda::check(cudaMemsetAsync(grad_input, 0, std::size_t(in_elements) * sizeof(float), c.stream()),
+              "cudaMemsetAsync");
+  if (p.empty) return true;
+  detail::Descriptors d(p);
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
+  detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
+  bool ran = false;
+  if (!t && p.x_is_caller) {
+    ran =
+        detail::backward_data(c, d, filter.as<float>(), grad_output, 1.0f, grad_input + p.caller_x);
+  } else if (!t) {
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    ran = detail::backward_data(c, d, filter.as<float>(), grad_output, 0.0f, x.as<float>());
+    if (ran) detail::extract(c, p, x.as<float>(), 1.0f, grad_input);
+  } else {
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    detail::embed(c, p, grad_output, x.as<float>());
+    ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 1.0f, grad_input);
+  }
+  return ran;
+}
+
+/// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot.
+inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
+                                 const float* grad_output, double* grad_weight) {
+  if (!detail::usable(g)) return false;
+  detail::Context& c = detail::context();
+  const bool t = detail::is_transposed(g);
+  const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
+  if (p.empty) return true;  // every read is padding
+  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
+  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
+  detail::Descriptors d(p);
+  const std::int64_t n = detail::weight_elements(g);
+  cuda::StreamBuffer filter(n * sizeof(float), c.stream());
+  cuda::StreamBuffer ours(n * sizeof(float), c.stream());
+  bool ran = false;
+  if (!t && p.x_is_caller) {
+    ran = detail::backward_filter(c, d, input + p.caller_x, grad_output, filter.as<float>());
+  } else {
+    // x: the zero-padded box, or the transposed convolution's output space holding grad_output;
+    // y: the output's gradient, or the transposed convolution's input.
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    detail::embed(c, p, t ? grad_output : input, x.as<float>());
+    ran = detail::backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
+  }
+  if (!ran) return false;
+  detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
+  // Added into the caller's double sum (in the GPU's memory), widened there.
+  cuda::StreamBuffer wide(n * sizeof(double), c.stream());
+  cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
+               static_cast<const float*>(ours.as<float>()), wide.as<double>(),
+               static_cast<long long>(n));
+  cuda::prefetch_to_gpu(grad_weight, std::size_t(n) * sizeof(double), c.stream());
+  cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
+               grad_weight, static_cast<const double*>(wide.as<double>()),
+               static_cast<long long>(n));
+  return true;
+}
+
+}  // namespace meshtensor::kernels::cudnn

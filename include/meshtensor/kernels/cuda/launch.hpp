@@ -1,0 +1,74 @@
+#pragma once
+// How meshtensor's own kernels run on a processor's GPU: the operands are asked for on the GPU
+// (blocks in managed memory move there, device/memory.hpp), and the kernel is queued on the
+// processor's compute stream. The call returns without waiting for it: the host waits
+// (device/host_access.hpp) only before it touches memory itself.
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "meshtensor/device/cuda.hpp"
+#include "meshtensor/device/memory.hpp"
+#include "meshtensor/device/runtime_compiler.hpp"
+
+namespace meshtensor::kernels::gpu {
+
+/// What a kernel reads or writes: `bytes` from `data`.
+struct Operand {
+  const void* data;
+  std::size_t bytes;
+};
+
+/// `count` elements of type T from `data`.
+template <class T>
+Operand operand(const T* data, std::int64_t count) {
+  return {data, static_cast<std::size_t>(count) * sizeof(T)};
+}
+
+/// Whether meshtensor's element kernels exist for T (float and double).
+template <class T>
+constexpr bool has_kernels_for = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+/// The name of T's instance of a kernel: `f32` or `f64`.
+template <class T>
+const char* instance(const char* f32, const char* f64) {
+  return std::is_same_v<T, float> ? f32 : f64;
+}
+
+/// The text of a GPU source made of code shared with the CPU loops (kernels/shared_source.hpp)
+/// and the kernels that call it; kept for the life of the process.
+inline const char* with_shared_code(const char* shared_code, const char* kernels) {
+  auto* text = new std::string("#define MESHTENSOR_DEVICE __device__\n");  // never freed
+  *text += shared_code;
+  *text += "\n";
+  *text += kernels;
+  return text->c_str();
+}
+
+/// `values`, each converted to T, in device memory for the calls queued next on `stream`. (A copy
+/// from pageable host memory has read it by the time cudaMemcpyAsync returns, CUDA documents, so
+/// `converted` may go at once.)
+template <class T, class V>
+cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
+  const std::vector<T> converted(values.begin(), values.end());
+  cuda::StreamBuffer scratch(converted.size() * sizeof(T), stream);
+  cuda::check(cudaMemcpyAsync(scratch.as<T>(), converted.data(), converted.size() * sizeof(T),
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync");
+  return scratch;
+}
+
+/// Queues `kernel` of `source` over n threads with `args`, its operands asked for on the GPU.
+template <class... Args>
+void run_kernel(const cuda::KernelSource& source, const char* kernel, std::int64_t n,
+                std::initializer_list<Operand> operands, Args... args) {
+  const cudaStream_t stream = cuda::compute_stream();
+  for (const Operand& o : operands) cuda::prefetch_to_gpu(o.data, o.bytes, stream);
+  cuda::launch(cuda::kernel(source, kernel), n, stream, args...);
+}
+
+}  // namespace meshtensor::kernels::gpu

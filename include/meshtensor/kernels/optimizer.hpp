@@ -1,0 +1,39 @@
+#pragma once
+// The optimiser family: one SGD or Adam update of a parameter block from its gradient, with the
+// optimiser's state beside it, by the same formulas on every backend
+// (kernels/common/optimizer_formulas.hpp). A plan counts the operations per element.
+
+#include <cstdint>
+
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/optimizer_formulas.hpp"
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cuda/optimizer.hpp"
+#endif
+
+namespace meshtensor::kernels {
+
+/// parameter, velocity <- SGD with momentum and weight decay, for n elements.
+template <class T>
+void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n) {
+  dispatch([&] { plan::count(plan::Family::optimizer, 4.0 * double(n)); },
+           MESHTENSOR_ON_GPU(gpu::sgd(h, parameter, velocity, gradient, n)),
+           [&] {
+             for (std::int64_t i = 0; i < n; ++i)
+               shared::sgd_update(h, parameter[i], velocity[i], gradient[i]);
+           });
+}
+
+/// parameter, first, second <- Adam (AdamW when h.decoupled), for n elements.
+template <class T>
+void adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
+          std::int64_t n) {
+  dispatch([&] { plan::count(plan::Family::optimizer, 12.0 * double(n)); },
+           MESHTENSOR_ON_GPU(gpu::adam(h, parameter, first, second, gradient, n)),
+           [&] {
+             for (std::int64_t i = 0; i < n; ++i)
+               shared::adam_update(h, parameter[i], first[i], second[i], gradient[i]);
+           });
+}
+
+}  // namespace meshtensor::kernels

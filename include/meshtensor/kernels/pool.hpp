@@ -1,0 +1,132 @@
+#pragma once
+// The pooling family: max and average pooling and their gradients on one block
+// (kernels/common/pool_geometry.hpp). The CPU's kernels are chosen at compile time as for
+// convolutions (kernels/conv.hpp): oneDNN when the program links meshtensor::onednn, else — and
+// with MESHTENSOR_REFERENCE_KERNELS — the reference loops. A GPU runs meshtensor's CUDA kernels,
+// and the CPU's for windows they cannot run; its max pooling workspace then starts with a tag
+// saying whose format it holds, so that backward reads it the way forward wrote it. A plan counts
+// an operation per (output, tap) pair.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/pool_geometry.hpp"
+#include "meshtensor/kernels/cpu/reference/pool.hpp"
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+#include "meshtensor/kernels/cpu/onednn/pool.hpp"
+#endif
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cuda/pool.hpp"
+#endif
+
+namespace meshtensor::kernels {
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+namespace cpu_pool = onednn;
+#else
+namespace cpu_pool {
+template <class T>
+std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
+  return reference::max_pool_workspace_bytes(g);
+}
+using reference::avg_pool_backward;
+using reference::avg_pool_forward;
+using reference::max_pool_backward;
+using reference::max_pool_forward;
+}  // namespace cpu_pool
+#endif
+
+namespace detail {
+// The first bytes of a max pooling workspace on a GPU processor: which format follows. The copy
+// engine carries the tag (the host would pull the workspace's page over to touch it).
+constexpr std::size_t tag_bytes = 8;
+constexpr std::uint64_t cpu_format = 0, gpu_format = 1;
+
+inline void write_tag(void* workspace, std::uint64_t tag) {
+  copy_from_host(reinterpret_cast<const unsigned char*>(&tag), sizeof tag,
+                 static_cast<unsigned char*>(workspace), memory_pool().source().space);
+}
+inline std::uint64_t read_tag(const void* workspace) {
+  std::uint64_t tag = 0;
+  copy_to_host(static_cast<const unsigned char*>(workspace), memory_pool().source().space,
+               sizeof tag, reinterpret_cast<unsigned char*>(&tag));
+  return tag;
+}
+
+inline double pool_flops(const PoolGeometry& g) {
+  double n = double(g.batch) * double(g.channels);
+  for (int d = 0; d < 3; ++d) n *= double(g.out[d]) * double(g.kernel[d]);
+  return n;
+}
+}  // namespace detail
+
+/// Bytes of max pooling's workspace on this processor.
+template <class T>
+std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
+  const std::size_t cpu = cpu_pool::max_pool_workspace_bytes<T>(g);
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (current_backend() == Backend::cuda)
+    return detail::tag_bytes + std::max(cpu, gpu::max_pool_workspace_bytes(g));
+#endif
+  return cpu;
+}
+
+/// output = max over each window, `workspace` = where each maximum is.
+template <class T>
+void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
+  if (current_backend() != Backend::cuda)
+    return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+                    [] { return false; },
+                    [&] { cpu_pool::max_pool_forward(g, input, output, workspace); });
+  void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
+  bool on_gpu = false;
+#if defined(MESHTENSOR_WITH_CUDA)
+  on_gpu = gpu::max_pool_forward(g, input, output, formatted);
+#endif
+  if (!on_gpu) {
+    wait_for_device();
+    cpu_pool::max_pool_forward(g, input, output, formatted);
+  }
+  detail::write_tag(workspace, on_gpu ? detail::gpu_format : detail::cpu_format);
+}
+
+/// grad_input (the box) = grad_output routed to each window's maximum.
+template <class T>
+void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
+                       T* grad_input) {
+  if (current_backend() != Backend::cuda)
+    return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+                    [] { return false; },
+                    [&] { cpu_pool::max_pool_backward(g, grad_output, workspace, grad_input); });
+  const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
+  const bool cpu_format = detail::read_tag(workspace) == detail::cpu_format;
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (!cpu_format && gpu::max_pool_backward(g, grad_output, formatted, grad_input)) return;
+#endif
+  wait_for_device();
+  if (cpu_format)
+    cpu_pool::max_pool_backward(g, grad_output, formatted, grad_input);
+  else
+    reference::max_pool_backward(g, grad_output, formatted, grad_input);  // the GPU's format
+}
+
+/// output = mean over each window (over the positions inside the tensor, unless count_padding).
+template <class T>
+void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
+  dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+           MESHTENSOR_ON_GPU(gpu::avg_pool_forward(g, input, output, count_padding)),
+           [&] { cpu_pool::avg_pool_forward(g, input, output, count_padding); });
+}
+
+/// grad_input (the box) = grad_output spread evenly over each window.
+template <class T>
+void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
+                       bool count_padding) {
+  dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+           MESHTENSOR_ON_GPU(gpu::avg_pool_backward(g, grad_output, grad_input, count_padding)),
+           [&] { cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding); });
+}
+
+}  // namespace meshtensor::kernels

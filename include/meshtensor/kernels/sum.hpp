@@ -1,0 +1,87 @@
+#pragma once
+// The sum family: einsum's and the reductions' sums of products (accumulated in Acc: double for
+// floating point, int64 for integers), narrowing those accumulators into a result, and the max and
+// min folds. A GPU sends a matrix product to cuBLAS and any other sum to its own kernels; the CPU
+// folds on its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a multiply-add as
+// two operations.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/elementwise_formulas.hpp"
+#include "meshtensor/kernels/common/fold_operand.hpp"
+#include "meshtensor/kernels/cpu/reference/fold.hpp"
+#if defined(MESHTENSOR_WITH_CUDA)
+#include "meshtensor/kernels/cuda/cublas_gemm.hpp"
+#include "meshtensor/kernels/cuda/sum.hpp"
+#endif
+
+namespace meshtensor::kernels {
+
+#if defined(MESHTENSOR_WITH_CUDA)
+namespace detail {
+// A product of two operands that is a batch of matrix products goes to cuBLAS (accumulated in T,
+// not in double); any other sum to meshtensor's kernels.
+template <class Acc, class T, std::size_t N>
+bool sum_on_gpu(const Sizes& outer, const Sizes& inner,
+                const std::array<FoldOperand<T>, N>& operands, Acc* out) {
+  if constexpr (N == 2 && std::is_same_v<Acc, double>)
+    if (cublas::gemm_sum<T>(outer, inner, operands, out)) return true;
+  return gpu::sum<Acc, T, N>(outer, inner, operands, out);
+}
+template <class Acc, class T>
+bool narrow_on_gpu(const Acc* in, T* out, std::int64_t n, double divisor) {
+  if constexpr (std::is_same_v<Acc, double>) return gpu::narrow<T>(in, out, n, divisor);
+  return false;
+}
+}  // namespace detail
+#endif
+
+/// out[o] = the sum over every inner index i of the product of the operands at (o, i), in Acc.
+template <class Acc, class T, std::size_t N>
+void sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>, N>& operands,
+         Acc* out) {
+  dispatch(
+      [&] {
+        plan::count(plan::Family::sum,
+                    double(N) * double(num_elements(outer)) * double(num_elements(inner)));
+      },
+      MESHTENSOR_ON_GPU(detail::sum_on_gpu<Acc, T, N>(outer, inner, operands, out)),
+      [&] { reference::parallel_sum<Acc, T, N>(outer, inner, operands, out, compute_threads()); });
+}
+
+/// out[i] = in[i] / divisor rounded to T, for i < n (accumulators into results; a mean).
+template <class Acc, class T>
+void narrow(const Acc* in, T* out, std::int64_t n, double divisor = 1.0) {
+  dispatch([&] { plan::count(plan::Family::sum, double(n)); },
+           MESHTENSOR_ON_GPU(detail::narrow_on_gpu(in, out, n, divisor)),
+           [&] {
+             const Acc by = static_cast<Acc>(divisor);
+             for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] / by);
+           });
+}
+
+/// out[o] = the max (is_max) or min over every inner index of the operand at (o, i), from `init`.
+template <class T>
+void extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& operand, T* out,
+             bool is_max, T init) {
+  dispatch(
+      [&] {
+        plan::count(plan::Family::sum, double(num_elements(outer)) * double(num_elements(inner)));
+      },
+      MESHTENSOR_ON_GPU(gpu::extreme<T>(outer, inner, operand, out, is_max, init)),
+      [&] {
+        reference::parallel_fold<T, T, 1>(
+            outer, inner, {operand}, out, init,
+            [is_max](T a, T b) {
+              return is_max ? shared::binary_formula<BinaryOp::larger>(a, b)
+                            : shared::binary_formula<BinaryOp::smaller>(a, b);
+            },
+            compute_threads());
+      });
+}
+
+}  // namespace meshtensor::kernels
