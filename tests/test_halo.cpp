@@ -2,14 +2,17 @@
 // gradient path is the exact adjoint, and the bytes sent are exactly the margins.
 #include <catch2/catch.hpp>
 
+#include <meshtensor/core/window.hpp>
 #include <meshtensor/ops/halo.hpp>
-#include <meshtensor/ops/window.hpp>
 
 #include "support/blocks.hpp"
 #include "support/spmd.hpp"
+#include "support/windows.hpp"
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+using namespace meshtensor::testing::windows;
 
 namespace {
 
@@ -36,12 +39,6 @@ struct Case {
 };
 
 const Shape shape("batch:2, x:10, y:7, z:5");
-const WindowDim none{};
-const WindowDim conv3{3, 1, 1, 1, 1};     // 3 taps, "same"
-const WindowDim wide{7, 1, 1, 3, 3};      // reads 3 beyond each side
-const WindowDim strided{3, 2, 1, 0, 0};   // valid, stride 2
-const WindowDim dilated{3, 1, 2, 2, 2};   // dilation 2
-const WindowDim skipping{1, 3, 1, 0, 0};  // reads every third index
 
 std::vector<Case> cases() {
   return {
@@ -67,9 +64,9 @@ Tensor<double> test_tensor(Mesh& m, const char* layout) {
   return generate<double>(m, shape, layout, [](const Index& i) { return double(test_value(i)); });
 }
 
-HaloPlan plan_of(Mesh& m, const Case& c) {
+HaloExchange plan_of(Mesh& m, const Case& c) {
   const TensorLayout layout(shape, m.shape(), c.layout);
-  return HaloPlan(layout, m.coord(), conv_needs(layout, c.windows));
+  return HaloExchange(layout, m.coord(), conv_needs(layout, c.windows));
 }
 
 struct Observed {
@@ -88,7 +85,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
     INFO(transport_under_test() << " transport, case " << c.name);
     auto observed = on_mesh(c.mesh, [&](Mesh& m) {
       Observed o;
-      const HaloPlan plan = plan_of(m, c);
+      const HaloExchange plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto before = m.traffic();
       const auto filled = plan.exchange(m, x.array(), -7.0);
@@ -155,7 +152,7 @@ TEST_CASE("on a 2x2 mesh a 3-tap halo takes two messages per processor, corners 
         per_block.push_back(conv3.conv_reads(block_range(layout.shape()[d].size, 2, j)));
       needs.push_back(per_block);
     }
-    const HaloPlan plan(layout, m.coord(), needs);
+    const HaloExchange plan(layout, m.coord(), needs);
     auto x = zeros<float>(m, "x:8, y:6", "x:rows; y:cols");
     const auto before = m.traffic();
     plan.exchange(m, x.array(), 0.0f);
@@ -175,14 +172,14 @@ TEST_CASE("with one split dim the halo comes as pieces beside the block, with it
     INFO(transport_under_test() << " transport, case " << c.name);
     auto observed = on_mesh(c.mesh, [&](Mesh& m) {
       Observed o;
-      const HaloPlan plan = plan_of(m, c);
+      const HaloExchange plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto pieces = plan.finish_halo(m, plan.begin_halo(m, x.array()));
       wait_for_device();  // the host reads what GPU copies wrote (under nccl)
       // Each piece holds the global values of its box; with the own block they tile inside().
       const auto strides = kernels::row_major_strides(shape.sizes());
       std::int64_t covered = plan.own().num_elements();
-      HaloPlan::Pieces<double> gradients;
+      HaloExchange::Pieces<double> gradients;
       double forward = 0;
       for (const auto& [box, data] : pieces) {
         covered += box.num_elements();

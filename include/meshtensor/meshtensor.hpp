@@ -26,6 +26,7 @@
 #include "meshtensor/tensor/random.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
+#include "meshtensor/core/window.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/argmax.hpp"
 #include "meshtensor/ops/conv.hpp"
@@ -39,7 +40,6 @@
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/resample.hpp"
 #include "meshtensor/ops/reshape.hpp"
-#include "meshtensor/ops/window.hpp"
 
 #include "meshtensor/autodiff/backward.hpp"
 #include "meshtensor/autodiff/recompute.hpp"

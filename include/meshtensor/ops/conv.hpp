@@ -20,6 +20,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/core/window.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
@@ -28,7 +29,6 @@
 #include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
-#include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -67,7 +67,7 @@ struct RowsOfBox {
     return rows;
   }
   template <class T>
-  void add_halo(BoxRows<T>& rows, const HaloPlan::Pieces<T>& halo) const {
+  void add_halo(BoxRows<T>& rows, const HaloExchange::Pieces<T>& halo) const {
     for (const auto& [block, data] : halo)
       rows.add(first_row(block), block.ranges[dim].size(), data.data());
   }
@@ -262,9 +262,9 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
           // weight's gradient and the own rows' are computed — each from the own block in place,
           // so that backward holds no box-sized copy.
           const RowsOfBox rows_of(plan, first_spatial);
-          std::optional<HaloPlan::Pending<T>> returning;
+          std::optional<HaloExchange::Pending<T>> returning;
           if (need[0]) {
-            HaloPlan::Pieces<T> halo_gradient;
+            HaloExchange::Pieces<T> halo_gradient;
             for (const auto& [block, data] : saved.halo()) {
               Buffer<T> piece(data.size());
               input_rows(geometry, g_kernel.data(), w_kernel.data(), piece.data(),
@@ -310,7 +310,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         // rebuilds is freed before the input's gradient is allocated.
         const bool halo_traffic = !plan.halo.local_only();
         if (need[1] && !halo_traffic) weight_gradient();
-        std::optional<HaloPlan::Pending<T>> returning;
+        std::optional<HaloExchange::Pending<T>> returning;
         Array<T> own = empty_array<T>();
         if (need[0]) {
           Array<T> grad_box = Array<T>::from_shape(box_sizes);

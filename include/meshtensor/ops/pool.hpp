@@ -12,11 +12,11 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
+#include "meshtensor/core/window.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/pool.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
-#include "meshtensor/ops/window.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {

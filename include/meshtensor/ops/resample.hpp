@@ -77,7 +77,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
                                  : block_range(shape[e].size, parts, j));
     needs.push_back(per_block);
   }
-  const HaloPlan plan(t.layout(), mesh.coord(), needs);
+  const HaloExchange plan(t.layout(), mesh.coord(), needs);
   const Array<T> box = plan.exchange(mesh, t.array(), T(0));
 
   // Blocks as [outer][dim][inner]: outer and inner extents are the own block's.

@@ -10,18 +10,19 @@
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/core/halo_plan.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
+#include "meshtensor/core/window.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/halo.hpp"
-#include "meshtensor/ops/window.hpp"
 
 namespace meshtensor::detail {
 
 struct WindowedPlan {
   TensorLayout input_layout, output_layout;
-  HaloPlan halo;
+  HaloExchange halo;
   Block output_block;
   std::vector<std::size_t> to_kernel_order;  // input (and output) dim positions in kernel order
   std::int64_t pass_size = 1;                // product of the pass-through dims' local sizes
@@ -44,26 +45,9 @@ inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output
                                   bool transposed, const MeshCoord& me, bool clip_padding = false) {
   const Shape& shape = input.shape();
   TensorLayout output_layout(output_shape, input.mesh_shape(), layout);
-  // Each input dim's read range per block index: spatial dims read through their window; the
-  // others read exactly their own block.
-  HaloNeeds needs;
-  for (std::size_t d = 0; d < shape.rank(); ++d) {
-    const auto axis = input.mesh_axis_of(d);
-    const int parts = axis ? input.mesh_shape()[*axis].size : 1;
-    const auto s = std::find(spatial.begin(), spatial.end(), shape[d].name);
-    std::vector<Range> per_block;
-    for (int j = 0; j < parts; ++j) {
-      if (s == spatial.end()) {
-        per_block.push_back(block_range(shape[d].size, parts, j));
-        continue;
-      }
-      const WindowDim& w = windows[s - spatial.begin()];
-      const Range out = block_range(output_shape[d].size, parts, j);
-      per_block.push_back(transposed ? w.transposed_reads(out) : w.conv_reads(out));
-    }
-    needs.push_back(per_block);
-  }
-  WindowedPlan plan{input, output_layout, HaloPlan(input, me, needs), output_layout.block(me), {}};
+  const HaloNeeds needs = window_needs(input, output_shape, spatial, windows, transposed);
+  WindowedPlan plan{
+      input, output_layout, HaloExchange(input, me, needs), output_layout.block(me), {}};
 
   std::vector<std::size_t> pass;
   for (std::size_t d = 0; d < shape.rank(); ++d)
