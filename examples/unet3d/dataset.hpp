@@ -46,7 +46,7 @@ struct Dataset {
   }
 };
 
-namespace detail {
+namespace pairs {
 
 inline std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t\r\n");
@@ -101,7 +101,7 @@ inline std::vector<ScanFiles> find_lits_pairs(const std::filesystem::path& dir) 
   return pairs;
 }
 
-}  // namespace detail
+}  // namespace pairs
 
 /**
  * The pairs of `dir`, `validation_count` of them (chosen by `seed`) held out. Throws IoError naming
@@ -114,7 +114,7 @@ inline Dataset read_dataset(const std::string& dir, std::int64_t validation_coun
   if (!fs::is_directory(dir)) throw mt::IoError("--data " + dir + ": no such directory");
   const fs::path csv = fs::path(dir) / "pairs.csv";
   std::vector<ScanFiles> pairs =
-      fs::exists(csv) ? detail::read_pairs_csv(csv) : detail::find_lits_pairs(dir);
+      fs::exists(csv) ? pairs::read_pairs_csv(csv) : pairs::find_lits_pairs(dir);
   if (pairs.empty())
     throw mt::IoError("--data " + dir +
                       ": no image/label pairs; expected LiTS names (volume-N.nii[.gz] with "

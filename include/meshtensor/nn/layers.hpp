@@ -146,7 +146,7 @@ class Norm {
   }
 
   // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
-  // writes the few values through the GPU's copy engine where the processor computes there.
+  // writes the few values in one transfer each way where the processor computes on a device.
   Tensor<T> inverse_std() const {
     std::vector<T> values = to_host_vector(running_var_.array());
     for (T& v : values) v = T(1.0 / std::sqrt(double(v) + epsilon_));
@@ -164,7 +164,7 @@ class Norm {
     const double n = double(moments.count);
     const T unbias = T(n > 1 ? n / (n - 1) : 1.0);
     // Updated in place (the checkpoint holds these tensors), by ops: where the processor computes
-    // on a GPU the statistics stay in its memory.
+    // on a device the statistics stay in its memory.
     auto update = [&](Tensor<T>& running, const Tensor<T>& batch, T weight) {
       const auto next = running * (T(1) - m) + relayout(batch, running.layout().layout()) * weight;
       kernels::copy_values(next.array().data(), std::int64_t(next.array().size()),

@@ -237,8 +237,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
         const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
         const KernelOrderView<T> g_kernel(g_aligned.array(), plan.to_kernel_order);
         std::vector<Tensor<T>> grads(2);
-        // The weight's gradient accumulates in double, in the processor's memory (the GPU's,
-        // where it computes there), and is rounded to T there.
+        // The weight's gradient accumulates in double, in the processor's memory (its device's,
+        // where it computes on one), and is rounded to T there.
         auto zero_accumulator = [&] {
           Buffer<double> acc(w_kernel.size());
           kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);

@@ -35,7 +35,7 @@ struct NamedBlock {
   Array<T> owned = empty_array<T>();
 };
 
-// into[i] = the accumulator's value i rounded to T: on the GPU where the processor computes.
+// into[i] = the accumulator's value i rounded to T, where the processor computes.
 template <class Acc, class T>
 void narrow(const Buffer<Acc>& accumulator, T* into) {
   const auto n = static_cast<std::int64_t>(accumulator.size());

@@ -57,7 +57,7 @@ class HaloExchange : public HaloPlan {
   /// outside their box as zeros. A processor that reads only its own block gets it back as is.
   template <class T>
   Array<T> exchange_inside(Mesh& mesh, const Array<T>& own) const {
-    if (local_only()) return kernels::copy_of(own);  // where the block is (the GPU's memory)
+    if (local_only()) return kernels::copy_of(own);  // where the block is (its device's memory)
     return finish(mesh, begin_inside(mesh, own));
   }
 

@@ -68,7 +68,7 @@ Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const
     const auto count = static_cast<std::int64_t>(partial.size());
     bool copied = false;
     if constexpr (std::is_same_v<Acc, T>) {
-      if (!mean) {  // max, min, and sums of doubles: as they are (on the GPU where it computes)
+      if (!mean) {  // max, min, and sums of doubles: as they are (where the processor computes)
         kernels::copy_box(kernels::Sizes{count}, partial.data(), kernels::Strides{1}, out.data(),
                           kernels::Strides{1});
         copied = true;

@@ -49,7 +49,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
 
   struct Piece {
     Block box;
-    Buffer<T> data;  // the processor's memory: its GPU's where it computes there
+    Buffer<T> data;  // the processor's memory: its device's where it has one
   };
   std::vector<Piece> outgoing, incoming;
   outgoing.reserve(mesh_shape.num_processors());
