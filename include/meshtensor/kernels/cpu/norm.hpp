@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "meshtensor/device/processor.hpp"
@@ -289,22 +290,29 @@ template <class T>
 struct Masked {
   std::vector<T> a, b;
   const T *g, *x;
+  T floor;
   bool relu;
   Masked(const KeyedBlock& st, const T* g_, const T* v, const ReluMask<T>& mask)
-      : g(g_), x(mask.x ? mask.x : v), relu(mask.x != nullptr) {
+      : g(g_),
+        x(mask.x ? mask.x : v),
+        floor(mask.x ? T(0) : -std::numeric_limits<T>::infinity()),
+        relu(mask.x != nullptr) {
     const std::vector<double> zeros(st.keys, 0.0);
     a = indexed<T>(st, relu ? *mask.scale : zeros);
     b = indexed<T>(st, relu ? *mask.shift : zeros);
   }
+  // (The floor a variable, as the forward pass's: a constant 0 lets the compiler fold the mask
+  // into a branch, and the loop no longer vectorises.)
   auto at() const {
-    return
-        [g = g, x = x, pa = a.data(), pb = b.data(), relu = relu](std::int64_t at, std::int64_t i) {
-          const T value = g[at];
-          const bool keep = (affine_floor(pa[i], x[at], pb[i], T(0)) > T(0)) | !relu;
-          return keep ? value : T(0);
-        };
+    return [g = g, x = x, pa = a.data(), pb = b.data(), floor = floor, relu = relu](
+               std::int64_t at, std::int64_t i) {
+      const T value = g[at];
+      const bool keep = (affine_floor(pa[i], x[at], pb[i], floor) > T(0)) | !relu;
+      return keep ? value : T(0);
+    };
   }
 };
+
 }  // namespace norm_detail
 
 /// Per key, the sums of g' and of g' (scale[key] v + shift[key]), g' being g masked by `mask`;
