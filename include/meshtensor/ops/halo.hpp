@@ -39,7 +39,6 @@ inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(
 class HaloExchange : public HaloPlan {
  public:
   using HaloPlan::HaloPlan;
-  explicit HaloExchange(HaloPlan plan) : HaloPlan(std::move(plan)) {}
 
   /// The read box filled from this processor's block `own` (in shape order), its neighbours, and
   /// `pad` outside the tensor.

@@ -7,7 +7,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "meshtensor/device/processor.hpp"
 
@@ -15,25 +14,11 @@ namespace meshtensor::kernels::plan {
 
 enum class Family { copy, elementwise, sum, norm, optimizer, conv, pool, resample, count };
 
-inline const char* family_name(Family f) {
-  static const char* const names[] = {"copy",      "elementwise", "sum",  "norm",
-                                      "optimizer", "conv",        "pool", "resample"};
-  return names[static_cast<std::size_t>(f)];
-}
-
-/// One processor's kernel work so far: FLOPs, calls and elements touched, per family.
+/// One processor's kernel work so far: FLOPs and calls, per family.
 struct Counts {
   static constexpr std::size_t families = static_cast<std::size_t>(Family::count);
   std::array<double, families> flops{};
   std::array<std::uint64_t, families> calls{};
-
-  double total_flops() const {
-    double sum = 0;
-    for (double f : flops) sum += f;
-    return sum;
-  }
-  double flops_of(Family f) const { return flops[static_cast<std::size_t>(f)]; }
-  std::uint64_t calls_of(Family f) const { return calls[static_cast<std::size_t>(f)]; }
 };
 
 /// The calling processor's counts.
