@@ -20,6 +20,7 @@
 #include <meshtensor/meshtensor.hpp>
 
 #include "options.hpp"
+#include "plan.hpp"
 #include "predict.hpp"
 #include "train.hpp"
 
@@ -102,6 +103,62 @@ std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
   return {mesh, mt::Layout(rules)};
 }
 
+// The flags of `train`, which `plan` takes too.
+struct TrainFlags {
+  unet3d::TrainOptions options;
+  std::int64_t cube = 0;
+  std::vector<std::int64_t> shape;
+  std::vector<double> class_weights, spacing;
+};
+
+void add_train_flags(CLI::App& cmd, TrainFlags& f) {
+  add_size(cmd, f.options.size, f.cube, f.shape);
+  cmd.add_option("--batch", f.options.batch, "volumes per step")->check(CLI::PositiveNumber);
+  cmd.add_option("--depth", f.options.depth, "2x2x2 poolings (levels below the top)")
+      ->check(CLI::Range(1, 6));
+  cmd.add_option("--channels", f.options.channels, "channels at the top level, doubling per level")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--norm", f.options.norm, "batch, instance, group or none")
+      ->check(CLI::IsMember({"batch", "instance", "group", "none"}));
+  cmd.add_flag("--recompute", f.options.recompute,
+               "keep only each level's input and output for backward and compute the "
+               "rest again (less memory, about a third more compute)");
+  cmd.add_option("--steps", f.options.steps, "training steps")->check(CLI::PositiveNumber);
+  cmd.add_option(
+         "--stop-after", f.options.stop_after,
+         "end this run after so many steps, checkpointed, to --resume later (job time limits)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--lr", f.options.lr, "Adam learning rate (cosine-decayed to a tenth)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--class-weights", f.class_weights,
+                 "cross-entropy weights of background, organ, tumour (default 1,3,3)")
+      ->expected(3)
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", f.options.seed, "seed of the weights and of the data");
+  cmd.add_option("--checkpoint", f.options.checkpoint, "directory for checkpoints");
+  cmd.add_flag("--resume", f.options.resume, "continue from the newest checkpoint in --checkpoint");
+  cmd.add_option("--log", f.options.log, "metrics JSONL file (default: <out>/metrics.jsonl)");
+  cmd.add_option("--out", f.options.out, "directory for pictures, curves and metrics");
+  cmd.add_option("--validate-every", f.options.validate_every, "steps between validations")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--validation-volumes", f.options.validation_volumes,
+                 "held-out volumes (0: no validation)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--checkpoint-every", f.options.checkpoint_every, "steps between checkpoints")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--data", f.options.data,
+                 "a folder of CT scans (NIfTI) with label volumes: LiTS names "
+                 "volume-N.nii[.gz] + segmentation-N.nii[.gz], or a pairs.csv of "
+                 "image,label; instead of phantoms. --size/--shape then resize each scan");
+  cmd.add_option("--spacing", f.spacing,
+                 "with --data: resample scans to this voxel spacing in mm, x,y,z (default: "
+                 "each scan's own)")
+      ->expected(3)
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,65 +166,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Distribution distribution;
 
-  unet3d::TrainOptions train;
-  std::int64_t train_cube = 0;
-  std::vector<std::int64_t> train_shape;
+  TrainFlags flags;
+  unet3d::TrainOptions& train = flags.options;
   auto* train_cmd = app.add_subcommand(
       "train", "train on fresh synthetic volumes each step, or on the CT scans of --data");
   add_distribution(*train_cmd, distribution);
-  add_size(*train_cmd, train.size, train_cube, train_shape);
-  train_cmd->add_option("--batch", train.batch, "volumes per step")->check(CLI::PositiveNumber);
-  train_cmd->add_option("--depth", train.depth, "2x2x2 poolings (levels below the top)")
-      ->check(CLI::Range(1, 6));
-  train_cmd
-      ->add_option("--channels", train.channels, "channels at the top level, doubling per level")
-      ->check(CLI::PositiveNumber);
-  train_cmd->add_option("--norm", train.norm, "batch, instance, group or none")
-      ->check(CLI::IsMember({"batch", "instance", "group", "none"}));
-  train_cmd->add_flag("--recompute", train.recompute,
-                      "keep only each level's input and output for backward and compute the "
-                      "rest again (less memory, about a third more compute)");
-  train_cmd->add_option("--steps", train.steps, "training steps")->check(CLI::PositiveNumber);
-  train_cmd
-      ->add_option(
-          "--stop-after", train.stop_after,
-          "end this run after so many steps, checkpointed, to --resume later (job time limits)")
-      ->check(CLI::PositiveNumber);
-  train_cmd->add_option("--lr", train.lr, "Adam learning rate (cosine-decayed to a tenth)")
-      ->check(CLI::PositiveNumber);
-  std::vector<double> class_weights;
-  train_cmd
-      ->add_option("--class-weights", class_weights,
-                   "cross-entropy weights of background, organ, tumour (default 1,3,3)")
-      ->expected(3)
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  train_cmd->add_option("--seed", train.seed, "seed of the weights and of the data");
-  train_cmd->add_option("--checkpoint", train.checkpoint, "directory for checkpoints");
-  train_cmd->add_flag("--resume", train.resume,
-                      "continue from the newest checkpoint in --checkpoint");
-  train_cmd->add_option("--log", train.log, "metrics JSONL file (default: <out>/metrics.jsonl)");
-  train_cmd->add_option("--out", train.out, "directory for pictures, curves and metrics");
-  train_cmd->add_option("--validate-every", train.validate_every, "steps between validations")
-      ->check(CLI::PositiveNumber);
-  train_cmd
-      ->add_option("--validation-volumes", train.validation_volumes,
-                   "held-out volumes (0: no validation)")
-      ->check(CLI::NonNegativeNumber);
-  train_cmd->add_option("--checkpoint-every", train.checkpoint_every, "steps between checkpoints")
-      ->check(CLI::PositiveNumber);
-  train_cmd->add_option("--data", train.data,
-                        "a folder of CT scans (NIfTI) with label volumes: LiTS names "
-                        "volume-N.nii[.gz] + segmentation-N.nii[.gz], or a pairs.csv of "
-                        "image,label; instead of phantoms. --size/--shape then resize each scan");
-  std::vector<double> spacing;
-  train_cmd
-      ->add_option("--spacing", spacing,
-                   "with --data: resample scans to this voxel spacing in mm, x,y,z (default: "
-                   "each scan's own)")
-      ->expected(3)
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+  add_train_flags(*train_cmd, flags);
+  auto* plan_cmd = app.add_subcommand(
+      "plan",
+      "what a training step with these flags would cost on each processor of --mesh, from the "
+      "shapes alone: FLOPs, peak memory, halo exchanges, all-reduces (any mesh size, in seconds)");
+  add_distribution(*plan_cmd, distribution);
+  add_train_flags(*plan_cmd, flags);
 
   unet3d::PredictOptions predict;
   std::int64_t predict_cube = 0;
@@ -206,9 +216,10 @@ int main(int argc, char** argv) {
   std::pair<mt::MeshShape, mt::Layout> where;
   try {
     where = resolve(distribution);
-    if (train_cmd->parsed()) {
-      train.size = resolve_size(train.size, train_cube, train_shape);
+    if (train_cmd->parsed() || plan_cmd->parsed()) {
+      train.size = resolve_size(train.size, flags.cube, flags.shape);
       train.preprocessing.depth = train.depth;
+      const auto& spacing = flags.spacing;
       if (!spacing.empty()) {
         if (train.data.empty())
           throw mt::Error("--spacing resamples the scans of --data; give --data DIR");
@@ -219,10 +230,11 @@ int main(int argc, char** argv) {
           throw mt::Error(
               "--batch " + std::to_string(train.batch) +
               ": with --data each step is one whole scan (scans differ in shape); use --batch 1");
-        if (train_cube > 0 || !train_shape.empty()) train.preprocessing.shape = train.size;
+        if (flags.cube > 0 || !flags.shape.empty()) train.preprocessing.shape = train.size;
       }
-      if (!class_weights.empty())
-        train.class_weights = {class_weights[0], class_weights[1], class_weights[2]};
+      if (!flags.class_weights.empty())
+        train.class_weights = {flags.class_weights[0], flags.class_weights[1],
+                               flags.class_weights[2]};
       if (train.data.empty())
         unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
       if (train.norm == "group" && train.channels % 4 != 0)
@@ -239,6 +251,10 @@ int main(int argc, char** argv) {
       mt::TensorLayout(mt::Shape{mt::Dim("x", generate.size[0]), mt::Dim("y", generate.size[1]),
                                  mt::Dim("z", generate.size[2])},
                        where.first, where.second);
+    }
+    if (plan_cmd->parsed()) {
+      unet3d::plan_training(train, where.first, where.second);
+      return 0;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unet3d: error: %s\n", e.what());

@@ -23,6 +23,7 @@
 #include "phantom.hpp"
 #include "pictures.hpp"
 #include "scan.hpp"
+#include "step.hpp"
 
 namespace unet3d {
 
@@ -109,12 +110,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   if (!o.checkpoint.empty()) ensure_writable_directory(mesh, o.checkpoint, "--checkpoint");
   const std::string log_path = o.log.empty() ? o.out + "/metrics.jsonl" : o.log;
 
-  ModelConfig config;
-  config.depth = o.depth;
-  config.channels = o.channels;
-  config.norm = o.norm;
-  config.seed = o.seed;
-  config.recompute = o.recompute;
+  const ModelConfig config = model_config(o);
   const bool scans = !o.data.empty();
   Dataset dataset;
   if (scans) dataset = read_dataset(o.data, o.validation_volumes, o.seed);
@@ -135,9 +131,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
     if (!log) throw mt::IoError("--log " + log_path + ": cannot open for writing");
   });
-  const auto weights = mt::generate<float>(mesh, "classes:3", "", [&](const mt::Index& i) {
-    return float(o.class_weights[i["classes"]]);
-  });
+  const auto weights = class_weights(mesh, o);
   const std::string volumes =
       scans ? std::to_string(dataset.train.size()) + " training and " +
                   std::to_string(dataset.validation.size()) + " held-out scans of " + o.data
@@ -173,11 +167,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
         scans ? scan_batch(mesh, dataset.for_step(step), layout, o.preprocessing)
               : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
     const double voxels = double(batch.input.shape().num_elements());
-    const auto logits = net(batch.input, /*training=*/true);
-    const auto loss = segmentation_loss(logits, batch.labels, weights);
-    mt::backward(loss);
-    adam.step();
-    adam.zero_grad();
+    const auto [logits, loss] = train_step(net, adam, batch, weights);
     const Overlap train_overlap = overlap(logits, batch.labels);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

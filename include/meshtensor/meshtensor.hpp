@@ -53,3 +53,5 @@
 
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/io/tensor_npy.hpp"
+
+#include "meshtensor/plan/plan.hpp"

@@ -4,7 +4,7 @@
 # nn/ name no GPU (kernels/ choose the backend), and the examples use no detail:: and never wait
 # on a device themselves. Run by ctest as `cmake -DROOT=<source dir> -P check_layers.cmake`.
 cmake_policy(SET CMP0057 NEW)
-set(layers core memory device comm kernels tensor autodiff ops nn io)
+set(layers core memory device comm kernels tensor autodiff ops nn io plan)
 # Below in the order but kept apart: kernels compute on one block and know nothing of messages.
 set(forbidden "kernels->comm")
 set(failures "")

@@ -10,6 +10,7 @@
 
 #include "meshtensor/comm/dtype.hpp"
 #include "meshtensor/comm/request.hpp"
+#include "meshtensor/core/error.hpp"
 #include "meshtensor/device/device.hpp"
 #include "meshtensor/memory/pool.hpp"
 
@@ -117,6 +118,17 @@ class Communicator {
   /// Collective: ranks with the same `color` form a new group, ordered by `key` (then by rank).
   /// A negative color leaves this rank out; it gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  /// split() by a caller that knows how many ranks share its color (the Mesh does): a transport
+  /// whose ranks never meet (the plan's, comm/counting.hpp) takes the size from here; the others
+  /// check it.
+  virtual std::unique_ptr<Communicator> split_known(int color, int key, int group_size) {
+    auto group = split(color, key);
+    if (group && group->size() != group_size)
+      throw CommError(transport() + " transport: a split was to make a group of " +
+                      std::to_string(group_size) + " ranks but " + std::to_string(group->size()) +
+                      " share its color");
+    return group;
+  }
 
  protected:
   // What each transport does; the calls above count and forward.

@@ -62,12 +62,13 @@ class Mesh {
     // the members of a group share the coordinates outside the set and are ranked by those inside.
     const AxisSet all = (AxisSet{1} << shape_.rank()) - 1;
     for (AxisSet set = 0; set <= all; ++set) {
-      int color = 0, key = 0;
+      int color = 0, key = 0, members = 1;
       for (std::size_t a = 0; a < shape_.rank(); ++a) {
         int& target = (set >> a & 1) ? key : color;
         target = target * shape_[a].size + coord_[a];
+        if (set >> a & 1) members *= shape_[a].size;
       }
-      groups_.push_back(world_->split(color, key));
+      groups_.push_back(world_->split_known(color, key, members));
     }
   }
 
@@ -100,15 +101,20 @@ class Mesh {
 
   Communicator& world() { return *world_; }
 
-  /// Point-to-point traffic this processor has sent so far, over the world and every group.
+  /// The traffic this processor has sent so far, over the world and every group.
   Communicator::Traffic traffic() const {
     Communicator::Traffic total = world_->traffic();
     for (const auto& group : groups_) {
-      total.messages += group->traffic().messages;
-      total.bytes += group->traffic().bytes;
+      const auto t = group->traffic();
+      total.messages += t.messages;
+      total.bytes += t.bytes;
+      total.collectives += t.collectives;
+      total.collective_bytes += t.collective_bytes;
     }
     return total;
   }
+  /// The communicators of every set of axes (all of them: AxisSet values 0 .. 2^rank - 1).
+  std::size_t num_groups() const { return groups_.size(); }
   /// The processors that differ from this one only along the axes in `axes`.
   Communicator& group(AxisSet axes) {
     if (axes >= groups_.size())

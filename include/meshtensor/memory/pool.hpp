@@ -97,7 +97,7 @@ class MemoryPool {
   static MemorySource address_space_only() {
     MemorySource source;
     source.map = &reserve;
-    source.unmap = &unmap;
+    source.unmap = &unreserve;
     source.in_parts = false;
     source.name = "address space (a plan)";
     source.space = MemorySpace::none;
@@ -124,9 +124,11 @@ class MemoryPool {
 
   void* allocate(std::size_t bytes) {
     const bool outside = !source_.in_parts;
-    const std::size_t total = outside ? std::max<std::size_t>(bytes, 1) : bytes + alignment;
+    // A plan counts each block as the host's pool would hold it: header, size class or malloc.
+    const bool as_host = !outside || source_.space == MemorySpace::none;
+    const std::size_t total = as_host ? bytes + alignment : std::max<std::size_t>(bytes, 1);
     const bool pooled = outside || total >= pooled_from;
-    const std::size_t size = pooled ? size_class(total) : total;
+    const std::size_t size = !as_host || total >= pooled_from ? size_class(total) : total;
     std::size_t granted = size;  // a cached block may be somewhat bigger than asked
     void* base = nullptr;
     Resize resize;
@@ -277,7 +279,9 @@ class MemoryPool {
     if (by_size_.empty()) return nullptr;
     auto fit = by_size_.lower_bound({size, nullptr});
     if (!source_.in_parts) {
-      if (fit == by_size_.end() || fit->first > size + size / 4) return nullptr;
+      // A plan's blocks count their exact size, as a host pool's split blocks do.
+      const std::size_t waste = source_.space == MemorySpace::none ? 0 : size / 4;
+      if (fit == by_size_.end() || fit->first > size + waste) return nullptr;
       const auto [found, block] = *fit;
       uncache(block, found);
       granted = found;
@@ -372,9 +376,35 @@ class MemoryPool {
     return p;
   }
   static void unmap(void* base, std::size_t size) { munmap(base, size); }
+  // A plan's addresses come one after another out of one inaccessible reservation, taken once per
+  // process: a mapping per block would cost plans of thousands of processors most of their time
+  // in the kernel, their worker threads queueing for the process's memory map. The range wraps
+  // round when used up: a block lives for one processor's plan, far less than the range.
+  static constexpr std::size_t plan_range = std::size_t{1} << 40;
+  static char* plan_addresses() {
+    static char* const base = [] {
+      void* p =
+          mmap(nullptr, plan_range, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    }();
+    return base;
+  }
   static void* reserve(std::size_t size) {
-    void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
+    char* const base = plan_addresses();
+    if (!base || size > plan_range / 2) {
+      void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      return p == MAP_FAILED ? nullptr : p;
+    }
+    static std::atomic<std::size_t> next{0};
+    const std::size_t rounded = round_up(std::max<std::size_t>(size, 1));
+    std::size_t offset = next.fetch_add(rounded) % plan_range;
+    if (offset + rounded > plan_range) offset = 0;
+    return base + offset;
+  }
+  static void unreserve(void* block, std::size_t size) {
+    char* const base = plan_addresses();
+    const bool inside = base && block >= base && static_cast<char*>(block) < base + plan_range;
+    if (!inside) munmap(block, size);
   }
 
   // `base` (a mapped block of `from` bytes) resized to `to` bytes, keeping its pages.

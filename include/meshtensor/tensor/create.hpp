@@ -55,7 +55,8 @@ Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn)
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
-  std::int64_t n = block.num_elements();
+  // A plan's block has no values to compute: `fn` is not called.
+  const std::int64_t n = local.space() == MemorySpace::none ? 0 : block.num_elements();
   std::vector<T> staging;  // the host computes the values: see writable_on_host
   T* out = writable_on_host(local, staging);
   const auto sizes = block.sizes();

@@ -264,8 +264,8 @@ bool times_derivative_builtin(const D& df, const T* g, const T* x, T* out, std::
   return false;
 }
 template <class T, class F>
-bool zip_builtin(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, const T* a,
-                 const T* b, T* out) {
+bool zip_builtin([[maybe_unused]] const F& f, const Sizes& sizes,
+                 const std::array<Strides, 3>& strides, const T* a, const T* b, T* out) {
   if constexpr (has_code<F>) return zip<T>(F::code, sizes, strides, a, b, out);
   return false;
 }

@@ -1,0 +1,52 @@
+#pragma once
+// `unet3d plan`: what one training step would cost on every processor of a mesh of any size, from
+// the shapes alone (mt::plan): FLOPs, peak memory, halo exchanges, all-reduces and relayouts,
+// as a table and one JSON line. It runs the step `unet3d train` runs, on blocks without data.
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "options.hpp"
+#include "step.hpp"
+
+namespace unet3d {
+
+inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
+                          const mt::Layout& layout) {
+  if (!o.data.empty())
+    throw mt::Error("--data: a plan runs on phantom volumes of --size or --shape, without data");
+  const mt::PlanReport report = mt::plan(mesh, layout, [&](mt::Mesh& m) {
+    UNet net(m, model_config(o));
+    nn::Adam<float> adam(net.parameters().trainable(), o.lr);
+    const auto weights = class_weights(m, o);
+    // The first step makes Adam's moments; the second is what every later step does.
+    train_step(net, adam, make_batch(m, layout, o.seed, "train", 0, o.batch, o.size), weights);
+    mt::count_from_here(m);
+    train_step(net, adam, make_batch(m, layout, o.seed, "train", 1, o.batch, o.size), weights);
+  });
+  std::printf(
+      "unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
+      "mesh %s, layout \"%s\": %zu processors (%d planned, the others like one of them) in "
+      "%.2f s\n"
+      "FLOPs and traffic are one step's; memory is each processor's peak over the first two "
+      "steps, with convolution workspace for oneDNN's formats chosen by channel count "
+      "(MESHTENSOR_ONEDNN_FORMATS=by_channels; timing them at a shape's first use holds more "
+      "for a moment)\n%s",
+      (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch, o.depth,
+      o.channels, report.mesh.c_str(), report.layout.c_str(), report.processors.size(),
+      report.planned, report.seconds, report.table().c_str());
+  auto summary = nlohmann::ordered_json::parse(report.json());
+  summary["size"] = o.size;
+  summary["batch"] = o.batch;
+  summary["depth"] = o.depth;
+  summary["channels"] = o.channels;
+  summary["norm"] = o.norm;
+  summary["recompute"] = o.recompute;
+  std::printf("%s\n", summary.dump().c_str());
+}
+
+}  // namespace unet3d

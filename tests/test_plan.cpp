@@ -1,0 +1,217 @@
+// The planning backend (plan/plan.hpp) against real runs: the U-Net example's training steps,
+// planned without data, send exactly the messages and collectives a real run sends on every
+// processor, hold within 5% of the memory the real run's pool held at its peak, and count the
+// FLOPs the model's convolutions have by formula. The counting transport on its own first.
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "step.hpp"
+#include "support/spmd.hpp"
+
+namespace mt = meshtensor;
+using mt::testing::on_mesh;
+
+TEST_CASE("the counting transport records what would be sent and never waits") {
+  mt::CountingCommunicator world(2, 4);
+  CHECK(world.transport() == "plan");
+  CHECK(world.device().is_plan());
+  std::vector<float> values(10, 1.0f);
+  world.isend(values.data(), 40, 3, 7).wait();
+  world.isend(values.data(), 8, 0, 7).wait();
+  world.irecv(values.data(), 12, 1, 9).wait();
+  mt::all_reduce(world, values, mt::ReduceOp::sum);
+  CHECK(values[0] == 1.0f);  // nobody else contributed anything
+  const auto gathered = mt::all_gather(world, std::vector<int>{5, 6});
+  CHECK(gathered == std::vector<int>{5, 6, 5, 6, 5, 6, 5, 6});  // each rank as this one
+  const auto& counted = world.counted();
+  CHECK(counted.sent_by_tag.at(7).calls == 2);
+  CHECK(counted.sent_by_tag.at(7).bytes == 48);
+  CHECK(counted.received_by_tag.at(9).bytes == 12);
+  CHECK(counted.collectives[mt::CountedTraffic::all_reduce].bytes == 40);
+  CHECK(counted.collectives[mt::CountedTraffic::all_gather].calls == 2);
+  CHECK(world.traffic().messages == 2);
+  CHECK(world.traffic().bytes == 48);
+  CHECK(world.traffic().collectives == 3);
+
+  auto group = world.split_known(1, 3, 5);
+  CHECK(group->rank() == 3);
+  CHECK(group->size() == 5);
+  CHECK(world.split_known(-1, 0, 5) == nullptr);
+  CHECK_THROWS_WITH(world.split(0, 0), Catch::Contains("split_known"));
+  CHECK_THROWS_WITH(world.isend(values.data(), 4, 4, 7), Catch::Contains("rank 4"));
+}
+
+namespace {
+
+struct Case {
+  std::string name, mesh, layout;
+  std::int64_t size, batch;
+};
+
+// The U-Net at a size a test runs in seconds: two levels, 4 channels at the top.
+unet3d::TrainOptions small_unet(const Case& c) {
+  unet3d::TrainOptions o;
+  o.size = {c.size, c.size, c.size};
+  o.batch = c.batch;
+  o.depth = 2;
+  o.channels = 4;
+  return o;
+}
+
+// What a real run and a plan both run: the model made, then two training steps (the second is the
+// steady state: Adam's moments exist).
+void two_steps(mt::Mesh& mesh, const unet3d::TrainOptions& o, const mt::Layout& layout) {
+  unet3d::UNet net(mesh, unet3d::model_config(o));
+  mt::nn::Adam<float> adam(net.parameters().trainable(), o.lr);
+  const auto weights = unet3d::class_weights(mesh, o);
+  for (int step = 0; step < 2; ++step)
+    unet3d::train_step(net, adam,
+                       unet3d::make_batch(mesh, layout, o.seed, "train", step, o.batch, o.size),
+                       weights);
+}
+
+// Multiply-adds of a convolution of `taps` taps per dim on a cube of `side` voxels, with zero
+// padding that keeps the size ("same"): the taps that read inside the volume.
+double same_conv_flops(std::int64_t voxels_per_dim, int taps, std::int64_t batch, std::int64_t c_in,
+                       std::int64_t c_out) {
+  const double reading = double(taps * voxels_per_dim - (taps - 1));
+  return 2.0 * double(batch * c_in * c_out) * reading * reading * reading;
+}
+
+// The FLOPs of one training step's convolutions, from the model's definition (model.hpp):
+// forward, input gradient (not for the first convolution, whose input is data) and weight
+// gradient of every convolution.
+double unet_conv_flops_per_step(const unet3d::TrainOptions& o) {
+  const std::int64_t c = o.channels, b = o.batch;
+  double forward = 0, first = 0;
+  auto side = [&](int level) { return o.size[0] >> level; };
+  std::int64_t in = 1;
+  for (int level = 0; level <= o.depth; ++level) {  // the levels down, then the bottom
+    const std::int64_t out = c << level;
+    const double conv1 = same_conv_flops(side(level), 3, b, in, out);
+    if (level == 0) first = conv1;
+    forward += conv1 + same_conv_flops(side(level), 3, b, out, out);
+    in = out;
+  }
+  for (int level = o.depth - 1; level >= 0; --level) {
+    const std::int64_t width = c << level;
+    const double voxels = double(side(level)) * side(level) * side(level);
+    forward += 2.0 * b * voxels * (2 * width) * width;  // 2x2x2 stride 2: one tap per output
+    forward += same_conv_flops(side(level), 3, b, 2 * width, width) +
+               same_conv_flops(side(level), 3, b, width, width);
+  }
+  forward += same_conv_flops(side(0), 1, b, c, unet3d::num_classes);  // the head
+  return 3 * forward - first;
+}
+
+struct Measured {
+  int processor = 0;
+  mt::Communicator::Traffic traffic;
+  std::size_t peak = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") {
+  // The plan assumes oneDNN's formats by the channel rule (it cannot time them); the real runs
+  // use that rule too, so that their peaks hold no timing scratch.
+  ::setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", 1);
+  const std::vector<Case> cases{
+      {"one processor", "p:1", "x:p", 16, 1},
+      {"x split", "p:2", "x:p", 16, 1},
+      {"x and y split", "a:2; b:2", "x:a; y:b", 16, 1},
+      {"2x2x2", "a:2; b:2; c:2", "x:a; y:b; z:c", 16, 1},
+      {"batch hybrid", "d:2; s:2", "batch:d; x:s", 16, 2},
+      {"uneven split", "p:3", "x:p", 16, 1},
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name << " on mesh " << c.mesh << ", layout " << c.layout) {
+      const mt::MeshShape shape(c.mesh);
+      if (!mt::testing::can_run(shape)) continue;
+      const auto o = small_unet(c);
+      const mt::Layout layout(c.layout);
+      const auto real = on_mesh(shape, [&](mt::Mesh& mesh) {
+        two_steps(mesh, o, layout);
+        return Measured{mesh.processor(), mesh.traffic(), mt::memory_stats().peak_in_use};
+      });
+      const auto plan =
+          mt::plan(shape, layout, [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
+      REQUIRE(plan.processors.size() == std::size_t(shape.num_processors()));
+      for (const auto& measured : real) {
+        INFO("processor " << measured.processor);
+        const auto& planned = plan.processors[std::size_t(measured.processor)];
+        CHECK(planned.traffic.messages == measured.traffic.messages);
+        CHECK(planned.traffic.bytes == measured.traffic.bytes);
+        CHECK(planned.traffic.collectives == measured.traffic.collectives);
+        CHECK(planned.traffic.collective_bytes == measured.traffic.collective_bytes);
+        // The plan holds blocks as a host pool does; a GPU's pool keeps its own size classes.
+        if (mt::testing::transport_under_test() != "nccl")
+          CHECK(double(planned.memory.peak_in_use) == Approx(double(measured.peak)).epsilon(0.05));
+      }
+      CHECK(plan.total([](const mt::ProcessorPlan& p) {
+        return p.flops(mt::kernels::plan::Family::conv);
+      }) == Approx(2 * unet_conv_flops_per_step(o)).epsilon(1e-12));
+    }
+  }
+  ::unsetenv("MESHTENSOR_ONEDNN_FORMATS");
+}
+
+TEST_CASE("a plan reports per processor and over the mesh") {
+  unet3d::TrainOptions o;
+  o.size = {32, 32, 32};
+  o.depth = 3;
+  o.channels = 8;
+  const mt::Layout layout("x:a; y:b; z:c");
+  const auto plan = mt::plan(mt::MeshShape("a:4; b:4; c:4"), layout,
+                             [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
+  REQUIRE(plan.processors.size() == 64);
+  // A corner processor has three neighbours, an inner one six: it sends half the halo messages.
+  const auto halo = [](const mt::ProcessorPlan& p) {
+    return double(p.sent(mt::detail::tags::halo).calls);
+  };
+  CHECK(halo(plan.processors[0]) * 2 == halo(plan.processors[21]));  // (0,0,0) and (1,1,1)
+  CHECK(plan.total([](const mt::ProcessorPlan& p) {
+    return p.flops(mt::kernels::plan::Family::conv);
+  }) == Approx(2 * unet_conv_flops_per_step(o)).epsilon(1e-12));
+  const std::string json = plan.json();
+  CHECK(json.rfind("{\"mesh\":\"[a=4, b=4, c=4]\",\"layout\":\"x:a; y:b; z:c\"", 0) == 0);
+  CHECK(json.find("\"halo_bytes\":{\"total\":") != std::string::npos);
+  CHECK(plan.table().find("peak memory") != std::string::npos);
+}
+
+TEST_CASE("a plan runs one processor for each class of like processors") {
+  unet3d::TrainOptions o;
+  o.depth = 2;
+  o.channels = 4;
+  auto plan_of = [&](const std::string& mesh, const std::string& rules, std::int64_t size,
+                     bool every_processor) {
+    o.size = {size, size, size};
+    const mt::Layout layout(rules);
+    mt::PlanOptions options;
+    options.every_processor = every_processor;
+    return mt::plan(
+        mt::MeshShape(mesh), layout, [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); }, options);
+  };
+  SECTION("even blocks: the middle stands for the inner processors, exactly") {
+    const auto some = plan_of("p:12; q:2", "x:p; y:q", 48, false);
+    const auto all = plan_of("p:12; q:2", "x:p; y:q", 48, true);
+    CHECK(some.planned == 7 * 2);
+    CHECK(all.planned == 24);
+    for (std::size_t p = 0; p < all.processors.size(); ++p) {
+      INFO("processor " << p);
+      CHECK(some.processors[p].processor == int(p));
+      CHECK(mt::detail::same_work(some.processors[p], all.processors[p]));
+    }
+  }
+  SECTION("uneven blocks differ inside: every processor runs") {
+    // 48 over 10: the first 8 blocks are larger, 24 over 10 the first 4: the third and the middle
+    // processor differ.
+    CHECK(plan_of("p:10", "x:p", 48, false).planned == 10);
+  }
+}
