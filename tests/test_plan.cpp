@@ -67,47 +67,7 @@ unet3d::TrainOptions small_unet(const Case& c) {
 // What a real run and a plan both run: the model made, then two training steps (the second is the
 // steady state: Adam's moments exist).
 void two_steps(mt::Mesh& mesh, const unet3d::TrainOptions& o, const mt::Layout& layout) {
-  unet3d::UNet net(mesh, unet3d::model_config(o));
-  mt::nn::Adam<float> adam(net.parameters().trainable(), o.lr);
-  const auto weights = unet3d::class_weights(mesh, o);
-  for (int step = 0; step < 2; ++step)
-    unet3d::train_step(net, adam,
-                       unet3d::make_batch(mesh, layout, o.seed, "train", step, o.batch, o.size),
-                       weights);
-}
-
-// Multiply-adds of a convolution of `taps` taps per dim on a cube of `side` voxels, with zero
-// padding that keeps the size ("same"): the taps that read inside the volume.
-double same_conv_flops(std::int64_t voxels_per_dim, int taps, std::int64_t batch, std::int64_t c_in,
-                       std::int64_t c_out) {
-  const double reading = double(taps * voxels_per_dim - (taps - 1));
-  return 2.0 * double(batch * c_in * c_out) * reading * reading * reading;
-}
-
-// The FLOPs of one training step's convolutions, from the model's definition (model.hpp):
-// forward, input gradient (not for the first convolution, whose input is data) and weight
-// gradient of every convolution.
-double unet_conv_flops_per_step(const unet3d::TrainOptions& o) {
-  const std::int64_t c = o.channels, b = o.batch;
-  double forward = 0, first = 0;
-  auto side = [&](int level) { return o.size[0] >> level; };
-  std::int64_t in = 1;
-  for (int level = 0; level <= o.depth; ++level) {  // the levels down, then the bottom
-    const std::int64_t out = c << level;
-    const double conv1 = same_conv_flops(side(level), 3, b, in, out);
-    if (level == 0) first = conv1;
-    forward += conv1 + same_conv_flops(side(level), 3, b, out, out);
-    in = out;
-  }
-  for (int level = o.depth - 1; level >= 0; --level) {
-    const std::int64_t width = c << level;
-    const double voxels = double(side(level)) * side(level) * side(level);
-    forward += 2.0 * b * voxels * (2 * width) * width;  // 2x2x2 stride 2: one tap per output
-    forward += same_conv_flops(side(level), 3, b, 2 * width, width) +
-               same_conv_flops(side(level), 3, b, width, width);
-  }
-  forward += same_conv_flops(side(0), 1, b, c, unet3d::num_classes);  // the head
-  return 3 * forward - first;
+  unet3d::model_and_two_steps(mesh, o, layout);
 }
 
 struct Measured {
@@ -156,7 +116,7 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
       }
       CHECK(plan.total([](const mt::ProcessorPlan& p) {
         return p.flops(mt::kernels::plan::Family::conv);
-      }) == Approx(2 * unet_conv_flops_per_step(o)).epsilon(1e-12));
+      }) == Approx(2 * unet3d::conv_flops_per_step(o)).epsilon(1e-12));
     }
   }
   ::unsetenv("MESHTENSOR_ONEDNN_FORMATS");
@@ -178,7 +138,7 @@ TEST_CASE("a plan reports per processor and over the mesh") {
   CHECK(halo(plan.processors[0]) * 2 == halo(plan.processors[21]));  // (0,0,0) and (1,1,1)
   CHECK(plan.total([](const mt::ProcessorPlan& p) {
     return p.flops(mt::kernels::plan::Family::conv);
-  }) == Approx(2 * unet_conv_flops_per_step(o)).epsilon(1e-12));
+  }) == Approx(2 * unet3d::conv_flops_per_step(o)).epsilon(1e-12));
   const std::string json = plan.json();
   CHECK(json.rfind("{\"mesh\":\"[a=4, b=4, c=4]\",\"layout\":\"x:a; y:b; z:c\"", 0) == 0);
   CHECK(json.find("\"halo_bytes\":{\"total\":") != std::string::npos);

@@ -19,14 +19,9 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
                           const mt::Layout& layout) {
   if (!o.data.empty())
     throw mt::Error("--data: a plan runs on phantom volumes of --size or --shape, without data");
+  // The first step makes Adam's moments; the second is what every later step does.
   const mt::PlanReport report = mt::plan(mesh, layout, [&](mt::Mesh& m) {
-    UNet net(m, model_config(o));
-    nn::Adam<float> adam(net.parameters().trainable(), o.lr);
-    const auto weights = class_weights(m, o);
-    // The first step makes Adam's moments; the second is what every later step does.
-    train_step(net, adam, make_batch(m, layout, o.seed, "train", 0, o.batch, o.size), weights);
-    mt::count_from_here(m);
-    train_step(net, adam, make_batch(m, layout, o.seed, "train", 1, o.batch, o.size), weights);
+    model_and_two_steps(m, o, layout, /*count_second_only=*/true);
   });
   std::printf(
       "unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
