@@ -133,7 +133,7 @@ TEST_CASE("a plan reports per processor and over the mesh") {
   REQUIRE(plan.processors.size() == 64);
   // A corner processor has three neighbours, an inner one six: it sends half the halo messages.
   const auto halo = [](const mt::ProcessorPlan& p) {
-    return double(p.sent(mt::detail::tags::halo).calls);
+    return double(p.sent(mt::tags::halo).calls);
   };
   CHECK(halo(plan.processors[0]) * 2 == halo(plan.processors[21]));  // (0,0,0) and (1,1,1)
   CHECK(plan.total([](const mt::ProcessorPlan& p) {

@@ -22,7 +22,7 @@
 #include "meshtensor/io/orientation.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
-#include "meshtensor/ops/detail/tags.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -125,27 +125,104 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
 
-/**
- * Writes `t` into `path` (.nii or .nii.gz) in the file geometry of `like`: the tensor's first three
- * dims are like's x, y, z (their sizes must match); a fourth dim, if any, becomes NIfTI dim 4 (one
- * 3-D volume per entry, e.g. class probabilities). Voxels are stored as T. Collective.
- */
-template <class T>
-void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& like,
-                const nifti::Description& description = {}) {
-  Mesh& mesh = t.mesh();
-  const Shape& shape = t.shape();
+namespace detail {
+
+inline void check_volume_fits(const Shape& shape, const std::string& path,
+                              const NiftiVolume& like) {
   if (shape.rank() != 3 && shape.rank() != 4)
     throw ShapeError("save_nifti " + path + ": a tensor of shape " + shape.to_string() +
                      "; a volume has 3 dims (x, y, z) and optionally a 4th (volumes)");
   for (int d = 0; d < 3; ++d)
     if (shape[d].size != like.size[d])
-      throw ShapeError("save_nifti " + path + ": dim " + detail::quote(shape[d].name) + " has " +
+      throw ShapeError("save_nifti " + path + ": dim " + quote(shape[d].name) + " has " +
                        std::to_string(shape[d].size) + " voxels but " + like.file.path + " has " +
                        std::to_string(like.size[d]) + " along that axis");
-  const std::int64_t volumes = shape.rank() == 4 ? shape[3].size : 1;
-  const std::size_t bytes_per_voxel = sizeof(T);
+}
 
+// Each block is written once, by its first replica: coordinate 0 on mesh axes that split no dim.
+inline bool first_replica(const MeshShape& mesh, const TensorLayout& layout, int processor) {
+  const MeshCoord coord = mesh.coord_of(processor);
+  for (std::size_t a = 0; a < mesh.rank(); ++a)
+    if (!layout.dim_on_axis(a) && coord[a] != 0) return false;
+  return true;
+}
+
+// The pieces of a tensor's blocks in one slab of whole file planes (one volume, planes from k0):
+// where each processor's piece lies, packed in file order (i fastest), and placed into the slab.
+template <class T>
+struct SlabPieces {
+  SlabPieces(const TensorLayout& tensor_layout, const NiftiVolume& volume, const T* block)
+      : layout(tensor_layout), like(volume), block_data(block) {}
+
+  const TensorLayout& layout;
+  const NiftiVolume& like;
+  const T* block_data;  // this processor's block, readable on the host
+  std::int64_t volume = 0, k0 = 0;
+  std::array<Range, 3> canonical{};  // the slab's x, y, z ranges
+  std::vector<T> piece;
+
+  // Processor p's piece of the slab, if any: its block seen from the file.
+  bool piece_of(int p, BoxInBlock& b) const {
+    const Block block = layout.block(p);
+    const bool volumes = layout.shape().rank() == 4;
+    if (volumes && !block.ranges[3].contains(volume)) return false;
+    const auto strides = kernels::row_major_strides(block.sizes());
+    b = box_in_block(like, block, strides, canonical);
+    if (volumes) b.first += (volume - block.ranges[3].begin) * strides[3];
+    return !b.box[0].empty() && !b.box[1].empty() && !b.box[2].empty();
+  }
+  static std::size_t size_of(const BoxInBlock& b) {
+    return std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size());
+  }
+  // This processor's piece, into `piece`.
+  void pack(const BoxInBlock& b) {
+    piece.resize(size_of(b));
+    T* out = piece.data();
+    for_each_row(b, [&](std::int64_t, std::int64_t, std::int64_t at) {
+      for (std::int64_t i = 0; i < b.box[0].size(); ++i) *out++ = block_data[at + i * b.step[0]];
+    });
+  }
+  // `piece` (a piece at `b`) into the slab.
+  void place(const BoxInBlock& b, std::vector<T>& slab) const {
+    const T* in = piece.data();
+    for_each_row(b, [&](std::int64_t j, std::int64_t k, std::int64_t) {
+      std::copy(
+          in, in + b.box[0].size(),
+          slab.data() + ((k - k0) * like.file.size[1] + j) * like.file.size[0] + b.box[0].begin);
+      in += b.box[0].size();
+    });
+  }
+};
+
+// Planes of the file per slab: about 16 MiB.
+inline std::int64_t planes_per_slab(const NiftiVolume& like, std::size_t bytes_per_voxel) {
+  const std::int64_t plane = like.file.size[0] * like.file.size[1];
+  return std::max<std::int64_t>(
+      1,
+      (std::int64_t(16) << 20) / std::max<std::int64_t>(1, plane * std::int64_t(bytes_per_voxel)));
+}
+
+// The dim of x, y, z that reads the file's k axis.
+inline int dim_along_file_k(const NiftiVolume& like) {
+  for (int d = 0; d < 3; ++d)
+    if (like.orientation.axis[d] == 2) return d;
+  return 2;
+}
+
+}  // namespace detail
+
+/**
+ * Writes `t` into `path` (.nii or .nii.gz) in the file geometry of `like`: the tensor's first three
+ * dims are like's x, y, z (their sizes must match); a fourth dim, if any, becomes NIfTI dim 4 (one
+ * 3-D volume per entry, e.g. class probabilities). Voxels are stored as T. Collective: processor 0
+ * writes, slab by slab, what every block's first replica sends it.
+ */
+template <class T>
+void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& like,
+                const nifti::Description& description = {}) {
+  Mesh& mesh = t.mesh();
+  detail::check_volume_fits(t.shape(), path, like);
+  const std::int64_t volumes = t.shape().rank() == 4 ? t.shape()[3].size : 1;
   std::unique_ptr<nifti::Writer> writer;
   if (mesh.processor() == 0)
     agree_on(mesh, failure_of([&] {
@@ -155,80 +232,43 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
   else
     agree_on(mesh, {});
 
-  // Each block is sent once, by its first replica: coordinate 0 on mesh axes that split no dim.
-  const TensorLayout& layout = t.layout();
-  auto writes = [&](int processor) {
-    const MeshCoord coord = mesh.shape().coord_of(processor);
-    for (std::size_t a = 0; a < mesh.shape().rank(); ++a)
-      if (!layout.dim_on_axis(a) && coord[a] != 0) return false;
-    return true;
-  };
-  // Slabs of whole file planes (along k) of about 16 MiB.
-  const std::int64_t plane = like.file.size[0] * like.file.size[1];
-  const std::int64_t planes_per_slab = std::max<std::int64_t>(
-      1,
-      (std::int64_t(16) << 20) / std::max<std::int64_t>(1, plane * std::int64_t(bytes_per_voxel)));
-  const int k_axis_dim = [&] {
-    for (int d = 0; d < 3; ++d)
-      if (like.orientation.axis[d] == 2) return d;
-    return 2;
-  }();
+  const std::int64_t planes = detail::planes_per_slab(like, sizeof(T));
+  const int k_dim = detail::dim_along_file_k(like);
   Communicator& world = mesh.world();
   std::string failure;
-  std::vector<T> slab, piece, staging;  // the host packs the block: see readable_on_host
-  const T* block_data = readable_on_host(t.array(), staging);
-  for (std::int64_t volume = 0; volume < volumes; ++volume)
-    for (std::int64_t k0 = 0; k0 < like.file.size[2]; k0 += planes_per_slab) {
-      const Range k_slab{k0, std::min(like.file.size[2], k0 + planes_per_slab)};
-      // The slab's canonical ranges: all of x, y, z but the dim that reads file axis k.
-      std::array<Range, 3> canonical = detail::whole(like.size);
-      canonical[k_axis_dim] = like.orientation.file_range(k_axis_dim, k_slab, like.file.size[2]);
-      // Processor p's piece of the slab, if any: its block seen from the file.
-      auto piece_of = [&](int p, detail::BoxInBlock& b) {
-        const Block block = layout.block(p);
-        if (shape.rank() == 4 && !block.ranges[3].contains(volume)) return false;
-        const auto strides = kernels::row_major_strides(block.sizes());
-        b = detail::box_in_block(like, block, strides, canonical);
-        if (shape.rank() == 4) b.first += (volume - block.ranges[3].begin) * strides[3];
-        return !b.box[0].empty() && !b.box[1].empty() && !b.box[2].empty();
-      };
-      auto size_of = [](const detail::BoxInBlock& b) {
-        return std::size_t(b.box[0].size() * b.box[1].size() * b.box[2].size());
-      };
-      // This processor's piece in file order (i fastest).
-      auto pack = [&](const detail::BoxInBlock& b) {
-        piece.resize(size_of(b));
-        T* out = piece.data();
-        detail::for_each_row(b, [&](std::int64_t, std::int64_t, std::int64_t at) {
-          for (std::int64_t i = 0; i < b.box[0].size(); ++i)
-            *out++ = block_data[at + i * b.step[0]];
-        });
-      };
-      detail::BoxInBlock b;
+  std::vector<T> slab, staging;  // the host packs the block: see readable_on_host
+  detail::SlabPieces<T> pieces(t.layout(), like, readable_on_host(t.array(), staging));
+  detail::BoxInBlock b;
+  for (pieces.volume = 0; pieces.volume < volumes; ++pieces.volume)
+    for (pieces.k0 = 0; pieces.k0 < like.file.size[2]; pieces.k0 += planes) {
+      const Range k_slab{pieces.k0, std::min(like.file.size[2], pieces.k0 + planes)};
+      pieces.canonical = detail::whole(like.size);
+      pieces.canonical[k_dim] = like.orientation.file_range(k_dim, k_slab, like.file.size[2]);
       if (mesh.processor() != 0) {
-        if (writes(mesh.processor()) && piece_of(mesh.processor(), b)) {
-          pack(b);
-          world.isend(piece.data(), piece.size() * sizeof(T), 0, detail::tags::volume_io).wait();
+        if (detail::first_replica(mesh.shape(), t.layout(), mesh.processor()) &&
+            pieces.piece_of(mesh.processor(), b)) {
+          pieces.pack(b);
+          world
+              .isend(pieces.piece.data(), pieces.piece.size() * sizeof(T), 0,
+                     tags::volume_io)
+              .wait();
         }
         continue;
       }
       // Processor 0 places every piece (its own too) into the slab, then appends the slab.
-      slab.assign(std::size_t(plane * k_slab.size()), T{});
+      slab.assign(std::size_t(like.file.size[0] * like.file.size[1] * k_slab.size()), T{});
       for (int p = 0; p < mesh.num_processors(); ++p) {
-        if (!writes(p) || !piece_of(p, b)) continue;
+        if (!detail::first_replica(mesh.shape(), t.layout(), p) || !pieces.piece_of(p, b)) continue;
         if (p == 0) {
-          pack(b);
+          pieces.pack(b);
         } else {
-          piece.resize(size_of(b));
-          world.irecv(piece.data(), piece.size() * sizeof(T), p, detail::tags::volume_io).wait();
+          pieces.piece.resize(pieces.size_of(b));
+          world
+              .irecv(pieces.piece.data(), pieces.piece.size() * sizeof(T), p,
+                     tags::volume_io)
+              .wait();
         }
-        const T* in = piece.data();
-        detail::for_each_row(b, [&](std::int64_t j, std::int64_t k, std::int64_t) {
-          std::copy(in, in + b.box[0].size(),
-                    slab.data() + ((k - k0) * like.file.size[1] + j) * like.file.size[0] +
-                        b.box[0].begin);
-          in += b.box[0].size();
-        });
+        pieces.place(b, slab);
       }
       // After a failure processor 0 still takes every piece, so no sender waits forever.
       if (failure.empty())

@@ -77,13 +77,17 @@ struct RowsOfBox {
   std::int64_t box_begin, own_lo, own_hi;
 };
 
-template <class T>
-Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
-                   const Window& window, const std::string& channels, bool transposed) {
-  check_same_mesh<T>(op, {&input, &weight});
-  const Shape& in_shape = input.shape();
-  const Shape& w_shape = weight.shape();
-  const auto& spatial = window.spatial();
+// The dims of a convolution: the weight's kernel dims (one per spatial dim), its output-channel
+// dim, each spatial dim's window and the output's dims. Throws naming the dim that does not fit.
+struct ConvDims {
+  std::vector<std::string> kernel_names;
+  Dim out_channels;
+  std::vector<WindowDim> windows;
+  std::vector<Dim> output_dims;
+};
+
+inline void check_channels(const std::string& op, const Shape& in_shape, const Shape& w_shape,
+                           const std::string& channels) {
   if (!in_shape.contains(channels))
     throw ShapeError(op + ": the input " + in_shape.to_string() + " has no channel dim " +
                      quote(channels) + "; name it with the channels argument");
@@ -95,245 +99,313 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
                      std::to_string(in_shape.dim(channels).size) + " but the weight has " +
                      channels + "=" + std::to_string(w_shape.dim(channels).size) +
                      "; the input-channel counts must agree");
-  std::vector<std::string> kernel_names;
+}
+
+// The weight's kernel dims, one per spatial dim, and its one output-channel dim.
+inline void find_weight_dims(const std::string& op, const Shape& in_shape, const Shape& w_shape,
+                             const std::vector<std::string>& spatial, const std::string& channels,
+                             ConvDims& dims) {
   for (const auto& s : spatial) {
     if (!in_shape.contains(s))
       throw ShapeError(op + ": spatial dim " + quote(s) + " is not a dim of the input " +
                        in_shape.to_string());
-    kernel_names.push_back(kernel_dim(s));
-    if (!w_shape.contains(kernel_names.back()))
+    dims.kernel_names.push_back(kernel_dim(s));
+    if (!w_shape.contains(dims.kernel_names.back()))
       throw ShapeError(op + ": the weight " + w_shape.to_string() + " has no kernel dim " +
-                       quote(kernel_names.back()) + " for spatial dim " + quote(s));
+                       quote(dims.kernel_names.back()) + " for spatial dim " + quote(s));
   }
-  std::vector<Dim> out_dims;
+  std::vector<Dim> others;
   for (const auto& dim : w_shape)
-    if (dim.name != channels &&
-        std::find(kernel_names.begin(), kernel_names.end(), dim.name) == kernel_names.end())
-      out_dims.push_back(dim);
-  if (out_dims.size() != 1)
+    if (dim.name != channels && std::find(dims.kernel_names.begin(), dims.kernel_names.end(),
+                                          dim.name) == dims.kernel_names.end())
+      others.push_back(dim);
+  if (others.size() != 1)
     throw ShapeError(op + ": the weight " + w_shape.to_string() +
                      " needs exactly one output-channel dim besides the kernel dims and " +
                      quote(channels));
-  const Dim out_channels = out_dims[0];
-  if (out_channels.name != channels && in_shape.contains(out_channels.name))
-    throw ShapeError(op + ": the weight's output-channel dim " + quote(out_channels.name) +
+  dims.out_channels = others[0];
+  if (dims.out_channels.name != channels && in_shape.contains(dims.out_channels.name))
+    throw ShapeError(op + ": the weight's output-channel dim " + quote(dims.out_channels.name) +
                      " is already a dim of the input " + in_shape.to_string());
+}
 
-  std::vector<WindowDim> windows;
-  std::vector<Dim> output_dims;
+inline ConvDims conv_dims(const std::string& op, const Shape& in_shape, const Shape& w_shape,
+                          const Window& window, const std::string& channels, bool transposed) {
+  check_channels(op, in_shape, w_shape, channels);
+  ConvDims dims;
+  const auto& spatial = window.spatial();
+  find_weight_dims(op, in_shape, w_shape, spatial, channels, dims);
   for (const auto& dim : in_shape) {
-    if (dim.name == channels) {
-      output_dims.push_back(out_channels);
-      continue;
-    }
     auto s = std::find(spatial.begin(), spatial.end(), dim.name);
-    if (s == spatial.end()) {
-      output_dims.push_back(dim);
+    if (dim.name == channels || s == spatial.end()) {
+      dims.output_dims.push_back(dim.name == channels ? dims.out_channels : dim);
       continue;
     }
     const std::size_t i = s - spatial.begin();
-    windows.push_back(
-        window.resolve(op, i, dim.size, w_shape.dim(kernel_names[i]).size, transposed));
-    const auto n = transposed ? windows.back().transposed_output(dim.size)
-                              : windows.back().conv_output(dim.size);
+    dims.windows.push_back(
+        window.resolve(op, i, dim.size, w_shape.dim(dims.kernel_names[i]).size, transposed));
+    const auto n = transposed ? dims.windows.back().transposed_output(dim.size)
+                              : dims.windows.back().conv_output(dim.size);
     if (n < 1)
       throw ShapeError(op + ": along dim " + quote(dim.name) + " the output would be empty");
-    output_dims.push_back(dim.resized(n));
+    dims.output_dims.push_back(dim.resized(n));
   }
+  return dims;
+}
 
-  // One layout for both operands; kernel dims are never split.
+// One layout for both operands: their common one, kernel dims never split.
+inline Layout conv_layout(const TensorLayout& input, const TensorLayout& weight,
+                          const std::vector<std::string>& kernel_names) {
   std::vector<LayoutRule> rules;
-  const Layout common = common_layout({&input.layout(), &weight.layout()});
-  for (const auto& rule : common.rules())
+  for (const auto& rule : common_layout({&input, &weight}).rules())
     if (std::find(kernel_names.begin(), kernel_names.end(), rule.dim) == kernel_names.end())
       rules.push_back(rule);
-  const Layout layout(rules);
-  Mesh& mesh = input.mesh();
-  const auto x = relayout_to(input, input.layout().with_layout(layout));
-  const auto w = relayout_to(weight, weight.layout().with_layout(layout));
-  // Convolutions leave the zero padding to the kernels: no padded copy of the block.
-  const WindowedPlan plan = plan_windowed(x.layout(), Shape(output_dims), layout, spatial, channels,
-                                          windows, transposed, mesh.coord(), !transposed);
+  return Layout(rules);
+}
 
-  // The weight in kernel order: kernel dims in window order, then input and output channels.
-  std::vector<std::size_t> w_order;
-  for (const auto& k : kernel_names) w_order.push_back(w_shape.position(k));
-  w_order.push_back(w_shape.position(channels));
-  w_order.push_back(w_shape.position(out_channels.name));
-  Array<T> w_kernel = to_kernel_order(w.array(), w_order);
+// What forward and backward of one convolution share: the plan, the kernels' geometry, the weight
+// in kernel order and how the box reaches the kernels.
+template <class T>
+struct ConvCall {
+  explicit ConvCall(WindowedPlan windowed) : plan(std::move(windowed)) {}
 
+  WindowedPlan plan;
   kernels::ConvGeometry geometry;
-  geometry.batch = plan.pass_size;
-  geometry.c_in = x.block().ranges[in_shape.position(channels)].size();
-  geometry.c_out = w.block().ranges[w_shape.position(out_channels.name)].size();
-  geometry.in = plan.in;
-  geometry.out = plan.out;
-  geometry.kernel = plan.kernel;
-  geometry.taps = plan.taps;
+  Array<T> w_kernel;  // kernel dims in window order, then input and output channels
+  std::vector<std::size_t> w_order;
+  std::size_t first_spatial = 0;
+  bool by_rows = false;
+};
 
-  // The kernels read the block in place when it needs no halo and no permutation; else a box.
-  const bool in_place =
-      plan.clip_padding && plan.halo.local_only() && kernels::is_identity(plan.to_kernel_order);
+template <class T>
+ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& window,
+                      const std::string& channels, const ConvDims& dims, const Layout& layout,
+                      bool transposed) {
+  const Shape& in_shape = x.shape();
+  const Shape& w_shape = w.shape();
+  const auto& spatial = window.spatial();
+  // Convolutions leave the zero padding to the kernels: no padded copy of the block.
+  ConvCall<T> c(plan_windowed(x.layout(), Shape(dims.output_dims), layout, spatial, channels,
+                              dims.windows, transposed, x.mesh().coord(), !transposed));
+  for (const auto& k : dims.kernel_names) c.w_order.push_back(w_shape.position(k));
+  c.w_order.push_back(w_shape.position(channels));
+  c.w_order.push_back(w_shape.position(dims.out_channels.name));
+  c.w_kernel = to_kernel_order(w.array(), c.w_order);
+  kernels::ConvGeometry& g = c.geometry;
+  g.batch = c.plan.pass_size;
+  g.c_in = x.block().ranges[in_shape.position(channels)].size();
+  g.c_out = w.block().ranges[w_shape.position(dims.out_channels.name)].size();
+  g.in = c.plan.in;
+  g.out = c.plan.out;
+  g.kernel = c.plan.kernel;
+  g.taps = c.plan.taps;
   // With the first spatial dim the only split one (and one pass-through index), the box is a
   // stack of rows: the kernels read the own block in place and the halo rows kept apart
   // (conv_rows.hpp). The output rows that need no halo are computed while it is in flight, then
   // the rows along the cuts.
-  const std::size_t first_spatial = in_shape.position(spatial[0]);
-  const bool by_rows = plan.clip_padding && !plan.halo.local_only() && !plan.empty() &&
-                       kernels::is_identity(plan.to_kernel_order) && plan.pass_size == 1 &&
-                       plan.halo.exchanged() == std::vector<std::size_t>{first_spatial} &&
-                       plan.halo.inside_work() == plan.halo.inside();
-  std::vector<std::size_t> out_sizes;
-  for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
-  Array<T> out = Array<T>::from_shape(out_sizes);
+  const WindowedPlan& p = c.plan;
+  c.first_spatial = in_shape.position(spatial[0]);
+  c.by_rows = p.clip_padding && !p.halo.local_only() && !p.empty() &&
+              kernels::is_identity(p.to_kernel_order) && p.pass_size == 1 &&
+              p.halo.exchanged() == std::vector<std::size_t>{c.first_spatial} &&
+              p.halo.inside_work() == p.halo.inside();
+  return c;
+}
+
+// Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
+template <class T>
+SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out) {
+  Mesh& mesh = x.mesh();
+  const RowsOfBox rows_of(c.plan, c.first_spatial);
+  auto pending = c.plan.halo.begin_halo(mesh, x.array());
+  BoxRows<T> rows = rows_of.own(c.geometry, x.array().data());
+  const auto [lo, hi] = interior_rows(c.geometry, rows_of.own_lo, rows_of.own_hi);
+  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), lo, hi);
+  auto halo = c.plan.halo.finish_halo(mesh, std::move(pending));
+  rows_of.add_halo(rows, halo);
+  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), 0, lo);
+  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), hi, c.geometry.out[0]);
+  return SavedBox<T>::own_and_halo(x, c.plan.halo.inside(), std::move(halo));
+}
+
+// Forward on a box: the block in place where it needs no halo and no permutation, else the
+// exchanged box in kernel order. Returns what backward keeps; `box_sizes` the box's shape.
+template <class T>
+SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
+                                std::vector<std::size_t>& box_sizes) {
+  const WindowedPlan& p = c.plan;
+  const bool identity = kernels::is_identity(p.to_kernel_order);
+  const bool in_place = p.clip_padding && p.halo.local_only() && identity;
+  Array<T> box = empty_array<T>();
+  if (!in_place)
+    box = to_kernel_order(p.clip_padding ? p.halo.exchange_inside(x.mesh(), x.array())
+                                         : p.halo.exchange(x.mesh(), x.array(), T(0)),
+                          p.to_kernel_order);
+  const T* box_data = in_place ? x.array().data() : box.data();
+  const auto& box_shape = in_place ? x.array().shape() : box.shape();
+  box_sizes.assign(box_shape.begin(), box_shape.end());
+  if (!p.empty()) kernels::conv_forward(c.geometry, box_data, c.w_kernel.data(), out.data());
+  // Backward keeps the input block and the halo, not a second copy of the block (nor the box of
+  // a transposed convolution that needs neither halo nor padding: that box is the block).
+  if (p.halo.local_only() && identity && box_sizes == to_xshape(x.block().sizes()))
+    return SavedBox<T>::own_block(x);
+  if (p.clip_padding && identity && p.halo.inside_work() == p.halo.inside())
+    return SavedBox<T>::halo_only(x, box, p.halo.inside());
+  return SavedBox<T>::whole(std::move(box));
+}
+
+// A convolution's backward: the input's gradient by the kernels' input pass and the adjoint halo
+// exchange, the weight's by their weight pass and an all-reduce over the axes that split batch and
+// space.
+template <class T>
+struct ConvBackward {
+  ConvCall<T> call;
   SavedBox<T> saved;
   std::vector<std::size_t> box_sizes;
-  if (by_rows) {
-    const RowsOfBox rows_of(plan, first_spatial);
-    auto pending = plan.halo.begin_halo(mesh, x.array());
-    BoxRows<T> rows = rows_of.own(geometry, x.array().data());
-    const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
-    conv_rows(geometry, rows, w_kernel.data(), out.data(), lo, hi);
-    auto halo = plan.halo.finish_halo(mesh, std::move(pending));
-    rows_of.add_halo(rows, halo);
-    conv_rows(geometry, rows, w_kernel.data(), out.data(), 0, lo);
-    conv_rows(geometry, rows, w_kernel.data(), out.data(), hi, geometry.out[0]);
-    saved = SavedBox<T>::own_and_halo(x, plan.halo.inside(), std::move(halo));
-  } else {
-    Array<T> box = empty_array<T>();
-    if (!in_place)
-      box = to_kernel_order(plan.clip_padding ? plan.halo.exchange_inside(mesh, x.array())
-                                              : plan.halo.exchange(mesh, x.array(), T(0)),
-                            plan.to_kernel_order);
-    const T* box_data = in_place ? x.array().data() : box.data();
-    const auto& box_shape = in_place ? x.array().shape() : box.shape();
-    box_sizes.assign(box_shape.begin(), box_shape.end());
-    if (!plan.empty()) kernels::conv_forward(geometry, box_data, w_kernel.data(), out.data());
-    // Backward keeps the input block and the halo, not a second copy of the block (nor the box of
-    // a transposed convolution that needs neither halo nor padding: that box is the block).
-    const bool box_is_block = plan.halo.local_only() &&
-                              kernels::is_identity(plan.to_kernel_order) &&
-                              box_sizes == to_xshape(x.block().sizes());
-    saved = box_is_block ? SavedBox<T>::own_block(x)
-            : plan.clip_padding && kernels::is_identity(plan.to_kernel_order) &&
-                    plan.halo.inside_work() == plan.halo.inside()
-                ? SavedBox<T>::halo_only(x, box, plan.halo.inside())
-                : SavedBox<T>::whole(std::move(box));
-  }
-  out = from_kernel_order(std::move(out), plan.to_kernel_order);
-  complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
-  Tensor<T> result(mesh, plan.output_layout, std::move(out));
-
   std::vector<std::string> summed;  // dims a weight gradient sums over: all but the channels
-  for (const auto& dim : in_shape)
+  Dim out_channels;
+  TensorLayout input_layout, weight_layout, aligned_weight;
+
+  std::vector<Tensor<T>> operator()(const Tensor<T>& g, const std::vector<bool>& need) const {
+    const Tensor<T> g_aligned = relayout_to(g, call.plan.output_layout);
+    const KernelOrderView<T> g_kernel(g_aligned.array(), call.plan.to_kernel_order);
+    std::vector<Tensor<T>> grads(2);
+    if (call.by_rows)
+      by_rows(g.mesh(), g_kernel.data(), need, grads);
+    else
+      on_box(g.mesh(), g_kernel.data(), need, grads);
+    return grads;
+  }
+
+ private:
+  // The weight's gradient accumulates in double, in the processor's memory (its device's, where
+  // it computes on one), and is rounded to T there.
+  Buffer<double> zero_accumulator() const {
+    Buffer<double> acc(call.w_kernel.size());
+    kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
+    return acc;
+  }
+  Tensor<T> weight_gradient_from(Mesh& mesh, const Buffer<double>& acc) const {
+    Array<T> dw = Array<T>::from_shape(call.w_kernel.shape());
+    kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
+    complete_partial_sums(mesh, axes_splitting(call.plan.input_layout, summed), dw);
+    return relayout_to(
+        Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), call.w_order)),
+        weight_layout);
+  }
+  Tensor<T> input_gradient_from(Mesh& mesh, Array<T>&& own) const {
+    complete_partial_sums(mesh, axes_splitting(call.plan.output_layout, {out_channels.name}), own);
+    return relayout_to(Tensor<T>(mesh, call.plan.input_layout, std::move(own)), input_layout);
+  }
+
+  // The halo rows' gradient goes back to their owners first and travels while the weight's
+  // gradient and the own rows' are computed — each from the own block in place, so that backward
+  // holds no box-sized copy.
+  void by_rows(Mesh& mesh, const T* g, const std::vector<bool>& need,
+               std::vector<Tensor<T>>& grads) const {
+    const kernels::ConvGeometry& geometry = call.geometry;
+    const RowsOfBox rows_of(call.plan, call.first_spatial);
+    std::optional<HaloExchange::Pending<T>> returning;
+    if (need[0]) {
+      HaloExchange::Pieces<T> halo_gradient;
+      for (const auto& [block, data] : saved.halo()) {
+        Buffer<T> piece(data.size());
+        const std::int64_t first = rows_of.first_row(block);
+        input_rows(geometry, g, call.w_kernel.data(), piece.data(), first,
+                   first + block.ranges[call.first_spatial].size());
+        halo_gradient.emplace_back(block, std::move(piece));
+      }
+      returning = call.plan.halo.begin_add_halo(mesh, halo_gradient);
+    }
+    if (need[1]) {
+      Buffer<double> acc = zero_accumulator();
+      Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
+      BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
+      rows_of.add_halo(rows, saved.halo());
+      const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
+      weight_rows(geometry, rows, g, acc.data(), lo, hi);
+      weight_rows(geometry, rows, g, acc.data(), 0, lo);
+      weight_rows(geometry, rows, g, acc.data(), hi, geometry.out[0]);
+      grads[1] = weight_gradient_from(mesh, acc);
+    }
+    if (need[0]) {
+      Array<T> own = Array<T>::from_shape(to_xshape(call.plan.halo.own().sizes()));
+      input_rows(geometry, g, call.w_kernel.data(), own.data(), rows_of.own_lo, rows_of.own_hi);
+      call.plan.halo.finish_add_halo(mesh, std::move(*returning), own);
+      grads[0] = input_gradient_from(mesh, std::move(own));
+    }
+  }
+
+  Tensor<T> weight_gradient(Mesh& mesh, const T* g) const {
+    Buffer<double> acc = zero_accumulator();
+    if (!call.plan.empty()) {
+      Array<T> rebuilt = empty_array<T>();
+      kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());
+    }
+    return weight_gradient_from(mesh, acc);
+  }
+
+  // The input's gradient goes back through the halo while the weight's is computed. With no halo
+  // there is nothing to overlap: the weight's goes first, so that the input box it rebuilds is
+  // freed before the input's gradient is allocated.
+  void on_box(Mesh& mesh, const T* g, const std::vector<bool>& need,
+              std::vector<Tensor<T>>& grads) const {
+    const WindowedPlan& plan = call.plan;
+    const bool halo_traffic = !plan.halo.local_only();
+    if (need[1] && !halo_traffic) grads[1] = weight_gradient(mesh, g);
+    std::optional<HaloExchange::Pending<T>> returning;
+    Array<T> own = empty_array<T>();
+    if (need[0]) {
+      Array<T> grad_box = Array<T>::from_shape(box_sizes);
+      if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
+        kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
+      else
+        kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box.data());
+      auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
+      if (!plan.clip_padding)
+        own = plan.halo.exchange_add(mesh, in_order);
+      else if (!halo_traffic)
+        own = std::move(in_order);
+      else
+        returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
+    }
+    if (need[1] && halo_traffic) grads[1] = weight_gradient(mesh, g);
+    if (need[0]) {
+      if (returning) own = plan.halo.finish(mesh, std::move(*returning));
+      grads[0] = input_gradient_from(mesh, std::move(own));
+    }
+  }
+};
+
+template <class T>
+Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
+                   const Window& window, const std::string& channels, bool transposed) {
+  check_same_mesh<T>(op, {&input, &weight});
+  const ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
+  const Layout layout = conv_layout(input.layout(), weight.layout(), dims.kernel_names);
+  Mesh& mesh = input.mesh();
+  const auto x = relayout_to(input, input.layout().with_layout(layout));
+  const auto w = relayout_to(weight, weight.layout().with_layout(layout));
+  ConvCall<T> call = conv_call(x, w, window, channels, dims, layout, transposed);
+
+  std::vector<std::size_t> out_sizes;
+  for (auto d : call.plan.to_kernel_order)
+    out_sizes.push_back(call.plan.output_block.ranges[d].size());
+  Array<T> out = Array<T>::from_shape(out_sizes);
+  std::vector<std::size_t> box_sizes;
+  SavedBox<T> saved = call.by_rows ? conv_forward_by_rows(call, x, out)
+                                   : conv_forward_on_box(call, x, out, box_sizes);
+  out = from_kernel_order(std::move(out), call.plan.to_kernel_order);
+  complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
+  Tensor<T> result(mesh, call.plan.output_layout, std::move(out));
+
+  std::vector<std::string> summed;
+  for (const auto& dim : input.shape())
     if (dim.name != channels) summed.push_back(dim.name);
   autodiff::record(
       result, {input, weight},
-      [plan, geometry, by_rows, first_spatial, saved = std::move(saved), box_sizes,
-       w_kernel = std::move(w_kernel), w_order, summed, channels, out_channels,
-       input_layout = input.layout(), weight_layout = weight.layout(),
-       aligned_weight = w.layout()](const Tensor<T>& g, const std::vector<bool>& need) {
-        Mesh& mesh = g.mesh();
-        const Tensor<T> g_aligned = relayout_to(g, plan.output_layout);
-        const KernelOrderView<T> g_kernel(g_aligned.array(), plan.to_kernel_order);
-        std::vector<Tensor<T>> grads(2);
-        // The weight's gradient accumulates in double, in the processor's memory (its device's,
-        // where it computes on one), and is rounded to T there.
-        auto zero_accumulator = [&] {
-          Buffer<double> acc(w_kernel.size());
-          kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
-          return acc;
-        };
-        auto weight_gradient_from = [&](const Buffer<double>& acc) {
-          Array<T> dw = Array<T>::from_shape(w_kernel.shape());
-          kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
-          complete_partial_sums(mesh, axes_splitting(plan.input_layout, summed), dw);
-          grads[1] = relayout_to(
-              Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
-              weight_layout);
-        };
-        auto input_gradient_from = [&](Array<T>&& own) {
-          complete_partial_sums(mesh, axes_splitting(plan.output_layout, {out_channels.name}), own);
-          grads[0] = relayout_to(Tensor<T>(mesh, plan.input_layout, std::move(own)), input_layout);
-        };
-
-        if (by_rows) {
-          // The halo rows' gradient goes back to their owners first and travels while the
-          // weight's gradient and the own rows' are computed — each from the own block in place,
-          // so that backward holds no box-sized copy.
-          const RowsOfBox rows_of(plan, first_spatial);
-          std::optional<HaloExchange::Pending<T>> returning;
-          if (need[0]) {
-            HaloExchange::Pieces<T> halo_gradient;
-            for (const auto& [block, data] : saved.halo()) {
-              Buffer<T> piece(data.size());
-              input_rows(geometry, g_kernel.data(), w_kernel.data(), piece.data(),
-                         rows_of.first_row(block),
-                         rows_of.first_row(block) + block.ranges[first_spatial].size());
-              halo_gradient.emplace_back(block, std::move(piece));
-            }
-            returning = plan.halo.begin_add_halo(mesh, halo_gradient);
-          }
-          if (need[1]) {
-            Buffer<double> acc = zero_accumulator();
-            Array<T> recomputed =
-                empty_array<T>();  // the input block, where backward keeps its recipe
-            BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
-            rows_of.add_halo(rows, saved.halo());
-            const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
-            weight_rows(geometry, rows, g_kernel.data(), acc.data(), lo, hi);
-            weight_rows(geometry, rows, g_kernel.data(), acc.data(), 0, lo);
-            weight_rows(geometry, rows, g_kernel.data(), acc.data(), hi, geometry.out[0]);
-            weight_gradient_from(acc);
-          }
-          if (need[0]) {
-            Array<T> own = Array<T>::from_shape(to_xshape(plan.halo.own().sizes()));
-            input_rows(geometry, g_kernel.data(), w_kernel.data(), own.data(), rows_of.own_lo,
-                       rows_of.own_hi);
-            plan.halo.finish_add_halo(mesh, std::move(*returning), own);
-            input_gradient_from(std::move(own));
-          }
-          return grads;
-        }
-
-        auto weight_gradient = [&] {
-          Buffer<double> acc = zero_accumulator();
-          if (!plan.empty()) {
-            Array<T> rebuilt = empty_array<T>();
-            kernels::conv_backward_weight(geometry, saved.data(rebuilt), g_kernel.data(),
-                                          acc.data());
-          }
-          weight_gradient_from(acc);
-        };
-        // The input's gradient goes back through the halo while the weight's is computed. With
-        // no halo there is nothing to overlap: the weight's goes first, so that the input box it
-        // rebuilds is freed before the input's gradient is allocated.
-        const bool halo_traffic = !plan.halo.local_only();
-        if (need[1] && !halo_traffic) weight_gradient();
-        std::optional<HaloExchange::Pending<T>> returning;
-        Array<T> own = empty_array<T>();
-        if (need[0]) {
-          Array<T> grad_box = Array<T>::from_shape(box_sizes);
-          if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
-            kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
-          else
-            kernels::conv_backward_input(geometry, g_kernel.data(), w_kernel.data(),
-                                         grad_box.data());
-          auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
-          if (!plan.clip_padding)
-            own = plan.halo.exchange_add(mesh, in_order);
-          else if (!halo_traffic)
-            own = std::move(in_order);
-          else
-            returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
-        }
-        if (need[1] && halo_traffic) weight_gradient();
-        if (need[0]) {
-          if (returning) own = plan.halo.finish(mesh, std::move(*returning));
-          input_gradient_from(std::move(own));
-        }
-        return grads;
-      });
+      ConvBackward<T>{std::move(call), std::move(saved), std::move(box_sizes), std::move(summed),
+                      dims.out_channels, input.layout(), weight.layout(), w.layout()});
   return result;
 }
 

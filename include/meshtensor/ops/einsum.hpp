@@ -75,6 +75,99 @@ Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
 
 }  // namespace detail
 
+template <class T>
+Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output);
+
+namespace detail {
+
+// The dims a contraction step keeps (the output's or a later operand's) and those it sums over.
+template <class T>
+void split_step_dims(const std::vector<const NamedBlock<T>*>& in,
+                     const std::vector<NamedBlock<T>>& blocks, std::size_t step,
+                     const DimNames& output, std::vector<std::string>& keep,
+                     std::vector<std::string>& inner) {
+  auto needed_later = [&](const std::string& name) {
+    if (output.contains(name)) return true;
+    for (std::size_t later = step + 2; later < blocks.size(); ++later)
+      if (std::count(blocks[later].names.begin(), blocks[later].names.end(), name)) return true;
+    return false;
+  };
+  for (const auto* b : in)
+    for (const auto& name : b->names) {
+      if (std::count(keep.begin(), keep.end(), name) ||
+          std::count(inner.begin(), inner.end(), name))
+        continue;
+      (needed_later(name) ? keep : inner).push_back(name);
+    }
+}
+
+// The local blocks of `aligned` contracted left to right onto `output`, in the accumulator type;
+// each step keeps the dims the output or a later operand still needs. `local_size(name)` is a
+// dim's size in this processor's blocks.
+template <class T, class Acc, class LocalSize>
+Buffer<Acc> contract_chain(const std::vector<Tensor<T>>& aligned, const DimNames& output,
+                           LocalSize&& local_size) {
+  std::vector<NamedBlock<T>> blocks;
+  for (const auto& t : aligned)
+    blocks.push_back({t.shape().names(), t.block().sizes(), t.array().data(), empty_array<T>()});
+  NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, empty_array<T>()};
+  const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);
+  for (std::size_t step = 0;; ++step) {
+    std::vector<const NamedBlock<T>*> in{&current};
+    if (blocks.size() > 1) in.push_back(&blocks[step + 1]);
+    const bool last = step + 1 == steps;
+    std::vector<std::string> keep, inner;
+    split_step_dims(in, blocks, step, output, keep, inner);
+    if (last) keep = output.names();  // the output's order, not the operands'
+    kernels::Sizes keep_sizes, inner_sizes;
+    for (const auto& name : keep) keep_sizes.push_back(local_size(name));
+    for (const auto& name : inner) inner_sizes.push_back(local_size(name));
+    auto partial = contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes);
+    if (last) return partial;
+    Array<T> data = Array<T>::from_shape(to_xshape(keep_sizes));
+    narrow(partial, data.data());
+    current = {keep, keep_sizes, nullptr, std::move(data)};
+    current.data = current.owned.data();
+  }
+}
+
+// d/d(operand k) is the einsum of the output gradient with the other operands, onto operand k's
+// dims; dims only operand k has were summed over, so their gradient is a broadcast (ones).
+template <class T>
+std::vector<Tensor<T>> einsum_gradients(const std::vector<Tensor<T>>& given, const Tensor<T>& g,
+                                        const std::vector<bool>& needed) {
+  std::vector<Tensor<T>> grads(given.size());
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    if (!needed[k]) continue;
+    std::vector<Tensor<T>> factors{g};
+    for (std::size_t j = 0; j < given.size(); ++j)
+      if (j != k) factors.push_back(given[j]);
+    std::vector<Dim> only_here;
+    for (const auto& dim : given[k].shape()) {
+      bool elsewhere = false;
+      for (const auto& f : factors) elsewhere |= f.shape().contains(dim.name);
+      if (!elsewhere) only_here.push_back(dim);
+    }
+    if (!only_here.empty())
+      factors.push_back(full<T>(g.mesh(), Shape(only_here), given[k].layout().layout(), T(1)));
+    grads[k] = relayout_to(einsum(factors, DimNames(given[k].shape())), given[k].layout());
+  }
+  return grads;
+}
+
+inline Shape einsum_output_shape(const Shape& all, const DimNames& output) {
+  std::vector<Dim> out_dims;
+  for (const auto& name : output) {
+    if (!all.contains(name))
+      throw ShapeError("einsum: output dim " + quote(name) +
+                       " is in no operand; the operands' dims are " + quote_list(all.names()));
+    out_dims.push_back(all.dim(name));
+  }
+  return Shape(out_dims);
+}
+
+}  // namespace detail
+
 /**
  * Sum over the dims the output omits of the product of the operands, all aligned by dim name.
  *
@@ -97,63 +190,15 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   }
   detail::check_same_mesh<T>("einsum", operands);
   const Shape all = detail::merged_shape("einsum", shapes);
-  std::vector<Dim> out_dims;
-  for (const auto& name : output) {
-    if (!all.contains(name))
-      throw ShapeError("einsum: output dim " + detail::quote(name) +
-                       " is in no operand; the operands' dims are " +
-                       detail::quote_list(all.names()));
-    out_dims.push_back(all.dim(name));
-  }
-  const Shape out_shape(out_dims);
+  const Shape out_shape = detail::einsum_output_shape(all, output);
   Mesh& mesh = given.front().mesh();
   const Layout common = detail::common_layout(layouts);
   const auto aligned = detail::aligned<T>(operands, common);
   const TensorLayout common_all(all, mesh.shape(), common);
   const Block all_block = common_all.block(mesh.coord());
-  auto local_size = [&](const std::string& name) {
-    return all_block.ranges[all.position(name)].size();
-  };
-
-  // Contract left to right; each step keeps the dims the output or a later operand still needs.
-  std::vector<detail::NamedBlock<T>> blocks;
-  for (const auto& t : aligned)
-    blocks.push_back({t.shape().names(), t.block().sizes(), t.array().data(), empty_array<T>()});
-  detail::NamedBlock<T> current{blocks[0].names, blocks[0].sizes, blocks[0].data, empty_array<T>()};
-  Buffer<Acc> result;
-  const std::size_t steps = std::max<std::size_t>(1, blocks.size() - 1);
-  for (std::size_t step = 0; step < steps; ++step) {
-    std::vector<const detail::NamedBlock<T>*> in{&current};
-    if (blocks.size() > 1) in.push_back(&blocks[step + 1]);
-    const bool last = step + 1 == steps;
-    auto needed_later = [&](const std::string& name) {
-      if (output.contains(name)) return true;
-      for (std::size_t later = step + 2; later < blocks.size(); ++later)
-        if (std::count(blocks[later].names.begin(), blocks[later].names.end(), name)) return true;
-      return false;
-    };
-    std::vector<std::string> keep, inner;
-    for (const auto* b : in)
-      for (const auto& name : b->names) {
-        if (std::count(keep.begin(), keep.end(), name) ||
-            std::count(inner.begin(), inner.end(), name))
-          continue;
-        (needed_later(name) ? keep : inner).push_back(name);
-      }
-    if (last) keep = output.names();  // the output's order, not the operands'
-    kernels::Sizes keep_sizes, inner_sizes;
-    for (const auto& name : keep) keep_sizes.push_back(local_size(name));
-    for (const auto& name : inner) inner_sizes.push_back(local_size(name));
-    auto partial = detail::contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes);
-    if (last) {
-      result = std::move(partial);
-    } else {
-      Array<T> data = Array<T>::from_shape(detail::to_xshape(keep_sizes));
-      detail::narrow(partial, data.data());
-      current = {keep, keep_sizes, nullptr, std::move(data)};
-      current.data = current.owned.data();
-    }
-  }
+  Buffer<Acc> result = detail::contract_chain<T, Acc>(
+      aligned, output,
+      [&](const std::string& name) { return all_block.ranges[all.position(name)].size(); });
 
   // Summed dims that were split leave partial sums on each processor of their mesh axes.
   AxisSet partial_axes = 0;
@@ -166,28 +211,8 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   Array<T> out = Array<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
   detail::narrow(result, out.data());
   Tensor<T> product(mesh, std::move(out_layout), std::move(out));
-
-  // d/d(operand k) is the einsum of the output gradient with the other operands, onto operand
-  // k's dims; dims only operand k has were summed over, so their gradient is a broadcast (ones).
   autodiff::record(product, given, [given](const Tensor<T>& g, const std::vector<bool>& needed) {
-    std::vector<Tensor<T>> grads(given.size());
-    for (std::size_t k = 0; k < given.size(); ++k) {
-      if (!needed[k]) continue;
-      std::vector<Tensor<T>> factors{g};
-      for (std::size_t j = 0; j < given.size(); ++j)
-        if (j != k) factors.push_back(given[j]);
-      std::vector<Dim> only_here;
-      for (const auto& dim : given[k].shape()) {
-        bool elsewhere = false;
-        for (const auto& f : factors) elsewhere |= f.shape().contains(dim.name);
-        if (!elsewhere) only_here.push_back(dim);
-      }
-      if (!only_here.empty())
-        factors.push_back(full<T>(g.mesh(), Shape(only_here), given[k].layout().layout(), T(1)));
-      grads[k] =
-          detail::relayout_to(einsum(factors, DimNames(given[k].shape())), given[k].layout());
-    }
-    return grads;
+    return detail::einsum_gradients(given, g, needed);
   });
   return product;
 }

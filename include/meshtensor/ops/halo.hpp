@@ -1,12 +1,12 @@
 #pragma once
-// Halo exchange: each processor gets the input range its outputs read, from whoever owns it, as
-// its HaloPlan (core/halo_plan.hpp: which boxes, which messages, in which steps) says. The exchange
-// packs, sends, receives and unpacks those boxes; exchange_add() and the other adjoints send the
+// Halo exchange on a block: each processor gets the input range its outputs read, from whoever
+// owns it, as its HaloPlan (core/halo_plan.hpp: which boxes, which messages, in which steps) says.
+// Each step's messages travel through comm/halo_step.hpp; here the boxes are packed from and
+// unpacked into the arrays, by the copy kernels. exchange_add() and the other adjoints send the
 // gradient of each received part back to its owner and add it there.
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,26 +14,16 @@
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/comm/mesh.hpp"
-#include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/halo_plan.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
-#include "meshtensor/ops/detail/tags.hpp"
 
 namespace meshtensor {
-
-/// Time this processor has spent in halo exchanges (copies, messages and waiting for them), and how
-/// many it ran: kept with the Mesh, for benchmarks and profiles.
-struct HaloProfile {
-  double seconds = 0;
-  std::uint64_t exchanges = 0;
-  std::uint64_t bytes_sent = 0;
-};
-inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(); }
 
 /// A halo plan (core/halo_plan.hpp) carried out on a mesh: the blocks and messages it plans.
 class HaloExchange : public HaloPlan {
@@ -73,10 +63,7 @@ class HaloExchange : public HaloPlan {
   struct Pending {
     Array<T> work =
         empty_array<T>();  // over inside_work(): the own block, and the halo once finished
-    std::vector<Request> requests;
-    std::vector<Buffer<T>> pieces;  // messages out and in, alive until the step completes
-    std::vector<Block> unpack_at;   // where each received piece goes (empty for sent ones)
-    std::size_t step = 0;           // the step in flight
+    HaloStep<T> step;      // the step in flight
     bool adjoint = false;
   };
 
@@ -148,16 +135,8 @@ class HaloExchange : public HaloPlan {
 
   /// The received halo of a begin_halo(): inside() minus the own block, in pieces.
   template <class T>
-  Pieces<T> finish_halo(Mesh& mesh, Pending<T>&& pending) const {
-    const auto start = std::chrono::steady_clock::now();
-    const auto sent_before = mesh.traffic().bytes;
-    wait_all(pending.requests);
-    Pieces<T> halo;
-    for (std::size_t i = 0; i < pending.pieces.size(); ++i)
-      if (!pending.unpack_at[i].ranges.empty())
-        halo.emplace_back(std::move(pending.unpack_at[i]), std::move(pending.pieces[i]));
-    record(mesh, start, sent_before);
-    return halo;
+  Pieces<T> finish_halo(Mesh& /*mesh*/, Pending<T>&& pending) const {
+    return pending.step.take_received();
   }
 
   /// The adjoint of begin_halo(): sends the gradient of each halo piece (the pieces finish_halo()
@@ -256,69 +235,25 @@ class HaloExchange : public HaloPlan {
   // Posts step `step`'s sends, each packed by pack(box, destination), and receives.
   template <class T, class Pack>
   void post(Mesh& mesh, std::size_t step, Pending<T>& pending, bool adjoint, Pack&& pack) const {
-    const auto start = std::chrono::steady_clock::now();
-    const auto sent_before = mesh.traffic().bytes;
-    Communicator& group = mesh.group(AxisSet{1} << step_axis(step));
-    pending.step = step;
     pending.adjoint = adjoint;
-    for (const HaloMessage& m : step_messages(step, adjoint)) {
-      const Block& send = m.send;
-      const Block& receive = m.receive;
-      const int other = m.peer;
-      if (!send.empty()) {
-        Buffer<T> piece(send.num_elements());
-        pack(send, piece.data());
-        pending.requests.push_back(group.isend(piece.data(), piece.size() * sizeof(T), other,
-                                               detail::tags::halo, piece.space()));
-        pending.pieces.push_back(std::move(piece));
-        pending.unpack_at.push_back(Block{});
-      }
-      if (!receive.empty()) {
-        pending.pieces.emplace_back(receive.num_elements());
-        pending.unpack_at.push_back(receive);
-        Buffer<T>& piece = pending.pieces.back();
-        pending.requests.push_back(group.irecv(piece.data(), piece.size() * sizeof(T), other,
-                                               detail::tags::halo, piece.space()));
-      }
-    }
-    group.start_posted();  // the caller computes while they travel
-    record(mesh, start, sent_before);
+    pending.step = HaloStep<T>(mesh, *this, step, adjoint, std::forward<Pack>(pack));
   }
 
-  // Waits for the step in flight and unpacks what arrived into the work array.
+  // Waits for the step in flight and unpacks what arrived into the work array: copied, or added
+  // for the adjoint.
   template <class T>
-  void complete(Mesh& mesh, const Block& work_box, Pending<T>& pending) const {
-    const auto start = std::chrono::steady_clock::now();
-    const auto sent_before = mesh.traffic().bytes;
-    wait_all(pending.requests);
+  void complete(Mesh& /*mesh*/, const Block& work_box, Pending<T>& pending) const {
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    for (std::size_t i = 0; i < pending.pieces.size(); ++i) {
-      const Block& box = pending.unpack_at[i];
-      if (box.ranges.empty()) continue;
+    pending.step.finish([&](const Block& box, const T* from) {
       T* at = pending.work.data() + kernels::offset_of_box(box, work_box, work_strides);
       const auto sizes = box.sizes();
       const auto strides = kernels::row_major_strides(sizes);
-      const T* from = pending.pieces[i].data();
-      if (!pending.adjoint) {
+      if (!pending.adjoint)
         kernels::copy_box(sizes, from, strides, at, work_strides);
-      } else {
+      else
         kernels::zip(kernels::Binary<T, kernels::BinaryOp::add>{}, sizes,
                      {work_strides, strides, work_strides}, at, from, at);
-      }
-    }
-    pending.requests.clear();
-    pending.pieces.clear();
-    pending.unpack_at.clear();
-    record(mesh, start, sent_before);
-  }
-
-  static void record(Mesh& mesh, std::chrono::steady_clock::time_point start,
-                     std::uint64_t sent_before) {
-    HaloProfile& profile = halo_profile(mesh);
-    profile.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    profile.bytes_sent += mesh.traffic().bytes - sent_before;
-    ++profile.exchanges;
+    });
   }
 };
 

@@ -18,7 +18,7 @@
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
-#include "meshtensor/ops/detail/tags.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {

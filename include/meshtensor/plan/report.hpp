@@ -14,7 +14,7 @@
 #include "meshtensor/core/mesh_shape.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
 #include "meshtensor/memory/pool.hpp"
-#include "meshtensor/ops/detail/tags.hpp"
+#include "meshtensor/comm/tags.hpp"
 
 namespace meshtensor {
 
@@ -128,13 +128,13 @@ struct PlanReport {
         {"peak memory", "peak_memory_bytes", "B",
          [](const ProcessorPlan& p) { return double(p.memory.peak_in_use); }},
         {"halo messages", "halo_messages", "",
-         [](const ProcessorPlan& p) { return double(p.sent(detail::tags::halo).calls); }},
+         [](const ProcessorPlan& p) { return double(p.sent(tags::halo).calls); }},
         {"halo bytes", "halo_bytes", "B",
-         [](const ProcessorPlan& p) { return double(p.sent(detail::tags::halo).bytes); }},
+         [](const ProcessorPlan& p) { return double(p.sent(tags::halo).bytes); }},
         {"relayout messages", "relayout_messages", "",
-         [](const ProcessorPlan& p) { return double(p.sent(detail::tags::relayout).calls); }},
+         [](const ProcessorPlan& p) { return double(p.sent(tags::relayout).calls); }},
         {"relayout bytes", "relayout_bytes", "B",
-         [](const ProcessorPlan& p) { return double(p.sent(detail::tags::relayout).bytes); }},
+         [](const ProcessorPlan& p) { return double(p.sent(tags::relayout).bytes); }},
         {"all-reduces", "all_reduces", "",
          [](const ProcessorPlan& p) { return double(p.collective(C::all_reduce).calls); }},
         {"all-reduce bytes", "all_reduce_bytes", "B",

@@ -56,6 +56,84 @@ void parallel_fold(const Sizes& outer, const Sizes& inner,
                        });
 }
 
+namespace sum_detail {
+
+// A loop of the sum: its size and the strides of the N operands and (last) the output.
+template <std::size_t N>
+struct Axis {
+  std::int64_t size = 1;
+  std::array<std::int64_t, N + 1> strides{};
+};
+
+// Every dim, outer then inner, in the first operand's memory order, with the dims that every
+// operand and the output walk as one merged (a whole channels-last volume summed per channel: x,
+// y, z become one), so that the innermost loop is long. Returns the innermost axis; `sizes` and
+// `strides` get the loops around it.
+template <class T, std::size_t N>
+Axis<N> memory_order(const Sizes& outer, const Sizes& inner,
+                     const std::array<FoldOperand<T>, N>& operands, Sizes& sizes,
+                     std::array<Strides, N + 1>& strides) {
+  const auto output_strides = row_major_strides(outer);
+  std::vector<Axis<N>> axes;
+  for (std::size_t d = 0; d < outer.size() + inner.size(); ++d) {
+    const bool is_outer = d < outer.size();
+    const std::size_t e = is_outer ? d : d - outer.size();
+    Axis<N> axis{is_outer ? outer[e] : inner[e], {}};
+    for (std::size_t k = 0; k < N; ++k)
+      axis.strides[k] = is_outer ? operands[k].outer_strides[e] : operands[k].inner_strides[e];
+    axis.strides[N] = is_outer ? output_strides[e] : 0;
+    axes.push_back(axis);
+  }
+  std::stable_sort(axes.begin(), axes.end(),
+                   [](const Axis<N>& a, const Axis<N>& b) { return a.strides[0] > b.strides[0]; });
+  Sizes sorted_sizes;
+  std::array<Strides, N + 1> sorted_strides;
+  for (const auto& axis : axes) {
+    sorted_sizes.push_back(axis.size);
+    for (std::size_t k = 0; k <= N; ++k) sorted_strides[k].push_back(axis.strides[k]);
+  }
+  std::tie(sizes, strides) = merge_dims<N + 1>(sorted_sizes, sorted_strides);
+  Axis<N> last;
+  if (sizes.empty()) return last;
+  last.size = sizes.back();
+  sizes.pop_back();
+  for (std::size_t k = 0; k <= N; ++k) {
+    last.strides[k] = strides[k].back();
+    strides[k].pop_back();
+  }
+  return last;
+}
+
+// One run along the innermost axis: into a register where the output stays put along it (a sum
+// over that axis), else element by element.
+template <class Acc, class T, std::size_t N>
+inline void add_run(const std::array<FoldOperand<T>, N>& operands, const Axis<N>& last,
+                    const std::array<std::int64_t, N + 1>& at, Acc* acc) {
+  const std::int64_t n = last.size;
+  Acc total = 0;
+  if (N == 1 && last.strides[0] == 1 && last.strides[N] == 0) {
+    const T* x = operands[0].data + at[0];
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : total)
+#endif
+    for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
+    acc[at[N]] += total;
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
+    for (std::size_t k = 1; k < N; ++k)
+      product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
+    if (last.strides[N] == 0)
+      total += product;
+    else
+      acc[at[N] + i * last.strides[N]] += product;
+  }
+  if (last.strides[N] == 0) acc[at[N]] += total;
+}
+
+}  // namespace sum_detail
+
 /**
  * out[o] = sum over every inner index i of the product of the operands at (o, i), on up to
  * `threads` threads: what einsum and the sum reductions compute. A small output (a bias or scale
@@ -68,76 +146,16 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
                   const std::array<FoldOperand<T>, N>& operands, Acc* out, int threads) {
   const std::int64_t outputs = num_elements(outer);
   const std::int64_t terms = num_elements(inner);
-  const auto output_strides = row_major_strides(outer);
   if (outputs > (1 << 14) || terms < 8)
     return parallel_fold<Acc, T, N>(
         outer, inner, operands, out, Acc(0), [](Acc a, Acc b) { return a + b; }, threads);
-  // Every dim, outer then inner, ordered by the first operand's strides: its memory order.
-  struct Axis {
-    std::int64_t size;
-    std::array<std::int64_t, N + 1> strides;
-  };
-  std::vector<Axis> axes;
-  for (std::size_t d = 0; d < outer.size() + inner.size(); ++d) {
-    const bool is_outer = d < outer.size();
-    const std::size_t e = is_outer ? d : d - outer.size();
-    Axis axis{is_outer ? outer[e] : inner[e], {}};
-    for (std::size_t k = 0; k < N; ++k)
-      axis.strides[k] = is_outer ? operands[k].outer_strides[e] : operands[k].inner_strides[e];
-    axis.strides[N] = is_outer ? output_strides[e] : 0;
-    axes.push_back(axis);
-  }
-  std::stable_sort(axes.begin(), axes.end(),
-                   [](const Axis& a, const Axis& b) { return a.strides[0] > b.strides[0]; });
-  // Axes that every operand and the output walk as one (a whole channels-last volume summed per
-  // channel: x, y, z) become one, so the innermost loop below is long.
-  Sizes sorted_sizes;
-  std::array<Strides, N + 1> sorted_strides;
-  for (const auto& axis : axes) {
-    sorted_sizes.push_back(axis.size);
-    for (std::size_t k = 0; k <= N; ++k) sorted_strides[k].push_back(axis.strides[k]);
-  }
   Sizes sizes;
   std::array<Strides, N + 1> strides;
-  std::tie(sizes, strides) = merge_dims<N + 1>(sorted_sizes, sorted_strides);
-  Axis last{1, {}};  // the innermost (merged) axis, which add_run walks
-  if (!sizes.empty()) {
-    last.size = sizes.back();
-    sizes.pop_back();
-    for (std::size_t k = 0; k <= N; ++k) {
-      last.strides[k] = strides[k].back();
-      strides[k].pop_back();
-    }
-  }
-  // One run along the innermost axis: into a register where the output stays put along it (a
-  // sum over that axis), else element by element.
-  auto add_run = [&](const std::array<std::int64_t, N + 1>& at, Acc* acc) {
-    const std::int64_t n = last.size;
-    Acc total = 0;
-    if (N == 1 && last.strides[0] == 1 && last.strides[N] == 0) {
-      const T* x = operands[0].data + at[0];
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : total)
-#endif
-      for (std::int64_t i = 0; i < n; ++i) total += static_cast<Acc>(x[i]);
-      acc[at[N]] += total;
-      return;
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      Acc product = static_cast<Acc>(operands[0].data[at[0] + i * last.strides[0]]);
-      for (std::size_t k = 1; k < N; ++k)
-        product *= static_cast<Acc>(operands[k].data[at[k] + i * last.strides[k]]);
-      if (last.strides[N] == 0)
-        total += product;
-      else
-        acc[at[N] + i * last.strides[N]] += product;
-    }
-    if (last.strides[N] == 0) acc[at[N]] += total;
-  };
+  const auto last = sum_detail::memory_order<T, N>(outer, inner, operands, sizes, strides);
   std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
   int used = 1;
   if (sizes.empty()) {
-    add_run({}, sums[0].data());
+    sum_detail::add_run<Acc, T, N>(operands, last, {}, sums[0].data());
   } else {
     used = for_each_part<N + 1>(
         sizes, strides, threads,
@@ -145,7 +163,7 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
           Acc* acc = sums[p].data();
           for_each_offset<N + 1>(sub, strides, [&](std::array<std::int64_t, N + 1> o) {
             for (std::size_t k = 0; k <= N; ++k) o[k] += base[k];
-            add_run(o, acc);
+            sum_detail::add_run<Acc, T, N>(operands, last, o, acc);
           });
         });
   }

@@ -1,0 +1,10 @@
+#pragma once
+// Message tags of the library's point-to-point messages. Ops run in the same order on every
+// processor and each finishes its messages before returning, so one tag per kind is enough; the
+// tags keep different kinds apart, and tell a plan's report which kind a message was.
+
+namespace meshtensor::tags {
+constexpr int relayout = 100;
+constexpr int halo = 101;
+constexpr int volume_io = 102;
+}  // namespace meshtensor::tags
