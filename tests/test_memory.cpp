@@ -233,3 +233,35 @@ TEST_CASE("host pools keep working while a pool on another source is alive") {
   MemoryPool::deallocate(outside);
   CHECK(memory_pool().stats().in_use == 0);
 }
+
+TEST_CASE("a pool counts what its blocks are for, and what it held by use at its peak") {
+  for (const auto& source : {MemoryPool::system_pages(), MemoryPool::address_space_only()}) {
+    INFO(source.name);
+    LocalProcessor scope(Device::cpu(), source);
+    MemoryPool& pool = memory_pool();
+    auto use_of = [&](MemoryUse use) { return pool.stats().in_use_by_use[std::size_t(use)]; };
+    void* kept = pool.allocate(200'000);  // activations by default
+    void* weights = pool.allocate(100);   // small: not pooled on the host
+    MemoryPool::count_as(weights, MemoryUse::parameters);
+    void* message = nullptr;
+    {
+      const MemoryUseScope halo(MemoryUse::halo);
+      message = pool.allocate(300'000);
+      CHECK(pool.use() == MemoryUse::halo);
+    }
+    CHECK(pool.use() == MemoryUse::activations);
+    const MemoryStats peak = pool.stats();
+    CHECK(use_of(MemoryUse::parameters) >= 100);
+    CHECK(use_of(MemoryUse::halo) >= 300'000);
+    CHECK(use_of(MemoryUse::activations) + use_of(MemoryUse::parameters) +
+              use_of(MemoryUse::halo) ==
+          peak.in_use);
+    MemoryPool::deallocate(message);
+    CHECK(use_of(MemoryUse::halo) == 0);
+    const MemoryStats after = pool.stats();
+    CHECK(after.at_peak == peak.in_use_by_use);  // the peak was before the message was freed
+    MemoryPool::deallocate(weights);
+    MemoryPool::deallocate(kept);
+    CHECK(pool.stats().in_use_by_use == std::array<std::size_t, memory_uses>{});
+  }
+}

@@ -73,8 +73,12 @@ void two_steps(mt::Mesh& mesh, const unet3d::TrainOptions& o, const mt::Layout& 
 struct Measured {
   int processor = 0;
   mt::Communicator::Traffic traffic;
-  std::size_t peak = 0;
+  mt::MemoryStats memory;
 };
+
+std::size_t at_peak(const mt::MemoryStats& m, mt::MemoryUse use) {
+  return m.at_peak[static_cast<std::size_t>(use)];
+}
 
 }  // namespace
 
@@ -98,7 +102,7 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
       const mt::Layout layout(c.layout);
       const auto real = on_mesh(shape, [&](mt::Mesh& mesh) {
         two_steps(mesh, o, layout);
-        return Measured{mesh.processor(), mesh.traffic(), mt::memory_stats().peak_in_use};
+        return Measured{mesh.processor(), mesh.traffic(), mt::memory_stats()};
       });
       const auto plan =
           mt::plan(shape, layout, [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
@@ -110,9 +114,19 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
         CHECK(planned.traffic.bytes == measured.traffic.bytes);
         CHECK(planned.traffic.collectives == measured.traffic.collectives);
         CHECK(planned.traffic.collective_bytes == measured.traffic.collective_bytes);
+        // What the peak holds, by use: all of it.
+        std::size_t sum = 0;
+        for (auto bytes : planned.memory.at_peak) sum += bytes;
+        CHECK(sum == planned.memory.peak_in_use);
         // The plan holds blocks as a host pool does; a GPU's pool keeps its own size classes.
-        if (mt::testing::transport_under_test() != "nccl")
-          CHECK(double(planned.memory.peak_in_use) == Approx(double(measured.peak)).epsilon(0.05));
+        if (mt::testing::transport_under_test() == "nccl") continue;
+        CHECK(double(planned.memory.peak_in_use) ==
+              Approx(double(measured.memory.peak_in_use)).epsilon(0.05));
+        for (auto use : {mt::MemoryUse::parameters, mt::MemoryUse::optimizer}) {
+          INFO(mt::memory_use_name(use));
+          CHECK(at_peak(planned.memory, use) > 0);
+          CHECK(at_peak(planned.memory, use) == at_peak(measured.memory, use));
+        }
       }
       CHECK(plan.total([](const mt::ProcessorPlan& p) {
         return p.flops(mt::kernels::plan::Family::conv);
@@ -132,9 +146,7 @@ TEST_CASE("a plan reports per processor and over the mesh") {
                              [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
   REQUIRE(plan.processors.size() == 64);
   // A corner processor has three neighbours, an inner one six: it sends half the halo messages.
-  const auto halo = [](const mt::ProcessorPlan& p) {
-    return double(p.sent(mt::tags::halo).calls);
-  };
+  const auto halo = [](const mt::ProcessorPlan& p) { return double(p.sent(mt::tags::halo).calls); };
   CHECK(halo(plan.processors[0]) * 2 == halo(plan.processors[21]));  // (0,0,0) and (1,1,1)
   CHECK(plan.total([](const mt::ProcessorPlan& p) {
     return p.flops(mt::kernels::plan::Family::conv);

@@ -4,6 +4,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/device/processor.hpp"
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -19,6 +20,7 @@ void backward_from(const Tensor<T>& output, const Tensor<T>& seed, const char* w
                 "set_requires_grad() on the parameters before computing it");
   auto& steps = autodiff::tape(output.mesh());
   autodiff::NoGrad no_grad(output.mesh());
+  const MemoryUseScope backward_pass(MemoryUse::gradients);
   Tensor<T>::accumulate(output.node()->grad, seed);
   steps.replay_and_clear();
 }

@@ -51,6 +51,7 @@ class HaloStep {
   HaloStep(Mesh& mesh, const HaloPlan& plan, std::size_t step, bool adjoint, Pack&& pack)
       : mesh_(&mesh) {
     const Timer timer(mesh);
+    const MemoryUseScope messages(MemoryUse::halo);
     Communicator& group = mesh.group(AxisSet{1} << plan.step_axis(step));
     for (const HaloMessage& m : plan.step_messages(step, adjoint)) {
       if (!m.send.empty()) {

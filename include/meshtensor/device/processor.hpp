@@ -207,6 +207,22 @@ inline MemoryPool& memory_pool() { return current_processor().pool(); }
 /// What the calling processor holds: its pool's statistics.
 inline MemoryStats memory_stats() { return current_processor().own_pool().stats(); }
 
+/// For its lifetime, the blocks the calling processor allocates count as for `use` (its pool's
+/// statistics: MemoryStats::in_use_by_use and at_peak).
+class MemoryUseScope {
+ public:
+  explicit MemoryUseScope(MemoryUse use) : pool_(memory_pool()), previous_(pool_.use()) {
+    pool_.set_use(use);
+  }
+  ~MemoryUseScope() { pool_.set_use(previous_); }
+  MemoryUseScope(const MemoryUseScope&) = delete;
+  MemoryUseScope& operator=(const MemoryUseScope&) = delete;
+
+ private:
+  MemoryPool& pool_;
+  MemoryUse previous_;
+};
+
 /// Memory for a short job beside the processor's work (timing kernel formats at a shape's first
 /// use): for its lifetime the processor allocates from a pool of its own, given back to the
 /// system when it ends. Were the job's buffers taken from the processor's pool, that pool would

@@ -30,10 +30,11 @@ inline Backend current_backend() {
  * One kernel call on the current backend: a plan counts it (`plan`), a GPU runs `on_gpu` (which
  * returns false for what its kernels cannot run: an operand type, a function the user wrote), and
  * the CPU runs `on_cpu` — on a GPU processor, after the work queued there, whose memory the CPU
- * loop then reads and writes (managed memory).
+ * loop then reads and writes (managed memory). What a kernel allocates counts as workspace.
  */
 template <class Plan, class Gpu, class Cpu>
 void dispatch(Plan&& plan, [[maybe_unused]] Gpu&& on_gpu, Cpu&& on_cpu) {
+  const MemoryUseScope scratch(MemoryUse::workspace);  // what a kernel allocates, it frees
   switch (current_backend()) {
     case Backend::plan:
       plan();

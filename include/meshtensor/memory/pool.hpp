@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,26 @@ namespace meshtensor {
 /// queued work, and slowly), or nowhere (a plan's blocks: an address and a size, never touched).
 enum class MemorySpace { host, device, none };
 
+/// What a block is for, as the pool counts it: what a forward pass keeps (the default), the
+/// model's parameters, what a backward pass makes (gradients of activations and parameters), an
+/// optimiser's state, kernels' scratch, and halo messages. A MemoryUseScope (device/processor.hpp)
+/// says what the blocks allocated in it are for; MemoryPool::count_as() changes a block's use.
+enum class MemoryUse : std::uint8_t {
+  activations,
+  parameters,
+  gradients,
+  optimizer,
+  workspace,
+  halo,
+  count
+};
+constexpr std::size_t memory_uses = static_cast<std::size_t>(MemoryUse::count);
+inline const char* memory_use_name(MemoryUse use) {
+  static const char* names[] = {"activations", "parameters", "gradients",
+                                "optimizer",   "workspace",  "halo"};
+  return names[static_cast<std::size_t>(use)];
+}
+
 /// Where a pool's memory comes from: `map` a block (nullptr when there is none), `unmap` it.
 /// `in_parts`: unmap takes any part of mapped memory and its blocks are host memory (the system's
 /// pages), so the pool may split, merge and grow blocks and write a header into each. `space`:
@@ -57,9 +78,14 @@ class MemoryPool;
 
 namespace detail {
 // Blocks of sources that are not `in_parts`: their pool and size, by address.
+struct OutsideBlock {
+  MemoryPool* pool;
+  std::size_t size;
+  MemoryUse use;
+};
 struct OutsideBlocks {
   std::mutex mutex;
-  std::unordered_map<void*, std::pair<MemoryPool*, std::size_t>> blocks;
+  std::unordered_map<void*, OutsideBlock> blocks;
   std::atomic<bool> used{false};
 };
 inline OutsideBlocks& outside_blocks() {
@@ -75,6 +101,8 @@ struct MemoryStats {
   std::size_t held = 0, peak_held = 0;
   std::size_t allocations = 0, system_allocations = 0;  // hits = allocations - system ones
   std::size_t fresh_bytes = 0;  // taken from the system (new or grown blocks): page faults to come
+  std::array<std::size_t, memory_uses> in_use_by_use{};  // in_use, by what blocks are for
+  std::array<std::size_t, memory_uses> at_peak{};        // in_use_by_use when in_use peaked
 };
 
 class MemoryPool {
@@ -130,6 +158,7 @@ class MemoryPool {
     const bool pooled = outside || total >= pooled_from;
     const std::size_t size = !as_host || total >= pooled_from ? size_class(total) : total;
     std::size_t granted = size;  // a cached block may be somewhat bigger than asked
+    const MemoryUse use = this->use();
     void* base = nullptr;
     Resize resize;
     {
@@ -137,7 +166,11 @@ class MemoryPool {
       ++stats_.allocations;
       if (pooled) base = take_cached(size, granted, resize);
       stats_.in_use += granted;
-      stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
+      stats_.in_use_by_use[std::size_t(use)] += granted;
+      if (stats_.in_use > stats_.peak_in_use) {
+        stats_.peak_in_use = stats_.in_use;
+        stats_.at_peak = stats_.in_use_by_use;
+      }
       high_water_ = std::max(high_water_, stats_.in_use);
       if (!base || resize.from) {
         // Memory from the system: a new block, or a cached one grown (only ever grown: a bigger
@@ -157,6 +190,7 @@ class MemoryPool {
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.in_use -= granted;
+      stats_.in_use_by_use[std::size_t(use)] -= granted;
       stats_.held -= granted;
       throw std::bad_alloc();
     }
@@ -164,13 +198,14 @@ class MemoryPool {
     if (outside) {
       auto& registry = detail::outside_blocks();
       std::lock_guard<std::mutex> lock(registry.mutex);
-      registry.blocks[base] = {this, granted};
+      registry.blocks[base] = {this, granted, use};
       registry.used.store(true, std::memory_order_release);
       return base;
     }
     auto* header = static_cast<Header*>(base);
     header->pool = this;
     header->size = granted;
+    header->use = use;
     return static_cast<char*>(base) + alignment;
   }
 
@@ -180,13 +215,16 @@ class MemoryPool {
     void* base = nullptr;
     MemoryPool* pool = nullptr;
     std::size_t size = 0;
+    MemoryUse use = MemoryUse::activations;
     bool pooled = true;
     auto& registry = detail::outside_blocks();
     if (registry.used.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(registry.mutex);
       if (auto found = registry.blocks.find(data); found != registry.blocks.end()) {
         base = data;
-        std::tie(pool, size) = found->second;
+        pool = found->second.pool;
+        size = found->second.size;
+        use = found->second.use;
         registry.blocks.erase(found);
       }
     }
@@ -195,11 +233,13 @@ class MemoryPool {
       auto* header = static_cast<Header*>(base);
       pool = header->pool;
       size = header->size;
+      use = header->use;
       pooled = size >= pooled_from;  // malloc'd blocks are all smaller
     }
     {
       std::lock_guard<std::mutex> lock(pool->mutex_);
       pool->stats_.in_use -= size;
+      pool->stats_.in_use_by_use[std::size_t(use)] -= size;
       if (pooled && pool->open_) {
         pool->cache(static_cast<char*>(base), size);
         base = nullptr;
@@ -221,10 +261,46 @@ class MemoryPool {
     return stats_;
   }
 
+  /// What the blocks allocated from now on are for (MemoryUseScope sets it).
+  MemoryUse use() const { return MemoryUse(use_.load(std::memory_order_relaxed)); }
+  void set_use(MemoryUse use) { use_.store(std::uint8_t(use), std::memory_order_relaxed); }
+
+  /// Counts the block at `data` (from allocate(), of any pool) as for `use` from now on: a
+  /// parameter made by an initialiser, say.
+  static void count_as(const void* data, MemoryUse use) {
+    if (!data) return;
+    MemoryPool* pool = nullptr;
+    std::size_t size = 0;
+    MemoryUse* was = nullptr;
+    auto& registry = detail::outside_blocks();
+    std::unique_lock<std::mutex> registry_lock(registry.mutex, std::defer_lock);
+    if (registry.used.load(std::memory_order_acquire)) {
+      registry_lock.lock();
+      if (auto found = registry.blocks.find(const_cast<void*>(data));
+          found != registry.blocks.end()) {
+        pool = found->second.pool;
+        size = found->second.size;
+        was = &found->second.use;
+      }
+    }
+    if (!was) {
+      auto* header =
+          reinterpret_cast<Header*>(static_cast<char*>(const_cast<void*>(data)) - alignment);
+      pool = header->pool;
+      size = header->size;
+      was = &header->use;
+    }
+    std::lock_guard<std::mutex> lock(pool->mutex_);
+    pool->stats_.in_use_by_use[std::size_t(*was)] -= size;
+    pool->stats_.in_use_by_use[std::size_t(use)] += size;
+    *was = use;
+  }
+
   /// Starts a new peak from what is in use now (e.g. to measure one training step).
   void reset_peak() {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.peak_in_use = stats_.in_use;
+    stats_.at_peak = stats_.in_use_by_use;
     stats_.peak_held = stats_.held;
   }
 
@@ -232,6 +308,10 @@ class MemoryPool {
   /// this pool holds now: the processor's peak includes it, its cache does not keep it.
   void count_scratch(std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stats_.in_use + bytes > stats_.peak_in_use) {
+      stats_.at_peak = stats_.in_use_by_use;
+      stats_.at_peak[std::size_t(MemoryUse::workspace)] += bytes;
+    }
     stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use + bytes);
     stats_.peak_held = std::max(stats_.peak_held, stats_.held + bytes);
   }
@@ -251,6 +331,7 @@ class MemoryPool {
   struct Header {
     MemoryPool* pool;
     std::size_t size;
+    MemoryUse use;
   };
   static_assert(sizeof(Header) <= alignment);
 
@@ -429,7 +510,8 @@ class MemoryPool {
   std::set<std::pair<std::size_t, char*>> by_size_;  // the same blocks by size
   std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
-  std::atomic<long> references_{1};  // the owner, plus one per live block
+  std::atomic<std::uint8_t> use_{0};  // MemoryUse of new blocks
+  std::atomic<long> references_{1};   // the owner, plus one per live block
 };
 
 }  // namespace meshtensor

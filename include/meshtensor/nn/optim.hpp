@@ -24,6 +24,7 @@ class Sgd {
   Sgd(std::vector<Tensor<T>> parameters, double lr, double momentum = 0.0,
       double weight_decay = 0.0)
       : params_(std::move(parameters)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
+    const MemoryUseScope state(MemoryUse::optimizer);
     velocity_.reserve(params_.size());  // no copies of the blocks when the vector grows
     for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.array()));
   }
@@ -69,6 +70,7 @@ class Adam {
         epsilon_(epsilon),
         weight_decay_(weight_decay),
         decoupled_(decoupled) {
+    const MemoryUseScope state(MemoryUse::optimizer);
     first_.reserve(params_.size());  // no copies of the blocks when the vectors grow
     second_.reserve(params_.size());
     for (const auto& p : params_) {

@@ -8,6 +8,7 @@
 
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/device/processor.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::nn {
@@ -58,6 +59,7 @@ class Parameters {
   Tensor<T> insert(const std::string& name, Tensor<T> tensor, bool trainable) {
     for (const auto& e : entries_)
       if (e.name == name) throw Error("parameter " + detail::quote(name) + " is defined twice");
+    MemoryPool::count_as(tensor.array().data(), MemoryUse::parameters);  // made as an activation
     entries_.push_back({name, tensor, trainable});
     return tensor;
   }

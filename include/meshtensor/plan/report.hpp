@@ -11,10 +11,10 @@
 
 #include "meshtensor/comm/communicator.hpp"
 #include "meshtensor/comm/counting.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
 #include "meshtensor/memory/pool.hpp"
-#include "meshtensor/comm/tags.hpp"
 
 namespace meshtensor {
 
@@ -29,8 +29,8 @@ struct ProcessorPlan {
   int processor = 0;
   int planned_as = 0;  // the processor whose plan this is: itself, or one like it (plan.hpp)
   MeshCoord coord;
-  kernels::plan::Counts work;     // FLOPs and calls per kernel family
-  MemoryStats memory;             // its pool: peak_in_use is the most it held at once
+  kernels::plan::Counts work;  // FLOPs and calls per kernel family
+  MemoryStats memory;  // its pool: peak_in_use is the most it held at once, at_peak what for
   Communicator::Traffic traffic;  // as Mesh::traffic() counts on a real transport
   CountedTraffic counted;         // the same by message tag and collective kind
 
@@ -118,6 +118,10 @@ struct PlanReport {
     std::string name, key, unit;
     double (*measure)(const ProcessorPlan&);
   };
+  template <MemoryUse use>
+  static double at_peak(const ProcessorPlan& p) {
+    return double(p.memory.at_peak[static_cast<std::size_t>(use)]);
+  }
   static std::vector<Row> rows() {
     using F = kernels::plan::Family;
     using C = CountedTraffic;
@@ -127,6 +131,12 @@ struct PlanReport {
          [](const ProcessorPlan& p) { return p.flops(F::conv); }},
         {"peak memory", "peak_memory_bytes", "B",
          [](const ProcessorPlan& p) { return double(p.memory.peak_in_use); }},
+        {"  activations", "peak_activations_bytes", "B", at_peak<MemoryUse::activations>},
+        {"  parameters", "peak_parameters_bytes", "B", at_peak<MemoryUse::parameters>},
+        {"  gradients", "peak_gradients_bytes", "B", at_peak<MemoryUse::gradients>},
+        {"  optimizer state", "peak_optimizer_bytes", "B", at_peak<MemoryUse::optimizer>},
+        {"  workspace", "peak_workspace_bytes", "B", at_peak<MemoryUse::workspace>},
+        {"  halo buffers", "peak_halo_bytes", "B", at_peak<MemoryUse::halo>},
         {"halo messages", "halo_messages", "",
          [](const ProcessorPlan& p) { return double(p.sent(tags::halo).calls); }},
         {"halo bytes", "halo_bytes", "B",
