@@ -77,21 +77,13 @@ struct Moment {
 };
 
 // Adam's moments as tensors on their parameters' layouts, named after them.
-inline std::vector<Moment> adam_moments(mt::Mesh& mesh, nn::Parameters<float>& params,
-                                        nn::Adam<float>& adam) {
+inline std::vector<Moment> adam_moments(nn::Parameters<float>& params, nn::Adam<float>& adam) {
   std::vector<Moment> out;
-  const auto trainable = params.trainable();
   std::size_t k = 0;
   for (const auto& entry : params.entries()) {
     if (!entry.trainable) continue;
-    // Copies made where the moments are (on a GPU, in its memory, by the GPU, in the order of
-    // the work that updated them).
-    out.push_back(
-        {"adam/m/" + entry.name, mt::Tensor<float>(mesh, trainable[k].layout(),
-                                                   mt::kernels::copy_of(adam.first_moments()[k]))});
-    out.push_back({"adam/v/" + entry.name,
-                   mt::Tensor<float>(mesh, trainable[k].layout(),
-                                     mt::kernels::copy_of(adam.second_moments()[k]))});
+    out.push_back({"adam/m/" + entry.name, adam.first_moment(k)});
+    out.push_back({"adam/v/" + entry.name, adam.second_moment(k)});
     ++k;
   }
   return out;
@@ -121,7 +113,7 @@ inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t
   };
   for (const auto& entry : net.parameters().entries())
     save(entry.name, entry.tensor, entry.trainable ? "parameter" : "state");
-  for (const auto& moment : adam_moments(mesh, net.parameters(), adam))
+  for (const auto& moment : adam_moments(net.parameters(), adam))
     save(moment.name, moment.tensor, "optimizer");
   on_first(mesh, [&] {
     const json manifest{{"format", "meshtensor-unet3d-checkpoint-1"},
@@ -194,7 +186,7 @@ inline std::int64_t restore_checkpoint(mt::Mesh& mesh, const json& manifest, con
   }
   if (adam) {
     // The moments come back as tensors on their parameters' layouts, then into Adam's state.
-    auto moments = adam_moments(mesh, net.parameters(), *adam);
+    auto moments = adam_moments(net.parameters(), *adam);
     std::size_t k = 0;
     for (std::size_t i = 0; i < moments.size(); i += 2, ++k) {
       restore_tensor(mesh, manifest, where, moments[i].name, moments[i].tensor);

@@ -1,7 +1,7 @@
 # The layers of include/meshtensor/ depend one way (docs/ARCHITECTURE.md): a header includes
 # meshtensor headers from its own folder and from folders below it, never above, and kernels/
 # nothing from comm/. Also: ops/ and
-# nn/ name no GPU (kernels/ choose the backend), and the examples use no detail:: and never wait
+# nn/ name no GPU (kernels/ choose the backend), and the examples use no detail:: nor kernels:: and never wait
 # on a device themselves. Run by ctest as `cmake -DROOT=<source dir> -P check_layers.cmake`.
 cmake_policy(SET CMP0057 NEW)
 set(layers core memory device comm kernels tensor autodiff ops nn io plan)
@@ -48,10 +48,10 @@ foreach(path IN LISTS op_headers)
   endforeach()
 endforeach()
 
-# The examples: public API only, no waits of their own.
+# The examples: public API only (no detail::, no kernel calls of their own), no waits of their own.
 file(GLOB_RECURSE example_sources "${ROOT}/examples/*.hpp" "${ROOT}/examples/*.cpp")
 foreach(path IN LISTS example_sources)
-  file(STRINGS "${path}" lines REGEX "(detail::|wait_for_)")
+  file(STRINGS "${path}" lines REGEX "(detail::|kernels::|wait_for_)")
   foreach(line IN LISTS lines)
     string(REPLACE ";" "," line "${line}")
     list(APPEND failures "${path}: ${line}")

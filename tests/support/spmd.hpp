@@ -6,6 +6,8 @@
 // thread-safe. The MPI build also runs on the nccl transport (one GPU per rank) when it links
 // meshtensor::cuda and MESHTENSOR_TRANSPORT=nccl; main_mpi.cpp then starts NCCL once for the job.
 
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -56,7 +58,8 @@ inline bool can_run(const MeshShape& shape) {
 /**
  * Runs `fn(Mesh&)` on every processor of `shape` and returns the results this process can see:
  * every processor's under threads (indexed by processor), this rank's under MPI (empty on ranks
- * outside the mesh, and for a mesh larger than the job).
+ * outside the mesh, and for a mesh larger than the job). Under MPI a failure on one rank aborts the
+ * job, so that no rank waits for it.
  */
 template <class F>
 auto on_mesh(const MeshShape& shape, F&& fn) {
@@ -74,7 +77,15 @@ auto on_mesh(const MeshShape& shape, F&& fn) {
     part = mpi::MpiCommunicator(world).split(inside ? 0 : -1, world.rank());
   if (part) {
     Mesh mesh(shape, std::move(part));
-    results.push_back(fn(mesh));
+    try {
+      results.push_back(fn(mesh));
+    } catch (const std::exception& e) {
+      // The other ranks may be waiting for this one: end the job rather than hang until ctest's
+      // timeout.
+      std::fprintf(stderr, "rank %d failed: %s; aborting the job\n", world.rank(), e.what());
+      std::fflush(stderr);
+      world.abort(1);
+    }
   }
 #else
   std::vector<std::unique_ptr<Result> > slots(shape.num_processors());

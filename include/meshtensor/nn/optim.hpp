@@ -108,8 +108,17 @@ class Adam {
   void set_steps(std::int64_t steps) { steps_ = steps; }
   std::vector<Array<T>>& first_moments() { return first_; }
   std::vector<Array<T>>& second_moments() { return second_; }
+  /// A copy of parameter k's first (or second) moment as a tensor on the parameter's layout (to
+  /// save it): made where the moments are, in the order of the work that updated them.
+  Tensor<T> first_moment(std::size_t k) const { return moment_tensor(k, first_); }
+  Tensor<T> second_moment(std::size_t k) const { return moment_tensor(k, second_); }
 
  private:
+  Tensor<T> moment_tensor(std::size_t k, const std::vector<Array<T>>& moments) const {
+    const Tensor<T>& p = params_.at(k);
+    return Tensor<T>(p.mesh(), p.layout(), kernels::copy_of(moments.at(k)));
+  }
+
   std::vector<Tensor<T>> params_;
   std::vector<Array<T>> first_, second_;
   double lr_, beta1_, beta2_, epsilon_, weight_decay_;
