@@ -236,11 +236,7 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
   const WindowedPlan& p = c.plan;
   const bool identity = kernels::is_identity(p.to_kernel_order);
   const bool in_place = p.clip_padding && p.halo.local_only() && identity;
-  Array<T> box = empty_array<T>();
-  if (!in_place)
-    box = to_kernel_order(p.clip_padding ? p.halo.exchange_inside(x.mesh(), x.array())
-                                         : p.halo.exchange(x.mesh(), x.array(), T(0)),
-                          p.to_kernel_order);
+  Array<T> box = in_place ? empty_array<T>() : windowed_box(p, x.mesh(), x.array(), T(0));
   const T* box_data = in_place ? x.array().data() : box.data();
   const auto& box_shape = in_place ? x.array().shape() : box.shape();
   box_sizes.assign(box_shape.begin(), box_shape.end());
@@ -356,12 +352,9 @@ struct ConvBackward {
     std::optional<HaloExchange::Pending<T>> returning;
     Array<T> own = empty_array<T>();
     if (need[0]) {
-      Array<T> grad_box = Array<T>::from_shape(box_sizes);
-      if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
-        kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
-      else
-        kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box.data());
-      auto in_order = from_kernel_order(std::move(grad_box), plan.to_kernel_order);
+      auto in_order = windowed_box_gradient<T>(plan, box_sizes, [&](T* grad_box) {
+        kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box);
+      });
       if (!plan.clip_padding)
         own = plan.halo.exchange_add(mesh, in_order);
       else if (!halo_traffic)
@@ -388,10 +381,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   const auto w = relayout_to(weight, weight.layout().with_layout(layout));
   ConvCall<T> call = conv_call(x, w, window, channels, dims, layout, transposed);
 
-  std::vector<std::size_t> out_sizes;
-  for (auto d : call.plan.to_kernel_order)
-    out_sizes.push_back(call.plan.output_block.ranges[d].size());
-  Array<T> out = Array<T>::from_shape(out_sizes);
+  Array<T> out = windowed_output<T>(call.plan);
   std::vector<std::size_t> box_sizes;
   SavedBox<T> saved = call.by_rows ? conv_forward_by_rows(call, x, out)
                                    : conv_forward_on_box(call, x, out, box_sizes);

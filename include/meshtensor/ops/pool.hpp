@@ -66,11 +66,8 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   geometry.inside_end = plan.inside_end;
 
   const T pad = is_max ? -std::numeric_limits<T>::infinity() : T(0);
-  const Array<T> box =
-      to_kernel_order(plan.halo.exchange(mesh, input.array(), pad), plan.to_kernel_order);
-  std::vector<std::size_t> out_sizes;
-  for (auto d : plan.to_kernel_order) out_sizes.push_back(plan.output_block.ranges[d].size());
-  Array<T> out = Array<T>::from_shape(out_sizes);
+  const Array<T> box = windowed_box(plan, mesh, input.array(), pad);
+  Array<T> out = windowed_output<T>(plan);
   // What max pooling's backward reads: which position of each window won.
   Buffer<std::uint8_t> workspace(
       is_max && !plan.empty() ? kernels::max_pool_workspace_bytes<T>(geometry) : 0);
@@ -89,15 +86,12 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
       [plan, geometry, box_sizes, workspace = std::move(workspace), is_max, count_padding](
           const Tensor<T>& g, const std::vector<bool>&) {
         const KernelOrderView<T> g_kernel(g.array(), plan.to_kernel_order);
-        Array<T> grad_box = Array<T>::from_shape(box_sizes);
-        if (plan.empty())
-          kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
-        else if (is_max)
-          kernels::max_pool_backward(geometry, g_kernel.data(), workspace.data(), grad_box.data());
-        else
-          kernels::avg_pool_backward(geometry, g_kernel.data(), grad_box.data(), count_padding);
-        auto own = plan.halo.exchange_add(
-            g.mesh(), from_kernel_order(std::move(grad_box), plan.to_kernel_order));
+        auto own = windowed_input_gradient<T>(plan, g.mesh(), box_sizes, [&](T* grad_box) {
+          if (is_max)
+            kernels::max_pool_backward(geometry, g_kernel.data(), workspace.data(), grad_box);
+          else
+            kernels::avg_pool_backward(geometry, g_kernel.data(), grad_box, count_padding);
+        });
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), plan.input_layout, std::move(own))};
       });
   return result;

@@ -1,12 +1,17 @@
 #pragma once
-// What every windowed op (convolution, transposed convolution, pooling) plans the same way: the
-// output's shape and layout, the halo each processor needs, and the order that brings a block
-// into the kernels' layout — pass-through dims, then the spatial dims in window order, then the
-// inner dim (channels) last.
+// What every windowed op (convolution, transposed convolution, pooling) does the same way: it
+// plans the output's shape and layout, the halo each processor needs, and the order that brings a
+// block into the kernels' layout — pass-through dims, then the spatial dims in window order, then
+// the inner dim (channels) last; then it exchanges the box the kernels read, runs its kernels on
+// it, and on the way back sends the box's gradient to the owners (windowed_box, windowed_output,
+// windowed_input_gradient). The op chooses the strategy: the padded box or the box inside the
+// tensor (with the kernels reading zeros beyond it), exchanged before the kernels or overlapped
+// with them (the convolution's rows, ops/conv.hpp).
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
@@ -130,6 +135,45 @@ Array<T> from_kernel_order(Array<T>&& block, const std::vector<std::size_t>& ord
 template <class T>
 Array<T> from_kernel_order(const Array<T>& block, const std::vector<std::size_t>& order) {
   return to_kernel_order(block, kernels::inverse(order));
+}
+
+// The box the kernels read, in kernel order: the own block with the halo around it, padded with
+// `pad` outside the tensor, or (with the plan's clip_padding) stopping at the tensor's edges.
+template <class T>
+Array<T> windowed_box(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own, T pad) {
+  return to_kernel_order(
+      plan.clip_padding ? plan.halo.exchange_inside(mesh, own) : plan.halo.exchange(mesh, own, pad),
+      plan.to_kernel_order);
+}
+
+// The output block in kernel order, for the kernels to write.
+template <class T>
+Array<T> windowed_output(const WindowedPlan& plan) {
+  std::vector<std::size_t> sizes;
+  for (auto d : plan.to_kernel_order) sizes.push_back(plan.output_block.ranges[d].size());
+  return Array<T>::from_shape(sizes);
+}
+
+// The gradient of the box (of `box_sizes`, in kernel order) that backward(grad_box) writes —
+// zeros where the processor has no output — back in the dims' order, ready to go to the owners.
+template <class T, class Backward>
+Array<T> windowed_box_gradient(const WindowedPlan& plan, const std::vector<std::size_t>& box_sizes,
+                               Backward&& backward) {
+  Array<T> grad_box = Array<T>::from_shape(box_sizes);
+  if (plan.empty())  // else the kernels write the whole box, zeros where nothing reads
+    kernels::fill_values(grad_box.data(), std::int64_t(grad_box.size()), T(0));
+  else
+    backward(grad_box.data());
+  return from_kernel_order(std::move(grad_box), plan.to_kernel_order);
+}
+
+// The input block's gradient: the box's (windowed_box_gradient), each part added at its owner.
+template <class T, class Backward>
+Array<T> windowed_input_gradient(const WindowedPlan& plan, Mesh& mesh,
+                                 const std::vector<std::size_t>& box_sizes, Backward&& backward) {
+  Array<T> grad = windowed_box_gradient<T>(plan, box_sizes, std::forward<Backward>(backward));
+  return plan.clip_padding ? plan.halo.exchange_add_inside(mesh, std::move(grad))
+                           : plan.halo.exchange_add(mesh, grad);
 }
 
 }  // namespace meshtensor::detail
