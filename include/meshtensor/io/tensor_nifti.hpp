@@ -14,6 +14,7 @@
 
 #include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
@@ -22,7 +23,6 @@
 #include "meshtensor/io/orientation.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
-#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -248,9 +248,7 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
         if (detail::first_replica(mesh.shape(), t.layout(), mesh.processor()) &&
             pieces.piece_of(mesh.processor(), b)) {
           pieces.pack(b);
-          world
-              .isend(pieces.piece.data(), pieces.piece.size() * sizeof(T), 0,
-                     tags::volume_io)
+          world.isend(pieces.piece.data(), pieces.piece.size() * sizeof(T), 0, tags::volume_io)
               .wait();
         }
         continue;
@@ -263,9 +261,7 @@ void save_nifti(const Tensor<T>& t, const std::string& path, const NiftiVolume& 
           pieces.pack(b);
         } else {
           pieces.piece.resize(pieces.size_of(b));
-          world
-              .irecv(pieces.piece.data(), pieces.piece.size() * sizeof(T), p,
-                     tags::volume_io)
+          world.irecv(pieces.piece.data(), pieces.piece.size() * sizeof(T), p, tags::volume_io)
               .wait();
         }
         pieces.place(b, slab);

@@ -12,13 +12,13 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/request.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
-#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
