@@ -64,12 +64,6 @@ unet3d::TrainOptions small_unet(const Case& c) {
   return o;
 }
 
-// What a real run and a plan both run: the model made, then two training steps (the second is the
-// steady state: Adam's moments exist).
-void two_steps(mt::Mesh& mesh, const unet3d::TrainOptions& o, const mt::Layout& layout) {
-  unet3d::model_and_two_steps(mesh, o, layout);
-}
-
 struct Measured {
   int processor = 0;
   mt::Communicator::Traffic traffic;
@@ -101,11 +95,11 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
       const auto o = small_unet(c);
       const mt::Layout layout(c.layout);
       const auto real = on_mesh(shape, [&](mt::Mesh& mesh) {
-        two_steps(mesh, o, layout);
+        unet3d::model_and_two_steps(mesh, o, layout);
         return Measured{mesh.processor(), mesh.traffic(), mt::memory_stats()};
       });
-      const auto plan =
-          mt::plan(shape, layout, [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
+      const auto plan = mt::plan(
+          shape, layout, [&](mt::Mesh& mesh) { unet3d::model_and_two_steps(mesh, o, layout); });
       REQUIRE(plan.processors.size() == std::size_t(shape.num_processors()));
       for (const auto& measured : real) {
         INFO("processor " << measured.processor);
@@ -143,7 +137,7 @@ TEST_CASE("a plan reports per processor and over the mesh") {
   o.channels = 8;
   const mt::Layout layout("x:a; y:b; z:c");
   const auto plan = mt::plan(mt::MeshShape("a:4; b:4; c:4"), layout,
-                             [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); });
+                             [&](mt::Mesh& mesh) { unet3d::model_and_two_steps(mesh, o, layout); });
   REQUIRE(plan.processors.size() == 64);
   // A corner processor has three neighbours, an inner one six: it sends half the halo messages.
   const auto halo = [](const mt::ProcessorPlan& p) { return double(p.sent(mt::tags::halo).calls); };
@@ -168,7 +162,8 @@ TEST_CASE("a plan runs one processor for each class of like processors") {
     mt::PlanOptions options;
     options.every_processor = every_processor;
     return mt::plan(
-        mt::MeshShape(mesh), layout, [&](mt::Mesh& mesh) { two_steps(mesh, o, layout); }, options);
+        mt::MeshShape(mesh), layout,
+        [&](mt::Mesh& mesh) { unet3d::model_and_two_steps(mesh, o, layout); }, options);
   };
   SECTION("even blocks: the middle stands for the inner processors, exactly") {
     const auto some = plan_of("p:12; q:2", "x:p; y:q", 48, false);

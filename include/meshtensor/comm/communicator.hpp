@@ -68,6 +68,25 @@ class Communicator {
     std::uint64_t bytes = 0;
     std::uint64_t collectives = 0;
     std::uint64_t collective_bytes = 0;
+
+    Traffic& operator+=(const Traffic& o) {
+      messages += o.messages;
+      bytes += o.bytes;
+      collectives += o.collectives;
+      collective_bytes += o.collective_bytes;
+      return *this;
+    }
+    Traffic& operator-=(const Traffic& o) {
+      messages -= o.messages;
+      bytes -= o.bytes;
+      collectives -= o.collectives;
+      collective_bytes -= o.collective_bytes;
+      return *this;
+    }
+    friend bool operator==(const Traffic& a, const Traffic& b) {
+      return a.messages == b.messages && a.bytes == b.bytes && a.collectives == b.collectives &&
+             a.collective_bytes == b.collective_bytes;
+    }
   };
   Traffic traffic() const { return traffic_; }
 

@@ -32,8 +32,6 @@ struct CountedTraffic {
     }
   };
   enum Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, barrier, kinds };
-  static constexpr std::array<const char*, kinds> collective_names{
-      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier"};
 
   std::map<int, Count> sent_by_tag;      // point-to-point sends, by message tag
   std::map<int, Count> received_by_tag;  // the receives posted, by tag

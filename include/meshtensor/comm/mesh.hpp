@@ -104,13 +104,7 @@ class Mesh {
   /// The traffic this processor has sent so far, over the world and every group.
   Communicator::Traffic traffic() const {
     Communicator::Traffic total = world_->traffic();
-    for (const auto& group : groups_) {
-      const auto t = group->traffic();
-      total.messages += t.messages;
-      total.bytes += t.bytes;
-      total.collectives += t.collectives;
-      total.collective_bytes += t.collective_bytes;
-    }
+    for (const auto& group : groups_) total += group->traffic();
     return total;
   }
   /// The communicators of every set of axes (all of them: AxisSet values 0 .. 2^rank - 1).

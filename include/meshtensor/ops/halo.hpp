@@ -104,7 +104,7 @@ class HaloExchange : public HaloPlan {
     if (exchanged().empty())
       return extract(std::move(pending.work), inside_work(),
                      pending.adjoint ? HaloPlan::own() : inside());
-    complete(mesh, inside_work(), pending);
+    complete(inside_work(), pending);
     if (!pending.adjoint) return extract(std::move(pending.work), inside_work(), inside());
     for (std::size_t step = exchanged().size() - 1; step-- > 0;)
       move(mesh, step, inside_work(), pending.work, /*adjoint=*/true);
@@ -159,9 +159,9 @@ class HaloExchange : public HaloPlan {
 
   /// Completes begin_add_halo(): adds the received gradients into `own` (over the own block).
   template <class T>
-  void finish_add_halo(Mesh& mesh, Pending<T>&& pending, Array<T>& own) const {
+  void finish_add_halo(Mesh& /*mesh*/, Pending<T>&& pending, Array<T>& own) const {
     pending.work = std::move(own);
-    complete(mesh, HaloPlan::own(), pending);
+    complete(HaloPlan::own(), pending);
     own = std::move(pending.work);
   }
 
@@ -211,7 +211,7 @@ class HaloExchange : public HaloPlan {
     pending.adjoint = adjoint;
     pending.work = std::move(work);
     post(mesh, step, work_box, pending, adjoint);
-    complete(mesh, work_box, pending);
+    complete(work_box, pending);
     work = std::move(pending.work);
   }
 
@@ -242,7 +242,7 @@ class HaloExchange : public HaloPlan {
   // Waits for the step in flight and unpacks what arrived into the work array: copied, or added
   // for the adjoint.
   template <class T>
-  void complete(Mesh& /*mesh*/, const Block& work_box, Pending<T>& pending) const {
+  void complete(const Block& work_box, Pending<T>& pending) const {
     const auto work_strides = kernels::row_major_strides(work_box.sizes());
     pending.step.finish([&](const Block& box, const T* from) {
       T* at = pending.work.data() + kernels::offset_of_box(box, work_box, work_strides);

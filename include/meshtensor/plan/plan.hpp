@@ -84,26 +84,24 @@ void plan_processors(const MeshShape& shape, const std::vector<int>& ranks, F& f
   if (failure) std::rethrow_exception(failure);
 }
 
-// Along an axis of n processors, the coordinates a plan runs: all of a short axis; of a long one
-// the first three, the middle and the last three. A processor's work depends on its coordinate
-// only through its blocks' sizes (the first n % size blocks are one larger) and which neighbours
-// its halos reach, so from the third to the third-last all do the same where those three agree.
+// Along an axis of n processors, the coordinate whose plan stands for coordinate c: c itself on a
+// short axis and for the first three and the last three, else the middle. A processor's work
+// depends on its coordinate only through its blocks' sizes (the first n % size blocks are one
+// larger) and which neighbours its halos reach, so from the third to the third-last all do the
+// same where those three agree (interiors_agree).
 constexpr int short_axis = 7;
-inline std::vector<int> planned_coordinates(int n) {
-  std::vector<int> out;
-  for (int c = 0; c < n; ++c)
-    if (n <= short_axis || c < 3 || c >= n - 3 || c == n / 2) out.push_back(c);
-  return out;
-}
 inline int stand_in(int c, int n) { return n <= short_axis || c < 3 || c >= n - 3 ? c : n / 2; }
 
+// The processor whose plan stands for `rank`'s.
+inline int stand_in(const MeshShape& shape, int rank) {
+  MeshCoord coord = shape.coord_of(rank);
+  for (std::size_t a = 0; a < shape.rank(); ++a) coord[a] = stand_in(coord[a], shape[a].size);
+  return shape.processor_of(coord);
+}
+
 inline bool same_work(const ProcessorPlan& a, const ProcessorPlan& b) {
-  const auto& ta = a.traffic;
-  const auto& tb = b.traffic;
   return a.work.flops == b.work.flops && a.work.calls == b.work.calls &&
-         a.memory.peak_in_use == b.memory.peak_in_use && ta.messages == tb.messages &&
-         ta.bytes == tb.bytes && ta.collectives == tb.collectives &&
-         ta.collective_bytes == tb.collective_bytes;
+         a.memory.peak_in_use == b.memory.peak_in_use && a.traffic == b.traffic;
 }
 
 // Whether, on every long axis, the third, middle and third-last coordinates planned the same.
@@ -170,42 +168,26 @@ PlanReport plan(const MeshShape& shape, const Layout& layout, F&& fn, PlanOption
   report.mesh = shape.to_string();
   report.layout = layout.to_string();
   report.processors.resize(std::size_t(n));
-  std::vector<int> planned, all(static_cast<std::size_t>(n));
-  for (int rank = 0; rank < n; ++rank) all[std::size_t(rank)] = rank;
-  if (!options.every_processor) {
-    std::vector<std::vector<int>> along;
-    for (std::size_t a = 0; a < shape.rank(); ++a)
-      along.push_back(detail::planned_coordinates(shape[a].size));
-    for (int rank : all) {
-      const MeshCoord coord = shape.coord_of(rank);
-      bool chosen = true;
-      for (std::size_t a = 0; a < shape.rank(); ++a)
-        chosen = chosen && detail::stand_in(coord[a], shape[a].size) == coord[a];
-      if (chosen) planned.push_back(rank);
-    }
+  std::vector<int> planned, all;
+  for (int rank = 0; rank < n; ++rank) {
+    all.push_back(rank);
+    if (detail::stand_in(shape, rank) == rank) planned.push_back(rank);
   }
-  if (options.every_processor || planned.size() == all.size()) {
-    detail::plan_processors(shape, all, fn, workers, report);
-    report.planned = n;
-  } else {
-    detail::plan_processors(shape, planned, fn, workers, report);
+  const bool by_class = !options.every_processor && planned.size() < all.size();
+  if (by_class) detail::plan_processors(shape, planned, fn, workers, report);
+  if (by_class && detail::interiors_agree(shape, report, planned)) {
     report.planned = int(planned.size());
-    if (!detail::interiors_agree(shape, report, planned)) {
-      detail::plan_processors(shape, all, fn, workers, report);  // they differ: plan them all
-      report.planned = n;
-    } else {
-      for (int rank : all) {
-        MeshCoord coord = shape.coord_of(rank);
-        for (std::size_t a = 0; a < shape.rank(); ++a)
-          coord[a] = detail::stand_in(coord[a], shape[a].size);
-        const int stand_in = shape.processor_of(coord);
-        if (stand_in == rank) continue;
-        ProcessorPlan& p = report.processors[std::size_t(rank)];
-        p = report.processors[std::size_t(stand_in)];
-        p.processor = rank;
-        p.coord = shape.coord_of(rank);
-      }
+    for (int rank : all) {
+      const int like = detail::stand_in(shape, rank);
+      if (like == rank) continue;
+      ProcessorPlan& p = report.processors[std::size_t(rank)];
+      p = report.processors[std::size_t(like)];
+      p.processor = rank;
+      p.coord = shape.coord_of(rank);
     }
+  } else {
+    detail::plan_processors(shape, all, fn, workers, report);  // or the inner ones differ
+    report.planned = n;
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return report;

@@ -18,12 +18,6 @@
 
 namespace meshtensor {
 
-inline const char* kernel_family_name(kernels::plan::Family f) {
-  static const char* names[] = {"copy",      "elementwise", "sum",  "norm",
-                                "optimizer", "conv",        "pool", "resample"};
-  return names[static_cast<std::size_t>(f)];
-}
-
 /// One processor's part of a plan.
 struct ProcessorPlan {
   int processor = 0;
@@ -40,7 +34,7 @@ struct ProcessorPlan {
     return total;
   }
   double flops(kernels::plan::Family f) const { return work.flops[static_cast<std::size_t>(f)]; }
-  /// Point-to-point messages and bytes sent with `tag` (detail::tags: halo, relayout).
+  /// Point-to-point messages and bytes sent with `tag` (comm/tags.hpp: halo, relayout).
   CountedTraffic::Count sent(int tag) const {
     const auto found = counted.sent_by_tag.find(tag);
     return found == counted.sent_by_tag.end() ? CountedTraffic::Count{} : found->second;
@@ -54,10 +48,7 @@ struct ProcessorPlan {
       work.flops[f] -= before.work.flops[f];
       work.calls[f] -= before.work.calls[f];
     }
-    traffic.messages -= before.traffic.messages;
-    traffic.bytes -= before.traffic.bytes;
-    traffic.collectives -= before.traffic.collectives;
-    traffic.collective_bytes -= before.traffic.collective_bytes;
+    traffic -= before.traffic;
     counted -= before.counted;
     return *this;
   }
