@@ -1,10 +1,11 @@
 #pragma once
-// Carrying out one step of a halo plan (core/halo_plan.hpp) on a communicator: every message of
+// Carrying out a halo plan (core/halo_plan.hpp) on a mesh. HaloStep is one step: every message of
 // the step is posted at once — each send packed by the caller from wherever its data lies, each
 // receive into a buffer of its own — and started; finish() waits for all of them and hands each
 // received piece to the caller, who copies it into place or adds it there (the adjoint). The
-// caller computes meanwhile. The caller also decides how a box is packed and unpacked (kernels:
-// on the processor's device), so that this layer moves only bytes.
+// caller computes meanwhile. HaloTransfer is a whole exchange, forward or adjoint, its steps in
+// order with one left in flight for the caller to overlap. The caller decides how a box is packed
+// and unpacked (kernels: on the processor's device), so that this layer moves only bytes.
 
 #include <chrono>
 #include <cstdint>
@@ -34,7 +35,7 @@ inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(
  * ```cpp
  * HaloStep<float> step(mesh, plan, 0, false, [&](const Block& box, float* to) { ... });
  * compute_what_needs_no_halo();
- * step.finish([&](const Block& box, const float* from) { ... });  // or take_received()
+ * step.finish([&](const Block& box, Buffer<float>& piece) { ... });  // or take_received()
  * ```
  */
 template <class T>
@@ -74,10 +75,11 @@ class HaloStep {
   HaloStep(HaloStep&&) noexcept = default;
   HaloStep& operator=(HaloStep&&) noexcept = default;
 
-  /// Waits for the step; unpack(box, from) takes each received piece's values.
+  /// Waits for the step; unpack(box, piece) takes each received piece (a Buffer<T>&, which it may
+  /// keep).
   template <class Unpack>
   void finish(Unpack&& unpack) {
-    for (const auto& [box, piece] : take_received()) unpack(box, piece.data());
+    for (auto& [box, piece] : take_received()) unpack(box, piece);
   }
 
   /// Waits for the step; the received pieces.
@@ -111,6 +113,51 @@ class HaloStep {
   std::vector<Request> requests_;
   std::vector<Buffer<T>> sent_;  // alive until the step completes
   std::vector<Piece> received_;
+};
+
+/**
+ * A whole halo exchange in flight. Forward, every step but the last runs at once and the last
+ * stays in flight; the adjoint (gradients back to their owners) runs the steps backwards, its
+ * first — the last forward step — in flight, the others in finish(). Between the two the caller
+ * computes what needs no halo. pack(box, to) writes a sent box's values; unpack(box, piece) takes
+ * a received piece: copies it into place, or adds it there for the adjoint. The plan must outlive
+ * the transfer.
+ */
+template <class T>
+class HaloTransfer {
+ public:
+  HaloTransfer() = default;
+
+  template <class Pack, class Unpack>
+  HaloTransfer(Mesh& mesh, const HaloPlan& plan, bool adjoint, Pack&& pack, Unpack&& unpack)
+      : mesh_(&mesh), plan_(&plan), adjoint_(adjoint) {
+    const std::size_t steps = plan.exchanged().size();
+    if (steps == 0) {
+      plan_ = nullptr;  // nothing to send: finish() has nothing to do
+      return;
+    }
+    if (!adjoint)
+      for (std::size_t step = 0; step + 1 < steps; ++step)
+        HaloStep<T>(mesh, plan, step, false, pack).finish(unpack);
+    in_flight_ = HaloStep<T>(mesh, plan, steps - 1, adjoint, pack);
+  }
+
+  /// Completes the step in flight, then (adjoint) the steps before it, last to first.
+  template <class Pack, class Unpack>
+  void finish(Pack&& pack, Unpack&& unpack) {
+    if (!plan_) return;
+    in_flight_.finish(unpack);
+    if (adjoint_)
+      for (std::size_t step = plan_->exchanged().size() - 1; step-- > 0;)
+        HaloStep<T>(*mesh_, *plan_, step, true, pack).finish(unpack);
+    plan_ = nullptr;
+  }
+
+ private:
+  Mesh* mesh_ = nullptr;
+  const HaloPlan* plan_ = nullptr;
+  bool adjoint_ = false;
+  HaloStep<T> in_flight_;
 };
 
 }  // namespace meshtensor

@@ -96,9 +96,9 @@ class HaloPlan {
                                                          : hull(own_.ranges[d], in.ranges[d]));
   }
 
-  /// This processor's read range: the box exchange() returns (padding included).
+  /// This processor's read range: the padded form's box (padding included).
   const Block& box() const { return need_; }
-  /// The read range without the padding outside the tensor: the box exchange_inside() returns.
+  /// The read range without the padding outside the tensor: the inside form's box.
   const Block& inside() const { return inside_; }
   const Block& own() const { return own_; }
   /// The split dims exchanged, in order (positions in the tensor's shape).
@@ -108,9 +108,9 @@ class HaloPlan {
   /// block: the inside box is the block itself.
   bool local_only() const { return exchanged_.empty() && inside() == own_; }
 
-  /// The read box and the own block's hull: exchange()'s work array.
+  /// The read box and the own block's hull: the padded form's work array.
   const Block& cover() const { return cover_; }
-  /// The hull of own() and inside(): exchange_inside()'s work array.
+  /// The hull of own() and inside(): the inside form's work array.
   const Block& inside_work() const { return inside_work_; }
   /// The mesh axis along which exchange step `step` runs.
   std::size_t step_axis(std::size_t step) const { return *layout_.mesh_axis_of(exchanged_[step]); }
@@ -179,7 +179,7 @@ class HaloPlan {
   HaloNeeds needs_;
   Block own_, need_, cover_, wanted_;
   Block inside_;                        // need_ clipped to the tensor
-  Block inside_work_;                   // hull of own_ and inside(): exchange_inside's work array
+  Block inside_work_;                   // hull of own_ and inside(): the inside form's work array
   std::vector<int> index_;              // this processor's block index along each dim
   std::vector<std::size_t> exchanged_;  // split dims, in exchange order
 };

@@ -67,7 +67,7 @@ struct RowsOfBox {
     return rows;
   }
   template <class T>
-  void add_halo(BoxRows<T>& rows, const HaloExchange::Pieces<T>& halo) const {
+  void add_halo(BoxRows<T>& rows, const HaloPieces<T>& halo) const {
     for (const auto& [block, data] : halo)
       rows.add(first_row(block), block.ranges[dim].size(), data.data());
   }
@@ -184,9 +184,11 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& wind
   const Shape& in_shape = x.shape();
   const Shape& w_shape = w.shape();
   const auto& spatial = window.spatial();
-  // Convolutions leave the zero padding to the kernels: no padded copy of the block.
+  // Convolutions leave the zero padding to the kernels (no padded copy of the block) and overlap
+  // the halo with the rows that need none where they can.
   ConvCall<T> c(plan_windowed(x.layout(), Shape(dims.output_dims), layout, spatial, channels,
-                              dims.windows, transposed, x.mesh().coord(), !transposed));
+                              dims.windows, transposed, x.mesh().coord(),
+                              transposed ? HaloForm::padded : HaloForm::pieces));
   for (const auto& k : dims.kernel_names) c.w_order.push_back(w_shape.position(k));
   c.w_order.push_back(w_shape.position(channels));
   c.w_order.push_back(w_shape.position(dims.out_channels.name));
@@ -199,32 +201,27 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& wind
   g.out = c.plan.out;
   g.kernel = c.plan.kernel;
   g.taps = c.plan.taps;
-  // With the first spatial dim the only split one (and one pass-through index), the box is a
-  // stack of rows: the kernels read the own block in place and the halo rows kept apart
-  // (conv_rows.hpp). The output rows that need no halo are computed while it is in flight, then
-  // the rows along the cuts.
-  const WindowedPlan& p = c.plan;
+  // Overlapped, the box is a stack of rows: the kernels read the own block in place and the halo
+  // rows kept apart (conv_rows.hpp).
   c.first_spatial = in_shape.position(spatial[0]);
-  c.by_rows = p.clip_padding && !p.halo.local_only() && !p.empty() &&
-              kernels::is_identity(p.to_kernel_order) && p.pass_size == 1 &&
-              p.halo.exchanged() == std::vector<std::size_t>{c.first_spatial} &&
-              p.halo.inside_work() == p.halo.inside();
+  c.by_rows = c.plan.form == HaloForm::pieces;
   return c;
 }
 
 // Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
 template <class T>
 SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out) {
-  Mesh& mesh = x.mesh();
   const RowsOfBox rows_of(c.plan, c.first_spatial);
-  auto pending = c.plan.halo.begin_halo(mesh, x.array());
   BoxRows<T> rows = rows_of.own(c.geometry, x.array().data());
   const auto [lo, hi] = interior_rows(c.geometry, rows_of.own_lo, rows_of.own_hi);
-  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), lo, hi);
-  auto halo = c.plan.halo.finish_halo(mesh, std::move(pending));
-  rows_of.add_halo(rows, halo);
-  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), 0, lo);
-  conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), hi, c.geometry.out[0]);
+  auto halo = windowed_overlapped(
+      c.plan, x.mesh(), x.array(),
+      [&] { conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), lo, hi); },
+      [&](const HaloPieces<T>& pieces) {
+        rows_of.add_halo(rows, pieces);
+        conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), 0, lo);
+        conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), hi, c.geometry.out[0]);
+      });
   return SavedBox<T>::own_and_halo(x, c.plan.halo.inside(), std::move(halo));
 }
 
@@ -235,7 +232,7 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
                                 std::vector<std::size_t>& box_sizes) {
   const WindowedPlan& p = c.plan;
   const bool identity = kernels::is_identity(p.to_kernel_order);
-  const bool in_place = p.clip_padding && p.halo.local_only() && identity;
+  const bool in_place = p.clipped() && p.halo.local_only() && identity;
   Array<T> box = in_place ? empty_array<T>() : windowed_box(p, x.mesh(), x.array(), T(0));
   const T* box_data = in_place ? x.array().data() : box.data();
   const auto& box_shape = in_place ? x.array().shape() : box.shape();
@@ -245,7 +242,7 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
   // a transposed convolution that needs neither halo nor padding: that box is the block).
   if (p.halo.local_only() && identity && box_sizes == to_xshape(x.block().sizes()))
     return SavedBox<T>::own_block(x);
-  if (p.clip_padding && identity && p.halo.inside_work() == p.halo.inside())
+  if (p.clipped() && identity && p.halo.inside_work() == p.halo.inside())
     return SavedBox<T>::halo_only(x, box, p.halo.inside());
   return SavedBox<T>::whole(std::move(box));
 }
@@ -299,37 +296,46 @@ struct ConvBackward {
   // holds no box-sized copy.
   void by_rows(Mesh& mesh, const T* g, const std::vector<bool>& need,
                std::vector<Tensor<T>>& grads) const {
-    const kernels::ConvGeometry& geometry = call.geometry;
     const RowsOfBox rows_of(call.plan, call.first_spatial);
-    std::optional<HaloExchange::Pending<T>> returning;
-    if (need[0]) {
-      HaloExchange::Pieces<T> halo_gradient;
-      for (const auto& [block, data] : saved.halo()) {
-        Buffer<T> piece(data.size());
-        const std::int64_t first = rows_of.first_row(block);
-        input_rows(geometry, g, call.w_kernel.data(), piece.data(), first,
-                   first + block.ranges[call.first_spatial].size());
-        halo_gradient.emplace_back(block, std::move(piece));
-      }
-      returning = call.plan.halo.begin_add_halo(mesh, halo_gradient);
+    if (!need[0]) {
+      if (need[1]) grads[1] = weight_gradient_by_rows(mesh, rows_of, g);
+      return;
     }
-    if (need[1]) {
-      Buffer<double> acc = zero_accumulator();
-      Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
-      BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
-      rows_of.add_halo(rows, saved.halo());
-      const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
-      weight_rows(geometry, rows, g, acc.data(), lo, hi);
-      weight_rows(geometry, rows, g, acc.data(), 0, lo);
-      weight_rows(geometry, rows, g, acc.data(), hi, geometry.out[0]);
-      grads[1] = weight_gradient_from(mesh, acc);
+    Array<T> own =
+        windowed_overlapped_gradient(call.plan, mesh, halo_rows_gradient(rows_of, g), [&] {
+          if (need[1]) grads[1] = weight_gradient_by_rows(mesh, rows_of, g);
+          Array<T> own_rows = Array<T>::from_shape(to_xshape(call.plan.halo.own().sizes()));
+          input_rows(call.geometry, g, call.w_kernel.data(), own_rows.data(), rows_of.own_lo,
+                     rows_of.own_hi);
+          return own_rows;
+        });
+    grads[0] = input_gradient_from(mesh, std::move(own));
+  }
+
+  // The gradient of each halo piece the forward read, to go back to its owner.
+  HaloPieces<T> halo_rows_gradient(const RowsOfBox& rows_of, const T* g) const {
+    HaloPieces<T> halo_gradient;
+    for (const auto& [block, data] : saved.halo()) {
+      Buffer<T> piece(data.size());
+      const std::int64_t first = rows_of.first_row(block);
+      input_rows(call.geometry, g, call.w_kernel.data(), piece.data(), first,
+                 first + block.ranges[call.first_spatial].size());
+      halo_gradient.emplace_back(block, std::move(piece));
     }
-    if (need[0]) {
-      Array<T> own = Array<T>::from_shape(to_xshape(call.plan.halo.own().sizes()));
-      input_rows(geometry, g, call.w_kernel.data(), own.data(), rows_of.own_lo, rows_of.own_hi);
-      call.plan.halo.finish_add_halo(mesh, std::move(*returning), own);
-      grads[0] = input_gradient_from(mesh, std::move(own));
-    }
+    return halo_gradient;
+  }
+
+  Tensor<T> weight_gradient_by_rows(Mesh& mesh, const RowsOfBox& rows_of, const T* g) const {
+    const kernels::ConvGeometry& geometry = call.geometry;
+    Buffer<double> acc = zero_accumulator();
+    Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
+    BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
+    rows_of.add_halo(rows, saved.halo());
+    const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
+    weight_rows(geometry, rows, g, acc.data(), lo, hi);
+    weight_rows(geometry, rows, g, acc.data(), 0, lo);
+    weight_rows(geometry, rows, g, acc.data(), hi, geometry.out[0]);
+    return weight_gradient_from(mesh, acc);
   }
 
   Tensor<T> weight_gradient(Mesh& mesh, const T* g) const {
@@ -341,32 +347,23 @@ struct ConvBackward {
     return weight_gradient_from(mesh, acc);
   }
 
-  // The input's gradient goes back through the halo while the weight's is computed. With no halo
-  // there is nothing to overlap: the weight's goes first, so that the input box it rebuilds is
-  // freed before the input's gradient is allocated.
+  // The input's gradient goes back through the halo while the weight's is computed (first, where
+  // no halo travels: windowed_input_gradient).
   void on_box(Mesh& mesh, const T* g, const std::vector<bool>& need,
               std::vector<Tensor<T>>& grads) const {
-    const WindowedPlan& plan = call.plan;
-    const bool halo_traffic = !plan.halo.local_only();
-    if (need[1] && !halo_traffic) grads[1] = weight_gradient(mesh, g);
-    std::optional<HaloExchange::Pending<T>> returning;
-    Array<T> own = empty_array<T>();
-    if (need[0]) {
-      auto in_order = windowed_box_gradient<T>(plan, box_sizes, [&](T* grad_box) {
-        kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box);
-      });
-      if (!plan.clip_padding)
-        own = plan.halo.exchange_add(mesh, in_order);
-      else if (!halo_traffic)
-        own = std::move(in_order);
-      else
-        returning = plan.halo.begin_add_inside(mesh, std::move(in_order));
+    if (!need[0]) {
+      if (need[1]) grads[1] = weight_gradient(mesh, g);
+      return;
     }
-    if (need[1] && halo_traffic) grads[1] = weight_gradient(mesh, g);
-    if (need[0]) {
-      if (returning) own = plan.halo.finish(mesh, std::move(*returning));
-      grads[0] = input_gradient_from(mesh, std::move(own));
-    }
+    Array<T> own = windowed_input_gradient<T>(
+        call.plan, mesh, box_sizes,
+        [&](T* grad_box) {
+          kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box);
+        },
+        [&] {
+          if (need[1]) grads[1] = weight_gradient(mesh, g);
+        });
+    grads[0] = input_gradient_from(mesh, std::move(own));
   }
 };
 

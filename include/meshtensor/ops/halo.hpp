@@ -1,18 +1,14 @@
 #pragma once
 // Halo exchange on a block: each processor gets the input range its outputs read, from whoever
 // owns it, as its HaloPlan (core/halo_plan.hpp: which boxes, which messages, in which steps) says.
-// Each step's messages travel through comm/halo_step.hpp; here the boxes are packed from and
-// unpacked into the arrays, by the copy kernels. exchange_add() and the other adjoints send the
-// gradient of each received part back to its owner and add it there.
+// The messages travel through comm/halo_step.hpp's HaloTransfer; here the boxes are packed from
+// and unpacked into the arrays, by the copy kernels. One begin()/finish() pair carries out every
+// exchange: forward or adjoint (each received gradient added at its owner), in one of three forms.
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <xtensor/xarray.hpp>
 
 #include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/comm/mesh.hpp"
@@ -25,159 +21,153 @@
 
 namespace meshtensor {
 
-/// A halo plan (core/halo_plan.hpp) carried out on a mesh: the blocks and messages it plans.
+/// How an exchange hands over the box a processor reads.
+enum class HaloForm {
+  padded,  ///< one array over box(): own block, halo, and a pad value outside the tensor
+  inside,  ///< one array over inside(): it stops at the tensor's edges, kernels read zeros beyond
+  pieces,  ///< the own block stays where it is; the halo comes as pieces (one exchanged dim only)
+};
+
+/// Pieces of a tensor, each over its box of global indices: the halo around a block, kept apart.
+template <class T>
+using HaloPieces = std::vector<std::pair<Block, Buffer<T>>>;
+
+/// What an exchange hands over. Forward: the read box (`array`; `pieces` for the pieces form).
+/// Adjoint: given the read box's gradient in the same form, it returns the own block's (`array`).
+template <class T>
+struct HaloBox {
+  Array<T> array = empty_array<T>();
+  HaloPieces<T> pieces;
+};
+
+/// A halo plan (core/halo_plan.hpp) carried out on a mesh.
+///
+/// ```cpp
+/// auto pending = halo.begin(mesh, HaloForm::inside, own);
+/// compute_what_needs_no_halo();
+/// Array<float> box = halo.finish(mesh, std::move(pending)).array;
+/// Array<float> grad_own = halo.exchange_adjoint(mesh, HaloForm::inside, {std::move(grad_box)});
+/// ```
 class HaloExchange : public HaloPlan {
  public:
   using HaloPlan::HaloPlan;
 
-  /// The read box filled from this processor's block `own` (in shape order), its neighbours, and
-  /// `pad` outside the tensor.
-  template <class T>
-  Array<T> exchange(Mesh& mesh, const Array<T>& own, T pad) const {
-    Array<T> work = Array<T>::from_shape(sizes_of(cover()));
-    kernels::fill_values(work.data(), std::int64_t(work.size()), pad);
-    copy_into(work, cover(), own.data(), HaloPlan::own(), HaloPlan::own());
-    for (std::size_t step = 0; step < exchanged().size(); ++step)
-      move(mesh, step, cover(), work, /*adjoint=*/false);
-    return extract(std::move(work), cover(), box());
-  }
-
-  /// Like exchange(), without the padding: the array covers inside(), for kernels that treat reads
-  /// outside their box as zeros. A processor that reads only its own block gets it back as is.
-  template <class T>
-  Array<T> exchange_inside(Mesh& mesh, const Array<T>& own) const {
-    if (local_only()) return kernels::copy_of(own);  // where the block is (its device's memory)
-    return finish(mesh, begin_inside(mesh, own));
-  }
-
-  /// The adjoint of exchange_inside(): `grad` over inside().
-  template <class T>
-  Array<T> exchange_add_inside(Mesh& mesh, Array<T>&& grad) const {
-    if (local_only()) return std::move(grad);
-    return finish(mesh, begin_add_inside(mesh, std::move(grad)));
-  }
-
-  /// An exchange under way: begun, its last message step in flight, until finish(). Between the
-  /// two the caller computes what needs no halo (communication overlapped with computation).
+  /// An exchange begun: its last step in flight (the adjoint's first) until finish().
   template <class T>
   struct Pending {
-    Array<T> work =
-        empty_array<T>();  // over inside_work(): the own block, and the halo once finished
-    HaloStep<T> step;      // the step in flight
+    HaloForm form = HaloForm::inside;
     bool adjoint = false;
+    HaloBox<T> work;  // the array over work_box(form); the pieces form's received halo
+    HaloTransfer<T> transfer;
   };
 
-  /// Starts exchange_inside(): the own block is in place in the work array, every step but the
-  /// last is done, and the last step's messages are in flight.
+  /// Starts sending the halo of `own` (this processor's block, in shape order) to whoever reads
+  /// it and receiving the box this processor reads, in `form`; `pad` fills the padded form's box
+  /// outside the tensor.
   template <class T>
-  Pending<T> begin_inside(Mesh& mesh, const Array<T>& own) const {
-    Pending<T> pending;
-    pending.work = Array<T>::from_shape(sizes_of(inside_work()));
-    kernels::fill_values(pending.work.data(), std::int64_t(pending.work.size()), T(0));
-    copy_into(pending.work, inside_work(), own.data(), HaloPlan::own(), HaloPlan::own());
-    for (std::size_t step = 0; step + 1 < exchanged().size(); ++step)
-      move(mesh, step, inside_work(), pending.work, /*adjoint=*/false);
-    if (!exchanged().empty()) post(mesh, exchanged().size() - 1, inside_work(), pending, false);
-    return pending;
-  }
-
-  /// Starts exchange_add_inside(): the first adjoint step's messages are in flight.
-  template <class T>
-  Pending<T> begin_add_inside(Mesh& mesh, Array<T>&& grad) const {
-    Pending<T> pending;
-    pending.adjoint = true;
-    const Block& in = inside();
-    if (in == inside_work()) {
-      pending.work = std::move(grad);
-    } else {
-      pending.work = Array<T>::from_shape(sizes_of(inside_work()));
-      kernels::fill_values(pending.work.data(), std::int64_t(pending.work.size()), T(0));
-      copy_into(pending.work, inside_work(), grad.data(), in, in);
+  Pending<T> begin(Mesh& mesh, HaloForm form, const Array<T>& own, T pad = T(0)) const {
+    Pending<T> p{form, false, {}, {}};
+    if (form == HaloForm::pieces) {
+      require_one_exchanged_dim();
+      p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(own, HaloPlan::own()),
+                                   keep_in(p.work.pieces));
+      return p;
     }
-    if (!exchanged().empty()) post(mesh, exchanged().size() - 1, inside_work(), pending, true);
-    return pending;
+    if (form == HaloForm::inside && local_only()) {
+      p.work.array = kernels::copy_of(own);  // where the block is (its device's memory)
+      return p;
+    }
+    const Block& work = work_box(form);
+    p.work.array = filled<T>(work, form == HaloForm::padded ? pad : T(0));
+    copy_into(p.work.array, work, own.data(), HaloPlan::own(), HaloPlan::own());
+    p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(p.work.array, work),
+                                 place_in(p.work.array, work, false));
+    return p;
   }
 
-  /// Completes a begun exchange: exchange_inside's or exchange_add_inside's result.
+  /// Starts the adjoint: `grad` is the gradient of what begin() in `form` returned (the pieces
+  /// form: only the pieces; the own block's part comes at finish()). Each part of it goes back to
+  /// the processor that owns it.
   template <class T>
-  Array<T> finish(Mesh& mesh, Pending<T>&& pending) const {
-    if (exchanged().empty())
-      return extract(std::move(pending.work), inside_work(),
-                     pending.adjoint ? HaloPlan::own() : inside());
-    complete(inside_work(), pending);
-    if (!pending.adjoint) return extract(std::move(pending.work), inside_work(), inside());
-    for (std::size_t step = exchanged().size() - 1; step-- > 0;)
-      move(mesh, step, inside_work(), pending.work, /*adjoint=*/true);
-    return extract(std::move(pending.work), inside_work(), HaloPlan::own());
+  Pending<T> begin_adjoint(Mesh& mesh, HaloForm form, HaloBox<T>&& grad) const {
+    Pending<T> p{form, true, {}, {}};
+    if (form == HaloForm::pieces) {
+      require_one_exchanged_dim();
+      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(grad.pieces), ignore_pieces<T>);
+      return p;
+    }
+    if (form == HaloForm::inside && local_only()) {
+      p.work.array = std::move(grad.array);
+      return p;
+    }
+    const Block& work = work_box(form);
+    const Block& given = form == HaloForm::padded ? box() : inside();
+    if (given == work) {
+      p.work.array = std::move(grad.array);
+    } else {  // the padding's gradient is dropped: nobody owns it
+      p.work.array = filled<T>(work, T(0));
+      copy_into(p.work.array, work, grad.array.data(), given, inside());
+    }
+    p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.array, work),
+                                 place_in(p.work.array, work, true));
+    return p;
   }
 
-  /// Pieces of a tensor, each over its box of global indices: the halo around a block, kept
-  /// apart from it.
+  /// Completes an exchange. Forward: the read box in the form begun. Adjoint: the own block's
+  /// gradient, with what others read of it added; for the pieces form, `own_part` is the own
+  /// block's gradient computed while the pieces travelled, and the received parts are added to it.
   template <class T>
-  using Pieces = std::vector<std::pair<Block, Buffer<T>>>;
-
-  /// With one exchanged dim, the halo without a box around the own block: posts the sends of the
-  /// own block's rows others read and the receives of the rows this processor reads; finish_halo()
-  /// returns them as pieces (each from one processor). Kernels can then read the own block in place
-  /// and copy only what crosses into the halo.
-  template <class T>
-  Pending<T> begin_halo(Mesh& mesh, const Array<T>& own) const {
-    require_one_exchanged_dim("begin_halo");
-    Pending<T> pending;
-    const auto own_strides = kernels::row_major_strides(HaloPlan::own().sizes());
-    post(mesh, 0, pending, /*adjoint=*/false, [&](const Block& send, T* to) {
-      kernels::copy_box(send.sizes(),
-                        own.data() + kernels::offset_of_box(send, HaloPlan::own(), own_strides),
-                        own_strides, to, kernels::row_major_strides(send.sizes()));
-    });
-    return pending;
+  HaloBox<T> finish(Mesh& /*mesh*/, Pending<T>&& p, Array<T> own_part = empty_array<T>()) const {
+    if (p.form == HaloForm::pieces) {
+      if (!p.adjoint) {
+        p.transfer.finish(ignore_pack<T>, keep_in(p.work.pieces));
+        return std::move(p.work);
+      }
+      p.transfer.finish(ignore_pack<T>, place_in(own_part, HaloPlan::own(), true));
+      return {std::move(own_part), {}};
+    }
+    if (p.form == HaloForm::inside && local_only()) return std::move(p.work);
+    const Block& work = work_box(p.form);
+    p.transfer.finish(pack_from(p.work.array, work), place_in(p.work.array, work, p.adjoint));
+    const Block& result = p.adjoint                    ? HaloPlan::own()
+                          : p.form == HaloForm::padded ? box()
+                                                       : inside();
+    return {extract(std::move(p.work.array), work, result), {}};
   }
 
-  /// The received halo of a begin_halo(): inside() minus the own block, in pieces.
+  /// begin() and finish() at once: the read box.
   template <class T>
-  Pieces<T> finish_halo(Mesh& /*mesh*/, Pending<T>&& pending) const {
-    return pending.step.take_received();
+  HaloBox<T> exchange(Mesh& mesh, HaloForm form, const Array<T>& own, T pad = T(0)) const {
+    return finish(mesh, begin(mesh, form, own, pad));
   }
 
-  /// The adjoint of begin_halo(): sends the gradient of each halo piece (the pieces finish_halo()
-  /// returned, same boxes) back to its owner and posts the receives of the gradients of the own
-  /// rows others read, which finish_add_halo() adds.
+  /// begin_adjoint() and finish() at once (not the pieces form): the own block's gradient.
   template <class T>
-  Pending<T> begin_add_halo(Mesh& mesh, const Pieces<T>& halo_gradient) const {
-    require_one_exchanged_dim("begin_add_halo");
-    Pending<T> pending;
-    post(mesh, 0, pending, /*adjoint=*/true, [&](const Block& send, T* to) {
-      for (const auto& [box, data] : halo_gradient)
-        if (box == send) {
-          kernels::copy_values(data.data(), std::int64_t(data.size()), to);
-          return;
-        }
-      throw Error("internal: begin_add_halo got no gradient for a halo piece it received");
-    });
-    return pending;
-  }
-
-  /// Completes begin_add_halo(): adds the received gradients into `own` (over the own block).
-  template <class T>
-  void finish_add_halo(Mesh& /*mesh*/, Pending<T>&& pending, Array<T>& own) const {
-    pending.work = std::move(own);
-    complete(HaloPlan::own(), pending);
-    own = std::move(pending.work);
-  }
-
-  /// The adjoint of exchange(): `grad` over box() becomes the gradient of this processor's own
-  /// block, with the parts other processors read added in.
-  template <class T>
-  Array<T> exchange_add(Mesh& mesh, const Array<T>& grad) const {
-    Array<T> work = Array<T>::from_shape(sizes_of(cover()));
-    kernels::fill_values(work.data(), std::int64_t(work.size()), T(0));
-    copy_into(work, cover(), grad.data(), box(), inside());
-    for (std::size_t step = exchanged().size(); step-- > 0;)
-      move(mesh, step, cover(), work, /*adjoint=*/true);
-    return extract(std::move(work), cover(), HaloPlan::own());
+  Array<T> exchange_adjoint(Mesh& mesh, HaloForm form, HaloBox<T>&& grad) const {
+    return finish(mesh, begin_adjoint(mesh, form, std::move(grad))).array;
   }
 
  private:
+  // The array a form's exchange works in: the read box and the own block's hull.
+  const Block& work_box(HaloForm form) const {
+    return form == HaloForm::padded ? cover() : form == HaloForm::inside ? inside_work() : own();
+  }
+
+  void require_one_exchanged_dim() const {
+    if (exchanged().size() != 1)
+      throw Error(
+          "internal: the pieces form of a halo exchange needs exactly one exchanged dim, "
+          "not " +
+          std::to_string(exchanged().size()));
+  }
+
+  template <class T>
+  static Array<T> filled(const Block& box, T value) {
+    Array<T> a = Array<T>::from_shape(sizes_of(box));
+    kernels::fill_values(a.data(), std::int64_t(a.size()), value);
+    return a;
+  }
+
   // Copies `box` from `src` (an array over `src_box`) into `work` (an array over `work_box`).
   template <class T>
   static void copy_into(Array<T>& work, const Block& work_box, const T* src, const Block& src_box,
@@ -194,67 +184,59 @@ class HaloExchange : public HaloPlan {
   static Array<T> extract(Array<T>&& work, const Block& work_box, const Block& box) {
     if (work_box == box) return std::move(work);
     Array<T> out = Array<T>::from_shape(sizes_of(box));
-    if (box.empty()) return out;
-    const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    kernels::copy_box(box.sizes(),
-                      work.data() + kernels::offset_of_box(box, work_box, work_strides),
-                      work_strides, out.data(), kernels::row_major_strides(box.sizes()));
+    copy_into(out, box, work.data(), work_box, box);
     return out;
   }
 
-  // One exchange step along dim exchanged()[step] on `work` (an array over `work_box`); the adjoint
-  // sends gradients back and adds them.
+  // pack(box, to) from an array over `array_box`.
   template <class T>
-  void move(Mesh& mesh, std::size_t step, const Block& work_box, Array<T>& work,
-            bool adjoint) const {
-    Pending<T> pending;
-    pending.adjoint = adjoint;
-    pending.work = std::move(work);
-    post(mesh, step, work_box, pending, adjoint);
-    complete(work_box, pending);
-    work = std::move(pending.work);
-  }
-
-  void require_one_exchanged_dim(const char* what) const {
-    if (exchanged().size() != 1)
-      throw Error(std::string("internal: HaloPlan::") + what + " needs exactly one exchanged dim");
-  }
-
-  // Posts step `step`'s sends (copied out of the work array) and receives.
-  template <class T>
-  void post(Mesh& mesh, std::size_t step, const Block& work_box, Pending<T>& pending,
-            bool adjoint) const {
-    const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    post(mesh, step, pending, adjoint, [&](const Block& send, T* to) {
+  static auto pack_from(const Array<T>& array, const Block& array_box) {
+    return [&array, array_box](const Block& send, T* to) {
+      const auto strides = kernels::row_major_strides(array_box.sizes());
       kernels::copy_box(send.sizes(),
-                        pending.work.data() + kernels::offset_of_box(send, work_box, work_strides),
-                        work_strides, to, kernels::row_major_strides(send.sizes()));
-    });
+                        array.data() + kernels::offset_of_box(send, array_box, strides), strides,
+                        to, kernels::row_major_strides(send.sizes()));
+    };
   }
 
-  // Posts step `step`'s sends, each packed by pack(box, destination), and receives.
-  template <class T, class Pack>
-  void post(Mesh& mesh, std::size_t step, Pending<T>& pending, bool adjoint, Pack&& pack) const {
-    pending.adjoint = adjoint;
-    pending.step = HaloStep<T>(mesh, *this, step, adjoint, std::forward<Pack>(pack));
-  }
-
-  // Waits for the step in flight and unpacks what arrived into the work array: copied, or added
-  // for the adjoint.
+  // pack(box, to) from the piece over exactly that box.
   template <class T>
-  void complete(const Block& work_box, Pending<T>& pending) const {
-    const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    pending.step.finish([&](const Block& box, const T* from) {
-      T* at = pending.work.data() + kernels::offset_of_box(box, work_box, work_strides);
+  static auto pack_from(const HaloPieces<T>& pieces) {
+    return [&pieces](const Block& send, T* to) {
+      for (const auto& [box, data] : pieces)
+        if (box == send) return kernels::copy_values(data.data(), std::int64_t(data.size()), to);
+      throw Error("internal: a halo exchange's adjoint got no gradient for a piece it received");
+    };
+  }
+
+  // unpack(box, piece) into an array over `array_box`: copied, or added for the adjoint.
+  template <class T>
+  static auto place_in(Array<T>& array, const Block& array_box, bool add) {
+    return [&array, array_box, add](const Block& box, const Buffer<T>& piece) {
+      const auto array_strides = kernels::row_major_strides(array_box.sizes());
+      T* at = array.data() + kernels::offset_of_box(box, array_box, array_strides);
       const auto sizes = box.sizes();
       const auto strides = kernels::row_major_strides(sizes);
-      if (!pending.adjoint)
-        kernels::copy_box(sizes, from, strides, at, work_strides);
+      if (!add)
+        kernels::copy_box(sizes, piece.data(), strides, at, array_strides);
       else
         kernels::zip(kernels::Binary<T, kernels::BinaryOp::add>{}, sizes,
-                     {work_strides, strides, work_strides}, at, from, at);
-    });
+                     {array_strides, strides, array_strides}, at, piece.data(), at);
+    };
   }
+
+  template <class T>
+  static auto keep_in(HaloPieces<T>& pieces) {
+    return [&pieces](const Block& box, Buffer<T>& piece) {
+      pieces.emplace_back(box, std::move(piece));
+    };
+  }
+
+  // For a transfer of one step: its first step is its last, finish() packs nothing.
+  template <class T>
+  static void ignore_pack(const Block&, T*) {}
+  template <class T>
+  static void ignore_pieces(const Block&, Buffer<T>&) {}
 };
 
 }  // namespace meshtensor

@@ -78,7 +78,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
     needs.push_back(per_block);
   }
   const HaloExchange plan(t.layout(), mesh.coord(), needs);
-  const Array<T> box = plan.exchange(mesh, t.array(), T(0));
+  const Array<T> box = plan.exchange(mesh, HaloForm::padded, t.array(), T(0)).array;
 
   // Blocks as [outer][dim][inner]: outer and inner extents are the own block's.
   std::int64_t outer = 1, inner = 1;
@@ -109,7 +109,8 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
           const Tensor<T>& g, const std::vector<bool>&) {
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
         kernels::resample_adjoint(taps, g.array().data(), grad_box.data());
-        auto own = plan.exchange_add(g.mesh(), grad_box);
+        auto own =
+            plan.exchange_adjoint(g.mesh(), HaloForm::padded, HaloBox<T>{std::move(grad_box)});
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
       });
   return result;

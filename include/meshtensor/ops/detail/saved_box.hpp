@@ -104,7 +104,7 @@ class SavedBox {
   }
 
   /// The input block and the halo pieces around it that make up `box_block` (a box kept apart,
-  /// as HaloExchange::finish_halo() returns it).
+  /// as the pieces form of a halo exchange returns it).
   static SavedBox own_and_halo(const Tensor<T>& input, const Block& box_block,
                                std::vector<std::pair<Block, Buffer<T>>>&& halo) {
     SavedBox saved;

@@ -3,11 +3,15 @@
 // plans the output's shape and layout, the halo each processor needs, and the order that brings a
 // block into the kernels' layout — pass-through dims, then the spatial dims in window order, then
 // the inner dim (channels) last; then it exchanges the box the kernels read, runs its kernels on
-// it, and on the way back sends the box's gradient to the owners (windowed_box, windowed_output,
-// windowed_input_gradient). The op chooses the strategy: the padded box or the box inside the
-// tensor (with the kernels reading zeros beyond it), exchanged before the kernels or overlapped
-// with them (the convolution's rows, ops/conv.hpp).
+// it, and on the way back sends the box's gradient to the owners. The op chooses the strategy, as
+// the exchange's HaloForm (ops/halo.hpp): the padded box, or the box inside the tensor (kernels
+// reading zeros beyond it), exchanged before the kernels (windowed_box) — or overlapped: the
+// kernels run on the own block while the halo travels and on the rows along the cuts after
+// (windowed_overlapped), where the box is a stack of rows along one split dim. Backward, the
+// box's gradient travels while the op computes what needs none (windowed_input_gradient,
+// windowed_overlapped_gradient).
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -35,19 +39,34 @@ struct WindowedPlan {
   std::array<kernels::Taps, 3> taps{};
   std::array<WindowDim, 3> windows{};
   std::array<std::int64_t, 3> inside_begin{0, 0, 0}, inside_end{1, 1, 1};
-  bool clip_padding = false;  // the box is the halo's inside(), not its padded box()
+  HaloForm form = HaloForm::padded;  // the strategy: how the box reaches the kernels
+
+  // Whether the box the kernels read stops at the tensor's edges.
+  bool clipped() const { return form != HaloForm::padded; }
 
   bool empty() const { return output_block.empty(); }
 };
 
 // `input` is already on the op's layout; `output_shape` is the input's shape with the spatial dims
 // resized (and the inner dim possibly renamed/resized); `windows[i]` is spatial dim i's window.
-// With `clip_padding` the kernels' box stops at the tensor's edges (the halo exchange's inside())
-// and the kernels read the zero padding beyond it implicitly; else the box includes the padding.
+// `form` is the strategy the op asks for: with HaloForm::padded the box includes the padding;
+// else it stops at the tensor's edges (the halo exchange's inside()) and the kernels read the zero
+// padding beyond it implicitly. HaloForm::pieces (overlap) becomes HaloForm::inside where the box
+// is not a stack of rows along one split dim (rows_of_one_split()).
+// Whether the kernels' box is a stack of rows along the first spatial dim, the only one split,
+// and halo rows arrive: then the kernels can read the own block in place and the halo rows kept
+// apart, computing the rows that need no halo while those travel.
+inline bool rows_of_one_split(const WindowedPlan& p, std::size_t first_spatial) {
+  return !p.halo.local_only() && !p.empty() && kernels::is_identity(p.to_kernel_order) &&
+         p.pass_size == 1 && p.halo.exchanged() == std::vector<std::size_t>{first_spatial} &&
+         p.halo.inside_work() == p.halo.inside();
+}
+
 inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output_shape,
                                   const Layout& layout, const std::vector<std::string>& spatial,
                                   const std::string& inner, const std::vector<WindowDim>& windows,
-                                  bool transposed, const MeshCoord& me, bool clip_padding = false) {
+                                  bool transposed, const MeshCoord& me,
+                                  HaloForm form = HaloForm::padded) {
   const Shape& shape = input.shape();
   TensorLayout output_layout(output_shape, input.mesh_shape(), layout);
   const HaloNeeds needs = window_needs(input, output_shape, spatial, windows, transposed);
@@ -64,9 +83,11 @@ inline WindowedPlan plan_windowed(const TensorLayout& input, const Shape& output
   if (!inner.empty()) plan.to_kernel_order.push_back(shape.position(inner));
   for (auto d : pass) plan.pass_size *= plan.output_block.ranges[d].size();
 
-  plan.clip_padding = clip_padding;
+  plan.form = form;
+  if (form == HaloForm::pieces && !rows_of_one_split(plan, shape.position(spatial[0])))
+    plan.form = HaloForm::inside;
   const Block& need = plan.halo.box();
-  const Block box = clip_padding ? plan.halo.inside() : need;
+  const Block box = plan.clipped() ? plan.halo.inside() : need;
   for (std::size_t i = 0; i < spatial.size(); ++i) {
     const std::size_t d = shape.position(spatial[i]);
     const WindowDim& w = windows[i];
@@ -138,12 +159,34 @@ Array<T> from_kernel_order(const Array<T>& block, const std::vector<std::size_t>
 }
 
 // The box the kernels read, in kernel order: the own block with the halo around it, padded with
-// `pad` outside the tensor, or (with the plan's clip_padding) stopping at the tensor's edges.
+// `pad` outside the tensor, or (HaloForm::inside) stopping at the tensor's edges.
 template <class T>
 Array<T> windowed_box(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own, T pad) {
-  return to_kernel_order(
-      plan.clip_padding ? plan.halo.exchange_inside(mesh, own) : plan.halo.exchange(mesh, own, pad),
-      plan.to_kernel_order);
+  return to_kernel_order(plan.halo.exchange(mesh, plan.form, own, pad).array, plan.to_kernel_order);
+}
+
+// The overlapped strategy (HaloForm::pieces): interior() computes what needs no halo while the
+// halo travels, edges(halo) the rest once it is here. Returns the halo's pieces.
+template <class T, class Interior, class Edges>
+HaloPieces<T> windowed_overlapped(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
+                                  Interior&& interior, Edges&& edges) {
+  auto pending = plan.halo.begin(mesh, HaloForm::pieces, own);
+  interior();
+  HaloPieces<T> halo = plan.halo.finish(mesh, std::move(pending)).pieces;
+  edges(halo);
+  return halo;
+}
+
+// Its adjoint: the halo pieces' gradient goes back to their owners while own_gradient() computes
+// the own block's (and whatever else needs nothing from them); the gradients others return are
+// added to it.
+template <class T, class OwnGradient>
+Array<T> windowed_overlapped_gradient(const WindowedPlan& plan, Mesh& mesh,
+                                      HaloPieces<T>&& halo_gradient, OwnGradient&& own_gradient) {
+  auto pending = plan.halo.begin_adjoint(mesh, HaloForm::pieces,
+                                         HaloBox<T>{empty_array<T>(), std::move(halo_gradient)});
+  Array<T> own = own_gradient();
+  return plan.halo.finish(mesh, std::move(pending), std::move(own)).array;
 }
 
 // The output block in kernel order, for the kernels to write.
@@ -168,12 +211,23 @@ Array<T> windowed_box_gradient(const WindowedPlan& plan, const std::vector<std::
 }
 
 // The input block's gradient: the box's (windowed_box_gradient), each part added at its owner.
+// meanwhile() runs while the gradients travel; where none travel, first, so that what it frees
+// is freed before the box's gradient is allocated.
+template <class T, class Backward, class Meanwhile>
+Array<T> windowed_input_gradient(const WindowedPlan& plan, Mesh& mesh,
+                                 const std::vector<std::size_t>& box_sizes, Backward&& backward,
+                                 Meanwhile&& meanwhile) {
+  const bool travels = !plan.halo.local_only();
+  if (!travels) meanwhile();
+  Array<T> grad = windowed_box_gradient<T>(plan, box_sizes, std::forward<Backward>(backward));
+  auto pending = plan.halo.begin_adjoint(mesh, plan.form, HaloBox<T>{std::move(grad), {}});
+  if (travels) meanwhile();
+  return plan.halo.finish(mesh, std::move(pending)).array;
+}
 template <class T, class Backward>
 Array<T> windowed_input_gradient(const WindowedPlan& plan, Mesh& mesh,
                                  const std::vector<std::size_t>& box_sizes, Backward&& backward) {
-  Array<T> grad = windowed_box_gradient<T>(plan, box_sizes, std::forward<Backward>(backward));
-  return plan.clip_padding ? plan.halo.exchange_add_inside(mesh, std::move(grad))
-                           : plan.halo.exchange_add(mesh, grad);
+  return windowed_input_gradient<T>(plan, mesh, box_sizes, std::forward<Backward>(backward), [] {});
 }
 
 }  // namespace meshtensor::detail
