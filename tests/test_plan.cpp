@@ -149,6 +149,13 @@ TEST_CASE("a plan reports per processor and over the mesh") {
   CHECK(json.rfind("{\"mesh\":\"[a=4, b=4, c=4]\",\"layout\":\"x:a; y:b; z:c\"", 0) == 0);
   CHECK(json.find("\"halo_bytes\":{\"total\":") != std::string::npos);
   CHECK(plan.table().find("peak memory") != std::string::npos);
+  // It says what it assumed of the kernels a real run would choose.
+  CHECK(json.find("\"assumed\":\"" + mt::kernels::plan::assumed_kernels() + "\"") !=
+        std::string::npos);
+  CHECK(plan.table().find("assumed: " + plan.assumed) != std::string::npos);
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+  CHECK(plan.assumed.find("MESHTENSOR_ONEDNN_FORMATS") != std::string::npos);
+#endif
 }
 
 TEST_CASE("a plan runs one processor for each class of like processors") {

@@ -28,10 +28,8 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
       "mesh %s, layout \"%s\": %zu processors (%d planned, the others like one of them) in "
       "%.2f s\n"
       "FLOPs and traffic are one step's; memory is each processor's peak over the first two "
-      "steps, by use at that moment; kernels' own workspace is not planned (oneDNN's reorders and "
-      "scratchpad with formats chosen by channel count, MESHTENSOR_ONEDNN_FORMATS=by_channels: "
-      "real peaks were within 4%% at 64^3 and 128^3; timing the formats at a shape's first use "
-      "holds more for a moment)\n%s",
+      "steps, by use at that moment (real peaks were within 4%% of it at 64^3 and 128^3 with "
+      "MESHTENSOR_ONEDNN_FORMATS=by_channels: bench/RESULTS.md)\n%s",
       (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch, o.depth,
       o.channels, report.mesh.c_str(), report.layout.c_str(), report.processors.size(),
       report.planned, report.seconds, report.table().c_str());

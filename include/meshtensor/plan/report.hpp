@@ -13,6 +13,7 @@
 #include "meshtensor/comm/counting.hpp"
 #include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/kernels/plan/assumptions.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
 #include "meshtensor/memory/pool.hpp"
 
@@ -60,6 +61,7 @@ struct PlanReport {
   std::vector<ProcessorPlan> processors;
   int planned = 0;     // processors run; the others are like one of them
   double seconds = 0;  // how long planning took
+  std::string assumed = kernels::plan::assumed_kernels();  // what a real run may add to the peaks
 
   /// The processor with the most of `measure` (ties: the lowest rank).
   template <class Measure>
@@ -85,7 +87,7 @@ struct PlanReport {
       out += format_line(row.name, number(sum, row.unit), number(sum / processors.size(), row.unit),
                          number(row.measure(top), row.unit), std::to_string(top.processor));
     }
-    return out;
+    return out + "assumed: " + assumed + "\n";
   }
 
   /// One JSON object on one line: the mesh, layout and planning time, and per measure its total,
@@ -94,7 +96,7 @@ struct PlanReport {
     std::string out = "{\"mesh\":\"" + mesh + "\",\"layout\":\"" + layout +
                       "\",\"processors\":" + std::to_string(processors.size()) +
                       ",\"planned\":" + std::to_string(planned) +
-                      ",\"plan_seconds\":" + plain(seconds);
+                      ",\"plan_seconds\":" + plain(seconds) + ",\"assumed\":\"" + assumed + "\"";
     for (const auto& row : rows()) {
       const double sum = total(row.measure);
       out += ",\"" + row.key + "\":{\"total\":" + plain(sum) +

@@ -1,0 +1,33 @@
+#pragma once
+// What a plan assumes where a real run decides at run time. A plan's kernels allocate no
+// workspace. meshtensor's blocked and reference CPU kernels need none, so there the plan's peaks
+// are a real run's; oneDNN's passes may copy operands into the formats they prefer (reorder
+// buffers, at most an eighth of an operand per call on slabs) and ask for a scratchpad, both from
+// the pool — and which formats run is chosen by MESHTENSOR_ONEDNN_FORMATS, by default timed at a
+// shape's first use. The report says which of these holds for the program that planned.
+
+#include <cstdlib>
+#include <string>
+
+namespace meshtensor::kernels::plan {
+
+/// The kernels a real run of this program would use, and what of theirs the plan's peaks leave
+/// out, in one sentence.
+inline std::string assumed_kernels() {
+#if defined(MESHTENSOR_REFERENCE_KERNELS)
+  return "reference CPU kernels, which take no workspace: the peaks are a real run's";
+#elif defined(MESHTENSOR_WITH_ONEDNN)
+  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
+  const std::string formats = forced ? forced : "auto";
+  const std::string chosen =
+      formats == "auto" ? "timed at each shape's first use (MESHTENSOR_ONEDNN_FORMATS=auto)"
+                        : "MESHTENSOR_ONEDNN_FORMATS=" + formats;
+  return "oneDNN convolutions with no workspace; a real run's formats are " + chosen +
+         ", and a pass on formats other than channels-last adds reorder buffers and oneDNN's "
+         "scratchpad (and first use, the timing's copies), which the peaks leave out";
+#else
+  return "meshtensor's blocked CPU kernels, which take no workspace: the peaks are a real run's";
+#endif
+}
+
+}  // namespace meshtensor::kernels::plan
