@@ -104,6 +104,22 @@ double minimum_halo_bytes(const Options& o, int parts) {
   return elements * sizeof(float) / parts;  // shared by P processors
 }
 
+// The median wall time of `steps` calls of `step`, each between barriers.
+template <typename Step>
+double median_step_seconds(mt::Mesh& mesh, Step& step, int steps) {
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    mesh.world().barrier();
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    mesh.world().barrier();
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,20 +159,10 @@ int main(int argc, char** argv) {
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
-    std::vector<double> times;
-    for (int s = 0; s < o.steps; ++s) {
-      mesh.world().barrier();
-      const auto start = std::chrono::steady_clock::now();
-      step();
-      mesh.world().barrier();
-      times.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(times.begin(), times.end());
+    const double step_s = median_step_seconds(mesh, step, o.steps);
     const auto halo = mt::halo_profile(mesh);
     const auto stats = mt::memory_stats();
     const double mib = 1024.0 * 1024.0;
-    const double step_s = times[times.size() / 2];
     const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
     const double halo_bytes =
         mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);

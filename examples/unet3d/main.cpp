@@ -159,6 +159,81 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
       ->check(CLI::PositiveNumber);
 }
 
+// The options of a command that takes a volume size (--size or --shape) beside them.
+template <typename Options>
+struct SizedFlags {
+  Options options;
+  std::int64_t cube = 0;
+  std::vector<std::int64_t> shape;
+};
+using PredictFlags = SizedFlags<unet3d::PredictOptions>;
+using GenerateFlags = SizedFlags<unet3d::GenerateOptions>;
+
+// A subcommand with the distribution and size flags; the caller adds its own.
+template <typename Options>
+CLI::App* add_sized_command(CLI::App& app, const std::string& name, const std::string& about,
+                            Distribution& distribution, SizedFlags<Options>& f) {
+  auto* cmd = app.add_subcommand(name, about);
+  add_distribution(*cmd, distribution);
+  add_size(*cmd, f.options.size, f.cube, f.shape);
+  return cmd;
+}
+
+CLI::App* add_predict_command(CLI::App& app, Distribution& distribution, PredictFlags& f) {
+  auto* cmd = add_sized_command(app, "predict", "label a CT volume with a trained checkpoint",
+                                distribution, f);
+  cmd->add_option("--checkpoint", f.options.checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--input", f.options.input,
+                  "a CT scan (.nii, .nii.gz), or a volume [x, y, z] or [batch, x, y, z] in HU "
+                  "(float32 .npy)")
+      ->required();
+  cmd->add_option("--output", f.options.output,
+                  "labels (uint8: 0 background, 1 organ, 2 tumour): .nii/.nii.gz on the scan's "
+                  "grid for a scan, .npy for an .npy volume")
+      ->required();
+  cmd->add_option("--probabilities", f.options.probabilities,
+                  "class probabilities (float32), as --output");
+  return cmd;
+}
+
+CLI::App* add_generate_command(CLI::App& app, Distribution& distribution, GenerateFlags& f) {
+  auto* cmd = add_sized_command(app, "generate", "write a held-out phantom volume and its labels",
+                                distribution, f);
+  cmd->add_option("--seed", f.options.seed,
+                  "the training seed whose held-out volumes to draw from");
+  cmd->add_option("--index", f.options.index, "which held-out volume");
+  cmd->add_option("--output", f.options.output, "volume .npy (float32 HU)")->required();
+  cmd->add_option("--labels", f.options.labels, "labels .npy (uint8)");
+  return cmd;
+}
+
+// The train (and plan) flags that depend on each other, checked and carried into the options.
+void resolve_train_flags(TrainFlags& flags, const std::pair<mt::MeshShape, mt::Layout>& where) {
+  unet3d::TrainOptions& train = flags.options;
+  train.size = resolve_size(train.size, flags.cube, flags.shape);
+  train.preprocessing.depth = train.depth;
+  const auto& spacing = flags.spacing;
+  if (!spacing.empty()) {
+    if (train.data.empty())
+      throw mt::Error("--spacing resamples the scans of --data; give --data DIR");
+    train.preprocessing.spacing = {spacing[0], spacing[1], spacing[2]};
+  }
+  if (!train.data.empty()) {
+    if (train.batch != 1)
+      throw mt::Error(
+          "--batch " + std::to_string(train.batch) +
+          ": with --data each step is one whole scan (scans differ in shape); use --batch 1");
+    if (flags.cube > 0 || !flags.shape.empty()) train.preprocessing.shape = train.size;
+  }
+  if (!flags.class_weights.empty())
+    train.class_weights = {flags.class_weights[0], flags.class_weights[1], flags.class_weights[2]};
+  if (train.data.empty())
+    unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
+  if (train.norm == "group" && train.channels % 4 != 0)
+    throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
+                    std::to_string(train.channels));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,7 +242,6 @@ int main(int argc, char** argv) {
   Distribution distribution;
 
   TrainFlags flags;
-  unet3d::TrainOptions& train = flags.options;
   auto* train_cmd = app.add_subcommand(
       "train", "train on fresh synthetic volumes each step, or on the CT scans of --data");
   add_distribution(*train_cmd, distribution);
@@ -178,82 +252,32 @@ int main(int argc, char** argv) {
       "shapes alone: FLOPs, peak memory, halo exchanges, all-reduces (any mesh size, in seconds)");
   add_distribution(*plan_cmd, distribution);
   add_train_flags(*plan_cmd, flags);
-
-  unet3d::PredictOptions predict;
-  std::int64_t predict_cube = 0;
-  std::vector<std::int64_t> predict_shape;
-  auto* predict_cmd = app.add_subcommand("predict", "label a CT volume with a trained checkpoint");
-  add_distribution(*predict_cmd, distribution);
-  add_size(*predict_cmd, predict.size, predict_cube, predict_shape);
-  predict_cmd->add_option("--checkpoint", predict.checkpoint, "checkpoint directory")->required();
-  predict_cmd
-      ->add_option("--input", predict.input,
-                   "a CT scan (.nii, .nii.gz), or a volume [x, y, z] or [batch, x, y, z] in HU "
-                   "(float32 .npy)")
-      ->required();
-  predict_cmd
-      ->add_option("--output", predict.output,
-                   "labels (uint8: 0 background, 1 organ, 2 tumour): .nii/.nii.gz on the scan's "
-                   "grid for a scan, .npy for an .npy volume")
-      ->required();
-  predict_cmd->add_option("--probabilities", predict.probabilities,
-                          "class probabilities (float32), as --output");
-
-  unet3d::GenerateOptions generate;
-  std::int64_t generate_cube = 0;
-  std::vector<std::int64_t> generate_shape;
-  auto* generate_cmd =
-      app.add_subcommand("generate", "write a held-out phantom volume and its labels");
-  add_distribution(*generate_cmd, distribution);
-  add_size(*generate_cmd, generate.size, generate_cube, generate_shape);
-  generate_cmd->add_option("--seed", generate.seed,
-                           "the training seed whose held-out volumes to draw from");
-  generate_cmd->add_option("--index", generate.index, "which held-out volume");
-  generate_cmd->add_option("--output", generate.output, "volume .npy (float32 HU)")->required();
-  generate_cmd->add_option("--labels", generate.labels, "labels .npy (uint8)");
+  PredictFlags predict;
+  auto* predict_cmd = add_predict_command(app, distribution, predict);
+  GenerateFlags generate;
+  auto* generate_cmd = add_generate_command(app, distribution, generate);
 
   CLI11_PARSE(app, argc, argv);
   std::pair<mt::MeshShape, mt::Layout> where;
   try {
     where = resolve(distribution);
     if (train_cmd->parsed() || plan_cmd->parsed()) {
-      train.size = resolve_size(train.size, flags.cube, flags.shape);
-      train.preprocessing.depth = train.depth;
-      const auto& spacing = flags.spacing;
-      if (!spacing.empty()) {
-        if (train.data.empty())
-          throw mt::Error("--spacing resamples the scans of --data; give --data DIR");
-        train.preprocessing.spacing = {spacing[0], spacing[1], spacing[2]};
-      }
-      if (!train.data.empty()) {
-        if (train.batch != 1)
-          throw mt::Error(
-              "--batch " + std::to_string(train.batch) +
-              ": with --data each step is one whole scan (scans differ in shape); use --batch 1");
-        if (flags.cube > 0 || !flags.shape.empty()) train.preprocessing.shape = train.size;
-      }
-      if (!flags.class_weights.empty())
-        train.class_weights = {flags.class_weights[0], flags.class_weights[1],
-                               flags.class_weights[2]};
-      if (train.data.empty())
-        unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
-      if (train.norm == "group" && train.channels % 4 != 0)
-        throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
-                        std::to_string(train.channels));
+      resolve_train_flags(flags, where);
     } else if (predict_cmd->parsed()) {
-      predict.size = resolve_size(predict.size, predict_cube, predict_shape);
+      predict.options.size = resolve_size(predict.options.size, predict.cube, predict.shape);
       // A prediction meets each convolution shape once: timing oneDNN's two memory formats per
       // shape (what training does, over hundreds of steps) would cost ten times the inference.
       // The fixed rule by channel count instead, unless the user chose.
       setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", /*overwrite=*/0);
     } else {
-      generate.size = resolve_size(generate.size, generate_cube, generate_shape);
-      mt::TensorLayout(mt::Shape{mt::Dim("x", generate.size[0]), mt::Dim("y", generate.size[1]),
-                                 mt::Dim("z", generate.size[2])},
-                       where.first, where.second);
+      auto& size = generate.options.size;
+      size = resolve_size(size, generate.cube, generate.shape);
+      mt::TensorLayout(
+          mt::Shape{mt::Dim("x", size[0]), mt::Dim("y", size[1]), mt::Dim("z", size[2])},
+          where.first, where.second);
     }
     if (plan_cmd->parsed()) {
-      unet3d::plan_training(train, where.first, where.second);
+      unet3d::plan_training(flags.options, where.first, where.second);
       return 0;
     }
   } catch (const std::exception& e) {
@@ -264,11 +288,11 @@ int main(int argc, char** argv) {
       argc, argv, where.first,
       [&](mt::Mesh& mesh) {
         if (train_cmd->parsed())
-          unet3d::train(mesh, train, where.second);
+          unet3d::train(mesh, flags.options, where.second);
         else if (predict_cmd->parsed())
-          unet3d::predict(mesh, predict, where.second);
+          unet3d::predict(mesh, predict.options, where.second);
         else
-          unet3d::generate_volume(mesh, generate, where.second);
+          unet3d::generate_volume(mesh, generate.options, where.second);
       },
       distribution.backend, distribution.device);
 }

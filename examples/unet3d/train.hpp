@@ -102,21 +102,160 @@ inline void check_same_flags(const nlohmann::json& saved, const nlohmann::json& 
                       now.value(key, nlohmann::json()).dump() + "; resume with the same flags");
 }
 
-inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layout) {
-  const bool speaker = mesh.processor() == 0;
-  const std::string picture_dir = o.out + "/pictures";
-  ensure_writable_directory(mesh, o.out, "--out");
-  ensure_writable_directory(mesh, picture_dir, "--out");
-  if (!o.checkpoint.empty()) ensure_writable_directory(mesh, o.checkpoint, "--checkpoint");
-  const std::string log_path = o.log.empty() ? o.out + "/metrics.jsonl" : o.log;
+// The first lines of a run: the model, the mesh and the data, and a warning where the processors'
+// threads outnumber the cores.
+inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layout,
+                     std::int64_t parameters, const std::string& volumes) {
+  if (mesh.processor() != 0) return;
+  std::printf(
+      "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
+      "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", %s, batch %lld%s\n",
+      (long long)parameters, mesh.num_processors(), mesh.transport().c_str(), mt::compute_threads(),
+      mesh.shape().to_string().c_str(), layout.to_string().c_str(), volumes.c_str(),
+      (long long)o.batch, o.recompute ? ", levels recomputed in backward" : "");
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (mesh.transport() == "threads" && mesh.num_processors() * mt::compute_threads() > cores)
+    std::fprintf(stderr,
+                 "unet3d: warning: %d processors x %d threads exceed this machine's %d cores; "
+                 "steps will be slower than with fewer processors or threads\n",
+                 mesh.num_processors(), mt::compute_threads(), cores);
+}
 
-  const ModelConfig config = model_config(o);
+// What a run reports as it goes, on processor 0: each step's line and log record, each
+// validation's, and at the end the curves and the JSON summary.
+class Progress {
+ public:
+  Progress(mt::Mesh& mesh, const TrainOptions& o, const std::string& log_path, std::int64_t end)
+      : mesh_(mesh), o_(o), end_(end), speaker_(mesh.processor() == 0) {
+    on_first(mesh, [&] {
+      log_.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
+      if (!log_) throw mt::IoError("--log " + log_path + ": cannot open for writing");
+    });
+  }
+
+  void step(std::int64_t step, double seconds, double loss, const Overlap& train, double voxels,
+            double lr) {
+    step_times_.push_back(seconds);
+    final_loss_ = loss;
+    losses_.push_back(loss);
+    if (!speaker_) return;
+    std::printf("step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
+                (long long)step + 1, (long long)o_.steps, loss, train.dice(organ),
+                train.dice(tumour), voxels / seconds / 1e3, eta_text(step).c_str());
+    std::fflush(stdout);
+    write_log({{"step", step + 1},
+               {"loss", loss},
+               {"dice_organ", train.dice(organ)},
+               {"dice_tumor", train.dice(tumour)},
+               {"step_time_s", seconds},
+               {"lr", lr}});
+  }
+
+  void validation(std::int64_t step, const Overlap& v, std::int64_t held_out) {
+    last_validation_ = v;
+    dice_curve_.push_back({int(step + 1), {v.dice(organ), v.dice(tumour)}});
+    if (!speaker_) return;
+    std::printf("validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
+                (long long)step + 1, v.dice(organ), v.dice(tumour), (long long)held_out);
+    write_log({{"step", step + 1},
+               {"validation_dice_organ", v.dice(organ)},
+               {"validation_dice_tumor", v.dice(tumour)}});
+  }
+
+  // The curves' picture and the summary line, with the median step time and the memory peaks.
+  void finish(const mt::Layout& layout, bool held_out) {
+    on_first(mesh_, [&] { write_curves(o_.out + "/curves.svg", losses_, dice_curve_); });
+    const double peak = mt::all_reduce_value(mesh_.world(), peak_rss_mib(), mt::ReduceOp::max);
+    // What the library's pool held at most on the busiest processor: per processor also when the
+    // processors are threads of one process.
+    const double processor_peak = mt::all_reduce_value(
+        mesh_.world(), double(mt::memory_stats().peak_held) / (1 << 20), mt::ReduceOp::max);
+    if (!speaker_) return;
+    nlohmann::json summary{{"steps", o_.steps},
+                           {"final_loss", final_loss_},
+                           {"dice_organ", held_out ? json(last_validation_.dice(organ)) : json()},
+                           {"dice_tumor", held_out ? json(last_validation_.dice(tumour)) : json()},
+                           {"step_time_s", median_step_time()},
+                           {"peak_rss_mib", peak},
+                           {"peak_processor_memory_mib", processor_peak},
+                           {"mesh", mesh_.shape().to_string()},
+                           {"layout", layout.to_string()},
+                           {"processors", mesh_.num_processors()},
+                           {"transport", mesh_.transport()},
+                           {"batch", o_.batch}};
+    // Phantoms have one size; scans have each their own.
+    if (!o_.data.empty())
+      summary["data"] = o_.data;
+    else
+      summary["size"] = o_.size;
+    std::printf("%s\n", summary.dump().c_str());
+    log_ << nlohmann::json{{"summary", summary}}.dump() << "\n";
+  }
+
+ private:
+  // The median of the recent steps times the steps left: single steps on a shared machine are
+  // noisy. The run's first step also builds and times the kernels for each shape, so it predicts
+  // nothing.
+  std::string eta_text(std::int64_t step) const {
+    if (step_times_.size() == 1 && end_ - step > 1)
+      return "after the next step (this one set up the kernels)";
+    const std::size_t window = std::min<std::size_t>(
+        step_times_.size() > 1 ? step_times_.size() - 1 : step_times_.size(), 10);
+    std::vector<double> recent(step_times_.end() - window, step_times_.end());
+    std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
+    return duration_text(recent[recent.size() / 2] * double(end_ - step - 1));
+  }
+  double median_step_time() const {
+    std::vector<double> sorted = step_times_;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  }
+  void write_log(const nlohmann::json& record) {
+    log_ << record.dump() << "\n";
+    log_.flush();
+  }
+
+  mt::Mesh& mesh_;
+  const TrainOptions& o_;
+  std::int64_t end_;
+  bool speaker_;
+  std::ofstream log_;
+  std::vector<double> step_times_, losses_;
+  std::vector<std::pair<int, std::array<double, 2>>> dice_curve_;
+  double final_loss_ = 0;
+  Overlap last_validation_;
+};
+
+// Where a run writes: --out and its pictures, --checkpoint; the metrics log's path.
+inline std::string prepare_outputs(mt::Mesh& mesh, const TrainOptions& o) {
+  ensure_writable_directory(mesh, o.out, "--out");
+  ensure_writable_directory(mesh, o.out + "/pictures", "--out");
+  if (!o.checkpoint.empty()) ensure_writable_directory(mesh, o.checkpoint, "--checkpoint");
+  return o.log.empty() ? o.out + "/metrics.jsonl" : o.log;
+}
+
+inline std::string volumes_text(const TrainOptions& o, const Dataset* dataset) {
+  if (dataset)
+    return std::to_string(dataset->train.size()) + " training and " +
+           std::to_string(dataset->validation.size()) + " held-out scans of " + o.data;
+  return "phantom volumes " + std::to_string(o.size[0]) + "x" + std::to_string(o.size[1]) + "x" +
+         std::to_string(o.size[2]);
+}
+
+// The step's learning rate: cosine decay to a tenth of --lr over the run.
+inline double learning_rate(const TrainOptions& o, std::int64_t step) {
+  return o.lr * (0.1 + 0.45 * (1 + std::cos(3.141592653589793 * step / double(o.steps))));
+}
+
+inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layout) {
+  const std::string log_path = prepare_outputs(mesh, o);
   const bool scans = !o.data.empty();
   Dataset dataset;
   if (scans) dataset = read_dataset(o.data, o.validation_volumes, o.seed);
+  const Dataset* held_out_scans = scans ? &dataset : nullptr;
   const std::int64_t held_out =
       scans ? std::int64_t(dataset.validation.size()) : o.validation_volumes;
-  UNet net(mesh, config);
+  UNet net(mesh, model_config(o));
   nn::Adam<float> adam(net.parameters().trainable(), o.lr);
   const auto flags = model_flags(o);
   std::int64_t start = 0;
@@ -126,133 +265,33 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     check_same_flags(manifest["flags"], flags);
     start = restore_checkpoint(mesh, manifest, where, net, &adam);
   }
-  std::ofstream log;
-  on_first(mesh, [&] {
-    log.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
-    if (!log) throw mt::IoError("--log " + log_path + ": cannot open for writing");
-  });
-  const auto weights = class_weights(mesh, o);
-  const std::string volumes =
-      scans ? std::to_string(dataset.train.size()) + " training and " +
-                  std::to_string(dataset.validation.size()) + " held-out scans of " + o.data
-            : "phantom volumes " + std::to_string(o.size[0]) + "x" + std::to_string(o.size[1]) +
-                  "x" + std::to_string(o.size[2]);
-  if (speaker)
-    std::printf(
-        "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
-        "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", %s, batch %lld%s\n",
-        (long long)net.parameters().count(), mesh.num_processors(), mesh.transport().c_str(),
-        mt::compute_threads(), mesh.shape().to_string().c_str(), layout.to_string().c_str(),
-        volumes.c_str(), (long long)o.batch, o.recompute ? ", levels recomputed in backward" : "");
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  if (speaker && mesh.transport() == "threads" &&
-      mesh.num_processors() * mt::compute_threads() > cores)
-    std::fprintf(stderr,
-                 "unet3d: warning: %d processors x %d threads exceed this machine's %d cores; "
-                 "steps will be slower than with fewer processors or threads\n",
-                 mesh.num_processors(), mt::compute_threads(), cores);
-
-  std::vector<double> step_times, losses;
-  std::vector<std::pair<int, std::array<double, 2>>> dice_curve;
-  double final_loss = 0;
-  Overlap last_validation;
   const std::int64_t end = o.stop_after > 0 ? std::min(o.steps, start + o.stop_after) : o.steps;
+  Progress progress(mesh, o, log_path, end);
+  const auto weights = class_weights(mesh, o);
+  announce(mesh, o, layout, net.parameters().count(), volumes_text(o, held_out_scans));
+
   for (std::int64_t step = start; step < end; ++step) {
     const auto begin = std::chrono::steady_clock::now();
-    // Cosine decay to a tenth of the learning rate over the run.
-    const double lr =
-        o.lr * (0.1 + 0.45 * (1 + std::cos(3.141592653589793 * step / double(o.steps))));
+    const double lr = learning_rate(o, step);
     adam.set_learning_rate(lr);
     const auto batch =
         scans ? scan_batch(mesh, dataset.for_step(step), layout, o.preprocessing)
               : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
-    const double voxels = double(batch.input.shape().num_elements());
     const auto [logits, loss] = train_step(net, adam, batch, weights);
     const Overlap train_overlap = overlap(logits, batch.labels);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    step_times.push_back(seconds);
-    final_loss = loss.item();
-    losses.push_back(final_loss);
-    if (speaker) {
-      // The median of the recent steps: single steps on a shared machine are noisy. The run's
-      // first step also builds and times the kernels for each shape, so it predicts nothing.
-      const std::size_t window = std::min<std::size_t>(
-          step_times.size() > 1 ? step_times.size() - 1 : step_times.size(), 10);
-      std::vector<double> recent(step_times.end() - window, step_times.end());
-      std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
-      const double eta = recent[recent.size() / 2] * double(end - step - 1);
-      const std::string eta_text = step_times.size() == 1 && end - step > 1
-                                       ? "after the next step (this one set up the "
-                                         "kernels)"
-                                       : duration_text(eta);
-      std::printf(
-          "step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
-          (long long)step + 1, (long long)o.steps, final_loss, train_overlap.dice(organ),
-          train_overlap.dice(tumour), voxels / seconds / 1e3, eta_text.c_str());
-      std::fflush(stdout);
-      log << nlohmann::json{{"step", step + 1},
-                            {"loss", final_loss},
-                            {"dice_organ", train_overlap.dice(organ)},
-                            {"dice_tumor", train_overlap.dice(tumour)},
-                            {"step_time_s", seconds},
-                            {"lr", lr}}
-                 .dump()
-          << "\n";
-      log.flush();
-    }
+    progress.step(step, seconds, loss.item(), train_overlap,
+                  double(batch.input.shape().num_elements()), lr);
     const bool last = step + 1 == end;
-    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last)) {
-      last_validation =
-          validate(mesh, net, o, layout, scans ? &dataset : nullptr, step + 1, picture_dir);
-      dice_curve.push_back(
-          {int(step + 1), {last_validation.dice(organ), last_validation.dice(tumour)}});
-      if (speaker) {
-        std::printf(
-            "validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
-            (long long)step + 1, last_validation.dice(organ), last_validation.dice(tumour),
-            (long long)held_out);
-        log << nlohmann::json{{"step", step + 1},
-                              {"validation_dice_organ", last_validation.dice(organ)},
-                              {"validation_dice_tumor", last_validation.dice(tumour)}}
-                   .dump()
-            << "\n";
-        log.flush();
-      }
-    }
+    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last))
+      progress.validation(
+          step, validate(mesh, net, o, layout, held_out_scans, step + 1, o.out + "/pictures"),
+          held_out);
     if (!o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last))
       save_checkpoint(mesh, o.checkpoint, step + 1, net, adam, flags);
   }
-  on_first(mesh, [&] { write_curves(o.out + "/curves.svg", losses, dice_curve); });
-  std::vector<double> sorted = step_times;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  const double peak = mt::all_reduce_value(mesh.world(), peak_rss_mib(), mt::ReduceOp::max);
-  // What the library's pool held at most on the busiest processor: per processor also when the
-  // processors are threads of one process.
-  const double processor_peak = mt::all_reduce_value(
-      mesh.world(), double(mt::memory_stats().peak_held) / (1 << 20), mt::ReduceOp::max);
-  if (speaker) {
-    nlohmann::json summary{{"steps", o.steps},
-                           {"final_loss", final_loss},
-                           {"dice_organ", held_out ? json(last_validation.dice(organ)) : json()},
-                           {"dice_tumor", held_out ? json(last_validation.dice(tumour)) : json()},
-                           {"step_time_s", median},
-                           {"peak_rss_mib", peak},
-                           {"peak_processor_memory_mib", processor_peak},
-                           {"mesh", mesh.shape().to_string()},
-                           {"layout", layout.to_string()},
-                           {"processors", mesh.num_processors()},
-                           {"transport", mesh.transport()},
-                           {"batch", o.batch}};
-    // Phantoms have one size; scans have each their own.
-    if (scans)
-      summary["data"] = o.data;
-    else
-      summary["size"] = o.size;
-    std::printf("%s\n", summary.dump().c_str());
-    log << nlohmann::json{{"summary", summary}}.dump() << "\n";
-  }
+  progress.finish(layout, held_out > 0);
 }
 
 }  // namespace unet3d
