@@ -145,7 +145,21 @@ TEST_CASE("a plan reports per processor and over the mesh") {
   CHECK(plan.total([](const mt::ProcessorPlan& p) {
     return p.flops(mt::kernels::plan::Family::conv);
   }) == Approx(2 * unet3d::conv_flops_per_step(o)).epsilon(1e-12));
+  // Per kind of op: the families add up to the total, and the U-Net's pooling and normalisation
+  // (not only its convolutions) are counted.
+  using F = mt::kernels::plan::Family;
+  const auto total_of = [&](F f) {
+    return plan.total([f](const mt::ProcessorPlan& p) { return p.flops(f); });
+  };
+  double by_family = 0;
+  for (int f = 0; f < int(F::count); ++f) by_family += total_of(F(f));
+  CHECK(by_family == Approx(plan.total([](const mt::ProcessorPlan& p) { return p.flops(); })));
+  CHECK(total_of(F::pool) > 0);
+  CHECK(total_of(F::norm) > 0);
+  CHECK(total_of(F::optimizer) > 0);
   const std::string json = plan.json();
+  CHECK(json.find("\"pool_flops\":{\"total\":") != std::string::npos);
+  CHECK(plan.table().find("  normalisation") != std::string::npos);
   CHECK(json.rfind("{\"mesh\":\"[a=4, b=4, c=4]\",\"layout\":\"x:a; y:b; z:c\"", 0) == 0);
   CHECK(json.find("\"halo_bytes\":{\"total\":") != std::string::npos);
   CHECK(plan.table().find("peak memory") != std::string::npos);

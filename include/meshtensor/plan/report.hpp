@@ -1,7 +1,8 @@
 #pragma once
-// What a plan (plan/plan.hpp) found: per processor, the FLOPs of each kernel family, the peak of
-// its memory pool, and its communication by kind (halo exchanges and relayouts by their messages,
-// reductions and gathers by their collectives); and over the mesh, as a table and one JSON line.
+// What a plan (plan/plan.hpp) found: per processor, the FLOPs of each kernel family (the kinds of
+// op: convolution, pooling, normalisation, ...), the peak of its memory pool by use, and its
+// communication by kind (halo exchanges and relayouts by their messages, reductions and gathers by
+// their collectives); and over the mesh, as a table and one JSON line.
 
 #include <algorithm>
 #include <cstdint>
@@ -111,6 +112,10 @@ struct PlanReport {
     std::string name, key, unit;
     double (*measure)(const ProcessorPlan&);
   };
+  template <kernels::plan::Family family>
+  static double flops_of(const ProcessorPlan& p) {
+    return p.flops(family);
+  }
   template <MemoryUse use>
   static double at_peak(const ProcessorPlan& p) {
     return double(p.memory.at_peak[static_cast<std::size_t>(use)]);
@@ -120,8 +125,13 @@ struct PlanReport {
     using C = CountedTraffic;
     return {
         {"FLOPs", "flops", "", [](const ProcessorPlan& p) { return p.flops(); }},
-        {"  convolution FLOPs", "conv_flops", "",
-         [](const ProcessorPlan& p) { return p.flops(F::conv); }},
+        {"  convolution", "conv_flops", "", flops_of<F::conv>},
+        {"  pooling", "pool_flops", "", flops_of<F::pool>},
+        {"  normalisation", "norm_flops", "", flops_of<F::norm>},
+        {"  resampling", "resample_flops", "", flops_of<F::resample>},
+        {"  element-wise", "elementwise_flops", "", flops_of<F::elementwise>},
+        {"  sums", "sum_flops", "", flops_of<F::sum>},
+        {"  optimiser", "optimizer_flops", "", flops_of<F::optimizer>},
         {"peak memory", "peak_memory_bytes", "B",
          [](const ProcessorPlan& p) { return double(p.memory.peak_in_use); }},
         {"  activations", "peak_activations_bytes", "B", at_peak<MemoryUse::activations>},
