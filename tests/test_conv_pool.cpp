@@ -205,6 +205,39 @@ TEST_CASE("a split that leaves processors empty blocks still gives the single-pr
             1e-5, cases) == "");
 }
 
+TEST_CASE(
+    "channel splits (input channels summed across processors, output channels apart, "
+    "processors without channels) match one processor") {
+  const std::vector<LayoutCase> cases{
+      {"input channels split 2 ways", "p:2", "channels:p"},
+      {"input channels (3) split 4 ways: one processor has none", "p:4", "channels:p"},
+      {"output channels split 2 ways", "p:2", "features:p"},
+      {"output channels (3) split 4 ways: one processor has none", "p:4", "features:p"},
+      {"input channels over rows, output channels over cols", "rows:2; cols:2",
+       "channels:rows; features:cols"},
+      {"x over rows, output channels over cols (uneven)", "rows:2; cols:4",
+       "x:rows; features:cols"}};
+  CHECK(
+      compare_with_one_processor(
+          [](Mesh& m, const Layout& l) {
+            auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+            auto w =
+                test_input(m, "kx:3, ky:3, kz:3, channels:3, features:3", l, 2).set_requires_grad();
+            auto gamma = test_input(m, "features:3", l, 3).set_requires_grad();
+            auto beta = test_input(m, "features:3", l, 4).set_requires_grad();
+            auto up =
+                test_input(m, "kx:2, ky:2, kz:2, features:3, out:2", l, 5).set_requires_grad();
+            auto h = conv(x, w, Window("x, y, z").padding("same"));
+            h = batch_norm(h, gamma, beta, "features", 1e-5, nullptr, Activation::relu);
+            auto out = conv_transpose(max_pool(h, Window("x, y, z").kernel(2)), up,
+                                      Window("x, y, z").stride(2), "features");
+            backward(reduce_sum(out * test_input(m, out.shape(), l, 6)));
+            return std::vector<Tensor<float>>{
+                h, out, x.grad(), w.grad(), gamma.grad(), beta.grad(), up.grad()};
+          },
+          1e-5, cases) == "");
+}
+
 TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     ErrorLog record;

@@ -11,6 +11,7 @@
 
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
 #include "meshtensor/kernels/cpu/reference/conv.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
@@ -45,6 +46,21 @@ inline double conv_flops(const ConvGeometry& g) {
   return pairs;
 }
 
+/// Whether a block has nothing to sum: no channels on one side (an uneven channel split leaves
+/// some processors none) or no positions. oneDNN and cuDNN refuse such shapes.
+inline bool conv_is_empty(const ConvGeometry& g) {
+  std::int64_t product = g.batch * g.c_in * g.c_out;
+  for (int d = 0; d < 3; ++d) product *= g.in[d] * g.out[d];
+  return product == 0;
+}
+
+inline std::int64_t conv_output_size(const ConvGeometry& g) {
+  return g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
+}
+inline std::int64_t conv_input_size(const ConvGeometry& g) {
+  return g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
+}
+
 namespace detail {
 template <class T, class Cudnn>
 bool on_cudnn([[maybe_unused]] Cudnn&& run) {
@@ -55,6 +71,7 @@ bool on_cudnn([[maybe_unused]] Cudnn&& run) {
 
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
+  if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
   dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
            MESHTENSOR_ON_GPU(
                detail::on_cudnn<T>([&] { return cudnn::conv_forward(g, input, weight, output); })),
@@ -64,6 +81,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
 template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
+  if (conv_is_empty(g)) return fill_values(grad_input, conv_input_size(g), T(0));
   dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
            MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
                [&] { return cudnn::conv_backward_input(g, grad_output, weight, grad_input); })),
@@ -73,6 +91,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
 template <class T>
 void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                           double* grad_weight) {
+  if (conv_is_empty(g)) return;  // adds nothing
   dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
            MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
                [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
