@@ -1,5 +1,5 @@
-// Dim, Shape, MeshShape and Layout: parsing the Mesh-TensorFlow syntax, printing, round trips, and
-// the errors for bad input.
+// Dim, Shape, MeshShape, Layout and LayoutSchedule: parsing the Mesh-TensorFlow syntax, printing,
+// round trips, and the errors for bad input.
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -8,6 +8,7 @@
 #include <meshtensor/core/dim_names.hpp>
 #include <meshtensor/core/format.hpp>
 #include <meshtensor/core/layout.hpp>
+#include <meshtensor/core/layout_schedule.hpp>
 #include <meshtensor/core/mesh_shape.hpp>
 #include <meshtensor/core/shape.hpp>
 
@@ -86,6 +87,25 @@ TEST_CASE("a layout maps dims to mesh axes and replicates the rest") {
   CHECK(Layout({{"x", "rows"}, {"y", "cols"}}) == layout);
   // Two dims may name one mesh axis in a layout; only a tensor holding both is an error.
   CHECK_NOTHROW(Layout("x:rows; batch:rows"));
+}
+
+TEST_CASE(
+    "a layout schedule gives each stage its layout, the last repeating, and names a bad stage") {
+  const LayoutSchedule schedule("x:p | x:p; y:q |channels:p");
+  CHECK(schedule.size() == 3);
+  CHECK(schedule.at(0) == Layout("x:p"));
+  CHECK(schedule.at(1) == Layout("x:p; y:q"));
+  CHECK(schedule.at(2) == Layout("channels:p"));
+  CHECK(schedule.at(7) == Layout("channels:p"));
+  CHECK(schedule.to_string() == "x:p | x:p; y:q | channels:p");
+  CHECK(LayoutSchedule(schedule.to_string()) == schedule);
+  CHECK(LayoutSchedule("x:p | ").at(1).empty());  // a stage left empty replicates
+  CHECK(LayoutSchedule().empty());
+  CHECK_THROWS_WITH(LayoutSchedule().at(0), Contains("empty layout schedule"));
+  CHECK_THROWS_WITH(LayoutSchedule("x:p | x:p, x:q"),
+                    Contains("layout schedule \"x:p | x:p, x:q\", stage 1") &&
+                        Contains("maps dim \"x\" to two mesh axes"));
+  CHECK_THROWS_AS(LayoutSchedule("x:p | y"), ParseError);
 }
 
 TEST_CASE("dim names parse from a list or a string") {

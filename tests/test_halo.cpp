@@ -121,7 +121,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       for (std::size_t i = 0; i < y.size(); ++i)
         y.data()[i] = std::sin(1.0 + i + 7 * m.processor());
       const auto back =
-          plan.exchange_adjoint(m, HaloForm::padded, HaloBox<double>{kernels::copy_of(y)});
+          plan.exchange_adjoint(m, HaloForm::padded, HaloBox<double>{kernels::copy_of(y), {}});
       wait_for_device();
       double forward = 0, adjoint = 0;
       for (std::size_t i = 0; i < y.size(); ++i) {
@@ -254,7 +254,7 @@ TEST_CASE(
         y.data()[i] = std::cos(2.0 + i + 5 * m.processor());
         forward += inside.data()[i] * y.data()[i];
       }
-      auto returning = plan.begin_adjoint(m, HaloForm::inside, HaloBox<double>{std::move(y)});
+      auto returning = plan.begin_adjoint(m, HaloForm::inside, HaloBox<double>{std::move(y), {}});
       const auto back = plan.finish(m, std::move(returning)).array;
       wait_for_device();
       double adjoint = 0;

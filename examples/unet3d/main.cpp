@@ -29,15 +29,28 @@ namespace mt = meshtensor;
 namespace {
 
 struct Distribution {
-  std::string mesh, layout, backend, device;
+  std::string mesh, layout, layouts, backend, device;
   int threads = 0;
 };
 
-void add_distribution(CLI::App& app, Distribution& d) {
+// Where a run's processors are and where its tensors live: one layout per level of the U-Net
+// (--layouts), or --layout's at every level; level 0's is the data's.
+struct Placement {
+  mt::MeshShape mesh;
+  mt::LayoutSchedule layouts;
+  const mt::Layout& data_layout() const { return layouts.at(0); }
+};
+
+// `model`: the command runs the U-Net, whose levels may each have a layout (--layouts).
+void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
   app.add_option("--mesh", d.mesh,
                  "mesh axes, Mesh-TensorFlow syntax (default: all processors on one axis \"p\")");
   app.add_option("--layout", d.layout,
                  "tensor dim to mesh axis rules (default: x, y, z on the mesh axes in order)");
+  if (model)
+    app.add_option("--layouts", d.layouts,
+                   "one layout per level of the U-Net instead of --layout, separated by '|', the "
+                   "last one repeating for the levels below, e.g. \"x:p | x:p | channels:p\"");
   app.add_option("--threads", d.threads,
                  "processors when not started by an MPI launcher (default: the cores)")
       ->check(CLI::PositiveNumber);
@@ -67,7 +80,7 @@ std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::
 }
 
 // The mesh and layout of this run, from the flags and the way the program was started.
-std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
+Placement resolve(const Distribution& d) {
   mt::chosen_device(mt::chosen_transport(d.backend), d.device, "--device");
   auto launched = mt::launcher_world_size();
   if (launched && d.backend == "threads")
@@ -96,11 +109,22 @@ std::pair<mt::MeshShape, mt::Layout> resolve(const Distribution& d) {
   if (launched && mesh.num_processors() != *launched)
     throw mt::Error("--mesh \"" + d.mesh + "\" has " + std::to_string(mesh.num_processors()) +
                     " processors but the launcher started " + std::to_string(*launched));
-  if (!d.layout.empty()) return {mesh, mt::Layout(d.layout)};
+  if (!d.layout.empty() && !d.layouts.empty())
+    throw mt::Error("--layout \"" + d.layout + "\" and --layouts \"" + d.layouts +
+                    "\" both say where tensors live; give --layout for one layout at every level "
+                    "or --layouts for one per level");
+  if (!d.layouts.empty()) {
+    try {
+      return {mesh, mt::LayoutSchedule(d.layouts)};
+    } catch (const mt::Error& e) {
+      throw mt::Error(std::string("--layouts: ") + e.what());
+    }
+  }
+  if (!d.layout.empty()) return {mesh, mt::LayoutSchedule({mt::Layout(d.layout)})};
   std::vector<mt::LayoutRule> rules;
   const char* dims[3] = {"x", "y", "z"};
   for (std::size_t a = 0; a < mesh.rank() && a < 3; ++a) rules.push_back({dims[a], mesh[a].name});
-  return {mesh, mt::Layout(rules)};
+  return {mesh, mt::LayoutSchedule({mt::Layout(rules)})};
 }
 
 // The flags of `train`, which `plan` takes too.
@@ -172,16 +196,16 @@ using GenerateFlags = SizedFlags<unet3d::GenerateOptions>;
 // A subcommand with the distribution and size flags; the caller adds its own.
 template <typename Options>
 CLI::App* add_sized_command(CLI::App& app, const std::string& name, const std::string& about,
-                            Distribution& distribution, SizedFlags<Options>& f) {
+                            Distribution& distribution, SizedFlags<Options>& f, bool model) {
   auto* cmd = app.add_subcommand(name, about);
-  add_distribution(*cmd, distribution);
+  add_distribution(*cmd, distribution, model);
   add_size(*cmd, f.options.size, f.cube, f.shape);
   return cmd;
 }
 
 CLI::App* add_predict_command(CLI::App& app, Distribution& distribution, PredictFlags& f) {
   auto* cmd = add_sized_command(app, "predict", "label a CT volume with a trained checkpoint",
-                                distribution, f);
+                                distribution, f, /*model=*/true);
   cmd->add_option("--checkpoint", f.options.checkpoint, "checkpoint directory")->required();
   cmd->add_option("--input", f.options.input,
                   "a CT scan (.nii, .nii.gz), or a volume [x, y, z] or [batch, x, y, z] in HU "
@@ -198,7 +222,7 @@ CLI::App* add_predict_command(CLI::App& app, Distribution& distribution, Predict
 
 CLI::App* add_generate_command(CLI::App& app, Distribution& distribution, GenerateFlags& f) {
   auto* cmd = add_sized_command(app, "generate", "write a held-out phantom volume and its labels",
-                                distribution, f);
+                                distribution, f, /*model=*/false);
   cmd->add_option("--seed", f.options.seed,
                   "the training seed whose held-out volumes to draw from");
   cmd->add_option("--index", f.options.index, "which held-out volume");
@@ -208,10 +232,11 @@ CLI::App* add_generate_command(CLI::App& app, Distribution& distribution, Genera
 }
 
 // The train (and plan) flags that depend on each other, checked and carried into the options.
-void resolve_train_flags(TrainFlags& flags, const std::pair<mt::MeshShape, mt::Layout>& where) {
+void resolve_train_flags(TrainFlags& flags, const Placement& where) {
   unet3d::TrainOptions& train = flags.options;
   train.size = resolve_size(train.size, flags.cube, flags.shape);
   train.preprocessing.depth = train.depth;
+  train.layouts = train.preprocessing.layouts = where.layouts;
   const auto& spacing = flags.spacing;
   if (!spacing.empty()) {
     if (train.data.empty())
@@ -228,7 +253,7 @@ void resolve_train_flags(TrainFlags& flags, const std::pair<mt::MeshShape, mt::L
   if (!flags.class_weights.empty())
     train.class_weights = {flags.class_weights[0], flags.class_weights[1], flags.class_weights[2]};
   if (train.data.empty())
-    unet3d::check_geometry(train.size, train.depth, where.first, where.second, train.batch);
+    unet3d::check_geometry(train.size, train.depth, where.mesh, where.layouts, train.batch);
   if (train.norm == "group" && train.channels % 4 != 0)
     throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
                     std::to_string(train.channels));
@@ -258,13 +283,14 @@ int main(int argc, char** argv) {
   auto* generate_cmd = add_generate_command(app, distribution, generate);
 
   CLI11_PARSE(app, argc, argv);
-  std::pair<mt::MeshShape, mt::Layout> where;
+  Placement where;
   try {
     where = resolve(distribution);
     if (train_cmd->parsed() || plan_cmd->parsed()) {
       resolve_train_flags(flags, where);
     } else if (predict_cmd->parsed()) {
       predict.options.size = resolve_size(predict.options.size, predict.cube, predict.shape);
+      predict.options.layouts = where.layouts;
       // A prediction meets each convolution shape once: timing oneDNN's two memory formats per
       // shape (what training does, over hundreds of steps) would cost ten times the inference.
       // The fixed rule by channel count instead, unless the user chose.
@@ -274,10 +300,10 @@ int main(int argc, char** argv) {
       size = resolve_size(size, generate.cube, generate.shape);
       mt::TensorLayout(
           mt::Shape{mt::Dim("x", size[0]), mt::Dim("y", size[1]), mt::Dim("z", size[2])},
-          where.first, where.second);
+          where.mesh, where.data_layout());
     }
     if (plan_cmd->parsed()) {
-      unet3d::plan_training(flags.options, where.first, where.second);
+      unet3d::plan_training(flags.options, where.mesh, where.data_layout());
       return 0;
     }
   } catch (const std::exception& e) {
@@ -285,14 +311,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   return mt::run(
-      argc, argv, where.first,
+      argc, argv, where.mesh,
       [&](mt::Mesh& mesh) {
         if (train_cmd->parsed())
-          unet3d::train(mesh, flags.options, where.second);
+          unet3d::train(mesh, flags.options, where.data_layout());
         else if (predict_cmd->parsed())
-          unet3d::predict(mesh, predict.options, where.second);
+          unet3d::predict(mesh, predict.options, where.data_layout());
         else
-          unet3d::generate_volume(mesh, generate.options, where.second);
+          unet3d::generate_volume(mesh, generate.options, where.data_layout());
       },
       distribution.backend, distribution.device);
 }

@@ -1,6 +1,8 @@
 #pragma once
 // The 3D U-Net (Çiçek et al. 2016, as in Mesh-TensorFlow's example), written against global shapes
-// [batch, x, y, z, channels]. Where the data lives is decided by the layout alone.
+// [batch, x, y, z, channels]. Where the data lives is decided by the layout alone: the input's, or
+// one per level (ModelConfig::layouts), the tensors moved into each level's layout as they enter
+// it.
 //
 //   level 0: conv-norm-relu x2 (C) ─────────────────────────── concat ─ conv-norm-relu x2 (C) ─
 //   head
@@ -27,7 +29,8 @@ struct ModelConfig {
   std::string norm = "batch";
   int classes = 3;
   std::uint64_t seed = 1;
-  bool recompute = false;  // levels recomputed in backward instead of keeping their activations
+  bool recompute = false;      // levels recomputed in backward instead of keeping their activations
+  mt::LayoutSchedule layouts;  // per level (encoder and decoder alike); empty: the input's layout
 };
 
 inline const mt::DimNames spatial{"x", "y", "z"};
@@ -37,15 +40,17 @@ inline mt::Dim channels(std::int64_t n) { return mt::Dim("channels", n); }
 /// Two 3x3x3 convolutions, each followed by normalisation and ReLU.
 class DoubleConv {
  public:
+  // The parameters are laid out as the level's activations (`layout`).
   DoubleConv(mt::Mesh& mesh, nn::Parameters<float>& params, const std::string& name,
-             std::int64_t in, std::int64_t out, const ModelConfig& config)
+             std::int64_t in, std::int64_t out, const ModelConfig& config, const mt::Layout& layout)
       : conv1_(mesh, params, name + "/conv1", channels(in), channels(out), three_cubed(),
-               config.seed),
-        norm1_(mesh, params, name + "/norm1", nn::parse_norm(config.norm), channels(out), spatial),
+               config.seed, /*transposed=*/false, /*bias=*/true, layout),
+        norm1_(mesh, params, name + "/norm1", nn::parse_norm(config.norm), channels(out), spatial,
+               /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout),
         conv2_(mesh, params, name + "/conv2", channels(out), channels(out), three_cubed(),
-               config.seed),
-        norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial) {
-  }
+               config.seed, /*transposed=*/false, /*bias=*/true, layout),
+        norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial,
+               /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout) {}
 
   // x is taken by value and replaced: the convolution keeps what backward needs of its input, so
   // a level's input (the decoder's concatenation) is freed as soon as its first convolution ran.
@@ -69,33 +74,38 @@ class UNet {
     const std::int64_t c = config.channels;
     std::int64_t in = 1;
     for (int level = 0; level < config.depth; ++level) {
-      down_.emplace_back(mesh, params_, "down" + std::to_string(level), in, c << level, config);
+      down_.emplace_back(mesh, params_, "down" + std::to_string(level), in, c << level, config,
+                         layout(level));
       in = c << level;
     }
-    bottom_.emplace(mesh, params_, "bottom", in, c << config.depth, config);
+    bottom_.emplace(mesh, params_, "bottom", in, c << config.depth, config, layout(config.depth));
     for (int level = config.depth - 1; level >= 0; --level) {
       const std::int64_t width = c << level;
+      // Up-sampling reads the level below, so its weights are laid out as that level.
       up_.emplace_back(mesh, params_, "up" + std::to_string(level) + "/transposed",
                        channels(2 * width), channels(width),
                        mt::Window(spatial).kernel(2).stride(2), config.seed,
-                       /*transposed=*/true);
-      merge_.emplace_back(mesh, params_, "up" + std::to_string(level), 2 * width, width, config);
+                       /*transposed=*/true, /*bias=*/true, layout(level + 1));
+      merge_.emplace_back(mesh, params_, "up" + std::to_string(level), 2 * width, width, config,
+                          layout(level));
     }
     head_.emplace(mesh, params_, "head", channels(c), channels(config.classes),
-                  mt::Window(spatial).kernel(1), config.seed);
+                  mt::Window(spatial).kernel(1), config.seed, /*transposed=*/false, /*bias=*/true,
+                  layout(0));
   }
 
   /// Logits [batch, x, y, z, classes] for a CT batch [batch, x, y, z, channels=1].
   mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
     std::vector<mt::Tensor<float>> skips;
-    for (auto& level : down_) {
-      x = run(level, x, training);
+    for (std::size_t level = 0; level < down_.size(); ++level) {
+      x = run(down_[level], enter(level, std::move(x)), training);
       skips.push_back(x);
       x = mt::max_pool(x, mt::Window(spatial).kernel(2));
     }
-    x = run(*bottom_, x, training);
+    x = run(*bottom_, enter(down_.size(), std::move(x)), training);
     for (std::size_t i = 0; i < up_.size(); ++i) {
-      auto joined = mt::concat({skips.back(), up_[i](x)}, "channels");
+      const std::size_t level = up_.size() - 1 - i;
+      auto joined = mt::concat({skips.back(), enter(level, up_[i](x))}, "channels");
       skips.pop_back();  // what backward needs of the skip, the concatenation keeps
       x = run(merge_[i], std::move(joined), training);
     }
@@ -106,6 +116,17 @@ class UNet {
   const ModelConfig& config() const { return config_; }
 
  private:
+  // The layout of a level's tensors and parameters: the schedule's, or none of its own (parameters
+  // replicated, activations left where the input put them).
+  mt::Layout layout(std::size_t level) const {
+    return config_.layouts.empty() ? mt::Layout{} : config_.layouts.at(level);
+  }
+
+  // A tensor entering `level`, moved into the level's layout (gradients move back).
+  mt::Tensor<float> enter(std::size_t level, mt::Tensor<float> x) const {
+    return config_.layouts.empty() ? x : mt::relayout(x, config_.layouts.at(level));
+  }
+
   // A level's two convolutions, recomputed in backward when the config says so.
   mt::Tensor<float> run(DoubleConv& level, mt::Tensor<float> x, bool training) {
     if (!config_.recompute || !training) return level(std::move(x), training);

@@ -1,9 +1,12 @@
 #pragma once
 // The command-line settings of unet3d and the checks that reject what cannot run, naming the flag.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <meshtensor/meshtensor.hpp>
 
@@ -17,6 +20,7 @@ struct Preprocessing {
   std::array<double, 3> spacing{0, 0, 0};
   std::array<std::int64_t, 3> shape{0, 0, 0};
   int depth = 3;
+  mt::LayoutSchedule layouts;  // the network's, per level, each volume must fit (empty: its own)
 };
 
 struct TrainOptions {
@@ -41,47 +45,123 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 50;
   std::string data;  // a folder of scans; empty: phantoms
   Preprocessing preprocessing;
+  mt::LayoutSchedule layouts;  // per level (--layouts); empty: the data's layout at every level
 };
 
 struct PredictOptions {
   std::string checkpoint, input, output, probabilities;
   std::array<std::int64_t, 3> size{0, 0, 0};  // when given, the input must have it
+  mt::LayoutSchedule layouts;                 // per level; empty: the input's layout at every level
 };
 
-/// Throws when the model cannot run on `size` under `layout` on `mesh`: sizes that 2^depth does not
-/// divide, and splits that leave a processor no voxel of a dim at the deepest level, where the
-/// 3x3x3 convolutions of the bottom of the U would have nothing to work on.
+namespace level_fit {
+
+inline const char* const spatial_names[3] = {"x", "y", "z"};
+
+// The spatial dims of `layout` that split finer than `level` has voxels, with their parts.
+inline std::vector<std::pair<int, int>> sliver_splits(const std::array<std::int64_t, 3>& size,
+                                                      int level, const mt::MeshShape& mesh,
+                                                      const mt::Layout& layout) {
+  std::vector<std::pair<int, int>> slivers;
+  for (int d = 0; d < 3; ++d) {
+    const auto axis = layout.mesh_axis_of(spatial_names[d]);
+    if (!axis) continue;
+    const int parts = mesh[*mesh.find(*axis)].size;
+    if ((size[d] >> level) < parts) slivers.push_back({d, parts});
+  }
+  return slivers;
+}
+
+// The layout with its too-fine spatial splits moved to the channels (the first) or dropped (the
+// others: those processors repeat the work).
+inline mt::Layout without_slivers(const mt::Layout& layout,
+                                  const std::vector<std::pair<int, int>>& slivers) {
+  std::vector<mt::LayoutRule> rules;
+  bool channels_split = layout.mesh_axis_of("channels").has_value();
+  for (const auto& rule : layout.rules()) {
+    const bool sliver = std::any_of(slivers.begin(), slivers.end(), [&](const auto& s) {
+      return rule.dim == spatial_names[s.first];
+    });
+    if (!sliver) {
+      rules.push_back(rule);
+    } else if (!channels_split) {
+      rules.push_back({"channels", rule.mesh_axis});
+      channels_split = true;
+    }
+  }
+  return mt::Layout(rules);
+}
+
+// A schedule like `layouts` in which every level of the U-Net fits: the levels that fit keep
+// their layout, the others split channels where they split too-small spatial dims.
+inline mt::LayoutSchedule fitting_schedule(const std::array<std::int64_t, 3>& size, int depth,
+                                           const mt::MeshShape& mesh,
+                                           const mt::LayoutSchedule& layouts) {
+  std::vector<mt::Layout> levels;
+  for (int level = 0; level <= depth; ++level) {
+    const mt::Layout& layout = layouts.at(std::size_t(level));
+    levels.push_back(without_slivers(layout, sliver_splits(size, level, mesh, layout)));
+  }
+  while (levels.size() > 1 && levels[levels.size() - 2] == levels.back()) levels.pop_back();
+  return mt::LayoutSchedule(levels);
+}
+
+}  // namespace level_fit
+
+/// Throws when the model cannot run on `size` under `layouts` (one per level, the last repeating)
+/// on `mesh`: sizes that 2^depth does not divide, a schedule with more stages than levels or with
+/// a layout the mesh cannot hold, and splits that leave a processor no voxel of a dim at some
+/// level, where its 3x3x3 convolutions would have nothing to work on. That error names the level
+/// and suggests a schedule that fits.
 inline void check_geometry(const std::array<std::int64_t, 3>& size, int depth,
-                           const mt::MeshShape& mesh, const mt::Layout& layout,
+                           const mt::MeshShape& mesh, const mt::LayoutSchedule& layouts,
                            std::int64_t batch = 1) {
   if (depth < 1 || depth > 6)
     throw mt::Error("--depth " + std::to_string(depth) + ": use 1 to 6 levels");
   const std::int64_t factor = std::int64_t(1) << depth;
-  const char* names[3] = {"x", "y", "z"};
   for (int d = 0; d < 3; ++d) {
     if (size[d] < 1 || size[d] % factor != 0)
-      throw mt::Error("size " + std::to_string(size[d]) + " along " + names[d] +
+      throw mt::Error("size " + std::to_string(size[d]) + " along " + level_fit::spatial_names[d] +
                       " is not divisible by 2^depth = " + std::to_string(factor) + " (--depth " +
                       std::to_string(depth) + "); choose --size or --shape a multiple of " +
                       std::to_string(factor));
   }
-  const mt::TensorLayout at_bottom(
-      mt::Shape{mt::Dim("batch", batch), mt::Dim("x", size[0] / factor),
-                mt::Dim("y", size[1] / factor), mt::Dim("z", size[2] / factor)},
-      mesh, layout);
-  for (int d = 0; d < 3; ++d) {
-    const auto axis = at_bottom.mesh_axis_of(names[d]);
-    if (!axis) continue;
-    const int parts = mesh[*axis].size;
-    if (size[d] / factor < parts)
-      throw mt::Error("--layout \"" + layout.to_string() + "\": at level " + std::to_string(depth) +
-                      " (the deepest) dim \"" + names[d] + "\" has " +
-                      std::to_string(size[d] / factor) + " voxels, fewer than the " +
-                      std::to_string(parts) + " processors of mesh axis \"" + mesh[*axis].name +
-                      "\" that split it, so some would hold no voxel for the 3x3x3 "
-                      "convolutions there; split fewer processors over " +
-                      names[d] + ", split another dim, use a larger size or a smaller --depth");
+  if (layouts.size() > std::size_t(depth) + 1)
+    throw mt::Error("--layouts \"" + layouts.to_string() + "\" has " +
+                    std::to_string(layouts.size()) + " levels but the U-Net of --depth " +
+                    std::to_string(depth) + " has " + std::to_string(depth + 1) + " (0 to " +
+                    std::to_string(depth) + "); give at most " + std::to_string(depth + 1) +
+                    " (the last one repeats for the levels below it)");
+  for (int level = 0; level <= depth; ++level) {
+    const mt::Layout& layout = layouts.at(std::size_t(level));
+    try {
+      mt::TensorLayout(mt::Shape{mt::Dim("batch", batch), mt::Dim("x", size[0] >> level),
+                                 mt::Dim("y", size[1] >> level), mt::Dim("z", size[2] >> level),
+                                 mt::Dim("channels", 1)},
+                       mesh, layout);
+    } catch (const mt::Error& e) {
+      throw mt::Error("layout \"" + layout.to_string() + "\" of level " + std::to_string(level) +
+                      ": " + e.what());
+    }
+    const auto slivers = level_fit::sliver_splits(size, level, mesh, layout);
+    if (slivers.empty()) continue;
+    const auto [d, parts] = slivers.front();
+    throw mt::Error(
+        "layout \"" + layout.to_string() + "\" at level " + std::to_string(level) + " (" +
+        std::to_string(size[0] >> level) + "x" + std::to_string(size[1] >> level) + "x" +
+        std::to_string(size[2] >> level) + " voxels): dim \"" + level_fit::spatial_names[d] +
+        "\" has " + std::to_string(size[d] >> level) + ", fewer than the " + std::to_string(parts) +
+        " processors of mesh axis \"" + *layout.mesh_axis_of(level_fit::spatial_names[d]) +
+        "\" that split it, so some would hold no voxel for the 3x3x3 convolutions there; give the "
+        "deep levels a layout of their own, e.g. --layouts \"" +
+        level_fit::fitting_schedule(size, depth, mesh, layouts).to_string() +
+        "\", or use a larger size or a smaller --depth");
   }
+}
+
+/// `layouts`, or `layout` at every level where the schedule is empty.
+inline mt::LayoutSchedule schedule_or(const mt::LayoutSchedule& layouts, const mt::Layout& layout) {
+  return layouts.empty() ? mt::LayoutSchedule(std::vector<mt::Layout>{layout}) : layouts;
 }
 
 }  // namespace unet3d

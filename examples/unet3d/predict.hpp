@@ -54,6 +54,7 @@ inline PredictTimes predict_scan(mt::Mesh& mesh, const PredictOptions& o, const 
   p.depth = flags.value("depth", 3);
   p.spacing = flags.value("spacing", p.spacing);
   p.shape = flags.value("resize", p.shape);
+  p.layouts = o.layouts;
   const Scan scan = read_scan(mesh, o.input, "", layout, p);
   times.read = seconds_since(start);
   start = std::chrono::steady_clock::now();
@@ -92,7 +93,8 @@ inline PredictTimes predict_array(mt::Mesh& mesh, const PredictOptions& o, const
     throw mt::Error(o.input + ": the volume is " +
                     mt::npy::shape_text({size[0], size[1], size[2]}) + " but --size/--shape says " +
                     mt::npy::shape_text({o.size[0], o.size[1], o.size[2]}));
-  check_geometry(size, depth, mesh.shape(), layout, batched ? header.shape[0] : 1);
+  check_geometry(size, depth, mesh.shape(), schedule_or(o.layouts, layout),
+                 batched ? header.shape[0] : 1);
   mt::Shape volume_shape =
       batched ? mt::Shape{mt::Dim("batch", header.shape[0]), mt::Dim("x", size[0]),
                           mt::Dim("y", size[1]), mt::Dim("z", size[2])}
@@ -120,7 +122,8 @@ inline PredictTimes predict_array(mt::Mesh& mesh, const PredictOptions& o, const
 
 inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& layout) {
   const auto [manifest, where] = read_manifest(o.checkpoint);
-  const ModelConfig config = config_from(manifest["flags"]);
+  ModelConfig config = config_from(manifest["flags"]);
+  config.layouts = o.layouts;
   UNet net(mesh, config);
   restore_checkpoint(mesh, manifest, where, net, nullptr);
   mt::autodiff::NoGrad no_grad(mesh);

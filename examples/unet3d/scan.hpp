@@ -106,7 +106,7 @@ inline Scan read_scan(mt::Mesh& mesh, const std::string& image, const std::strin
                       const mt::Layout& layout, const Preprocessing& p) {
   const auto volume = mt::open_nifti(mesh, image);
   Scan s{volume, ScanGrid(volume, p), {}, {}};
-  check_geometry(s.grid.padded, p.depth, mesh.shape(), layout);
+  check_geometry(s.grid.padded, p.depth, mesh.shape(), schedule_or(p.layouts, layout));
   const auto hu = to_network_grid(mt::load_nifti<float>(mesh, s.volume, layout), s.grid,
                                   mt::Interpolation::linear);
   s.input = mt::append_dim(

@@ -30,6 +30,7 @@ inline ModelConfig model_config(const TrainOptions& o) {
   config.norm = o.norm;
   config.seed = o.seed;
   config.recompute = o.recompute;
+  config.layouts = o.layouts;
   return config;
 }
 

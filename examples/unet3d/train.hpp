@@ -107,11 +107,13 @@ inline void check_same_flags(const nlohmann::json& saved, const nlohmann::json& 
 inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layout,
                      std::int64_t parameters, const std::string& volumes) {
   if (mesh.processor() != 0) return;
+  const bool per_level = o.layouts.size() > 1;
   std::printf(
       "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
-      "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, layout \"%s\", %s, batch %lld%s\n",
+      "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, %s \"%s\", %s, batch %lld%s\n",
       (long long)parameters, mesh.num_processors(), mesh.transport().c_str(), mt::compute_threads(),
-      mesh.shape().to_string().c_str(), layout.to_string().c_str(), volumes.c_str(),
+      mesh.shape().to_string().c_str(), per_level ? "layouts per level" : "layout",
+      per_level ? o.layouts.to_string().c_str() : layout.to_string().c_str(), volumes.c_str(),
       (long long)o.batch, o.recompute ? ", levels recomputed in backward" : "");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   if (mesh.transport() == "threads" && mesh.num_processors() * mt::compute_threads() > cores)
@@ -183,6 +185,7 @@ class Progress {
                            {"processors", mesh_.num_processors()},
                            {"transport", mesh_.transport()},
                            {"batch", o_.batch}};
+    if (o_.layouts.size() > 1) summary["layouts"] = o_.layouts.to_string();
     // Phantoms have one size; scans have each their own.
     if (!o_.data.empty())
       summary["data"] = o_.data;

@@ -10,6 +10,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/format.hpp"
 #include "meshtensor/core/layout.hpp"
+#include "meshtensor/core/layout_schedule.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
 #include "meshtensor/core/ownership_table.hpp"
 #include "meshtensor/core/shape.hpp"

@@ -65,6 +65,18 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND logs ${here}/mpi/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${logs})
+  # Per-level layouts: space at the top, channels below (the deep levels' input channels split, so
+  # their convolutions add partial sums across processors); the same losses.
+  ok(${UNET3D} train ${small} --steps 5 --threads 4 --layouts "x:p | channels:p" --out ${here}/levels)
+  ok(${UNET3D} train ${small} --steps 5 --mesh "a:2, b:2" --layouts "x:a, y:b | x:a, channels:b | channels:a"
+     --out ${here}/levels2d)
+  set(level_logs ${here}/one/metrics.jsonl ${here}/levels/metrics.jsonl ${here}/levels2d/metrics.jsonl)
+  if(MPIEXEC)
+    ok(${MPIEXEC} ${NP_FLAG} 4 ${UNET3D} train ${small} --steps 5 --layouts "x:p | x:p | channels:p"
+       --out ${here}/mpi_levels)
+    list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
+  endif()
+  ok(${CHECK} losses 1e-3 ${level_logs})
 elseif(SCENARIO STREQUAL "predict_equal")
   # Labels predicted on 1 processor and on 8 (2x2x2) are identical.
   make_model()
@@ -74,6 +86,11 @@ elseif(SCENARIO STREQUAL "predict_equal")
      --probabilities ${here}/p8.npy --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c")
   ok(${CHECK} same-npy ${here}/one.npy ${here}/eight.npy)
   ok(${CHECK} same-npy ${here}/p1.npy ${here}/p8.npy)
+  # Channels split below the top level: partial sums in another order, the same probabilities
+  # within float rounding.
+  ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/levels.npy
+     --probabilities ${here}/plevels.npy --threads 4 --layouts "x:p | channels:p")
+  ok(${CHECK} close-npy 1e-5 ${here}/p1.npy ${here}/plevels.npy)
 elseif(SCENARIO STREQUAL "resume")
   # A run stopped after 3 steps and resumed ends exactly where an uninterrupted one does; resumed
   # on another layout, it follows the same losses within float rounding. Exactly: so the convolution
@@ -106,8 +123,16 @@ elseif(SCENARIO STREQUAL "bad_flags")
   fails("cannot parse mesh shape" ${UNET3D} train ${small} --mesh "rows:2,,cols" --out ${here}/o)
   fails("maps dim \"x\" to two mesh axes" ${UNET3D} train ${small} --mesh "rows:1, cols:1" --layout "x:rows, x:cols" --out ${here}/o)
   fails("names mesh axis \"cols\"" ${UNET3D} train ${small} --mesh "rows:1" --layout "x:cols" --out ${here}/o)
-  fails("at level 2 \\(the deepest\\) dim \"x\" has 4 voxels, fewer than the 8 processors"
+  fails("at level 2 \\(4x4x4 voxels\\): dim \"x\" has 4, fewer than the 8 processors of mesh axis \"p\".*--layouts \"x:p \\| x:p \\| channels:p\""
         ${UNET3D} train ${small} --threads 8 --out ${here}/o)
+  fails("--layouts \"x:p \\| x:p \\| x:p \\| x:p\" has 4 levels but the U-Net of --depth 2 has 3"
+        ${UNET3D} train ${small} --threads 2 --layouts "x:p | x:p | x:p | x:p" --out ${here}/o)
+  fails("layout \"y:q\" of level 1: layout \"y:q\" names mesh axis \"q\""
+        ${UNET3D} train ${small} --threads 2 --layouts "x:p | y:q" --out ${here}/o)
+  fails("--layouts: layout schedule \"x:p \\|\\| x:\", stage 2 .*entry \"x:\" has no value"
+        ${UNET3D} train ${small} --threads 2 --layouts "x:p || x:" --out ${here}/o)
+  fails("--layout \"x:p\" and --layouts \"x:p\" both say where tensors live"
+        ${UNET3D} train ${small} --threads 2 --layout x:p --layouts x:p --out ${here}/o)
   fails("size 20 along x is not divisible by 2\\^depth = 8" ${UNET3D} train --size 20 --depth 3 --out ${here}/o)
   fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
   fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1

@@ -110,7 +110,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
         Array<T> grad_box = Array<T>::from_shape(box_sizes);
         kernels::resample_adjoint(taps, g.array().data(), grad_box.data());
         auto own =
-            plan.exchange_adjoint(g.mesh(), HaloForm::padded, HaloBox<T>{std::move(grad_box)});
+            plan.exchange_adjoint(g.mesh(), HaloForm::padded, HaloBox<T>{std::move(grad_box), {}});
         return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), input_layout, std::move(own))};
       });
   return result;
