@@ -238,6 +238,25 @@ TEST_CASE(
           1e-5, cases) == "");
 }
 
+TEST_CASE("partial sums over split input channels are reduce-scattered into the output channels") {
+  // Each processor keeps its share of the output channels, on the input channels' mesh axis; where
+  // the output channels are split already, the sums are all-reduced and the output keeps that.
+  auto axes = on_mesh("rows:2; cols:2", [](Mesh& m) {
+    auto x = test_input(m, volume_shape, "channels:rows", 1);
+    const Window same = Window("x, y, z").padding("same");
+    const auto scattered =
+        conv(x, test_input(m, "kx:3, channels:3, features:4", "channels:rows", 2),
+             Window("x").padding("same"));
+    const auto reduced = conv(x,
+                              test_input(m, "kx:3, ky:3, kz:3, channels:3, features:4",
+                                         "channels:rows; features:cols", 3),
+                              same);
+    return std::vector<std::string>{*scattered.layout().layout().mesh_axis_of("features"),
+                                    *reduced.layout().layout().mesh_axis_of("features")};
+  });
+  for (const auto& a : axes) CHECK(a == std::vector<std::string>{"rows", "cols"});
+}
+
 TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     ErrorLog record;

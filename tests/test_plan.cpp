@@ -54,9 +54,11 @@ struct Case {
   std::int64_t size, batch;
 };
 
-// The U-Net at a size a test runs in seconds: two levels, 4 channels at the top.
+// The U-Net at a size a test runs in seconds: two levels, 4 channels at the top; a layout with
+// '|' gives each level its own.
 unet3d::TrainOptions small_unet(const Case& c) {
   unet3d::TrainOptions o;
+  if (c.layout.find('|') != std::string::npos) o.layouts = mt::LayoutSchedule(c.layout);
   o.size = {c.size, c.size, c.size};
   o.batch = c.batch;
   o.depth = 2;
@@ -87,13 +89,15 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
       {"2x2x2", "a:2; b:2; c:2", "x:a; y:b; z:c", 16, 1},
       {"batch hybrid", "d:2; s:2", "batch:d; x:s", 16, 2},
       {"uneven split", "p:3", "x:p", 16, 1},
+      {"per level: x, then channels", "p:2", "x:p | channels:p", 16, 1},
+      {"per level: x and y, then x and channels", "a:2; b:2", "x:a; y:b | x:a; channels:b", 16, 1},
   };
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.name << " on mesh " << c.mesh << ", layout " << c.layout) {
       const mt::MeshShape shape(c.mesh);
       if (!mt::testing::can_run(shape)) continue;
       const auto o = small_unet(c);
-      const mt::Layout layout(c.layout);
+      const mt::Layout layout = o.layouts.empty() ? mt::Layout(c.layout) : o.layouts.at(0);
       const auto real = on_mesh(shape, [&](mt::Mesh& mesh) {
         unet3d::model_and_two_steps(mesh, o, layout);
         return Measured{mesh.processor(), mesh.traffic(), mt::memory_stats()};

@@ -23,15 +23,17 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   const mt::PlanReport report = mt::plan(mesh, layout, [&](mt::Mesh& m) {
     model_and_two_steps(m, o, layout, /*count_second_only=*/true);
   });
+  const bool per_level = o.layouts.size() > 1;
   std::printf(
       "unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
-      "mesh %s, layout \"%s\": %zu processors (%d planned, the others like one of them) in "
+      "mesh %s, %s \"%s\": %zu processors (%d planned, the others like one of them) in "
       "%.2f s\n"
       "FLOPs and traffic are one step's; memory is each processor's peak over the first two "
       "steps, by use at that moment (real peaks were within 4%% of it at 64^3 and 128^3 with "
       "MESHTENSOR_ONEDNN_FORMATS=by_channels: bench/RESULTS.md)\n%s",
       (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch, o.depth,
-      o.channels, report.mesh.c_str(), report.layout.c_str(), report.processors.size(),
+      o.channels, report.mesh.c_str(), per_level ? "layouts per level" : "layout",
+      per_level ? o.layouts.to_string().c_str() : report.layout.c_str(), report.processors.size(),
       report.planned, report.seconds, report.table().c_str());
   auto summary = nlohmann::ordered_json::parse(report.json());
   summary["size"] = o.size;
@@ -40,6 +42,7 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   summary["channels"] = o.channels;
   summary["norm"] = o.norm;
   summary["recompute"] = o.recompute;
+  if (per_level) summary["layouts"] = o.layouts.to_string();
   std::printf("%s\n", summary.dump().c_str());
 }
 

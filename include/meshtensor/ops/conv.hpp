@@ -1,10 +1,11 @@
 #pragma once
 // Convolution and transposed convolution over named spatial dims, on any layout. A split spatial
 // dim gets its halo from the neighbours (ops/halo.hpp); a split batch dim needs nothing; a split
-// input-channel dim leaves partial sums that an all-reduce completes; a split output-channel dim
-// splits the output. The gradients follow the same rules backwards: the input's by the reverse
-// exchange-add of the halo, the weight's by an all-reduce over the axes that split batch and
-// space.
+// input-channel dim leaves partial sums, reduce-scattered over the output channels (which the
+// output then splits over the same mesh axis) or, where those are split already, all-reduced; a
+// split output-channel dim splits the output. The gradients follow the same rules backwards: the
+// input's by the reverse exchange-add of the halo, the weight's by an all-reduce over the axes that
+// split batch and space.
 //
 // The weight has one kernel dim per spatial dim, named "k" + the spatial dim's name (kx, ky, kz),
 // the input-channel dim (named as in the input) and one output-channel dim, which takes the input
@@ -27,6 +28,7 @@
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
+#include "meshtensor/ops/detail/partial_sums.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -35,20 +37,6 @@ namespace meshtensor {
 namespace detail {
 
 inline std::string kernel_dim(const std::string& spatial) { return "k" + spatial; }
-
-// The mesh axes that split any of `dims` in `layout`.
-inline AxisSet axes_splitting(const TensorLayout& layout, const std::vector<std::string>& dims) {
-  AxisSet set = 0;
-  for (const auto& d : dims)
-    if (layout.shape().contains(d))
-      if (auto axis = layout.mesh_axis_of(d)) set |= AxisSet{1} << *axis;
-  return set;
-}
-
-template <class T>
-void complete_partial_sums(Mesh& mesh, AxisSet axes, Array<T>& data) {
-  if (axes) all_reduce(mesh.group(axes), data, ReduceOp::sum);
-}
 
 // Where the rows of a box split along its first kernel dim lie: the own block's rows
 // [own_lo, own_hi) of the box, the halo pieces' rows around them.
@@ -367,6 +355,20 @@ struct ConvBackward {
   }
 };
 
+// The output from each processor's partial sums over its input channels: reduce-scattered over
+// the output channels where they can take the input channels' mesh axis (backward gathers the
+// gradient back: ConvBackward aligns it to the unsplit output), else all-reduced.
+template <class T>
+Tensor<T> complete_output(Mesh& mesh, const TensorLayout& input, const std::string& channels,
+                          const TensorLayout& output, const std::string& out_channels,
+                          Array<T>&& partial) {
+  if (const auto scattered = scattered_layout(input, channels, output, out_channels))
+    return Tensor<T>(mesh, *scattered,
+                     reduce_scatter_along(mesh, partial, *scattered, out_channels));
+  complete_partial_sums(mesh, axes_splitting(input, {channels}), partial);
+  return Tensor<T>(mesh, output, std::move(partial));
+}
+
 template <class T>
 Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
                    const Window& window, const std::string& channels, bool transposed) {
@@ -383,8 +385,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   SavedBox<T> saved = call.by_rows ? conv_forward_by_rows(call, x, out)
                                    : conv_forward_on_box(call, x, out, box_sizes);
   out = from_kernel_order(std::move(out), call.plan.to_kernel_order);
-  complete_partial_sums(mesh, axes_splitting(x.layout(), {channels}), out);
-  Tensor<T> result(mesh, call.plan.output_layout, std::move(out));
+  Tensor<T> result = complete_output(mesh, x.layout(), channels, call.plan.output_layout,
+                                     dims.out_channels.name, std::move(out));
 
   std::vector<std::string> summed;
   for (const auto& dim : input.shape())

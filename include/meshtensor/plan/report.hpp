@@ -152,13 +152,19 @@ struct PlanReport {
          [](const ProcessorPlan& p) { return double(p.collective(C::all_reduce).calls); }},
         {"all-reduce bytes", "all_reduce_bytes", "B",
          [](const ProcessorPlan& p) { return double(p.collective(C::all_reduce).bytes); }},
+        {"reduce-scatters", "reduce_scatters", "",
+         [](const ProcessorPlan& p) { return double(p.collective(C::reduce_scatter).calls); }},
+        {"reduce-scatter bytes", "reduce_scatter_bytes", "B",
+         [](const ProcessorPlan& p) { return double(p.collective(C::reduce_scatter).bytes); }},
         {"other collectives", "other_collectives", "",
          [](const ProcessorPlan& p) {
-           return double(p.traffic.collectives - p.collective(C::all_reduce).calls);
+           return double(p.traffic.collectives - p.collective(C::all_reduce).calls -
+                         p.collective(C::reduce_scatter).calls);
          }},
         {"other collective bytes", "other_collective_bytes", "B",
          [](const ProcessorPlan& p) {
-           return double(p.traffic.collective_bytes - p.collective(C::all_reduce).bytes);
+           return double(p.traffic.collective_bytes - p.collective(C::all_reduce).bytes -
+                         p.collective(C::reduce_scatter).bytes);
          }},
     };
   }
