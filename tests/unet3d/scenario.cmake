@@ -77,6 +77,14 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${level_logs})
+elseif(SCENARIO STREQUAL "schedule_16_ranks")
+  # 16 MPI ranks (oversubscribed), depth 3 at 32^3: level 2 has 8 voxels along x, too few for 16
+  # processors, so the schedule switches to channels there. One processor's losses within 1e-4.
+  set(deep --size 32 --depth 3 --channels 4 --steps 3 --validation-volumes 0)
+  ok(${UNET3D} train ${deep} --threads 1 --out ${here}/one)
+  ok(${MPIEXEC} ${NP_FLAG} 16 ${UNET3D} train ${deep} --layouts "x:p | x:p | channels:p"
+     --out ${here}/sixteen)
+  ok(${CHECK} losses 1e-4 ${here}/one/metrics.jsonl ${here}/sixteen/metrics.jsonl)
 elseif(SCENARIO STREQUAL "predict_equal")
   # Labels predicted on 1 processor and on 8 (2x2x2) are identical.
   make_model()
