@@ -282,7 +282,11 @@ int main(int argc, char** argv) {
   GenerateFlags generate;
   auto* generate_cmd = add_generate_command(app, distribution, generate);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return mt::end_before_run(argc, argv, app.exit(e));  // --help: 0
+  }
   Placement where;
   try {
     where = resolve(distribution);
@@ -307,8 +311,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "unet3d: error: %s\n", e.what());
-    return 2;
+    return mt::fail_before_run(argc, argv, e.what(), 2, "unet3d");
   }
   return mt::run(
       argc, argv, where.mesh,

@@ -142,6 +142,13 @@ elseif(SCENARIO STREQUAL "bad_flags")
   fails("--layout \"x:p\" and --layouts \"x:p\" both say where tensors live"
         ${UNET3D} train ${small} --threads 2 --layout x:p --layouts x:p --out ${here}/o)
   fails("size 20 along x is not divisible by 2\\^depth = 8" ${UNET3D} train --size 20 --depth 3 --out ${here}/o)
+  if(MPIEXEC)
+    # 64 ranks that all fail at once end the job (Open MPI's mpirun hung when ranks left before
+    # the others had started); so does an unknown flag.
+    fails("size 20 along x is not divisible" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --size 20 --depth 3
+          --out ${here}/o)
+    fails("argument was not expected: --bogus" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --bogus)
+  endif()
   fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
   fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1
         --out ${here}/o --checkpoint /proc/ckpt)

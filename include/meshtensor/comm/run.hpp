@@ -137,6 +137,40 @@ inline DeviceKind chosen_device(const std::string& transport, const std::string&
 }
 
 /**
+ * Ends a program that failed before `run` (bad flags, say) with `status`, whose message was
+ * printed: returns it for `main`. Under an MPI launcher each rank first joins the job and then
+ * aborts it: a launcher that sees ranks exit early while it still starts others can hang (Open
+ * MPI's mpirun does, from about 32 ranks), and the abort also ends ranks that did not fail.
+ */
+inline int end_before_run(int argc, char** argv, int status) {
+#ifdef MESHTENSOR_WITH_MPI
+  if (status != 0 && launcher_world_size()) {
+    boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled,
+                                        /*abort_on_exception=*/false);
+    environment.abort(status);
+  }
+#else
+  (void)argc;
+  (void)argv;
+#endif
+  return status;
+}
+
+/**
+ * Prints `what` as `program`'s error and ends the program as end_before_run() does.
+ *
+ * ```cpp
+ * catch (const std::exception& e) { return meshtensor::fail_before_run(argc, argv, e.what()); }
+ * ```
+ */
+inline int fail_before_run(int argc, char** argv, const std::string& what, int status = 2,
+                           const std::string& program = "meshtensor") {
+  std::fprintf(stderr, "%s: error: %s\n", program.c_str(), what.c_str());
+  std::fflush(stderr);
+  return end_before_run(argc, argv, status);
+}
+
+/**
  * Runs `fn(Mesh&)` as SPMD on every processor of the mesh `shape` and returns an exit status for
  * `main`. Started by hand it runs one thread per processor; under `mpirun -np N` it runs on the N
  * ranks, and N must equal the mesh size. `transport` ("threads", "mpi" or "nccl"; empty: see
