@@ -5,9 +5,12 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <sched.h>
 
 #include <meshtensor/meshtensor.hpp>
 
@@ -18,6 +21,35 @@ namespace {
 struct Counter {
   int value = 0;
 };
+
+// An environment variable set (or, with nullptr, removed) for the scope, then put back.
+class ScopedVariable {
+ public:
+  ScopedVariable(std::string name, const char* value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    value ? ::setenv(name_.c_str(), value, 1) : ::unsetenv(name_.c_str());
+  }
+  ~ScopedVariable() {
+    old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str());
+  }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// A process started by hand: none of the launchers' variables (this test may run under mpirun).
+std::vector<std::unique_ptr<ScopedVariable>> started_by_hand() {
+  std::vector<std::unique_ptr<ScopedVariable>> cleared;
+  for (const char* name :
+       {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "PMIX_RANK",
+        "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "MESHTENSOR_THREADS_PER_PROCESSOR"})
+    cleared.push_back(std::make_unique<ScopedVariable>(name, nullptr));
+  return cleared;
+}
 }  // namespace
 
 TEST_CASE("each processor of a run has its own context, current while its mesh lives") {
@@ -116,4 +148,44 @@ TEST_CASE("a device the transport cannot carry is refused with the valid pairs")
   REQUIRE(refusals.size() == 2);
   CHECK_THAT(refusals[0], Contains("threads transport carries messages from cpu memory") &&
                               Contains("cannot compute on device cuda:0"));
+}
+
+TEST_CASE("under Slurm, an srun step is a launch and its CPUs per task are a rank's threads") {
+  const auto cleared = started_by_hand();
+  {
+    // Inside an allocation (sbatch, salloc) but not in an srun step: one process, not 8 ranks.
+    ScopedVariable job("SLURM_JOB_ID", "42"), tasks("SLURM_NTASKS", "8");
+    CHECK_FALSE(launcher_world_size());
+    CHECK_FALSE(mpi_launcher_variable());
+    // In a step of 8 tasks with 3 CPUs each.
+    ScopedVariable step("SLURM_STEP_NUM_TASKS", "8"), cpus("SLURM_CPUS_PER_TASK", "3");
+    CHECK(launcher_world_size() == 8);
+    CHECK(mpi_launcher_variable() == std::string("SLURM_STEP_NUM_TASKS"));
+    CHECK(threads_per_process() == 3);
+    ScopedVariable forced("MESHTENSOR_THREADS_PER_PROCESSOR", "5");
+    CHECK(threads_per_process() == 5);  // the user's choice wins
+  }
+  ScopedVariable local("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  if (cores_available() == int(std::max(1u, std::thread::hardware_concurrency())))
+    CHECK(threads_per_process() == threads_per_processor(2));  // unbound: the node's share
+}
+
+TEST_CASE(
+    "compute threads follow the process's CPU affinity mask (taskset, a launcher's binding)") {
+  const auto cleared = started_by_hand();
+  cpu_set_t original;
+  REQUIRE(sched_getaffinity(0, sizeof original, &original) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &original)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  const int cores = cores_available(), alone = threads_per_processor(1),
+            launched = threads_per_process();
+  sched_setaffinity(0, sizeof original, &original);
+  CHECK(cores == 1);
+  CHECK(alone == 1);
+  CHECK(launched == 1);
+  CHECK(cores_available() == CPU_COUNT(&original));
 }

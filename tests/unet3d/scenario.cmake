@@ -77,6 +77,12 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${level_logs})
+  # Pinned to one core (as a batch system or launcher binding would), a processor runs one thread.
+  find_program(TASKSET taskset)
+  if(TASKSET)
+    ok_matching("x 1 compute threads each" ${TASKSET} -c 0 ${UNET3D} train ${small} --steps 1
+                --threads 1 --out ${here}/pinned)
+  endif()
 elseif(SCENARIO STREQUAL "schedule_16_ranks")
   # 16 MPI ranks (oversubscribed), depth 3 at 32^3: level 2 has 8 voxels along x, too few for 16
   # processors, so the schedule switches to channels there. One processor's losses within 1e-4.

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
@@ -23,20 +26,36 @@
 
 namespace meshtensor {
 
-/// Threads per processor when `sharing` processors share this machine's cores, unless
+/// The cores this process may run on: those of its CPU affinity mask (taskset, a launcher's
+/// binding, a batch system's cgroup), else the machine's.
+inline int cores_available() {
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#if defined(__linux__)
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+#endif
+  return machine;
+}
+
+/// Threads per processor when `sharing` processors share this process's cores, unless
 /// MESHTENSOR_THREADS_PER_PROCESSOR says otherwise.
 inline int threads_per_processor(int sharing) {
   if (const char* forced = std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR")) {
     const int n = std::atoi(forced);
     if (n > 0) return n;
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, sharing));
+  return std::max(1, cores_available() / std::max(1, sharing));
 }
 
-/// Threads for a processor that is one process of a launcher's job: the node's cores divided among
-/// the ranks the launcher placed on it.
+/// Threads for a processor that is one process of a launcher's job: Slurm's CPUs per task in an
+/// srun step; else the cores its affinity mask gives it where the launcher bound it to some;
+/// else the node's cores divided among the ranks the launcher placed on it.
 inline int threads_per_process() {
+  if (!std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR") && std::getenv("SLURM_STEP_NUM_TASKS"))
+    if (const char* per_task = std::getenv("SLURM_CPUS_PER_TASK"))
+      if (std::atoi(per_task) > 0) return std::atoi(per_task);
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (cores_available() < machine) return threads_per_processor(1);
   int sharing = 1;
   for (const char* name :
        {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
