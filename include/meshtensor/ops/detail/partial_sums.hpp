@@ -5,7 +5,8 @@
 // its share, for half the bytes, and a consumer that wants the output split (the next layer of a
 // channel-split level) finds it so.
 
-#include <numeric>
+#include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
