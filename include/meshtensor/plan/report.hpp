@@ -116,6 +116,14 @@ struct PlanReport {
   static double flops_of(const ProcessorPlan& p) {
     return p.flops(family);
   }
+  template <CountedTraffic::Collective kind>
+  static double calls_of(const ProcessorPlan& p) {
+    return double(p.collective(kind).calls);
+  }
+  template <CountedTraffic::Collective kind>
+  static double bytes_of(const ProcessorPlan& p) {
+    return double(p.collective(kind).bytes);
+  }
   template <MemoryUse use>
   static double at_peak(const ProcessorPlan& p) {
     return double(p.memory.at_peak[static_cast<std::size_t>(use)]);
@@ -148,23 +156,19 @@ struct PlanReport {
          [](const ProcessorPlan& p) { return double(p.sent(tags::relayout).calls); }},
         {"relayout bytes", "relayout_bytes", "B",
          [](const ProcessorPlan& p) { return double(p.sent(tags::relayout).bytes); }},
-        {"all-reduces", "all_reduces", "",
-         [](const ProcessorPlan& p) { return double(p.collective(C::all_reduce).calls); }},
-        {"all-reduce bytes", "all_reduce_bytes", "B",
-         [](const ProcessorPlan& p) { return double(p.collective(C::all_reduce).bytes); }},
-        {"reduce-scatters", "reduce_scatters", "",
-         [](const ProcessorPlan& p) { return double(p.collective(C::reduce_scatter).calls); }},
-        {"reduce-scatter bytes", "reduce_scatter_bytes", "B",
-         [](const ProcessorPlan& p) { return double(p.collective(C::reduce_scatter).bytes); }},
+        {"all-reduces", "all_reduces", "", calls_of<C::all_reduce>},
+        {"all-reduce bytes", "all_reduce_bytes", "B", bytes_of<C::all_reduce>},
+        {"reduce-scatters", "reduce_scatters", "", calls_of<C::reduce_scatter>},
+        {"reduce-scatter bytes", "reduce_scatter_bytes", "B", bytes_of<C::reduce_scatter>},
         {"other collectives", "other_collectives", "",
          [](const ProcessorPlan& p) {
-           return double(p.traffic.collectives - p.collective(C::all_reduce).calls -
-                         p.collective(C::reduce_scatter).calls);
+           return double(p.traffic.collectives) - calls_of<C::all_reduce>(p) -
+                  calls_of<C::reduce_scatter>(p);
          }},
         {"other collective bytes", "other_collective_bytes", "B",
          [](const ProcessorPlan& p) {
-           return double(p.traffic.collective_bytes - p.collective(C::all_reduce).bytes -
-                         p.collective(C::reduce_scatter).bytes);
+           return double(p.traffic.collective_bytes) - bytes_of<C::all_reduce>(p) -
+                  bytes_of<C::reduce_scatter>(p);
          }},
     };
   }

@@ -58,7 +58,7 @@ Array<T> reduce_scatter_along(Mesh& mesh, const Array<T>& partial, const TensorL
   std::vector<std::size_t> order{position};
   for (std::size_t d = 0; d < target.rank(); ++d)
     if (d != position) order.push_back(d);
-  const Array<T> first = to_kernel_order(partial, order);
+  const KernelOrderView<T> first(partial, order);  // no copy where `dim` is first already
   const std::size_t rest = partial.size() / std::max<std::size_t>(1, partial.shape()[position]);
   std::vector<std::size_t> counts;
   MeshCoord coord = mesh.coord();
@@ -72,7 +72,7 @@ Array<T> reduce_scatter_along(Mesh& mesh, const Array<T>& partial, const TensorL
   Array<T> share = Array<T>::from_shape(shape);
   mesh.group(AxisSet{1} << axis)
       .reduce_scatter(first.data(), share.data(), counts, dtype_of<T>(), ReduceOp::sum,
-                      first.space());
+                      partial.space());
   return from_kernel_order(std::move(share), order);
 }
 
