@@ -19,6 +19,7 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "auto_layout.hpp"
 #include "options.hpp"
 #include "plan.hpp"
 #include "predict.hpp"
@@ -31,13 +32,18 @@ namespace {
 struct Distribution {
   std::string mesh, layout, layouts, backend, device;
   int threads = 0;
+  // --layout auto and the plan's prediction
+  std::string memory_per_processor, network;
+  bool calibrate = false, predict = false;
 };
 
 // Where a run's processors are and where its tensors live: one layout per level of the U-Net
 // (--layouts), or --layout's at every level; level 0's is the data's.
 struct Placement {
   mt::MeshShape mesh;
-  mt::LayoutSchedule layouts;
+  mt::LayoutSchedule layouts;                // empty until chosen where `choose`
+  std::optional<unet3d::AutoLayout> choose;  // --layout auto
+  unet3d::AutoLayout pricing;                // the network and kernels a prediction uses
   const mt::Layout& data_layout() const { return layouts.at(0); }
 };
 
@@ -45,12 +51,28 @@ struct Placement {
 void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
   app.add_option("--mesh", d.mesh,
                  "mesh axes, Mesh-TensorFlow syntax (default: all processors on one axis \"p\")");
-  app.add_option("--layout", d.layout,
-                 "tensor dim to mesh axis rules (default: x, y, z on the mesh axes in order)");
-  if (model)
+  app.add_option(
+      "--layout", d.layout,
+      model ? "tensor dim to mesh axis rules (default: x, y, z on the mesh axes in "
+              "order), or auto: a layout per level chosen by plans to fit "
+              "--memory-per-processor in the least predicted time"
+            : "tensor dim to mesh axis rules (default: x, y, z on the mesh axes in order)");
+  if (model) {
     app.add_option("--layouts", d.layouts,
                    "one layout per level of the U-Net instead of --layout, separated by '|', the "
                    "last one repeating for the levels below, e.g. \"x:p | x:p | channels:p\"");
+    app.add_option("--memory-per-processor", d.memory_per_processor,
+                   "with --layout auto: the most one processor may hold, e.g. 2GiB, 512MiB "
+                   "(default: this machine's memory shared among its processors)");
+    app.add_option("--network", d.network,
+                   "with --layout auto or plan --predict: the link between processors, a name in "
+                   "the networks file (" +
+                       mt::config_directory().string() +
+                       "/networks.txt): shared-memory (default), ib-hdr, ib-ndr, nvlink");
+    app.add_flag("--calibrate", d.calibrate,
+                 "with --layout auto or plan --predict: measure this machine's kernels again "
+                 "(otherwise once, then cached)");
+  }
   app.add_option("--threads", d.threads,
                  "processors when not started by an MPI launcher (default: the cores)")
       ->check(CLI::PositiveNumber);
@@ -77,6 +99,30 @@ std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::
   if (cube > 0) return {cube, cube, cube};
   if (!shape.empty()) return {shape[0], shape[1], shape[2]};
   return size;
+}
+
+// The network and kernels a prediction prices a plan with.
+unet3d::AutoLayout pricing_of(const Distribution& d) {
+  unet3d::AutoLayout pricing;
+  if (!d.network.empty()) {
+    mt::network_named(d.network);  // refuses an unknown name, listing the known
+    pricing.network = d.network;
+  }
+  pricing.calibrate = d.calibrate;
+  return pricing;
+}
+
+// --layout auto's budget and pricing.
+unet3d::AutoLayout auto_layout_of(const Distribution& d) {
+  if (!d.layouts.empty())
+    throw mt::Error("--layout auto chooses the layouts per level; leave out --layouts");
+  if (d.memory_per_processor.empty())
+    throw mt::Error(
+        "--layout auto needs --memory-per-processor, the most one processor may "
+        "hold, e.g. 2GiB or 512MiB");
+  unet3d::AutoLayout a = pricing_of(d);
+  a.budget_bytes = mt::parse_bytes(d.memory_per_processor, "--memory-per-processor");
+  return a;
 }
 
 // The mesh and layout of this run, from the flags and the way the program was started.
@@ -113,18 +159,30 @@ Placement resolve(const Distribution& d) {
     throw mt::Error("--layout \"" + d.layout + "\" and --layouts \"" + d.layouts +
                     "\" both say where tensors live; give --layout for one layout at every level "
                     "or --layouts for one per level");
+  Placement where{mesh, {}, std::nullopt, pricing_of(d)};
+  if (d.layout == "auto") {
+    where.choose = auto_layout_of(d);
+    return where;
+  }
+  if (!d.memory_per_processor.empty())
+    throw mt::Error(
+        "--memory-per-processor is the budget --layout auto chooses within; give "
+        "--layout auto, or leave it out");
   if (!d.layouts.empty()) {
     try {
-      return {mesh, mt::LayoutSchedule(d.layouts)};
+      where.layouts = mt::LayoutSchedule(d.layouts);
     } catch (const mt::Error& e) {
       throw mt::Error(std::string("--layouts: ") + e.what());
     }
+  } else if (!d.layout.empty()) {
+    where.layouts = mt::LayoutSchedule({mt::Layout(d.layout)});
+  } else {
+    std::vector<mt::LayoutRule> rules;
+    const char* dims[3] = {"x", "y", "z"};
+    for (std::size_t a = 0; a < mesh.rank() && a < 3; ++a) rules.push_back({dims[a], mesh[a].name});
+    where.layouts = mt::LayoutSchedule({mt::Layout(rules)});
   }
-  if (!d.layout.empty()) return {mesh, mt::LayoutSchedule({mt::Layout(d.layout)})};
-  std::vector<mt::LayoutRule> rules;
-  const char* dims[3] = {"x", "y", "z"};
-  for (std::size_t a = 0; a < mesh.rank() && a < 3; ++a) rules.push_back({dims[a], mesh[a].name});
-  return {mesh, mt::LayoutSchedule({mt::Layout(rules)})};
+  return where;
 }
 
 // The flags of `train`, which `plan` takes too.
@@ -252,11 +310,24 @@ void resolve_train_flags(TrainFlags& flags, const Placement& where) {
   }
   if (!flags.class_weights.empty())
     train.class_weights = {flags.class_weights[0], flags.class_weights[1], flags.class_weights[2]};
-  if (train.data.empty())
+  if (where.choose && !train.data.empty())
+    throw mt::Error(
+        "--layout auto chooses for phantom volumes of --size or --shape, not for the "
+        "scans of --data, which differ in shape; choose with `unet3d plan --layout "
+        "auto --size ...` and give its schedule as --layouts");
+  if (train.data.empty() && !where.choose)
     unet3d::check_geometry(train.size, train.depth, where.mesh, where.layouts, train.batch);
   if (train.norm == "group" && train.channels % 4 != 0)
     throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
                     std::to_string(train.channels));
+}
+
+// The schedule --layout auto chose, checked and carried into the options.
+void use_layouts(TrainFlags& flags, Placement& where, const mt::LayoutSchedule& chosen) {
+  where.layouts = chosen;
+  flags.options.layouts = flags.options.preprocessing.layouts = chosen;
+  unet3d::check_geometry(flags.options.size, flags.options.depth, where.mesh, chosen,
+                         flags.options.batch);
 }
 
 }  // namespace
@@ -277,6 +348,9 @@ int main(int argc, char** argv) {
       "shapes alone: FLOPs, peak memory, halo exchanges, all-reduces (any mesh size, in seconds)");
   add_distribution(*plan_cmd, distribution);
   add_train_flags(*plan_cmd, flags);
+  plan_cmd->add_flag("--predict", distribution.predict,
+                     "also predict the step's time from this machine's kernel throughput "
+                     "(calibrated once, cached) and --network");
   PredictFlags predict;
   auto* predict_cmd = add_predict_command(app, distribution, predict);
   GenerateFlags generate;
@@ -306,16 +380,28 @@ int main(int argc, char** argv) {
           mt::Shape{mt::Dim("x", size[0]), mt::Dim("y", size[1]), mt::Dim("z", size[2])},
           where.mesh, where.data_layout());
     }
+    if (where.choose && (plan_cmd->parsed() || !mt::launcher_world_size()))
+      use_layouts(flags, where, unet3d::choose_schedule(flags.options, where.mesh, *where.choose));
     if (plan_cmd->parsed()) {
-      unet3d::plan_training(flags.options, where.mesh, where.data_layout());
+      const bool price = distribution.predict || where.choose || !distribution.network.empty() ||
+                         distribution.calibrate;
+      unet3d::plan_training(flags.options, where.mesh, where.data_layout(),
+                            price ? &where.pricing : nullptr);
       return 0;
     }
+    if ((distribution.predict || !distribution.network.empty() || distribution.calibrate) &&
+        !where.choose)
+      throw mt::Error(
+          "--network and --calibrate price plans: give them to `unet3d plan "
+          "--predict` or with --layout auto");
   } catch (const std::exception& e) {
     return mt::fail_before_run(argc, argv, e.what(), 2, "unet3d");
   }
   return mt::run(
       argc, argv, where.mesh,
       [&](mt::Mesh& mesh) {
+        if (train_cmd->parsed() && where.layouts.empty())  // auto, under a launcher
+          use_layouts(flags, where, unet3d::choose_on_first(mesh, flags.options, *where.choose));
         if (train_cmd->parsed())
           unet3d::train(mesh, flags.options, where.data_layout());
         else if (predict_cmd->parsed())

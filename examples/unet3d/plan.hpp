@@ -10,13 +10,15 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "auto_layout.hpp"
 #include "options.hpp"
 #include "step.hpp"
 
 namespace unet3d {
 
+/// Plans a step of `o` and prints it; with `pricing`, also its predicted time.
 inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
-                          const mt::Layout& layout) {
+                          const mt::Layout& layout, const AutoLayout* pricing = nullptr) {
   if (!o.data.empty())
     throw mt::Error("--data: a plan runs on phantom volumes of --size or --shape, without data");
   // The first step makes Adam's moments; the second is what every later step does.
@@ -43,6 +45,20 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   summary["norm"] = o.norm;
   summary["recompute"] = o.recompute;
   if (per_level) summary["layouts"] = o.layouts.to_string();
+  if (pricing) {
+    const mt::MachineModel machine = machine_for(mesh.num_processors(), *pricing);
+    const mt::StepPrediction step = mt::predict_step(report, machine);
+    std::printf(
+        "predicted step: %.3f s on processor %d (compute %.3f s with %d thread%s, %.2g "
+        "threads per core; communication %.3f s over %s), kernels of %s\n",
+        step.seconds, step.processor, step.compute_s, machine.kernels.threads,
+        machine.kernels.threads == 1 ? "" : "s", machine.sharing(), step.communication_s,
+        pricing->network.c_str(), machine.kernels.machine.c_str());
+    summary["predicted_step_s"] = step.seconds;
+    summary["predicted_compute_s"] = step.compute_s;
+    summary["predicted_communication_s"] = step.communication_s;
+    summary["network"] = pricing->network;
+  }
   std::printf("%s\n", summary.dump().c_str());
 }
 

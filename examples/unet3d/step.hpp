@@ -92,9 +92,9 @@ inline void model_and_two_steps(mt::Mesh& mesh, const TrainOptions& o, const mt:
   nn::Adam<float> adam(net.parameters().trainable(), o.lr);
   const auto weights = class_weights(mesh, o);
   for (int step = 0; step < 2; ++step) {
-    if (step == 1 && count_second_only) mt::count_from_here(mesh);
-    train_step(net, adam, make_batch(mesh, layout, o.seed, "train", step, o.batch, o.size),
-               weights);
+    const Batch batch = make_batch(mesh, layout, o.seed, "train", step, o.batch, o.size);
+    if (step == 1 && count_second_only) mt::count_from_here(mesh);  // the step, not its data
+    train_step(net, adam, batch, weights);
   }
 }
 

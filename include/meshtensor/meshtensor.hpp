@@ -5,6 +5,7 @@
 #include "meshtensor/version.hpp"
 
 #include "meshtensor/core/block.hpp"
+#include "meshtensor/core/byte_size.hpp"
 #include "meshtensor/core/dim.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/core/error.hpp"
@@ -55,4 +56,9 @@
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/io/tensor_npy.hpp"
 
+#include "meshtensor/plan/calibrate.hpp"
+#include "meshtensor/plan/choose.hpp"
+#include "meshtensor/plan/network.hpp"
 #include "meshtensor/plan/plan.hpp"
+#include "meshtensor/plan/predict.hpp"
+#include "meshtensor/plan/throughput.hpp"

@@ -46,6 +46,26 @@ endfunction()
 file(REMOVE_RECURSE ${WORK}/${SCENARIO})
 file(MAKE_DIRECTORY ${WORK}/${SCENARIO})
 set(here ${WORK}/${SCENARIO})
+# Settings and calibrations of this scenario's own, not the user's.
+set(ENV{MESHTENSOR_CONFIG_DIR} ${here}/config)
+set(ENV{MESHTENSOR_CACHE_DIR} ${here}/cache)
+
+# A kernel throughput cached for this CPU at every thread count a run may ask for, so that
+# --layout auto prices plans without calibrating (which takes a minute).
+function(cache_throughput)
+  file(STRINGS /proc/cpuinfo model REGEX "^model name" LIMIT_COUNT 1)
+  string(REGEX REPLACE "^model name[ \t]*:[ ]*" "" model "${model}")
+  if(model STREQUAL "")
+    set(model "unknown CPU")
+  endif()
+  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+  foreach(threads RANGE 1 ${cores})
+    file(WRITE ${here}/cache/throughput-${threads}-threads.txt
+         "machine ${model}\nthreads ${threads}\nseconds_per_call 1e-05\nfamily copy 1e9\n"
+         "family elementwise 1e9\nfamily sum 1e9\nfamily norm 3e9\nfamily optimizer 2e9\n"
+         "family conv 5e10\nfamily pool 1e9\nfamily resample 1e9\n")
+  endforeach()
+endfunction()
 
 # A trained checkpoint and a held-out volume that several scenarios start from.
 function(make_model)
@@ -133,6 +153,31 @@ elseif(SCENARIO STREQUAL "plan")
     endif()
   endforeach()
   fails("--data: a plan runs on phantom volumes" ${UNET3D} plan --data ${WORK} --mesh "p:2")
+elseif(SCENARIO STREQUAL "auto_layout")
+  # --layout auto on 8 processors of a volume whose level 3 (4^3) cannot split x 8 ways: the
+  # choice switches the deep levels, prints itself beside the runner-up, and trains to the losses
+  # of one processor; a budget nothing fits names what would.
+  cache_throughput()
+  set(model --size 32 --depth 3 --channels 4 --validation-volumes 0 --steps 2)
+  ok_matching("chosen +\"x:p \\| .*runner-up" ${UNET3D} plan ${model} --mesh p:8 --layout auto
+              --memory-per-processor 64MiB)
+  ok_matching("\"predicted_step_s\":[0-9.]+" ${UNET3D} plan ${model} --mesh p:2 --predict)
+  fails("no layout schedule fits 16.0 KiB per processor on mesh \\[p=2\\]: the least any needs is"
+        ${UNET3D} plan ${model} --mesh p:2 --layout auto --memory-per-processor 16KiB)
+  ok(${UNET3D} train ${model} --threads 1 --out ${here}/one)
+  ok_matching("chosen" ${UNET3D} train ${model} --threads 8 --layout auto --memory-per-processor 64MiB
+              --out ${here}/eight)
+  ok(${CHECK} losses 1e-5 ${here}/one/metrics.jsonl ${here}/eight/metrics.jsonl)
+  if(MPIEXEC)
+    # Under a launcher processor 0 chooses and tells the others.
+    ok_matching("chosen" ${MPIEXEC} ${NP_FLAG} 4 ${UNET3D} train ${model} --mesh p:4 --layout auto
+                --memory-per-processor 64MiB --out ${here}/mpi)
+    ok(${CHECK} losses 1e-5 ${here}/one/metrics.jsonl ${here}/mpi/metrics.jsonl)
+    file(REMOVE_RECURSE ${here}/cache)
+    fails("--layout auto under mpirun or srun needs this machine's kernels calibrated"
+          ${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} train ${model} --mesh p:2 --layout auto
+          --memory-per-processor 64MiB --out ${here}/mpi2)
+  endif()
 elseif(SCENARIO STREQUAL "bad_flags")
   fails("cannot parse mesh shape" ${UNET3D} train ${small} --mesh "rows:2,,cols" --out ${here}/o)
   fails("maps dim \"x\" to two mesh axes" ${UNET3D} train ${small} --mesh "rows:1, cols:1" --layout "x:rows, x:cols" --out ${here}/o)
@@ -148,6 +193,16 @@ elseif(SCENARIO STREQUAL "bad_flags")
   fails("--layout \"x:p\" and --layouts \"x:p\" both say where tensors live"
         ${UNET3D} train ${small} --threads 2 --layout x:p --layouts x:p --out ${here}/o)
   fails("size 20 along x is not divisible by 2\\^depth = 8" ${UNET3D} train --size 20 --depth 3 --out ${here}/o)
+  fails("--memory-per-processor \"2XB\": unknown unit \"XB\".*e.g. 2GiB"
+        ${UNET3D} train ${small} --layout auto --memory-per-processor 2XB --out ${here}/o)
+  fails("--layout auto needs --memory-per-processor" ${UNET3D} train ${small} --layout auto --out ${here}/o)
+  fails("--memory-per-processor is the budget --layout auto chooses within"
+        ${UNET3D} train ${small} --memory-per-processor 1GiB --out ${here}/o)
+  fails("network \"nope\" is not in .*networks.txt; its networks are shared-memory, ib-hdr"
+        ${UNET3D} plan ${small} --predict --network nope)
+  fails("--network and --calibrate price plans" ${UNET3D} train ${small} --network ib-hdr --out ${here}/o)
+  fails("--layout auto chooses for phantom volumes" ${UNET3D} train --data ${here} --layout auto
+        --memory-per-processor 1GiB --out ${here}/o)
   if(MPIEXEC)
     # 64 ranks that all fail at once end the job (Open MPI's mpirun hung when ranks left before
     # the others had started); so does an unknown flag.

@@ -25,10 +25,17 @@ namespace meshtensor {
 struct CountedTraffic {
   struct Count {
     std::uint64_t calls = 0;
-    std::uint64_t bytes = 0;
-    void add(std::size_t b) {
+    std::uint64_t bytes = 0;  // as Communicator::Traffic counts them: the buffer's
+    // What a processor would send and the rounds of latency it would wait for, with the usual
+    // algorithms (a ring for volume, a tree or recursive doubling for latency): a network model's
+    // input (plan/predict.hpp).
+    double wire_bytes = 0, rounds = 0;
+    void add(std::size_t b) { add(b, double(b), 1); }
+    void add(std::size_t b, double wire, double r) {
       ++calls;
       bytes += b;
+      wire_bytes += wire;
+      rounds += r;
     }
   };
   enum Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, barrier, kinds };
@@ -50,6 +57,8 @@ struct CountedTraffic {
   static void add(Count& to, const Count& from, int sign) {
     to.calls += sign * from.calls;
     to.bytes += sign * from.bytes;
+    to.wire_bytes += sign * from.wire_bytes;
+    to.rounds += sign * from.rounds;
   }
 };
 
@@ -92,11 +101,14 @@ class CountingCommunicator final : public Communicator {
     return Request();
   }
   void run_all_reduce(void*, std::size_t count, DType type, ReduceOp, MemorySpace) override {
-    counted_.collectives[CountedTraffic::all_reduce].add(count * dtype_size(type));
+    const double bytes = double(count * dtype_size(type));
+    counted_.collectives[CountedTraffic::all_reduce].add(count * dtype_size(type),
+                                                         2 * bytes * others() / size_, 2 * tree());
   }
   void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
                       const std::vector<std::size_t>& recv_bytes, MemorySpace where) override {
-    counted_.collectives[CountedTraffic::all_gather].add(send_bytes);
+    counted_.collectives[CountedTraffic::all_gather].add(send_bytes, double(send_bytes) * others(),
+                                                         tree());
     std::size_t offset = 0;
     for (std::size_t q = 0; q < recv_bytes.size(); offset += recv_bytes[q++])
       copy_on_host(static_cast<char*>(recv) + offset, send, std::min(send_bytes, recv_bytes[q]),
@@ -109,7 +121,9 @@ class CountingCommunicator final : public Communicator {
       if (int(q) < rank_) before += counts[q];
       total += counts[q];
     }
-    counted_.collectives[CountedTraffic::reduce_scatter].add(total * dtype_size(type));
+    const double bytes = double(total * dtype_size(type));
+    counted_.collectives[CountedTraffic::reduce_scatter].add(total * dtype_size(type),
+                                                             bytes * others() / size_, tree());
     copy_on_host(recv, static_cast<const char*>(send) + before * dtype_size(type),
                  counts.at(std::size_t(rank_)) * dtype_size(type), where);
   }
@@ -117,7 +131,8 @@ class CountingCommunicator final : public Communicator {
                       const std::vector<std::size_t>& recv_bytes, MemorySpace where) override {
     std::size_t total = 0, sent = 0, received = 0;
     for (auto b : send_bytes) total += b;
-    counted_.collectives[CountedTraffic::all_to_all].add(total);
+    const double own = rank_ < int(send_bytes.size()) ? double(send_bytes[rank_]) : 0;
+    counted_.collectives[CountedTraffic::all_to_all].add(total, double(total) - own, others());
     // Each rank is taken to send here what this one sends there.
     for (std::size_t q = 0; q < send_bytes.size() && q < recv_bytes.size(); ++q) {
       copy_on_host(static_cast<char*>(recv) + received, static_cast<const char*>(send) + sent,
@@ -128,9 +143,10 @@ class CountingCommunicator final : public Communicator {
   }
   void run_broadcast(void*, std::size_t bytes, int root, MemorySpace) override {
     check_rank(root, "broadcast from");
-    counted_.collectives[CountedTraffic::broadcast].add(bytes);
+    counted_.collectives[CountedTraffic::broadcast].add(bytes, size_ > 1 ? double(bytes) : 0,
+                                                        tree());
   }
-  void run_barrier() override { counted_.collectives[CountedTraffic::barrier].add(0); }
+  void run_barrier() override { counted_.collectives[CountedTraffic::barrier].add(0, 0, tree()); }
 
  private:
   // Values in the host's memory are copied; a plan's blocks have none.
@@ -141,6 +157,14 @@ class CountingCommunicator final : public Communicator {
     if (rank < 0 || rank >= size_)
       throw CommError(std::string("plan transport: cannot ") + what + " rank " +
                       std::to_string(rank) + " in a group of " + std::to_string(size_));
+  }
+
+  double others() const { return double(size_ - 1); }
+  // Rounds of a tree or recursive doubling over the group: ceil(log2(size)).
+  double tree() const {
+    int rounds = 0;
+    while ((1 << rounds) < size_) ++rounds;
+    return rounds;
   }
 
   int rank_, size_;

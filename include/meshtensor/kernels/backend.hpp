@@ -9,6 +9,7 @@
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
+#include "meshtensor/kernels/timing.hpp"
 
 namespace meshtensor::kernels {
 
@@ -30,7 +31,8 @@ inline Backend current_backend() {
  * One kernel call on the current backend: a plan counts it (`plan`), a GPU runs `on_gpu` (which
  * returns false for what its kernels cannot run: an operand type, a function the user wrote), and
  * the CPU runs `on_cpu` — on a GPU processor, after the work queued there, whose memory the CPU
- * loop then reads and writes (managed memory). What a kernel allocates counts as workspace.
+ * loop then reads and writes (managed memory), and timed where kernel timing is on
+ * (kernels/timing.hpp). What a kernel allocates counts as workspace.
  */
 template <class Plan, class Gpu, class Cpu>
 void dispatch(Plan&& plan, [[maybe_unused]] Gpu&& on_gpu, Cpu&& on_cpu) {
@@ -46,7 +48,7 @@ void dispatch(Plan&& plan, [[maybe_unused]] Gpu&& on_gpu, Cpu&& on_cpu) {
     case Backend::cpu:
       break;
   }
-  on_cpu();
+  run_on_cpu(plan, on_cpu);
 }
 
 }  // namespace meshtensor::kernels

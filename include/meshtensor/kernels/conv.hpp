@@ -46,6 +46,12 @@ inline double conv_flops(const ConvGeometry& g) {
   return pairs;
 }
 
+/// The class a plan counts a pass of `g` under (kernels/plan/counts.hpp).
+inline std::size_t conv_class(const ConvGeometry& g, plan::ConvClass::Pass pass) {
+  const bool one_tap = g.kernel[0] * g.kernel[1] * g.kernel[2] == 1;
+  return plan::ConvClass::of(pass, one_tap, g.c_in, g.c_out);
+}
+
 /// Whether a block has nothing to sum: no channels on one side (an uneven channel split leaves
 /// some processors none) or no positions. oneDNN and cuDNN refuse such shapes.
 inline bool conv_is_empty(const ConvGeometry& g) {
@@ -72,7 +78,7 @@ bool on_cudnn([[maybe_unused]] Cudnn&& run) {
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
-  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
+  dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
            MESHTENSOR_ON_GPU(
                detail::on_cudnn<T>([&] { return cudnn::conv_forward(g, input, weight, output); })),
            [&] { cpu_conv::conv_forward(g, input, weight, output); });
@@ -82,7 +88,7 @@ template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
   if (conv_is_empty(g)) return fill_values(grad_input, conv_input_size(g), T(0));
-  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
+  dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
            MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
                [&] { return cudnn::conv_backward_input(g, grad_output, weight, grad_input); })),
            [&] { cpu_conv::conv_backward_input(g, grad_output, weight, grad_input); });
@@ -92,10 +98,11 @@ template <class T>
 void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                           double* grad_weight) {
   if (conv_is_empty(g)) return;  // adds nothing
-  dispatch([&] { plan::count(plan::Family::conv, conv_flops(g)); },
-           MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
-               [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
-           [&] { cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight); });
+  dispatch(
+      [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
+      MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
+          [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
+      [&] { cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight); });
 }
 
 }  // namespace meshtensor::kernels

@@ -24,7 +24,7 @@ namespace meshtensor::kernels {
 template <class T>
 void copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* to,
               const Strides& to_strides) {
-  dispatch([&] { plan::count(plan::Family::copy, 0); },
+  dispatch([&] { plan::count_copy(double(num_elements(box))); },
            MESHTENSOR_ON_GPU(gpu::copy_box(box, from, from_strides, to, to_strides)),
            [&] { cpu::copy_box(box, from, from_strides, to, to_strides); });
 }
@@ -54,7 +54,7 @@ void copy_values(const T* from, std::int64_t n, T* to) {
 template <class T>
 void fill_values(T* to, std::int64_t n, T value) {
   if (n <= 0) return;
-  dispatch([&] { plan::count(plan::Family::copy, 0); },
+  dispatch([&] { plan::count_copy(double(n)); },
            MESHTENSOR_ON_GPU(gpu::map(UnaryOp::constant, value, to, to, n)),
            [&] { std::fill(to, to + n, value); });
 }

@@ -20,6 +20,7 @@
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
+#include "meshtensor/kernels/timing.hpp"
 #include "meshtensor/plan/report.hpp"
 
 namespace meshtensor {
@@ -126,10 +127,17 @@ inline bool interiors_agree(const MeshShape& shape, const PlanReport& report,
 }  // namespace detail
 
 /// In a plan, counts FLOPs and traffic from here on (memory peaks still count from the start): a
-/// function that makes its model and runs a first step calls it before the step it reports. Does
-/// nothing in a run on a real transport.
+/// function that makes its model and runs a first step calls it before the step it reports. In a
+/// run with kernel timing on (a calibration, plan/calibrate.hpp) it starts the timing afresh;
+/// otherwise it does nothing in a run on a real transport.
 inline void count_from_here(Mesh& mesh) {
-  if (mesh.transport() != "plan") return;
+  if (mesh.transport() != "plan") {
+    if (kernels::kernel_times().on) {
+      kernels::plan::counts() = {};
+      kernels::kernel_times().restart();
+    }
+    return;
+  }
   auto& start = mesh.context<detail::CountStart>();
   start.at = detail::counted_so_far(mesh);
   start.set = true;

@@ -50,6 +50,9 @@ struct ProcessorPlan {
       work.flops[f] -= before.work.flops[f];
       work.calls[f] -= before.work.calls[f];
     }
+    work.copied_elements -= before.work.copied_elements;
+    for (std::size_t c = 0; c < work.conv_flops.size(); ++c)
+      work.conv_flops[c] -= before.work.conv_flops[c];
     traffic -= before.traffic;
     counted -= before.counted;
     return *this;

@@ -1,0 +1,129 @@
+#pragma once
+// `--layout auto`: the U-Net's layout per level chosen with plans (mt::choose_layouts): the
+// fastest predicted schedule whose peak memory per processor fits --memory-per-processor, priced
+// with this machine's kernel throughput (calibrated once and cached) and the --network preset.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <meshtensor/meshtensor.hpp>
+
+#include "options.hpp"
+#include "step.hpp"
+
+namespace unet3d {
+
+/// What `--layout auto` needs beside the training flags.
+struct AutoLayout {
+  double budget_bytes = 0;
+  std::string network = "shared-memory";
+  bool calibrate = false;  // measure the kernels again, even where a calibration is cached
+};
+
+/// The step a calibration times: the example's model (C=8, depth 3, batch norm) at 96^3, one
+/// processor, its second step — whatever the model to be planned, so that one calibration serves.
+inline void calibration_step(mt::Mesh& mesh) {
+  TrainOptions o;
+  o.size = {96, 96, 96};
+  o.layouts = mt::LayoutSchedule(std::vector<mt::Layout>{mt::Layout()});
+  model_and_two_steps(mesh, o, mt::Layout(), /*count_second_only=*/true);
+}
+
+/// The kernels of one processor of this machine with `threads` compute threads.
+inline mt::Throughput kernels_here(int threads, bool again) {
+  if (!again)
+    if (auto cached = mt::cached_throughput(threads)) return *cached;
+  if (mt::launcher_world_size().value_or(1) > 1)
+    throw mt::Error(
+        "--layout auto under mpirun or srun needs this machine's kernels calibrated "
+        "with " +
+        std::to_string(threads) + " thread(s) per processor (" +
+        mt::throughput_cache_file(threads).string() +
+        "), which a calibration in parallel with other ranks would get wrong; run the "
+        "same `unet3d plan --layout auto ...` once without the launcher, then train");
+  std::fprintf(stderr, "calibrating this machine's kernels with %d thread%s (once; cached in %s)\n",
+               threads, threads == 1 ? "" : "s", mt::throughput_cache_file(threads).c_str());
+  return mt::throughput(threads, calibration_step, /*again=*/true);
+}
+
+/// The machine `processors` processors would run on: this one's cores shared among them over
+/// shared memory, or each with this machine's cores and the named network between them.
+inline mt::MachineModel machine_for(int processors, const AutoLayout& a) {
+  mt::MachineModel m;
+  m.network = mt::network_named(a.network);
+  const int cores = mt::cores_available();
+  const bool one_node = a.network == "shared-memory";
+  const int threads = one_node ? std::max(1, cores / processors) : cores;
+  m.kernels = kernels_here(threads, a.calibrate);
+  if (one_node) m.cores_per_node = cores, m.processors_per_node = processors;
+  return m;
+}
+
+inline std::string mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
+  return text;
+}
+
+inline void print_option(const char* role, const mt::ScheduleOption& s) {
+  std::printf(
+      "  %-10s \"%s\": peak %s per processor, step %.3f s predicted (compute %.3f s, "
+      "communication %.3f s)\n",
+      role, s.layouts.to_string().c_str(), mib(s.peak_bytes).c_str(), s.step.seconds,
+      s.step.compute_s, s.step.communication_s);
+}
+
+/// Chooses the layouts of `o`'s U-Net on `mesh` and prints the choice beside the runner-up.
+inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshShape& mesh,
+                                          const AutoLayout& a) {
+  mt::ChoiceOptions c;
+  c.budget_bytes = a.budget_bytes;
+  c.stages = o.depth + 1;
+  std::vector<mt::LayoutRule> rules;
+  const char* dims[3] = {"x", "y", "z"};
+  for (std::size_t axis = 0; axis < mesh.rank() && axis < 3; ++axis)
+    rules.push_back({dims[axis], mesh[axis].name});
+  c.bases = {mt::Layout(rules)};
+  if (o.batch > 1) c.bases.push_back(mt::Layout({{"batch", mesh[0].name}}));
+  c.machine = [&](const mt::MeshShape& m) { return machine_for(m.num_processors(), a); };
+  const auto step = [&](mt::Mesh& m, const mt::LayoutSchedule& layouts) {
+    TrainOptions planned = o;
+    planned.layouts = layouts;
+    check_geometry(o.size, o.depth, m.shape(), layouts, o.batch);
+    model_and_two_steps(m, planned, layouts.at(0), /*count_second_only=*/true);
+  };
+  const mt::LayoutChoice choice = mt::choose_layouts(mesh, c, step);
+  const mt::ScheduleOption& best = choice.best();
+  std::printf(
+      "--layout auto: %zu schedules weighed on mesh %s (%zu within %s per processor, %zu "
+      "over it, %zu that cannot run); network %s, kernels of %s\n",
+      choice.fitting.size() + choice.too_big.size() + choice.failed.size(),
+      mesh.to_string().c_str(), choice.fitting.size(), mib(a.budget_bytes).c_str(),
+      choice.too_big.size(), choice.failed.size(), a.network.c_str(), mt::cpu_model().c_str());
+  print_option("chosen", best);
+  if (choice.fitting.size() > 1) print_option("runner-up", choice.fitting[1]);
+  std::fflush(stdout);
+  return best.layouts;
+}
+
+}  // namespace unet3d
+
+namespace unet3d {
+
+/// --layout auto in a job of several processes: processor 0 chooses (from the cached calibration)
+/// and tells the others, or they all fail with its error.
+inline mt::LayoutSchedule choose_on_first(mt::Mesh& mesh, const TrainOptions& o,
+                                          const AutoLayout& a) {
+  std::string chosen;
+  std::string failure;
+  if (mesh.processor() == 0)
+    failure = mt::failure_of([&] { chosen = choose_schedule(o, mesh.shape(), a).to_string(); });
+  mt::agree_on(mesh, failure);
+  std::vector<char> text(chosen.begin(), chosen.end());
+  mt::broadcast(mesh.world(), text, 0);
+  return mt::LayoutSchedule(std::string(text.begin(), text.end()));
+}
+
+}  // namespace unet3d

@@ -1,0 +1,55 @@
+#pragma once
+// Sizes of memory written as people write them: "2GiB", "512MiB", "1.5GB", "64G" (Slurm's --mem
+// reads G as GiB, and so does this), "1000000" bytes.
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "meshtensor/core/error.hpp"
+
+namespace meshtensor {
+
+/// The bytes `text` says; anything else — no number, an unknown unit, zero, a negative, NaN — is
+/// an Error naming `what` (a flag, a setting) and what would be valid.
+inline double parse_bytes(const std::string& text, const std::string& what = "a memory size") {
+  auto refuse = [&](const std::string& why) -> double {
+    throw Error(what + " \"" + text + "\": " + why +
+                "; write a number and a unit, e.g. 2GiB, 512MiB, 1.5GB, 64G (binary), or bytes");
+  };
+  std::size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return refuse("not a size");
+  }
+  if (!std::isfinite(number) || number <= 0) return refuse("the size must be a positive number");
+  std::string unit = text.substr(used);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
+  const struct {
+    const char* name;
+    double bytes;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"K", 1024.0},
+               {"KiB", 1024.0},
+               {"KB", 1e3},
+               {"M", 1048576.0},
+               {"MiB", 1048576.0},
+               {"MB", 1e6},
+               {"G", 1073741824.0},
+               {"GiB", 1073741824.0},
+               {"GB", 1e9},
+               {"T", 1099511627776.0},
+               {"TiB", 1099511627776.0},
+               {"TB", 1e12}};
+  for (const auto& u : units)
+    if (unit == u.name) return number * u.bytes;
+  return refuse("unknown unit \"" + unit +
+                "\" (valid: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, "
+                "TiB, TB)");
+}
+
+}  // namespace meshtensor
