@@ -7,7 +7,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include <meshtensor/meshtensor.hpp>
 
@@ -263,5 +265,24 @@ TEST_CASE("a pool counts what its blocks are for, and what it held by use at its
     MemoryPool::deallocate(weights);
     MemoryPool::deallocate(kept);
     CHECK(pool.stats().in_use_by_use == std::array<std::size_t, memory_uses>{});
+  }
+}
+
+TEST_CASE("plans whose blocks together outgrow the addresses kept for plans get their own") {
+  // Five 256 GiB blocks alive at once on one processor: more than the 1 TiB range plans take
+  // their addresses from, so the last ones are mapped apart; every block keeps an address of its
+  // own, and a second plan starts the range again.
+  const Shape huge{Dim("x", std::int64_t{1} << 36)};
+  for (int plan_run = 0; plan_run < 2; ++plan_run) {
+    const PlanReport report = plan("p:1", Layout(), [&](Mesh& mesh) {
+      std::vector<Tensor<float>> alive;
+      std::set<const float*> addresses;
+      for (int i = 0; i < 5; ++i) {
+        alive.push_back(full<float>(mesh, huge, Layout(), 0.0f));
+        addresses.insert(alive.back().array().data());
+      }
+      CHECK(addresses.size() == 5);
+    });
+    CHECK(report.processors[0].memory.peak_in_use >= 5 * (std::size_t{1} << 38));
   }
 }

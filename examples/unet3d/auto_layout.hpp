@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,20 @@ struct AutoLayout {
   double budget_bytes = 0;
   std::string network = "shared-memory";
   bool calibrate = false;  // measure the kernels again, even where a calibration is cached
+  std::string kernels;     // a throughput file (another machine's); empty: this machine's
 };
+
+/// The throughput file `path` (plan/throughput.hpp's form), for `flag`.
+inline mt::Throughput kernels_from(const std::string& path, const std::string& flag) {
+  std::ifstream file(path);
+  if (!file)
+    throw mt::Error(flag + " " + path +
+                    ": cannot read the file; give a kernel throughput file "
+                    "(e.g. bench/presets/a100-kernels.txt)");
+  std::stringstream text;
+  text << file.rdbuf();
+  return mt::Throughput::from_text(text.str(), flag + " " + path);
+}
 
 /// The step a calibration times: the example's model (C=8, depth 3, batch norm) at 96^3, one
 /// processor, its second step — whatever the model to be planned, so that one calibration serves.
@@ -49,10 +64,15 @@ inline mt::Throughput kernels_here(int threads, bool again) {
 }
 
 /// The machine `processors` processors would run on: this one's cores shared among them over
-/// shared memory, or each with this machine's cores and the named network between them.
+/// shared memory, or each with this machine's cores (or the --kernels file's) and the named network
+/// between them.
 inline mt::MachineModel machine_for(int processors, const AutoLayout& a) {
   mt::MachineModel m;
   m.network = mt::network_named(a.network);
+  if (!a.kernels.empty()) {  // another machine's processors, each with its own cores or GPU
+    m.kernels = kernels_from(a.kernels, "--kernels");
+    return m;
+  }
   const int cores = mt::cores_available();
   const bool one_node = a.network == "shared-memory";
   const int threads = one_node ? std::max(1, cores / processors) : cores;
@@ -81,12 +101,16 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
   mt::ChoiceOptions c;
   c.budget_bytes = a.budget_bytes;
   c.stages = o.depth + 1;
-  std::vector<mt::LayoutRule> rules;
-  const char* dims[3] = {"x", "y", "z"};
-  for (std::size_t axis = 0; axis < mesh.rank() && axis < 3; ++axis)
-    rules.push_back({dims[axis], mesh[axis].name});
-  c.bases = {mt::Layout(rules)};
-  if (o.batch > 1) c.bases.push_back(mt::Layout({{"batch", mesh[0].name}}));
+  // Level 0 splits x, y, z over the mesh axes in order; with a batch, also the batch over the
+  // first axis and space over the others.
+  const std::vector<std::string> spatial{"x", "y", "z"}, batched{"batch", "x", "y", "z"};
+  for (const auto* dims : {&spatial, &batched}) {
+    if (dims == &batched && o.batch < 2) continue;
+    std::vector<mt::LayoutRule> rules;
+    for (std::size_t axis = 0; axis < mesh.rank() && axis < dims->size(); ++axis)
+      rules.push_back({(*dims)[axis], mesh[axis].name});
+    c.bases.push_back(mt::Layout(rules));
+  }
   c.machine = [&](const mt::MeshShape& m) { return machine_for(m.num_processors(), a); };
   const auto step = [&](mt::Mesh& m, const mt::LayoutSchedule& layouts) {
     TrainOptions planned = o;
@@ -101,7 +125,8 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
       "over it, %zu that cannot run); network %s, kernels of %s\n",
       choice.fitting.size() + choice.too_big.size() + choice.failed.size(),
       mesh.to_string().c_str(), choice.fitting.size(), mib(a.budget_bytes).c_str(),
-      choice.too_big.size(), choice.failed.size(), a.network.c_str(), mt::cpu_model().c_str());
+      choice.too_big.size(), choice.failed.size(), a.network.c_str(),
+      machine_for(mesh.num_processors(), a).kernels.machine.c_str());
   print_option("chosen", best);
   if (choice.fitting.size() > 1) print_option("runner-up", choice.fitting[1]);
   std::fflush(stdout);

@@ -33,7 +33,7 @@ struct Distribution {
   std::string mesh, layout, layouts, backend, device;
   int threads = 0;
   // --layout auto and the plan's prediction
-  std::string memory_per_processor, network;
+  std::string memory_per_processor, network, kernels;
   bool calibrate = false, predict = false;
 };
 
@@ -69,6 +69,9 @@ void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
                    "the networks file (" +
                        mt::config_directory().string() +
                        "/networks.txt): shared-memory (default), ib-hdr, ib-ndr, nvlink");
+    app.add_option("--kernels", d.kernels,
+                   "with --layout auto or plan --predict: another machine's kernel throughput "
+                   "file (e.g. bench/presets/a100-kernels.txt) instead of this one's calibration");
     app.add_flag("--calibrate", d.calibrate,
                  "with --layout auto or plan --predict: measure this machine's kernels again "
                  "(otherwise once, then cached)");
@@ -109,6 +112,14 @@ unet3d::AutoLayout pricing_of(const Distribution& d) {
     pricing.network = d.network;
   }
   pricing.calibrate = d.calibrate;
+  if (!d.kernels.empty()) {
+    if (d.calibrate)
+      throw mt::Error("--kernels " + d.kernels +
+                      " gives the kernels' throughput; --calibrate "
+                      "measures this machine's instead: give one of them");
+    unet3d::kernels_from(d.kernels, "--kernels");  // refuses a file that does not read
+    pricing.kernels = d.kernels;
+  }
   return pricing;
 }
 
@@ -384,16 +395,17 @@ int main(int argc, char** argv) {
       use_layouts(flags, where, unet3d::choose_schedule(flags.options, where.mesh, *where.choose));
     if (plan_cmd->parsed()) {
       const bool price = distribution.predict || where.choose || !distribution.network.empty() ||
-                         distribution.calibrate;
+                         distribution.calibrate || !distribution.kernels.empty();
       unet3d::plan_training(flags.options, where.mesh, where.data_layout(),
                             price ? &where.pricing : nullptr);
       return 0;
     }
-    if ((distribution.predict || !distribution.network.empty() || distribution.calibrate) &&
+    if ((!distribution.network.empty() || distribution.calibrate ||
+         !distribution.kernels.empty()) &&
         !where.choose)
       throw mt::Error(
-          "--network and --calibrate price plans: give them to `unet3d plan "
-          "--predict` or with --layout auto");
+          "--network, --kernels and --calibrate price plans: give them to `unet3d "
+          "plan --predict` or with --layout auto");
   } catch (const std::exception& e) {
     return mt::fail_before_run(argc, argv, e.what(), 2, "unet3d");
   }

@@ -200,7 +200,7 @@ elseif(SCENARIO STREQUAL "bad_flags")
         ${UNET3D} train ${small} --memory-per-processor 1GiB --out ${here}/o)
   fails("network \"nope\" is not in .*networks.txt; its networks are shared-memory, ib-hdr"
         ${UNET3D} plan ${small} --predict --network nope)
-  fails("--network and --calibrate price plans" ${UNET3D} train ${small} --network ib-hdr --out ${here}/o)
+  fails("--network, --kernels and --calibrate price plans" ${UNET3D} train ${small} --network ib-hdr --out ${here}/o)
   fails("--layout auto chooses for phantom volumes" ${UNET3D} train --data ${here} --layout auto
         --memory-per-processor 1GiB --out ${here}/o)
   if(MPIEXEC)

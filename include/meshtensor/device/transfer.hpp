@@ -70,12 +70,13 @@ const T* readable_on_host(const Array<T>& a, std::vector<T>& staging) {
 template <class T>
 T* writable_on_host(Array<T>& a, std::vector<T>& staging) {
   if (a.space() == MemorySpace::host) return a.data();
+  if (a.space() == MemorySpace::none) return nullptr;  // a plan's block: no values to write
   staging.resize(a.size());
   return staging.data();
 }
 template <class T>
 void written_on_host(const std::vector<T>& staging, Array<T>& a) {
-  if (a.space() != MemorySpace::host)
+  if (a.space() != MemorySpace::host && a.space() != MemorySpace::none)
     copy_from_host(staging.data(), std::int64_t(a.size()), a.data(), a.space());
 }
 

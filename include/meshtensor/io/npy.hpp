@@ -170,7 +170,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
   std::vector<std::size_t> sizes;
   for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
   Array<T> out = Array<T>::from_shape(sizes);
-  if (out.size() == 0) return out;
+  if (out.size() == 0 || out.space() == MemorySpace::none) return out;  // none: a plan's block
   std::vector<T> staging;  // the host reads the file: see writable_on_host
   T* into = writable_on_host(out, staging);
   // Row by row: the last axis is contiguous in the file, the others are walked like an odometer.

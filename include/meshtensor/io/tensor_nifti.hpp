@@ -115,6 +115,7 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
   T* into = writable_on_host(local, staging);
   agree_on(
       mesh, failure_of([&] {
+        if (!into) return;  // a plan's block: no values to read
         nifti::read_box<T>(v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
           T* out =
               into + b.first + (j - b.box[1].begin) * b.step[1] + (k - b.box[2].begin) * b.step[2];

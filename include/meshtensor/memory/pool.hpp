@@ -459,33 +459,50 @@ class MemoryPool {
   static void unmap(void* base, std::size_t size) { munmap(base, size); }
   // A plan's addresses come one after another out of one inaccessible reservation, taken once per
   // process: a mapping per block would cost plans of thousands of processors most of their time
-  // in the kernel, their worker threads queueing for the process's memory map. The range wraps
-  // round when used up: a block lives for one processor's plan, far less than the range.
+  // in the kernel, their worker threads queueing for the process's memory map. The range starts
+  // again from its beginning whenever no block of it is alive (between plans); a plan that needs
+  // more than the range at once gets mappings of its own for the rest.
   static constexpr std::size_t plan_range = std::size_t{1} << 40;
-  static char* plan_addresses() {
-    static char* const base = [] {
+  struct PlanRange {
+    char* base = nullptr;
+    std::mutex mutex;
+    std::size_t next = 0, alive = 0;
+  };
+  static PlanRange& plan_addresses() {
+    static PlanRange* const range = [] {
+      auto* r = new PlanRange();  // never destroyed: blocks may outlive statics
       void* p =
           mmap(nullptr, plan_range, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+      r->base = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+      return r;
     }();
-    return base;
+    return *range;
   }
   static void* reserve(std::size_t size) {
-    char* const base = plan_addresses();
-    if (!base || size > plan_range / 2) {
-      void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      return p == MAP_FAILED ? nullptr : p;
-    }
-    static std::atomic<std::size_t> next{0};
+    PlanRange& range = plan_addresses();
     const std::size_t rounded = round_up(std::max<std::size_t>(size, 1));
-    std::size_t offset = next.fetch_add(rounded) % plan_range;
-    if (offset + rounded > plan_range) offset = 0;
-    return base + offset;
+    if (range.base) {
+      std::lock_guard<std::mutex> lock(range.mutex);
+      if (range.alive == 0) range.next = 0;
+      if (range.next + rounded <= plan_range) {
+        const std::size_t offset = range.next;
+        range.next += rounded;
+        ++range.alive;
+        return range.base + offset;
+      }
+    }
+    void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
   }
   static void unreserve(void* block, std::size_t size) {
-    char* const base = plan_addresses();
-    const bool inside = base && block >= base && static_cast<char*>(block) < base + plan_range;
-    if (!inside) munmap(block, size);
+    PlanRange& range = plan_addresses();
+    const char* at = static_cast<char*>(block);
+    if (range.base && at >= range.base && at < range.base + plan_range) {
+      std::lock_guard<std::mutex> lock(range.mutex);
+      --range.alive;
+      return;
+    }
+    munmap(block, size);
   }
 
   // `base` (a mapped block of `from` bytes) resized to `to` bytes, keeping its pages.
