@@ -3,6 +3,7 @@
 // object per line, figures per processor (the largest over processors).
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
+//              [--layouts "x:a; y:b | channels:a"]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 
 #include <algorithm>
@@ -29,6 +30,7 @@ struct Options {
   int channels = 8;
   int depth = 3;
   bool recompute = false;
+  std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
 };
 
 Options parse(int argc, char** argv) {
@@ -49,10 +51,13 @@ Options parse(int argc, char** argv) {
       o.depth = std::stoi(value);
     else if (flag == "--recompute")
       o.recompute = value == "1" || value == "true";
+    else if (flag == "--layouts")
+      o.layouts = value;
     else
       throw mt::Error(
           "unknown flag " + flag +
-          "; valid flags are --size, --mesh, --steps, --channels, --depth and --recompute");
+          "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute and "
+          "--layouts");
   }
   return o;
 }
@@ -132,7 +137,8 @@ int main(int argc, char** argv) {
   }
   const double rss_start = status_mib("VmRSS");
   return mt::run(argc, argv, mt::MeshShape(o.mesh), [&](mt::Mesh& mesh) {
-    const mt::Layout layout("x:" + mesh.shape()[0].name);
+    const mt::LayoutSchedule layouts(o.layouts.empty() ? "x:" + mesh.shape()[0].name : o.layouts);
+    const mt::Layout& layout = layouts.at(0);
     const std::array<std::int64_t, 3> size{o.size, o.size, o.size};
     const auto batch = unet3d::make_batch(mesh, layout, 1, "bench", 0, 1, size);
     const auto weights =
@@ -146,6 +152,7 @@ int main(int argc, char** argv) {
     config.channels = o.channels;
     config.depth = o.depth;
     config.recompute = o.recompute;
+    config.layouts = layouts;
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
     auto step = [&] {
