@@ -209,6 +209,8 @@ elseif(SCENARIO STREQUAL "bad_flags")
     fails("size 20 along x is not divisible" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --size 20 --depth 3
           --out ${here}/o)
     fails("argument was not expected: --bogus" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --bogus)
+    fails("--memory-per-processor \"2XB\": unknown unit" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train
+          --layout auto --memory-per-processor 2XB)
   endif()
   fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
   fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1
