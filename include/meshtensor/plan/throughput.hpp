@@ -42,17 +42,15 @@ struct Throughput {
   std::array<double, ConvClass::count> conv_per_second{};  // 0: priced as the nearest class
   double seconds_per_call = 0;
 
-  /// The seconds a processor with these kernels takes for `work`.
+  /// The seconds a processor with these kernels takes for `work`: each family's FLOPs (copies:
+  /// elements; convolutions: by class) at its rate, and every call's cost beyond its kernel.
   double seconds(const kernels::plan::Counts& work) const {
-    double total = 0;
+    double total = work.copied_elements > 0 ? work.copied_elements / rate(Family::copy) : 0;
     for (std::size_t f = 0; f < families; ++f) {
-      if (Family(f) == Family::conv || Family(f) == Family::copy) continue;
-      total += work.flops[f] / rate(Family(f));
       total += double(work.calls[f]) * seconds_per_call;
+      if (Family(f) != Family::conv && Family(f) != Family::copy && work.flops[f] > 0)
+        total += work.flops[f] / rate(Family(f));
     }
-    total += work.copied_elements / rate(Family::copy);
-    total += double(work.calls[std::size_t(Family::copy)] + work.calls[std::size_t(Family::conv)]) *
-             seconds_per_call;
     for (std::size_t c = 0; c < ConvClass::count; ++c)
       if (work.conv_flops[c] > 0) total += work.conv_flops[c] / conv_rate(c);
     return total;
