@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,10 +47,13 @@ inline void calibration_step(mt::Mesh& mesh) {
   model_and_two_steps(mesh, o, mt::Layout(), /*count_second_only=*/true);
 }
 
-/// The kernels of one processor of this machine with `threads` compute threads.
+/// The kernels of one processor of this machine with `threads` compute threads; `again`:
+/// measured anew (once per run and thread count), not read from the cache.
 inline mt::Throughput kernels_here(int threads, bool again) {
-  if (!again)
+  static std::set<int> measured_in_this_run;
+  if (!again || measured_in_this_run.count(threads))
     if (auto cached = mt::cached_throughput(threads)) return *cached;
+  measured_in_this_run.insert(threads);
   if (mt::launcher_world_size().value_or(1) > 1)
     throw mt::Error(
         "--layout auto under mpirun or srun needs this machine's kernels calibrated "
