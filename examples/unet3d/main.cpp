@@ -62,8 +62,8 @@ void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
                    "one layout per level of the U-Net instead of --layout, separated by '|', the "
                    "last one repeating for the levels below, e.g. \"x:p | x:p | channels:p\"");
     app.add_option("--memory-per-processor", d.memory_per_processor,
-                   "with --layout auto: the most one processor may hold, e.g. 2GiB, 512MiB "
-                   "(default: this machine's memory shared among its processors)");
+                   "with --layout auto (and needed there): the most one processor may hold, "
+                   "e.g. 2GiB, 512MiB");
     app.add_option("--network", d.network,
                    "with --layout auto or plan --predict: the link between processors, a name in "
                    "the networks file (" +
