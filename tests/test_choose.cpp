@@ -246,3 +246,26 @@ TEST_CASE("calibration times a model's own kernels and caches them per thread co
   unsetenv("MESHTENSOR_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("many candidates are searched an axis at a time, to a schedule all of them would allow") {
+  auto o = small_unet();
+  o.depth = 2;  // 3 stages: on 3 axes, 7 moves each, 343 candidates
+  auto options = choice_for(o, 64.0 * 1048576);
+  options.bases = {mt::Layout("x:a; y:b; z:c")};
+  const mt::MeshShape mesh("a:2; b:2; c:2");
+  options.weigh_all_up_to = 1000;
+  const auto everything = mt::choose_layouts(mesh, options, unet_step(o));
+  options.weigh_all_up_to = 10;
+  const auto searched = mt::choose_layouts(mesh, options, unet_step(o));
+  const std::size_t weighed =
+      searched.fitting.size() + searched.too_big.size() + searched.failed.size();
+  CHECK(weighed < everything.fitting.size() + everything.too_big.size() + everything.failed.size());
+  const auto& best = searched.best();
+  CHECK(best.peak_bytes <= options.budget_bytes);
+  CHECK(best.step.seconds >= everything.best().step.seconds);
+  bool among_all = false;
+  for (const auto& option : everything.fitting)
+    among_all |= option.layouts.to_string() == best.layouts.to_string() &&
+                 option.step.seconds == Approx(best.step.seconds);
+  CHECK(among_all);
+}
