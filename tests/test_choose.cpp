@@ -49,6 +49,10 @@ TEST_CASE("memory sizes parse as people write them, and what does not parse is r
   CHECK(mt::parse_bytes("1.5GB") == 1.5e9);
   CHECK(mt::parse_bytes("512 MiB") == 512.0 * 1048576);
   CHECK(mt::parse_bytes("4096") == 4096);
+  CHECK(mt::format_bytes(512) == "512 B");
+  CHECK(mt::format_bytes(16384) == "16.0 KiB");
+  CHECK(mt::format_bytes(4.5 * 1048576) == "4.5 MiB");
+  CHECK(mt::format_bytes(mt::parse_bytes("32GiB")) == "32.0 GiB");
   CHECK_THROWS_WITH(mt::parse_bytes("2XB", "--memory-per-processor"),
                     Catch::Contains("--memory-per-processor \"2XB\": unknown unit \"XB\"") &&
                         Catch::Contains("e.g. 2GiB"));

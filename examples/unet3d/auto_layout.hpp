@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,18 +23,6 @@ struct AutoLayout {
   bool calibrate = false;  // measure the kernels again, even where a calibration is cached
   std::string kernels;     // a throughput file (another machine's); empty: this machine's
 };
-
-/// The throughput file `path` (plan/throughput.hpp's form), for `flag`.
-inline mt::Throughput kernels_from(const std::string& path, const std::string& flag) {
-  std::ifstream file(path);
-  if (!file)
-    throw mt::Error(flag + " " + path +
-                    ": cannot read the file; give a kernel throughput file "
-                    "(e.g. bench/presets/a100-kernels.txt)");
-  std::stringstream text;
-  text << file.rdbuf();
-  return mt::Throughput::from_text(text.str(), flag + " " + path);
-}
 
 /// The step a calibration times: the example's model (C=8, depth 3, batch norm) at 96^3, one
 /// processor, its second step — whatever the model to be planned, so that one calibration serves.
@@ -74,7 +60,7 @@ inline mt::MachineModel machine_for(int processors, const AutoLayout& a) {
   mt::MachineModel m;
   m.network = mt::network_named(a.network);
   if (!a.kernels.empty()) {  // another machine's processors, each with its own cores or GPU
-    m.kernels = kernels_from(a.kernels, "--kernels");
+    m.kernels = mt::Throughput::from_file(a.kernels, "--kernels");
     return m;
   }
   const int cores = mt::cores_available();
@@ -85,17 +71,11 @@ inline mt::MachineModel machine_for(int processors, const AutoLayout& a) {
   return m;
 }
 
-inline std::string mib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
-  return text;
-}
-
 inline void print_option(const char* role, const mt::ScheduleOption& s) {
   std::printf(
       "  %-10s \"%s\": peak %s per processor, step %.3f s predicted (compute %.3f s, "
       "communication %.3f s)\n",
-      role, s.layouts.to_string().c_str(), mib(s.peak_bytes).c_str(), s.step.seconds,
+      role, s.layouts.to_string().c_str(), mt::format_bytes(s.peak_bytes).c_str(), s.step.seconds,
       s.step.compute_s, s.step.communication_s);
 }
 
@@ -128,7 +108,7 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
       "--layout auto: %zu schedules weighed on mesh %s (%zu within %s per processor, %zu "
       "over it, %zu that cannot run); network %s, kernels of %s\n",
       choice.fitting.size() + choice.too_big.size() + choice.failed.size(),
-      mesh.to_string().c_str(), choice.fitting.size(), mib(a.budget_bytes).c_str(),
+      mesh.to_string().c_str(), choice.fitting.size(), mt::format_bytes(a.budget_bytes).c_str(),
       choice.too_big.size(), choice.failed.size(), a.network.c_str(),
       machine_for(mesh.num_processors(), a).kernels.machine.c_str());
   print_option("chosen", best);

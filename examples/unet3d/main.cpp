@@ -117,7 +117,7 @@ unet3d::AutoLayout pricing_of(const Distribution& d) {
       throw mt::Error("--kernels " + d.kernels +
                       " gives the kernels' throughput; --calibrate "
                       "measures this machine's instead: give one of them");
-    unet3d::kernels_from(d.kernels, "--kernels");  // refuses a file that does not read
+    mt::Throughput::from_file(d.kernels, "--kernels");  // refuses a file that does not read
     pricing.kernels = d.kernels;
   }
   return pricing;

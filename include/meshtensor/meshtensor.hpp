@@ -61,4 +61,5 @@
 #include "meshtensor/plan/network.hpp"
 #include "meshtensor/plan/plan.hpp"
 #include "meshtensor/plan/predict.hpp"
+#include "meshtensor/plan/settings_files.hpp"
 #include "meshtensor/plan/throughput.hpp"

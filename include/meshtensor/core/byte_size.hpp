@@ -1,10 +1,11 @@
 #pragma once
 // Sizes of memory written as people write them: "2GiB", "512MiB", "1.5GB", "64G" (Slurm's --mem
-// reads G as GiB, and so does this), "1000000" bytes.
+// reads G as GiB, and so does this), "1000000" bytes; and printed for people: "4.3 MiB".
 
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "meshtensor/core/error.hpp"
@@ -50,6 +51,16 @@ inline double parse_bytes(const std::string& text, const std::string& what = "a 
   return refuse("unknown unit \"" + unit +
                 "\" (valid: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, "
                 "TiB, TB)");
+}
+
+/// `bytes` in the largest binary unit it fills, with one decimal: "512 B", "16.0 KiB", "4.3 MiB".
+inline std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) bytes /= 1024, ++unit;
+  char text[32];
+  std::snprintf(text, sizeof text, unit ? "%.1f %s" : "%.0f %s", bytes, units[unit]);
+  return text;
 }
 
 }  // namespace meshtensor

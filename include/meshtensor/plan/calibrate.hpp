@@ -4,19 +4,16 @@
 // copies a plan counts for each family and convolution class beside the seconds they took — and
 // cached in a file per thread count, so that it runs once per machine.
 
-#include <unistd.h>
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/run.hpp"
 #include "meshtensor/kernels/timing.hpp"
 #include "meshtensor/plan/plan.hpp"
+#include "meshtensor/plan/settings_files.hpp"
 #include "meshtensor/plan/throughput.hpp"
 
 namespace meshtensor {
@@ -72,40 +69,22 @@ Throughput calibrate(F&& fn, int threads, int runs = 2) {
 /// Where calibrations are cached: MESHTENSOR_CACHE_DIR, else $XDG_CACHE_HOME/meshtensor, else
 /// ~/.cache/meshtensor; one file per thread count.
 inline std::filesystem::path throughput_cache_file(int threads) {
-  std::filesystem::path dir;
-  if (const char* forced = std::getenv("MESHTENSOR_CACHE_DIR"))
-    dir = forced;
-  else if (const char* xdg = std::getenv("XDG_CACHE_HOME"))
-    dir = std::filesystem::path(xdg) / "meshtensor";
-  else
-    dir = std::filesystem::path(std::getenv("HOME") ? std::getenv("HOME") : ".") / ".cache" /
-          "meshtensor";
-  return dir / ("throughput-" + std::to_string(threads) + "-threads.txt");
+  return settings_directory("MESHTENSOR_CACHE_DIR", "XDG_CACHE_HOME", ".cache") /
+         ("throughput-" + std::to_string(threads) + "-threads.txt");
 }
 
 /// The cached throughput of this machine's CPU with `threads` threads, if a calibration left one.
 inline std::optional<Throughput> cached_throughput(int threads) {
   const auto path = throughput_cache_file(threads);
-  std::ifstream file(path);
-  if (!file) return std::nullopt;
-  std::stringstream text;
-  text << file.rdbuf();
-  Throughput t = Throughput::from_text(text.str(), path.string());
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  Throughput t = Throughput::from_file(path, "the cached kernel throughput");
   if (t.machine != cpu_model() || t.threads != threads) return std::nullopt;  // another machine's
   return t;
 }
 
-/// Writes `t` as the cached throughput of its thread count (to a temporary name, then renamed).
+/// Writes `t` as the cached throughput of its thread count.
 inline void cache_throughput(const Throughput& t) {
-  const auto path = throughput_cache_file(t.threads);
-  std::filesystem::create_directories(path.parent_path());
-  const std::string temporary = path.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary);
-    out << t.to_text();
-    if (!out.flush()) throw Error("cannot write the kernel throughput to " + temporary);
-  }
-  std::filesystem::rename(temporary, path);
+  write_text_file(throughput_cache_file(t.threads), t.to_text());
 }
 
 /// The cached throughput with `threads` threads, or a new calibration by `fn` (calibrate()),

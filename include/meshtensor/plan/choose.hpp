@@ -8,15 +8,14 @@
 // others held, until nothing improves.
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "meshtensor/core/byte_size.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/layout_schedule.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
@@ -259,25 +258,19 @@ LayoutChoice choose_layouts(const MeshShape& mesh, const ChoiceOptions& o, F&& s
 
 inline const ScheduleOption& LayoutChoice::best() const {
   if (!fitting.empty()) return fitting.front();
-  auto mib = [](double bytes) {
-    char text[32];
-    const bool small = bytes < 1048576;
-    std::snprintf(text, sizeof text, "%.1f %s", bytes / (small ? 1024.0 : 1048576.0),
-                  small ? "KiB" : "MiB");
-    return std::string(text);
-  };
   if (too_big.empty())
     throw Error("no layout schedule can run on mesh " + mesh.to_string() +
                 (failed.empty() ? std::string() : ": " + failed.front().failure));
   const ScheduleOption& least = too_big.front();
-  std::string message = "no layout schedule fits " + mib(budget_bytes) + " per processor on mesh " +
-                        mesh.to_string() + ": the least any needs is " + mib(least.peak_bytes) +
-                        " (\"" + least.layouts.to_string() + "\"), so a budget of " +
-                        mib(least.peak_bytes) + " or more would do";
+  std::string message = "no layout schedule fits " + format_bytes(budget_bytes) +
+                        " per processor on mesh " + mesh.to_string() + ": the least any needs is " +
+                        format_bytes(least.peak_bytes) + " (\"" + least.layouts.to_string() +
+                        "\"), so a budget of " + format_bytes(least.peak_bytes) +
+                        " or more would do";
   if (fits_on)
     message += ", or " + std::to_string(fits_on->first.num_processors()) + " processors (mesh " +
                fits_on->first.to_string() + ", \"" + fits_on->second.layouts.to_string() +
-               "\": " + mib(fits_on->second.peak_bytes) + ")";
+               "\": " + format_bytes(fits_on->second.peak_bytes) + ")";
   else
     message += "; nor does any of the " + std::to_string(larger_meshes_tried) +
                " larger meshes tried, up to " +

@@ -5,16 +5,13 @@
 // on first use), one "name latency_us bandwidth_GBps  # what it is" line each.
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/plan/settings_files.hpp"
 
 namespace meshtensor {
 
@@ -74,33 +71,21 @@ inline std::vector<Link> read_networks(const std::string& text, const std::strin
 /// Where meshtensor keeps its settings: MESHTENSOR_CONFIG_DIR, else $XDG_CONFIG_HOME/meshtensor,
 /// else ~/.config/meshtensor.
 inline std::filesystem::path config_directory() {
-  if (const char* dir = std::getenv("MESHTENSOR_CONFIG_DIR")) return dir;
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"))
-    return std::filesystem::path(xdg) / "meshtensor";
-  const char* home = std::getenv("HOME");
-  return std::filesystem::path(home ? home : ".") / ".config" / "meshtensor";
+  return settings_directory("MESHTENSOR_CONFIG_DIR", "XDG_CONFIG_HOME", ".config");
 }
 
 /// The networks file, written with the presets if there is none yet.
 inline std::filesystem::path networks_file() {
   const auto path = config_directory() / "networks.txt";
-  if (!std::filesystem::exists(path)) {
-    std::filesystem::create_directories(path.parent_path());
-    const auto temporary = path.string() + ".tmp" + std::to_string(::getpid());
-    std::ofstream(temporary) << network_presets_text();
-    std::filesystem::rename(temporary, path);
-  }
+  if (!std::filesystem::exists(path)) write_text_file(path, network_presets_text());
   return path;
 }
 
 /// The link called `name` in the networks file; an unknown name is refused, listing the known.
 inline Link network_named(const std::string& name) {
   const auto path = networks_file();
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
   std::string known;
-  for (const Link& link : read_networks(text.str(), path.string())) {
+  for (const Link& link : read_networks(read_text_file(path, "networks"), path.string())) {
     if (link.name == name) return link;
     known += (known.empty() ? "" : ", ") + link.name;
   }

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
+#include "meshtensor/plan/settings_files.hpp"
 
 namespace meshtensor {
 
@@ -108,6 +110,12 @@ struct Throughput {
             << (ConvClass::one_tap_of(c) ? "1" : "many") << " " << (1 << ConvClass::width_of(c))
             << " " << conv_per_second[c] << "\n";
     return out.str();
+  }
+
+  /// Reads the file `path` in to_text()'s form; errors name `what` (a flag, the file's role), the
+  /// file and the line.
+  static Throughput from_file(const std::filesystem::path& path, const std::string& what) {
+    return from_text(read_text_file(path, what), what + " " + path.string());
   }
 
   /// Reads to_text()'s form; `source` (a file name) is named in errors with the line.
