@@ -3,6 +3,8 @@
 // overlapping and halo-wider-than-a-block cases included.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <meshtensor/autodiff/backward.hpp>
 
 #include "support/errors.hpp"
@@ -81,6 +83,37 @@ TEST_CASE(
                     one_volume);
               },
               1e-5, x_splits) == "");
+  }
+}
+
+TEST_CASE(
+    "convolutions split along several dims, their kept box read in slabs, match one processor") {
+  // Boxes of more than 2 MiB, which backward reads a slab of rows at a time, never rebuilt whole.
+  // Values in {-1, 0, 1}: every sum (64³ products for the weight's gradient) is exact in float,
+  // in any order, so a row of a slab read twice or missed cannot hide in rounding.
+  const std::vector<LayoutCase> splits{
+      {"one processor", "p:1", ""},
+      {"x and y split 2x2", "a:2; b:2", "x:a; y:b"},
+      {"x, y and z split 2x3x2", "a:2; b:3; c:2", "x:a; y:b; z:c"}};
+  auto small_integers = [](Mesh& m, const Shape& shape, const Layout& l, int seed) {
+    return generate<float>(m, shape, l, [seed](const Index& i) {
+      return float(std::fmod(std::floor(std::abs(test_value(i, seed)) * 997.0), 3.0) - 1.0);
+    });
+  };
+  const Shape volume("batch:1, x:64, y:64, z:64, channels:8");
+  for (const auto& [weight, window] : std::vector<std::pair<std::string, Window>>{
+           {"kx:3, ky:3, kz:3, channels:8, features:4", Window("x, y, z").padding("same")},
+           {"kx:3, ky:3, kz:3, channels:8, features:2", Window("x, y, z").stride(2)}}) {
+    INFO(weight);
+    CHECK(compare_with_one_processor(
+              [&](Mesh& m, const Layout& l) {
+                auto x = small_integers(m, volume, l, 1).set_requires_grad();
+                auto w = small_integers(m, Shape(weight), l, 2).set_requires_grad();
+                auto out = conv(x, w, window);
+                backward(reduce_sum(out * small_integers(m, out.shape(), l, 3)));
+                return std::vector<Tensor<float>>{out, x.grad(), w.grad()};
+              },
+              1e-6, splits) == "");
   }
 }
 

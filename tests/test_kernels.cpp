@@ -11,6 +11,7 @@
 
 #include <meshtensor/kernels/common/strided.hpp>
 #include <meshtensor/kernels/cpu/blocked/conv.hpp>
+#include <meshtensor/kernels/cpu/copy.hpp>
 #include <meshtensor/kernels/cpu/loops.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
@@ -173,4 +174,32 @@ TEST_CASE("runs of a strided box visit every index once, however the threads cut
                              CHECK(step[0] == 1);
                            });
   CHECK(runs == 1);
+}
+
+TEST_CASE("a box moved to the front of the array that holds it keeps every element, in order") {
+  // Boxes of a 5x6x7x3 array: inner, touching each end, whole along the inner dims (one run) or
+  // not, and the whole array (nothing moves).
+  const Sizes holder{5, 6, 7, 3};
+  const Strides strides = row_major_strides(holder);
+  for (const auto& [begin, sizes] :
+       std::vector<std::pair<Sizes, Sizes>>{{{1, 1, 1, 0}, {3, 4, 5, 3}},
+                                            {{0, 0, 0, 0}, {4, 5, 6, 3}},
+                                            {{1, 2, 1, 1}, {4, 4, 6, 2}},
+                                            {{2, 0, 0, 0}, {3, 6, 7, 3}},
+                                            {{0, 3, 0, 0}, {5, 3, 7, 3}},
+                                            {{0, 0, 0, 0}, {5, 6, 7, 3}}}) {
+    std::vector<float> data(std::size_t(num_elements(holder)));
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = float(i);
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < holder.size(); ++d) offset += begin[d] * strides[d];
+    meshtensor::kernels::cpu::compact_box(sizes, data.data(), offset, strides);
+    std::int64_t wrong = 0, flat = 0;
+    for (std::int64_t a = 0; a < sizes[0]; ++a)
+      for (std::int64_t b = 0; b < sizes[1]; ++b)
+        for (std::int64_t c = 0; c < sizes[2]; ++c)
+          for (std::int64_t e = 0; e < sizes[3]; ++e, ++flat)
+            wrong += data[std::size_t(flat)] !=
+                     float(offset + a * strides[0] + b * strides[1] + c * strides[2] + e);
+    CHECK(wrong == 0);
+  }
 }

@@ -51,6 +51,8 @@ class PoolBlock {
 
   T* data() const { return data_; }
   std::size_t size() const { return size_; }
+  /// Keeps the first `n` elements (n <= size()); the memory stays the block's until it goes.
+  void shrink(std::size_t n) { size_ = std::min(n, size_); }
   MemorySpace space() const { return space_; }
 
  private:
@@ -114,6 +116,16 @@ class Array {
       throw ShapeError("internal: an array of " + std::to_string(detail::product(shape_)) +
                        " elements cannot take a shape of " +
                        std::to_string(detail::product(shape)));
+    shape_ = std::move(shape);
+  }
+
+  /// The first elements under a smaller shape (as kernels::compact_box leaves them); the memory
+  /// stays allocated, all of it, until the array goes.
+  void shrink_to(shape_type shape) {
+    if (detail::product(shape) > size())
+      throw ShapeError("internal: an array of " + std::to_string(size()) +
+                       " elements cannot shrink to " + std::to_string(detail::product(shape)));
+    block_.shrink(detail::product(shape));
     shape_ = std::move(shape);
   }
 

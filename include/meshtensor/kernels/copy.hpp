@@ -37,11 +37,32 @@ void copy_box_on_host(const Sizes& box, const T* from, const Strides& from_strid
   cpu::copy_box(box, from, from_strides, to, to_strides);
 }
 
+#if defined(MESHTENSOR_WITH_CUDA)
+template <class T>
+bool compact_box_through_copy(const Sizes& box, T* array, std::int64_t offset,
+                              const Strides& strides) {
+  Buffer<T> copy(std::size_t(num_elements(box)));
+  const Strides packed = row_major_strides(box);
+  return gpu::copy_box(box, array + offset, strides, copy.data(), packed) &&
+         gpu::copy_box(box, copy.data(), packed, array, packed);
+}
+#endif
+
 /// to (row-major over sizes[order[0]], sizes[order[1]], ...) = from (row-major over `sizes`).
 template <class T>
 void permute(const T* from, const Sizes& sizes, const std::vector<std::size_t>& order, T* to) {
   const auto [new_sizes, gathered] = reordered(sizes, order);
   copy_box(new_sizes, from, gathered, to, row_major_strides(new_sizes));
+}
+
+/// Moves the box at `array + offset` (strides `strides`: an array over a larger box that holds
+/// it) to the front of `array`, row-major: a sub-box taken out of an array without a second one.
+/// A GPU goes through a copy (its threads cannot move elements in place in order).
+template <class T>
+void compact_box(const Sizes& box, T* array, std::int64_t offset, const Strides& strides) {
+  dispatch([&] { plan::count_copy(double(num_elements(box))); },
+           MESHTENSOR_ON_GPU(compact_box_through_copy(box, array, offset, strides)),
+           [&] { cpu::compact_box(box, array, offset, strides); });
 }
 
 /// to[i] = from[i] for i < n.

@@ -328,21 +328,51 @@ struct ConvBackward {
 
   Tensor<T> weight_gradient(Mesh& mesh, const T* g) const {
     Buffer<double> acc = zero_accumulator();
-    if (!call.plan.empty()) {
+    if (call.plan.empty()) {
+    } else if (saved.in_pieces() && call.plan.pass_size == 1) {
+      weight_gradient_by_slabs(g, acc.data());
+    } else {
       Array<T> rebuilt = empty_array<T>();
       kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());
     }
     return weight_gradient_from(mesh, acc);
   }
 
-  // The input's gradient goes back through the halo while the weight's is computed (first, where
-  // no halo travels: windowed_input_gradient).
-  void on_box(Mesh& mesh, const T* g, const std::vector<bool>& need,
-              std::vector<Tensor<T>>& grads) const {
-    if (!need[0]) {
-      if (need[1]) grads[1] = weight_gradient(mesh, g);
-      return;
+  // A box kept as the input block and its halo (a split along several dims) is read a slab of
+  // rows along the first kernel dim at a time — one slab per MiB of box, up to eight — so that it
+  // is never rebuilt whole.
+  void weight_gradient_by_slabs(const T* g, double* acc) const {
+    const kernels::ConvGeometry& geometry = call.geometry;
+    const std::size_t dim = call.first_spatial;
+    Block part = saved.box();
+    const std::int64_t box_begin = part.ranges[dim].begin;
+    const std::int64_t box_bytes = part.num_elements() * std::int64_t(sizeof(T));
+    const std::int64_t slabs = std::clamp<std::int64_t>(box_bytes >> 20, 1, 8);
+    const std::int64_t per_slab = kernels::ceil_div(geometry.out[0], slabs);
+    Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
+    const T* own = saved.own().data(recomputed);
+    Buffer<T> scratch;
+    for (std::int64_t a = 0; a < geometry.out[0]; a += per_slab) {
+      const kernels::RowSlab slab =
+          kernels::output_rows(geometry, a, std::min(geometry.out[0], a + per_slab));
+      if (slab.r0 >= slab.r1) continue;  // its outputs read only padding
+      part.ranges[dim] = {box_begin + slab.r0, box_begin + slab.r1};
+      if (scratch.size() < std::size_t(part.num_elements())) scratch.resize(part.num_elements());
+      saved.copy_part(part, own, scratch.data());
+      kernels::conv_backward_weight(slab.geometry, scratch.data(),
+                                    g + a * kernels::output_row_size(geometry), acc);
     }
+  }
+
+  // The input's gradient goes back through the halo while the weight's is computed — first, where
+  // no halo travels (windowed_input_gradient) or where backward recomputes the input block: that
+  // block and the box's gradient are not held at once (memory before overlap).
+  void on_box(Mesh& mesh, const T* g, std::vector<bool> need, std::vector<Tensor<T>>& grads) const {
+    if (need[1] && (!need[0] || saved.own().recomputed())) {
+      grads[1] = weight_gradient(mesh, g);
+      need[1] = false;
+    }
+    if (!need[0]) return;
     Array<T> own = windowed_input_gradient<T>(
         call.plan, mesh, box_sizes,
         [&](T* grad_box) {

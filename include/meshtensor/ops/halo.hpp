@@ -129,9 +129,8 @@ class HaloExchange : public HaloPlan {
     if (p.form == HaloForm::inside && local_only()) return std::move(p.work);
     const Block& work = work_box(p.form);
     p.transfer.finish(pack_from(p.work.array, work), place_in(p.work.array, work, p.adjoint));
-    const Block& result = p.adjoint                    ? HaloPlan::own()
-                          : p.form == HaloForm::padded ? box()
-                                                       : inside();
+    if (p.adjoint) return {extract_in_place(std::move(p.work.array), work, HaloPlan::own()), {}};
+    const Block& result = p.form == HaloForm::padded ? box() : inside();
     return {extract(std::move(p.work.array), work, result), {}};
   }
 
@@ -186,6 +185,20 @@ class HaloExchange : public HaloPlan {
     Array<T> out = Array<T>::from_shape(sizes_of(box));
     copy_into(out, box, work.data(), work_box, box);
     return out;
+  }
+
+  // The same, moved to the front of `work` rather than copied: no second array beside the work
+  // array. For an adjoint's result, a gradient soon consumed, which holds the read box's memory
+  // until then (a forward box is often kept for backward).
+  template <class T>
+  static Array<T> extract_in_place(Array<T>&& work, const Block& work_box, const Block& box) {
+    if (work_box == box) return std::move(work);
+    const auto strides = kernels::row_major_strides(work_box.sizes());
+    if (!box.empty())
+      kernels::compact_box(box.sizes(), work.data(), kernels::offset_of_box(box, work_box, strides),
+                           strides);
+    work.shrink_to(sizes_of(box));
+    return std::move(work);
   }
 
   // pack(box, to) from an array over `array_box`.

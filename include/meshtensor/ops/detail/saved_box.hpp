@@ -32,6 +32,8 @@ class KeptBlock {
   }
 
   bool defined() const { return tensor_.defined() || recipe_ != nullptr; }
+  /// Whether data() computes the block (from its recipe) rather than pointing at it.
+  bool recomputed() const { return !tensor_.defined() && recipe_ != nullptr; }
   const Block& block() const { return block_; }
 
   /// The block's data: the tensor's, or recomputed into `scratch` (the block's sizes).
@@ -114,9 +116,31 @@ class SavedBox {
     return saved;
   }
 
+  /// The box's global indices (not for whole()).
+  const Block& box() const { return box_; }
   /// The kept input block and the saved halo pieces (empty for whole()).
   const KeptBlock<T>& own() const { return own_; }
   const std::vector<std::pair<Block, Buffer<T>>>& halo() const { return halo_; }
+
+  /// Whether the box is the kept input block and halo pieces around it (not a saved array).
+  bool in_pieces() const { return own_.defined() && !halo_.empty(); }
+
+  /// Writes the part of the box over `part` (inside the box; in_pieces()) to `out`, row-major:
+  /// from the input block's data (own().data()) and the halo pieces, so that a kernel can read the
+  /// box a slab at a time rather than rebuilt whole.
+  void copy_part(const Block& part, const T* own_data, T* out) const {
+    const auto out_strides = kernels::row_major_strides(part.sizes());
+    auto copy_from = [&](const Block& holder, const T* data) {
+      const Block common = intersect(holder, part);
+      if (common.empty()) return;
+      const auto strides = kernels::row_major_strides(holder.sizes());
+      kernels::copy_box(common.sizes(), data + kernels::offset_of_box(common, holder, strides),
+                        strides, out + kernels::offset_of_box(common, part, out_strides),
+                        out_strides);
+    };
+    copy_from(own_.block(), own_data);
+    for (const auto& [slab, data] : halo_) copy_from(slab, data.data());
+  }
 
   /// The box's data: the saved array or the input block as they are, or the box rebuilt into
   /// `scratch`.
