@@ -62,19 +62,31 @@ if [[ "${PART:-all}" != runs ]]; then
   done
 fi
 
+# The bench's memory bound per processor: 1.15 x the one-processor plan's peak / P, plus the
+# parameters and Adam state every processor holds (from the same plan).
+one=$("$unet3d" plan --size 256 --depth 4 --channels 8 --mesh "p:1" --layout "x:p" | tail -1)
+one_peak=$(grep -o '"peak_memory_bytes":{[^}]*}' <<< "$one" | field max)
+replicated=$(( $(grep -o '"peak_parameters_bytes":{[^}]*}' <<< "$one" | field max) +
+               $(grep -o '"peak_optimizer_bytes":{[^}]*}' <<< "$one" | field max) ))
+bound_mib() { echo "scale=1; (1.15 * $one_peak / $1 + $replicated) / 1048576" | bc; }
+
 # One measured run beside its plan: the model's step (bench_unet: median of 3 after a warm-up,
-# without the example's data generation), the pool's peak in use per processor and peak RSS.
+# without the example's data generation), the pool's peak in use per processor (beside the bound)
+# and peak RSS.
 measured() {
   local ranks="$1" mesh="$2" layouts="$3"
-  local plan run
+  local plan run pool bound
   plan=$("$unet3d" plan --size 256 --depth 4 --channels 8 --mesh "$mesh" --layouts "$layouts" \
            --predict | tail -1)
   run=$(mpirun -np "$ranks" --oversubscribe "$bench" --size 256 --depth 4 --channels 8 --steps 3 \
           --mesh "$mesh" --layouts "$layouts")
-  printf "| %s | \`%s\` | \`%s\` | %.2f | %.2f | %.1f | %.1f | %.0f |\n" "$ranks" "$mesh" \
-    "${layouts//|/\\|}" "$(field step_s <<< "$run")" "$(field predicted_step_s <<< "$plan")" \
-    "$(field pool_in_use_peak_mib <<< "$run")" \
-    "$(mib "$(grep -o '"peak_memory_bytes":{[^}]*}' <<< "$plan" | field max)")" \
+  pool=$(field pool_in_use_peak_mib <<< "$run")
+  bound=$(bound_mib "$ranks")
+  printf "| %s | \`%s\` | \`%s\` | %.2f | %.2f | %.1f | %.1f | %.1f | %s | %.0f |\n" "$ranks" \
+    "$mesh" "${layouts//|/\\|}" "$(field step_s <<< "$run")" \
+    "$(field predicted_step_s <<< "$plan")" "$pool" \
+    "$(mib "$(grep -o '"peak_memory_bytes":{[^}]*}' <<< "$plan" | field max)")" "$bound" \
+    "$(if (( $(echo "$pool <= $bound" | bc) )); then echo yes; else echo no; fi)" \
     "$(field rss_peak_mib <<< "$run")" | tee -a "$out"
 }
 
@@ -83,8 +95,8 @@ if [[ "${PART:-all}" != plans ]]; then
     echo
     echo "### 256³, C=8, depth 4 on MPI ranks of this machine"
     echo
-    echo "| ranks | mesh | layouts per level | step s | predicted s | pool peak in use MiB | plan peak MiB | peak RSS MiB |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| ranks | mesh | layouts per level | step s | predicted s | pool peak in use MiB | plan peak MiB | bound MiB | within | peak RSS MiB |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
   } >> "$out"
   measured 8 "p:8" "x:p"
   measured 64 "a:4; b:4; c:4" "x:a; y:b; z:c"

@@ -133,7 +133,7 @@ TEST_CASE("a prediction is the slowest processor's kernels, shared cores and mes
   report.processors[1].work.flops[std::size_t(Family::norm)] = 2e9;  // 2 s
   report.processors[1].processor = 1;
   report.processors[1].counted.sent_by_tag[mt::tags::halo].add(4000000);
-  mt::MachineModel machine{simple_kernels(), mt::Link{"test", 1e-5, 1e9}};
+  mt::MachineModel machine{simple_kernels(), mt::Link{"test", 1e-5, 1e9, "a test link"}};
   auto step = mt::predict_step(report, machine);
   CHECK(step.processor == 1);
   CHECK(step.compute_s == Approx(2));
@@ -162,7 +162,7 @@ mt::ChoiceOptions choice_for(const unet3d::TrainOptions& o, double budget) {
   c.stages = o.depth + 1;
   c.bases = {mt::Layout("x:p")};
   c.machine = [](const mt::MeshShape& m) {
-    mt::MachineModel machine{simple_kernels(), mt::Link{"test", 1e-5, 1e9}};
+    mt::MachineModel machine{simple_kernels(), mt::Link{"test", 1e-5, 1e9, "a test link"}};
     machine.cores_per_node = 8;
     machine.processors_per_node = m.num_processors();
     return machine;

@@ -163,7 +163,42 @@ struct ConvCall {
   std::vector<std::size_t> w_order;
   std::size_t first_spatial = 0;
   bool by_rows = false;
+  bool by_slabs = false;
 };
+
+// Whether the box is exactly the own block and halo pieces around it, one volume, in kernel order,
+// with halo to exchange: then forward takes the halo as pieces and reads the box in slabs
+// (for_each_box_slab), never holding it whole beside the block.
+inline bool box_in_pieces(const WindowedPlan& p) {
+  return p.form == HaloForm::inside && !p.halo.local_only() && !p.empty() &&
+         kernels::is_identity(p.to_kernel_order) && p.pass_size == 1 &&
+         p.halo.inside_work() == p.halo.inside();
+}
+
+// Runs fn(first_output_row, slab, box_rows) over the output rows along the first kernel dim in
+// slabs — one per MiB of box, up to eight — each with the box rows it reads copied together from
+// the own block (`own`) and the halo pieces of `saved` (nullptr where it reads only padding).
+template <class T, class F>
+void for_each_box_slab(const kernels::ConvGeometry& g, const SavedBox<T>& saved, std::size_t dim,
+                       const T* own, F&& fn) {
+  Block part = saved.box();
+  const std::int64_t box_begin = part.ranges[dim].begin;
+  const std::int64_t box_bytes = part.num_elements() * std::int64_t(sizeof(T));
+  const std::int64_t slabs = std::clamp<std::int64_t>(box_bytes >> 20, 1, 8);
+  const std::int64_t per_slab = kernels::ceil_div(g.out[0], slabs);
+  Buffer<T> rows;
+  for (std::int64_t a = 0; a < g.out[0]; a += per_slab) {
+    const kernels::RowSlab slab = kernels::output_rows(g, a, std::min(g.out[0], a + per_slab));
+    if (slab.r0 >= slab.r1) {
+      fn(a, slab, static_cast<const T*>(nullptr));
+      continue;
+    }
+    part.ranges[dim] = {box_begin + slab.r0, box_begin + slab.r1};
+    if (rows.size() < std::size_t(part.num_elements())) rows.resize(part.num_elements());
+    saved.copy_part(part, own, rows.data());
+    fn(a, slab, static_cast<const T*>(rows.data()));
+  }
+}
 
 template <class T>
 ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& window,
@@ -193,7 +228,31 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& wind
   // rows kept apart (conv_rows.hpp).
   c.first_spatial = in_shape.position(spatial[0]);
   c.by_rows = c.plan.form == HaloForm::pieces;
+  c.by_slabs = box_in_pieces(c.plan);
   return c;
+}
+
+// Forward in slabs: the halo arrives as pieces (every split dim exchanged, no box), and each slab
+// of output rows reads the box rows it needs, copied together. Backward keeps the pieces;
+// `box_sizes` the box's shape.
+template <class T>
+SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
+                                  std::vector<std::size_t>& box_sizes) {
+  const Block& box = c.plan.halo.inside();
+  const auto sizes = box.sizes();
+  box_sizes.assign(sizes.begin(), sizes.end());
+  SavedBox<T> saved = SavedBox<T>::own_and_halo(
+      x, box, c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
+  const std::int64_t row_size = kernels::output_row_size(c.geometry);
+  for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
+                    [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
+                      T* to = out.data() + a * row_size;
+                      if (!rows)
+                        kernels::fill_values(to, slab.geometry.out[0] * row_size, T(0));
+                      else
+                        kernels::conv_forward(slab.geometry, rows, c.w_kernel.data(), to);
+                    });
+  return saved;
 }
 
 // Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
@@ -339,29 +398,16 @@ struct ConvBackward {
   }
 
   // A box kept as the input block and its halo (a split along several dims) is read a slab of
-  // rows along the first kernel dim at a time — one slab per MiB of box, up to eight — so that it
-  // is never rebuilt whole.
+  // rows at a time, never rebuilt whole.
   void weight_gradient_by_slabs(const T* g, double* acc) const {
-    const kernels::ConvGeometry& geometry = call.geometry;
-    const std::size_t dim = call.first_spatial;
-    Block part = saved.box();
-    const std::int64_t box_begin = part.ranges[dim].begin;
-    const std::int64_t box_bytes = part.num_elements() * std::int64_t(sizeof(T));
-    const std::int64_t slabs = std::clamp<std::int64_t>(box_bytes >> 20, 1, 8);
-    const std::int64_t per_slab = kernels::ceil_div(geometry.out[0], slabs);
     Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
-    const T* own = saved.own().data(recomputed);
-    Buffer<T> scratch;
-    for (std::int64_t a = 0; a < geometry.out[0]; a += per_slab) {
-      const kernels::RowSlab slab =
-          kernels::output_rows(geometry, a, std::min(geometry.out[0], a + per_slab));
-      if (slab.r0 >= slab.r1) continue;  // its outputs read only padding
-      part.ranges[dim] = {box_begin + slab.r0, box_begin + slab.r1};
-      if (scratch.size() < std::size_t(part.num_elements())) scratch.resize(part.num_elements());
-      saved.copy_part(part, own, scratch.data());
-      kernels::conv_backward_weight(slab.geometry, scratch.data(),
-                                    g + a * kernels::output_row_size(geometry), acc);
-    }
+    for_each_box_slab(call.geometry, saved, call.first_spatial, saved.own().data(recomputed),
+                      [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
+                        if (rows)  // else its outputs read only padding
+                          kernels::conv_backward_weight(
+                              slab.geometry, rows, g + a * kernels::output_row_size(call.geometry),
+                              acc);
+                      });
   }
 
   // The input's gradient goes back through the halo while the weight's is computed — first, where
@@ -412,8 +458,9 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
 
   Array<T> out = windowed_output<T>(call.plan);
   std::vector<std::size_t> box_sizes;
-  SavedBox<T> saved = call.by_rows ? conv_forward_by_rows(call, x, out)
-                                   : conv_forward_on_box(call, x, out, box_sizes);
+  SavedBox<T> saved = call.by_rows    ? conv_forward_by_rows(call, x, out)
+                      : call.by_slabs ? conv_forward_by_slabs(call, x, out, box_sizes)
+                                      : conv_forward_on_box(call, x, out, box_sizes);
   out = from_kernel_order(std::move(out), call.plan.to_kernel_order);
   Tensor<T> result = complete_output(mesh, x.layout(), channels, call.plan.output_layout,
                                      dims.out_channels.name, std::move(out));

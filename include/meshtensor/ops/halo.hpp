@@ -25,12 +25,30 @@ namespace meshtensor {
 enum class HaloForm {
   padded,  ///< one array over box(): own block, halo, and a pad value outside the tensor
   inside,  ///< one array over inside(): it stops at the tensor's edges, kernels read zeros beyond
-  pieces,  ///< the own block stays where it is; the halo comes as pieces (one exchanged dim only)
+  pieces,  ///< the own block stays where it is; the halo comes as pieces (adjoint: one split dim)
 };
 
 /// Pieces of a tensor, each over its box of global indices: the halo around a block, kept apart.
 template <class T>
 using HaloPieces = std::vector<std::pair<Block, Buffer<T>>>;
+
+/// Writes the part of a box over `part` to `out`, row-major, from the arrays that tile the box:
+/// `own` over `own_box` and the halo pieces.
+template <class T>
+void gather_part(const Block& part, T* out, const Block& own_box, const T* own,
+                 const HaloPieces<T>& pieces) {
+  const auto out_strides = kernels::row_major_strides(part.sizes());
+  auto copy_from = [&](const Block& holder, const T* data) {
+    const Block common = intersect(holder, part);
+    if (common.empty()) return;
+    const auto strides = kernels::row_major_strides(holder.sizes());
+    kernels::copy_box(common.sizes(), data + kernels::offset_of_box(common, holder, strides),
+                      strides, out + kernels::offset_of_box(common, part, out_strides),
+                      out_strides);
+  };
+  copy_from(own_box, own);
+  for (const auto& [box, data] : pieces) copy_from(box, data.data());
+}
 
 /// What an exchange hands over. Forward: the read box (`array`; `pieces` for the pieces form).
 /// Adjoint: given the read box's gradient in the same form, it returns the own block's (`array`).
@@ -68,9 +86,13 @@ class HaloExchange : public HaloPlan {
   Pending<T> begin(Mesh& mesh, HaloForm form, const Array<T>& own, T pad = T(0)) const {
     Pending<T> p{form, false, {}, {}};
     if (form == HaloForm::pieces) {
-      require_one_exchanged_dim();
-      p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(own, HaloPlan::own()),
-                                   keep_in(p.work.pieces));
+      // A later step sends what earlier ones brought too (the corners): packed from the pieces.
+      const Block& own_box = HaloPlan::own();
+      HaloPieces<T>& pieces = p.work.pieces;
+      p.transfer = HaloTransfer<T>(
+          mesh, *this, false,
+          [&](const Block& send, T* to) { gather_part(send, to, own_box, own.data(), pieces); },
+          keep_in(pieces));
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -155,8 +177,8 @@ class HaloExchange : public HaloPlan {
   void require_one_exchanged_dim() const {
     if (exchanged().size() != 1)
       throw Error(
-          "internal: the pieces form of a halo exchange needs exactly one exchanged dim, "
-          "not " +
+          "internal: the adjoint of the pieces form of a halo exchange needs exactly one "
+          "exchanged dim, not " +
           std::to_string(exchanged().size()));
   }
 

@@ -14,6 +14,7 @@
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/ops/halo.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::detail {
@@ -129,17 +130,7 @@ class SavedBox {
   /// from the input block's data (own().data()) and the halo pieces, so that a kernel can read the
   /// box a slab at a time rather than rebuilt whole.
   void copy_part(const Block& part, const T* own_data, T* out) const {
-    const auto out_strides = kernels::row_major_strides(part.sizes());
-    auto copy_from = [&](const Block& holder, const T* data) {
-      const Block common = intersect(holder, part);
-      if (common.empty()) return;
-      const auto strides = kernels::row_major_strides(holder.sizes());
-      kernels::copy_box(common.sizes(), data + kernels::offset_of_box(common, holder, strides),
-                        strides, out + kernels::offset_of_box(common, part, out_strides),
-                        out_strides);
-    };
-    copy_from(own_.block(), own_data);
-    for (const auto& [slab, data] : halo_) copy_from(slab, data.data());
+    gather_part(part, out, own_.block(), own_data, halo_);
   }
 
   /// The box's data: the saved array or the input block as they are, or the box rebuilt into
