@@ -149,3 +149,16 @@ TEST_CASE("one tensor dim on two mesh axes is rejected, naming the dim and both 
                     Contains("dim \"x\"") && Contains("\"rows\"") && Contains("\"cols\""));
   CHECK_THROWS_WITH(Layout({{"x", "rows"}, {"x", "cols"}}), Contains("two mesh axes"));
 }
+
+TEST_CASE(
+    "sizes whose product overflows are errors naming the mesh or the dims, not small counts") {
+  // 641 x 6700417 = 2^32 + 1: wrapped to an int it would count as one processor.
+  CHECK_THROWS_AS(MeshShape("a:641; b:6700417"), MeshError);
+  CHECK_THROWS_WITH(MeshShape("a:641; b:6700417"),
+                    Contains("[a=641, b=6700417]") && Contains("overflows"));
+  CHECK(MeshShape("a:4096; b:4096; c:127").num_processors() == 4096 * 4096 * 127);
+  // 2^32 x 2^32 wraps a 64-bit count to 0.
+  CHECK_THROWS_AS(Shape("x:4294967296, y:4294967296"), ShapeError);
+  CHECK_THROWS_WITH(Shape("x:4294967296, y:4294967296"), Contains("overflows at dim \"y\""));
+  CHECK(Shape("x:4294967296, y:2147483647").num_elements() == 4294967296LL * 2147483647LL);
+}

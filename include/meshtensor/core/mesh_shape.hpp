@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/detail/parse.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
@@ -52,6 +54,7 @@ class MeshShape {
   auto begin() const { return axes_.begin(); }
   auto end() const { return axes_.end(); }
 
+  /// The product of the axes' sizes (checked at construction to fit an int).
   int num_processors() const {
     int n = 1;
     for (const auto& axis : axes_) n *= axis.size;
@@ -138,6 +141,15 @@ class MeshShape {
         if (axes_[i].name == axes_[j].name)
           throw MeshError("mesh axis " + detail::quote(axes_[i].name) +
                           " appears twice in a mesh shape; every mesh axis needs its own name");
+    }
+    int processors = 1;
+    for (const auto& axis : axes_) {
+      const auto product = detail::checked_product(processors, axis.size);
+      if (!product)
+        throw MeshError("mesh " + to_string() + " has more processors than " +
+                        std::to_string(std::numeric_limits<int>::max()) +
+                        " (the product of its axes' sizes overflows); use smaller axes");
+      processors = *product;
     }
   }
 

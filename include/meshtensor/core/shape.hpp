@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/detail/parse.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/dim.hpp"
@@ -43,7 +44,7 @@ class Shape {
   auto begin() const { return dims_.begin(); }
   auto end() const { return dims_.end(); }
 
-  /// Product of the sizes: 1 for a scalar (no dims).
+  /// Product of the sizes: 1 for a scalar (no dims); checked at construction to fit 64 bits.
   std::int64_t num_elements() const {
     std::int64_t n = 1;
     for (const auto& dim : dims_) n *= dim.size;
@@ -111,6 +112,16 @@ class Shape {
         if (dims_[i].name == dims_[j].name)
           throw ShapeError("dim " + detail::quote(dims_[i].name) +
                            " appears twice in a shape; every dim of a tensor needs its own name");
+    std::int64_t elements = 1;
+    for (const auto& dim : dims_) {
+      const auto product = detail::checked_product(elements, dim.size);
+      if (!product)
+        throw ShapeError("shape " + to_string() +
+                         " has more elements than a 64-bit count holds (the product of its "
+                         "dims' sizes overflows at dim " +
+                         detail::quote(dim.name) + ")");
+      elements = *product;
+    }
   }
 
   std::vector<Dim> dims_;
