@@ -387,8 +387,8 @@ struct ConvBackward {
 
   Tensor<T> weight_gradient(Mesh& mesh, const T* g) const {
     Buffer<double> acc = zero_accumulator();
-    if (call.plan.empty()) {
-    } else if (saved.in_pieces() && call.plan.pass_size == 1) {
+    if (call.plan.empty()) return weight_gradient_from(mesh, acc);
+    if (saved.in_pieces() && call.plan.pass_size == 1) {
       weight_gradient_by_slabs(g, acc.data());
     } else {
       Array<T> rebuilt = empty_array<T>();

@@ -32,22 +32,26 @@ enum class HaloForm {
 template <class T>
 using HaloPieces = std::vector<std::pair<Block, Buffer<T>>>;
 
+/// Copies `box` from `src` (row-major over `src_box`) into `dst` (row-major over `dst_box`).
+template <class T>
+void copy_box_between(const Block& box, const T* src, const Block& src_box, T* dst,
+                      const Block& dst_box) {
+  if (box.empty()) return;
+  const auto src_strides = kernels::row_major_strides(src_box.sizes());
+  const auto dst_strides = kernels::row_major_strides(dst_box.sizes());
+  kernels::copy_box(box.sizes(), src + kernels::offset_of_box(box, src_box, src_strides),
+                    src_strides, dst + kernels::offset_of_box(box, dst_box, dst_strides),
+                    dst_strides);
+}
+
 /// Writes the part of a box over `part` to `out`, row-major, from the arrays that tile the box:
 /// `own` over `own_box` and the halo pieces.
 template <class T>
 void gather_part(const Block& part, T* out, const Block& own_box, const T* own,
                  const HaloPieces<T>& pieces) {
-  const auto out_strides = kernels::row_major_strides(part.sizes());
-  auto copy_from = [&](const Block& holder, const T* data) {
-    const Block common = intersect(holder, part);
-    if (common.empty()) return;
-    const auto strides = kernels::row_major_strides(holder.sizes());
-    kernels::copy_box(common.sizes(), data + kernels::offset_of_box(common, holder, strides),
-                      strides, out + kernels::offset_of_box(common, part, out_strides),
-                      out_strides);
-  };
-  copy_from(own_box, own);
-  for (const auto& [box, data] : pieces) copy_from(box, data.data());
+  copy_box_between(intersect(own_box, part), own, own_box, out, part);
+  for (const auto& [box, data] : pieces)
+    copy_box_between(intersect(box, part), data.data(), box, out, part);
 }
 
 /// What an exchange hands over. Forward: the read box (`array`; `pieces` for the pieces form).
@@ -193,12 +197,7 @@ class HaloExchange : public HaloPlan {
   template <class T>
   static void copy_into(Array<T>& work, const Block& work_box, const T* src, const Block& src_box,
                         const Block& box) {
-    if (box.empty()) return;
-    const auto work_strides = kernels::row_major_strides(work_box.sizes());
-    const auto src_strides = kernels::row_major_strides(src_box.sizes());
-    kernels::copy_box(
-        box.sizes(), src + kernels::offset_of_box(box, src_box, src_strides), src_strides,
-        work.data() + kernels::offset_of_box(box, work_box, work_strides), work_strides);
+    copy_box_between(box, src, src_box, work.data(), work_box);
   }
 
   template <class T>
