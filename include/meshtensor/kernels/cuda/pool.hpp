@@ -81,6 +81,9 @@ __device__ int readers(const Geometry& g, int d, long long i, long long* o) {
   return n;
 }
 
+// As the reference's: a window wholly in uncounted padding averages to zero, not to 0 / 0.
+__device__ float mean_of(float sum, long long count) { return count == 0 ? 0.0f : sum / (float)count; }
+
 #define FOR_EACH_ELEMENT(n) \
   for (long long at = blockIdx.x * (long long)blockDim.x + threadIdx.x; at < (n); \
        at += (long long)blockDim.x * gridDim.x)
@@ -132,7 +135,7 @@ extern "C" __global__ void avg_pool_forward_f32(Geometry g, const float* input, 
     split(at, g, g.out, &p, o, &c);
     float sum = 0.0f;
     for_each_read(g, p, o, [&](long long in_at) { sum += input[in_at * g.channels + c]; });
-    output[at] = sum / (float)window_count(g, o, count_padding);
+    output[at] = mean_of(sum, window_count(g, o, count_padding));
   }
 }
 
@@ -158,7 +161,7 @@ extern "C" __global__ void pool_backward_f32(Geometry g, const float* grad_outpu
             if (argmax[e] == in_at) sum += grad_output[e];
           } else {
             const long long o[3] = {o0[a], o1[b], o2[d]};
-            sum += grad_output[e] * (1.0f / (float)window_count(g, o, count_padding));
+            sum += grad_output[e] * mean_of(1.0f, window_count(g, o, count_padding));
           }
         }
     grad_input[at] = sum;

@@ -89,6 +89,13 @@ inline std::int64_t window_count(const PoolGeometry& g, std::int64_t o0, std::in
   return count;
 }
 
+/// `sum` over `count` positions; zero for a window wholly in the padding (whose positions are not
+/// counted), which has nothing to average: not 0 / 0, whose NaN differs between processors.
+template <class T>
+T mean_of(T sum, std::int64_t count) {
+  return count == 0 ? T(0) : sum / T(count);
+}
+
 /// output = mean over each window (padding counted or not).
 template <class T>
 void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
@@ -104,8 +111,9 @@ void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
     for (std::int64_t o0 = 0; o0 < g.out[0]; ++o0)
       for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1)
         for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, ++at) {
-          const T divisor = T(window_count(g, o0, o1, o2, count_padding));
-          for (std::int64_t c = 0; c < g.channels; ++c) output[at * g.channels + c] /= divisor;
+          const std::int64_t divisor = window_count(g, o0, o1, o2, count_padding);
+          for (std::int64_t c = 0; c < g.channels; ++c)
+            output[at * g.channels + c] = mean_of(output[at * g.channels + c], divisor);
         }
 }
 
@@ -126,7 +134,7 @@ void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
       const std::int64_t o1 = rest % g.out[1];
       rest /= g.out[1];
       const std::int64_t o0 = rest % g.out[0];
-      scale = T(1) / T(window_count(g, o0, o1, o2, count_padding));
+      scale = mean_of(T(1), window_count(g, o0, o1, o2, count_padding));
     }
     const T* go = grad_output + out_at * g.channels;
     T* gi = grad_input + in_at * g.channels;
