@@ -83,8 +83,12 @@ inline std::string last_error(ncclComm_t comm) {
 }
 
 /// The outcome of `call` on a non-blocking communicator: ncclInProgress until NCCL has done its
-/// part, polled here until then; throws CommError on failure or after timeout().
+/// part, polled here until then; throws CommError on failure or after timeout(). A call may answer
+/// ncclSuccess while its work still runs (NCCL 2.28's ncclCommSplit does: the parent reports
+/// ncclInProgress until the new communicator exists), so the communicator is asked as well.
 inline void settle(ncclComm_t comm, ncclResult_t result, const char* call) {
+  if (result == ncclSuccess && comm && ncclCommGetAsyncError(comm, &result) != ncclSuccess)
+    result = ncclSuccess;  // nothing more to learn
   if (result == ncclInProgress) {
     const auto limit = timeout();
     const auto start = std::chrono::steady_clock::now();
@@ -344,9 +348,15 @@ class NcclCommunicator final : public Communicator {
     config.blocking = 0;
     config.splitShare = 1;  // and groups split from this one share its resources in turn
     ncclComm_t part = nullptr;
+    // Settles on the parent, which runs the split; NCCL writes `part` once it is done.
     check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &part, &config),
           "ncclCommSplit");
-    if (!part) return nullptr;
+    if (!part) {
+      if (color < 0) return nullptr;
+      throw CommError("nccl transport: ncclCommSplit on rank " + std::to_string(rank_) + " of " +
+                      std::to_string(size_) + " finished without making the group of color " +
+                      std::to_string(color));
+    }
     detail::settle(part, ncclInProgress, "ncclCommSplit (new communicator)");
     return std::make_unique<NcclCommunicator>(part, device_);
   }

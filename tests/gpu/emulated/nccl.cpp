@@ -30,6 +30,11 @@ struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL, setup = MPI_COMM_NULL;
   int rank = 0, size = 0;
   int setup_polls = 0;  // a non-blocking communicator answers "in progress" this many times first
+  bool blocking = true;
+  // A split this (non-blocking) communicator runs: NCCL 2.28 writes the new communicator into the
+  // caller's variable only once the parent stops answering "in progress".
+  ncclComm* split_made = nullptr;
+  ncclComm_t* split_into = nullptr;
 };
 
 namespace {
@@ -130,12 +135,23 @@ ncclResult_t issue(cudaStream_t stream, Post post) {
   return ncclSuccess;
 }
 
-// Checks what every data call needs: a communicator, reachable buffers, a known type.
+// As NCCL's ncclCommEnsureReady: a non-blocking communicator whose last operation still answers
+// "in progress" refuses every call until it has been polled to the end.
+ncclResult_t check_ready(const char* call, ncclComm_t comm) {
+  if (!comm || comm->mpi == MPI_COMM_NULL)
+    return refuse(ncclInvalidArgument, std::string(call) + ": invalid communicator");
+  if (comm->setup_polls > 0)
+    return refuse(ncclInvalidArgument, std::string(call) +
+                                           ": Attempt to use communicator before the previous "
+                                           "operation returned ncclSuccess");
+  return ncclSuccess;
+}
+
+// Checks what every data call needs: a ready communicator, reachable buffers, a known type.
 ncclResult_t check_call(const char* call, ncclComm_t comm,
                         std::initializer_list<const void*> buffers, ncclDataType_t type,
                         MPI_Datatype* mpi, std::size_t* size) {
-  if (!comm || comm->mpi == MPI_COMM_NULL)
-    return refuse(ncclInvalidArgument, std::string(call) + ": invalid communicator");
+  if (const auto r = check_ready(call, comm)) return r;
   if (!mpi_type(type, mpi, size))
     return refuse(ncclInvalidArgument, std::string(call) + ": unsupported data type");
   for (const void* p : buffers)
@@ -155,6 +171,7 @@ ncclComm* made_of(MPI_Comm mpi, const ncclConfig_t* config) {
   MPI_Comm_rank(mpi, &made->rank);
   MPI_Comm_size(mpi, &made->size);
   made->setup_polls = non_blocking(config) ? 1 : 0;
+  made->blocking = !non_blocking(config);
   return made.release();
 }
 
@@ -215,35 +232,54 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int ranks, ncclUniqueId, i
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* part,
                            ncclConfig_t* config) {
-  if (!comm || comm->mpi == MPI_COMM_NULL)
-    return refuse(ncclInvalidArgument, "ncclCommSplit: invalid communicator");
+  if (const auto r = check_ready("ncclCommSplit", comm)) return r;
   MPI_Comm split = MPI_COMM_NULL;
   MPI_Comm_split(comm->setup, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split);
-  *part = split == MPI_COMM_NULL ? nullptr : made_of(split, config);
-  return non_blocking(config) ? ncclInProgress : ncclSuccess;
+  ncclComm* made = split == MPI_COMM_NULL ? nullptr : made_of(split, config);
+  if (made) made->setup_polls = 0;  // the parent answers for the split, as in NCCL 2.28
+  if (comm->blocking) {
+    *part = made;
+    return ncclSuccess;
+  }
+  // NCCL 2.28 answers ncclSuccess at once; the parent is "in progress" until the split is done.
+  *part = nullptr;
+  comm->setup_polls = 1;
+  comm->split_made = made;
+  comm->split_into = part;
+  return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator");
-  *state = comm->setup_polls > 0 ? ncclInProgress : ncclSuccess;
-  if (comm->setup_polls > 0) --comm->setup_polls;
+  if (comm->setup_polls > 0) {
+    --comm->setup_polls;
+    *state = ncclInProgress;
+    return ncclSuccess;
+  }
+  if (comm->split_into) {  // the split is done: its communicator reaches the caller
+    *comm->split_into = comm->split_made;
+    comm->split_into = nullptr;
+    comm->split_made = nullptr;
+  }
+  *state = ncclSuccess;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  if (!comm) return refuse(ncclInvalidArgument, "ncclCommUserRank: invalid communicator");
+  if (const auto r = check_ready("ncclCommUserRank", comm)) return r;
   *rank = comm->rank;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  if (!comm) return refuse(ncclInvalidArgument, "ncclCommCount: invalid communicator");
+  if (const auto r = check_ready("ncclCommCount", comm)) return r;
   *count = comm->size;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
+  if (const auto r = check_ready("ncclCommDestroy", comm)) return r;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
