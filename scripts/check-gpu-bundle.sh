@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine from an unpacked scripts/gpu-bundle.sh bundle (it sits beside bin/, lib/
+# and ompi/): the GPU kernel tests, every MPI test on the nccl transport with one rank (started
+# without mpirun: the bundle carries no launcher, and NCCL needs a GPU per rank), and a U-Net
+# training step over nccl next to mpi on the same machine. Prints a summary; exits non-zero when
+# anything failed.
+#   check-gpu-bundle.sh [log directory]      (default: ./gpu-check-logs)
+# CUDA_LIBRARY_DIRS (colon-separated) names where CUDA, cuDNN and NCCL live when they are not in
+# the toolkit's or PyTorch's usual places.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+logs=$(realpath -m "${1:-gpu-check-logs}")
+mkdir -p "$logs"
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "check-gpu-bundle: nvidia-smi finds no GPU or no driver on this machine" >&2
+  exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+lscpu | grep -E "^Model name|^CPU\(s\)"
+
+# The CUDA libraries the programs load, wherever this machine keeps them.
+dirs=${CUDA_LIBRARY_DIRS:-}
+for name in libcudart.so.13 libnvrtc.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+  found=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu /opt \
+    -name "$name" 2>/dev/null | head -n 1)
+  echo "$name: ${found:-not found}"
+  [ -n "$found" ] && dirs="$dirs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$here/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A singleton Open MPI process, with the plugins the bundle carries and no daemon to start.
+export OMPI_MCA_mca_base_component_path="$here/ompi" OMPI_MCA_ess_singleton_isolated=1
+cd "$here/bin"
+
+failed=()
+step() {  # step NAME COMMAND...: runs it, its output in $logs/NAME.log
+  local name=$1 start rc
+  shift
+  start=$(date +%s%N)
+  "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" $((($(date +%s%N) - start) / 1000000))
+  ((rc == 0)) || failed+=("$name")
+  return $rc
+}
+
+echo; echo "== GPU kernels"
+step kernels_on_host timeout 60 ./test_kernels_on_host
+step runtime_compile timeout 120 ./test_runtime_compile
+step gpu_kernels timeout 300 ./test_gpu_kernels
+
+echo; echo "== the MPI tests on the nccl transport, one rank"
+for test in test_*_mpi; do
+  # test_tensor's relayout needs two processors at least, which one rank does not have.
+  only=()
+  [ "$test" = test_tensor_mpi ] && only=('~relayout moves data to any layout*')
+  MESHTENSOR_TRANSPORT=nccl step "${test%_mpi}" timeout 300 "./$test" "${only[@]}"
+done
+
+echo; echo "== U-Net training, one processor: nccl (the GPU) and mpi (this machine's cores)"
+for size in 64 128; do
+  for backend in nccl mpi; do
+    step "unet3d_${size}_$backend" timeout 300 ./unet3d train --backend "$backend" --size "$size" \
+      --steps 10 --out "$logs/unet3d-$size-$backend" &&
+      echo "  $(tail -n 1 "$logs/unet3d_${size}_$backend.log")"
+  done
+done
+
+echo
+if ((${#failed[@]})); then
+  echo "check-gpu-bundle: failed: ${failed[*]} (logs in $logs)"
+  exit 1
+fi
+echo "check-gpu-bundle: everything passed (logs in $logs)"
