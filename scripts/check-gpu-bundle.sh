@@ -30,7 +30,7 @@ done
 export LD_LIBRARY_PATH="$here/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A singleton Open MPI process, with the plugins the bundle carries and no daemon to start.
 export OMPI_MCA_mca_base_component_path="$here/ompi" OMPI_MCA_ess_singleton_isolated=1
-cd "$here/bin"
+cd "$here/bin" || exit 1
 
 failed=()
 step() {  # step NAME COMMAND...: runs it, its output in $logs/NAME.log

@@ -21,7 +21,7 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/ompi"
 
 programs=(tests/gpu/test_gpu_kernels tests/gpu/test_runtime_compile tests/gpu/test_kernels_on_host
   examples/unet3d/unet3d bench/bench_communication)
-for test in $build/tests/test_*_mpi; do programs+=("tests/$(basename "$test")"); done
+for test in "$build"/tests/test_*_mpi; do programs+=("tests/$(basename "$test")"); done
 for p in "${programs[@]}"; do cp "$build/$p" "$stage/bin/"; done
 strip "$stage/bin/"*
 
