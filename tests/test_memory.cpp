@@ -286,3 +286,38 @@ TEST_CASE("plans whose blocks together outgrow the addresses kept for plans get 
     CHECK(report.processors[0].memory.peak_in_use >= 5 * (std::size_t{1} << 38));
   }
 }
+
+TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused by name before it is allocated") {
+  ::setenv("MESHTENSOR_MAX_BLOCK_BYTES", "1MiB", 1);
+  // 1024 x 512 floats on each of two processors: 2 MiB each; the same split of y:256 fits.
+  const auto messages = on_mesh("p:2", [](Mesh& m) {
+    CHECK(zeros<float>(m, "x:2048, y:256", "x:p").local().size() == 1024 * 256);
+    try {
+      (void)zeros<float>(m, "x:2048, y:512", "x:p");
+      return std::string("no error");
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+  });
+  ::unsetenv("MESHTENSOR_MAX_BLOCK_BYTES");
+  REQUIRE_FALSE(messages.empty());
+  for (const auto& message : messages) {
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("[x=2048, y=512]") && Catch::Contains("float32") &&
+                            Catch::Contains("processor") && Catch::Contains("of 2") &&
+                            Catch::Contains("2097152 bytes (2.0 MiB)") &&
+                            Catch::Contains("MESHTENSOR_MAX_BLOCK_BYTES (1.0 MiB)"));
+  }
+}
+
+TEST_CASE("sizes past 64 bits or any machine's memory are errors, not wrapped sizes or hangs") {
+  LocalProcessor scope;
+  // 2^62 x 8 elements wrap to 0 in 64 bits, which allocated nothing.
+  CHECK_THROWS_AS(Array<float>::from_shape({std::size_t{1} << 62, 8}), ShapeError);
+  // 2^61 floats: 8 EiB, more than this machine has.
+  CHECK_THROWS_WITH(Array<float>::from_shape({std::size_t{1} << 61}),
+                    Catch::Contains("this machine's memory"));
+  // The pool's size classes once looked for a power of two above 2^63 forever.
+  CHECK_THROWS_AS(memory_pool().allocate(std::size_t{1} << 63), ShapeError);
+  CHECK(memory_pool().stats().in_use == 0);
+}

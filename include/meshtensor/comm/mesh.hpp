@@ -58,6 +58,8 @@ class Mesh {
       throw MeshError("mesh " + shape_.to_string() + " has " + std::to_string(shape_.rank()) +
                       " axes; at most " + std::to_string(max_axes) + " are supported");
     coord_ = shape_.coord_of(world_->rank());
+    processor_.set_label("processor " + std::to_string(world_->rank()) + " of " +
+                         std::to_string(world_->size()));
     // Every subset of axes gets its communicator now, while all processors are known to be here:
     // the members of a group share the coordinates outside the set and are ranked by those inside.
     const AxisSet all = (AxisSet{1} << shape_.rank()) - 1;

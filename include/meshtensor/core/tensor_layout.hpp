@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "meshtensor/core/block.hpp"
+#include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/layout.hpp"
@@ -32,9 +34,18 @@ struct Block {
     for (const auto& r : ranges) out.push_back(r.size());
     return out;
   }
+  /// Its elements; a ShapeError when they pass 64 bits.
   std::int64_t num_elements() const {
     std::int64_t n = 1;
-    for (const auto& r : ranges) n *= r.size();
+    for (const auto& r : ranges) {
+      const auto next = detail::checked_product(n, r.size());
+      if (!next) {
+        std::ostringstream text;
+        text << "the block " << *this << " has more elements than 64 bits count";
+        throw ShapeError(text.str());
+      }
+      n = *next;
+    }
     return n;
   }
   bool empty() const { return num_elements() == 0; }

@@ -6,15 +6,14 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <functional>
 #include <initializer_list>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/memory/block_limit.hpp"
 
 namespace meshtensor {
 namespace detail {
@@ -29,7 +28,15 @@ class PoolBlock {
     MemoryPool& pool = memory_pool();
     space_ = pool.source().space;
     if (n == 0) return;
-    data_ = static_cast<T*>(pool.allocate(n * sizeof(T)));
+    // A plan's blocks hold no memory: only real ones are held to the machine's.
+    const std::size_t bytes = checked_block_bytes(
+        n, sizeof(T),
+        [] {
+          const std::string& label = current_processor().label();
+          return label.empty() ? std::string("this process") : label;
+        },
+        /*limited=*/space_ != MemorySpace::none);
+    data_ = static_cast<T*>(pool.allocate(bytes));
     size_ = n;
   }
   PoolBlock(PoolBlock&& other) noexcept
@@ -61,8 +68,19 @@ class PoolBlock {
   MemorySpace space_ = MemorySpace::host;
 };
 
+/// The elements of an array of `sizes`; a ShapeError when they pass 64 bits.
 inline std::size_t product(const std::vector<std::size_t>& sizes) {
-  return std::accumulate(sizes.begin(), sizes.end(), std::size_t{1}, std::multiplies<>());
+  std::size_t n = 1;
+  for (const std::size_t size : sizes) {
+    const auto next = checked_product(n, size);
+    if (!next) {
+      std::string text;
+      for (const std::size_t s : sizes) text += (text.empty() ? "" : " x ") + std::to_string(s);
+      throw ShapeError("an array of " + text + " elements: more than 64 bits count");
+    }
+    n = *next;
+  }
+  return n;
 }
 
 }  // namespace detail

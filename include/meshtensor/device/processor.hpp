@@ -126,6 +126,10 @@ class Processor {
 
   const Device& device() const { return device_; }
 
+  /// How errors name this processor ("processor 3 of 8"); empty outside a mesh.
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
+
   /// Threads this processor's kernels may use.
   int compute_threads() const { return compute_threads_; }
   void set_compute_threads(int threads) { compute_threads_ = std::max(1, threads); }
@@ -155,6 +159,7 @@ class Processor {
   friend class ScratchMemory;
 
   Device device_;
+  std::string label_;
   int compute_threads_;
   MemoryPool* pool_;
   MemoryPool* active_pool_;

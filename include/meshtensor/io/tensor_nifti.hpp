@@ -23,6 +23,7 @@
 #include "meshtensor/io/orientation.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -106,9 +107,7 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
                      const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
   TensorLayout tensor_layout(v.shape(dims), mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  Array<T> local = Array<T>::from_shape({std::size_t(block.ranges[0].size()),
-                                         std::size_t(block.ranges[1].size()),
-                                         std::size_t(block.ranges[2].size())});
+  Array<T> local = meshtensor::detail::new_block<T>(mesh, tensor_layout, block);
   const auto b = detail::box_in_block(v, block, kernels::row_major_strides(block.sizes()),
                                       detail::whole(v.size));
   std::vector<T> staging;  // the host reads the file: see writable_on_host

@@ -17,6 +17,7 @@
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -34,8 +35,9 @@ Tensor<T> load_npy(Mesh& mesh, const std::string& path, const Shape& shape, cons
   if (header.shape != shape.sizes())
     throw IoError(path + ": holds an array of shape " + npy::shape_text(header.shape) + " but " +
                   shape.to_string() + " was expected");
-  return Tensor<T>(mesh, tensor_layout,
-                   npy::read_block<T>(path, tensor_layout.block(mesh.coord())));
+  const Block block = tensor_layout.block(mesh.coord());
+  meshtensor::detail::check_block_fits<T>(mesh, tensor_layout, block);
+  return Tensor<T>(mesh, tensor_layout, npy::read_block<T>(path, block));
 }
 
 /**

@@ -31,10 +31,13 @@
 #include <mutex>
 #include <new>
 #include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "meshtensor/core/error.hpp"
 
 namespace meshtensor {
 
@@ -150,7 +153,16 @@ class MemoryPool {
     drop_reference();
   }
 
+  /// The most one request may ask: far beyond any machine (a plan may count blocks bigger than
+  /// its own), yet leaving room for a block's header and size class in 64 bits.
+  static constexpr std::size_t max_request = std::size_t{1} << 60;
+
   void* allocate(std::size_t bytes) {
+    if (bytes > max_request)
+      throw ShapeError("a block of " + std::to_string(bytes) +
+                       " bytes was asked of the memory pool, more than any machine's addresses "
+                       "hold (" +
+                       std::to_string(max_request) + ")");
     const bool outside = !source_.in_parts;
     // A plan counts each block as the host's pool would hold it: header, size class or malloc.
     const bool as_host = !outside || source_.space == MemorySpace::none;
@@ -443,8 +455,9 @@ class MemoryPool {
   // 128^3 x 8 activation — took 12.5% more than it needs, since the block's header tips it into
   // the next class.)
   static std::size_t size_class(std::size_t bytes) {
-    std::size_t power = 1;
-    while (power * 2 <= bytes) power *= 2;
+    const std::size_t power =
+        bytes ? std::size_t{1} << (63 - __builtin_clzll(static_cast<unsigned long long>(bytes)))
+              : 1;
     const std::size_t step = std::max<std::size_t>(power / 64, 4096);
     return (bytes + step - 1) / step * step;
   }

@@ -12,6 +12,7 @@
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/reshape.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -31,8 +32,7 @@ Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
   for (std::size_t e = d + 1; e < sizes.size(); ++e) inner *= sizes[e];
   const std::int64_t n = sizes[d];
   TensorLayout layout(Shape(kept), whole.mesh().shape(), whole.layout().layout());
-  Array<Out> out =
-      Array<Out>::from_shape(detail::to_xshape(layout.block(whole.mesh().coord()).sizes()));
+  Array<Out> out = detail::new_block<Out>(whole.mesh(), layout, layout.block(whole.mesh().coord()));
   const auto input = whole.local();  // a CPU loop: the host's view, after the device's work
   auto output = on_host(out);
   const T* in = input.data();

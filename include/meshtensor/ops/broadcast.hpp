@@ -19,6 +19,7 @@
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/relayout.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -43,7 +44,7 @@ Tensor<T> broadcast_to(const Tensor<T>& t, const TensorLayout& target) {
   Mesh& mesh = t.mesh();
   const auto aligned = detail::relayout_to(t, t.layout().with_layout(target.layout()));
   const auto sizes = target.block(mesh.coord()).sizes();
-  Array<T> out = Array<T>::from_shape(detail::to_xshape(sizes));
+  Array<T> out = detail::new_block<T>(mesh, target, target.block(mesh.coord()));
   const std::array<kernels::Strides, 2> strides{
       detail::strides_over(aligned.shape(), aligned.block().sizes(), target.shape().names()),
       kernels::row_major_strides(sizes)};

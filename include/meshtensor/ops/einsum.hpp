@@ -20,6 +20,7 @@
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/tensor/create.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -208,7 +209,7 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   if (partial_axes) all_reduce(mesh.group(partial_axes), result, ReduceOp::sum);
 
   TensorLayout out_layout(out_shape, mesh.shape(), common);
-  Array<T> out = Array<T>::from_shape(detail::to_xshape(out_layout.block(mesh.coord()).sizes()));
+  Array<T> out = detail::new_block<T>(mesh, out_layout, out_layout.block(mesh.coord()));
   detail::narrow(result, out.data());
   Tensor<T> product(mesh, std::move(out_layout), std::move(out));
   autodiff::record(product, given, [given](const Tensor<T>& g, const std::vector<bool>& needed) {

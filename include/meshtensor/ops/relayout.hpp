@@ -19,6 +19,7 @@
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -45,7 +46,7 @@ Tensor<T> relayout_to(const Tensor<T>& tensor, const TensorLayout& target) {
   const Block new_block = target.block(me);
   const auto old_strides = kernels::row_major_strides(old_block.sizes());
   const auto new_strides = kernels::row_major_strides(new_block.sizes());
-  Array<T> local = Array<T>::from_shape(to_xshape(new_block.sizes()));
+  Array<T> local = detail::new_block<T>(mesh, target, new_block);
 
   struct Piece {
     Block box;

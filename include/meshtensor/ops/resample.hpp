@@ -24,6 +24,7 @@
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -98,7 +99,7 @@ Tensor<T> resample(const std::string& op, const Tensor<T>& t, const std::string&
       taps.weight.push_back(k < s.count ? s.weight[k] : 0.0);
     }
   }
-  Array<T> out = Array<T>::from_shape(to_xshape(out_block.sizes()));
+  Array<T> out = detail::new_block<T>(mesh, out_layout, out_block);
   kernels::resample(taps, box.data(), out.data());
   Tensor<T> result(mesh, std::move(out_layout), std::move(out));
 

@@ -20,6 +20,7 @@
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -54,7 +55,7 @@ template <class T, class F>
 Tensor<T> generate(Mesh& mesh, const Shape& shape, const Layout& layout, F&& fn) {
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
+  Array<T> local = detail::new_block<T>(mesh, tensor_layout, block);
   // A plan's block has no values to compute: `fn` is not called.
   const std::int64_t n = local.space() == MemorySpace::none ? 0 : block.num_elements();
   std::vector<T> staging;  // the host computes the values: see writable_on_host
@@ -79,7 +80,7 @@ template <class T>
 Tensor<T> full(Mesh& mesh, const Shape& shape, const Layout& layout, T value) {
   TensorLayout tensor_layout(shape, mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
-  Array<T> local = Array<T>::from_shape(detail::to_xshape(block.sizes()));
+  Array<T> local = detail::new_block<T>(mesh, tensor_layout, block);
   kernels::fill_values(local.data(), std::int64_t(local.size()), value);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
 }
