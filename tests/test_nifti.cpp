@@ -5,8 +5,10 @@
 // file.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -134,6 +136,26 @@ TEST_CASE("the file's axis codes and voxel spacing are those nibabel reports") {
   });
 }
 
+TEST_CASE("a NIfTI file named in upper case (SCAN.NII.GZ) is read as its lower-case twin") {
+  const std::string dir = cases_dir();
+  CHECK(nifti::is_nifti_name("SCAN.NII.GZ"));
+  CHECK(nifti::is_nifti_name("Scan.Nii"));
+  CHECK_FALSE(nifti::is_nifti_name("scan.nii.bz2"));
+  const std::string upper = std::filesystem::temp_directory_path() / "meshtensor-CT_INT16.NII.GZ";
+  std::filesystem::copy_file(dir + "/ct_int16.nii.gz", upper,
+                             std::filesystem::copy_options::overwrite_existing);
+  on_one_processor([&](Mesh& m) {
+    const auto lower = open_nifti(m, dir + "/ct_int16.nii.gz");
+    const auto twin = open_nifti(m, upper);
+    CHECK(twin.file.compressed);
+    CHECK(twin.file.size == lower.file.size);
+    const auto a = load_nifti<float>(m, lower, Layout());
+    const auto b = load_nifti<float>(m, twin, Layout());
+    CHECK((a.local() == b.local()));
+    return 0;
+  });
+}
+
 TEST_CASE("bad NIfTI files are refused on every processor, naming the file and the fault") {
   const std::string dir = cases_dir();
   const std::pair<const char*, const char*> bad[] = {
@@ -162,6 +184,87 @@ TEST_CASE("bad NIfTI files are refused on every processor, naming the file and t
       CHECK_THAT(log.messages()[0], Contains(file) && Contains(fault));
     }
   }
+}
+
+// ct_int16's NIfTI-1 header changed by `edit`, then `data_bytes` zero bytes of voxels, written as
+// `name` (compressed when it ends .gz) by the lead rank; its path.
+template <class Edit>
+std::string crafted_file(const std::string& name, Edit&& edit, std::size_t data_bytes) {
+  const std::string dir = cases_dir();
+  const std::string path = dir + "/" + name;
+  if (lead_rank()) {
+    nifti_1_header header{};
+    znzFile in = znzopen((dir + "/ct_int16.nii.gz").c_str(), "rb", 1);
+    REQUIRE(znzread(&header, 1, sizeof header, in) == sizeof header);
+    znzclose(in);
+    REQUIRE(header.sizeof_hdr == 348);  // written in this machine's byte order
+    header.vox_offset = 352;
+    edit(header);
+    const std::string rest(4 + data_bytes, '\0');  // no extensions, then the voxels
+    znzFile out =
+        znzopen(path.c_str(), "wb", path.size() > 3 && path.substr(path.size() - 3) == ".gz");
+    znzwrite(&header, 1, sizeof header, out);
+    znzwrite(rest.data(), 1, rest.size(), out);
+    znzclose(out);
+  }
+  wait_for_all_ranks();
+  return path;
+}
+
+// What open_nifti says of `path` on each processor of two.
+std::vector<std::string> open_errors(const std::string& path) {
+  std::vector<std::string> errors;
+  for (const auto& log : on_mesh("p:2", [&](Mesh& m) {
+         ErrorLog log;
+         log([&] { (void)open_nifti(m, path); });
+         return log;
+       })) {
+    REQUIRE(log.messages().size() == 1);
+    errors.push_back(log.messages()[0]);
+  }
+  return errors;
+}
+
+TEST_CASE("a small .nii.gz whose header promises gigabytes is refused before any allocation") {
+  // 2048 x 1024 x 1024 voxels of int16 (4 GiB) and 64 bytes of them: a .gz of a few hundred bytes,
+  // which deflate cannot expand to 4 GiB.
+  const std::string crafted = crafted_file(
+      "bad_promises_gigabytes.nii.gz",
+      [](nifti_1_header& h) {
+        h.dim[1] = 2048;
+        h.dim[2] = 1024;
+        h.dim[3] = 1024;
+      },
+      64);
+  for (const auto& error : open_errors(crafted))
+    CHECK_THAT(error, Contains(crafted) && Contains("promises 4294967648 bytes") &&
+                          Contains("more than a .gz of") && Contains("truncated or corrupt .gz"));
+}
+
+TEST_CASE("a header whose affine holds NaN or a zero spacing is refused, naming the file") {
+  const auto tiny = [](nifti_1_header& h) {
+    h.dim[1] = h.dim[2] = h.dim[3] = 2;
+    h.sform_code = 1;
+  };
+  const std::string nan_affine = crafted_file(
+      "bad_nan_affine.nii",
+      [&](nifti_1_header& h) {
+        tiny(h);
+        h.srow_y[3] = std::nanf("");
+      },
+      16);
+  for (const auto& error : open_errors(nan_affine))
+    CHECK_THAT(error, Contains(nan_affine) && Contains("affine (sform) holds nan") &&
+                          Contains("it must be finite"));
+  const std::string flat = crafted_file(
+      "bad_zero_spacing.nii",
+      [&](nifti_1_header& h) {
+        tiny(h);
+        h.srow_x[2] = h.srow_y[2] = h.srow_z[2] = 0;
+      },
+      16);
+  for (const auto& error : open_errors(flat))
+    CHECK_THAT(error, Contains(flat) && Contains("voxel spacing along axis 2 is 0"));
 }
 
 TEST_CASE("a volume saved from any split is the input's geometry and values, nothing else left") {

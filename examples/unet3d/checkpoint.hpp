@@ -16,6 +16,7 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "manifest.hpp"
 #include "model.hpp"
 
 namespace unet3d {
@@ -139,7 +140,7 @@ inline std::pair<json, fs::path> read_manifest(const std::string& dir) {
   if (!in) throw mt::IoError(dir + ": no checkpoint here (" + latest.string() + " is missing)");
   std::string name;
   std::getline(in, name);
-  const fs::path where = fs::path(dir) / name;
+  const fs::path where = fs::path(dir) / checked_latest(name, latest.string());
   const fs::path manifest_path = where / "manifest.json";
   std::ifstream manifest_in(manifest_path);
   if (name.empty() || !manifest_in)
@@ -147,9 +148,7 @@ inline std::pair<json, fs::path> read_manifest(const std::string& dir) {
                       ": missing; the checkpoint is incomplete or corrupted");
   try {
     json manifest = json::parse(manifest_in);
-    if (manifest.value("format", "") != "meshtensor-unet3d-checkpoint-1" ||
-        !manifest.contains("tensors") || !manifest.contains("flags") || !manifest.contains("step"))
-      throw mt::IoError(manifest_path.string() + ": not a unet3d checkpoint manifest");
+    check_manifest(manifest, manifest_path.string());
     return {manifest, where};
   } catch (const json::exception& e) {
     throw mt::IoError(manifest_path.string() + ": not valid JSON (" + e.what() + ")");

@@ -54,21 +54,54 @@ inline std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
 }
 
+// The fields of one CSV row (RFC 4180: a field in double quotes may hold commas, and "" for a
+// quote), each trimmed; `where` ("pairs.csv:3") names the row in errors.
+inline std::vector<std::string> csv_fields(const std::string& row, const std::string& where) {
+  std::vector<std::string> fields(1);
+  bool quoted = false, was_quoted = false;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const char c = row[i];
+    if (quoted) {
+      if (c != '"')
+        fields.back() += c;
+      else if (i + 1 < row.size() && row[i + 1] == '"')
+        fields.back() += row[++i];
+      else
+        quoted = false;
+    } else if (c == '"' && trim(fields.back()).empty()) {
+      quoted = was_quoted = true;
+      fields.back().clear();
+    } else if (c == ',') {
+      if (!was_quoted) fields.back() = trim(fields.back());
+      fields.emplace_back();
+      was_quoted = false;
+    } else if (was_quoted && c != ' ' && c != '\t') {
+      throw mt::IoError(where + ": text after a quoted field's closing quote in \"" + row + "\"");
+    } else if (!was_quoted) {
+      fields.back() += c;
+    }
+  }
+  if (quoted) throw mt::IoError(where + ": a quote is not closed in \"" + row + "\"");
+  if (!was_quoted) fields.back() = trim(fields.back());
+  return fields;
+}
+
 // pairs.csv: "image,label" per line, relative to the folder; a first line "image,label" is a
-// header.
+// header. Spreadsheets' ways are read too: a byte-order mark, quoted fields, CRLF line ends.
 inline std::vector<ScanFiles> read_pairs_csv(const std::filesystem::path& csv) {
   std::ifstream in(csv);
   if (!in) throw mt::IoError(csv.string() + ": cannot open for reading");
   std::vector<ScanFiles> pairs;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
+    if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8's BOM
     line = trim(line);
     if (line.empty() || line[0] == '#') continue;
-    const auto comma = line.find(',');
-    if (comma == std::string::npos)
-      throw mt::IoError(csv.string() + ":" + std::to_string(number) + ": \"" + line +
-                        "\" is not \"image,label\"");
-    const std::string image = trim(line.substr(0, comma)), label = trim(line.substr(comma + 1));
+    const std::string where = csv.string() + ":" + std::to_string(number);
+    const auto fields = csv_fields(line, where);
+    if (fields.size() != 2 || fields[0].empty() || fields[1].empty())
+      throw mt::IoError(where + ": \"" + line + "\" is not \"image,label\" (two file names)");
+    const std::string &image = fields[0], &label = fields[1];
     if (number == 1 && image == "image" && label == "label") continue;
     auto resolve = [&](const std::string& name) {
       const std::filesystem::path p(name);
@@ -81,7 +114,7 @@ inline std::vector<ScanFiles> read_pairs_csv(const std::filesystem::path& csv) {
 
 // LiTS names: volume-N with segmentation-N, either .nii or .nii.gz, in the order of N.
 inline std::vector<ScanFiles> find_lits_pairs(const std::filesystem::path& dir) {
-  static const std::regex volume_name(R"(volume-(\d+)\.nii(\.gz)?)");
+  static const std::regex volume_name(R"(volume-(\d+)\.nii(\.gz)?)", std::regex::icase);
   std::map<long long, std::string> volumes;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::smatch m;
@@ -92,7 +125,7 @@ inline std::vector<ScanFiles> find_lits_pairs(const std::filesystem::path& dir) 
   for (const auto& [number, image] : volumes) {
     const std::string stem = "segmentation-" + std::to_string(number);
     std::string label;
-    for (const char* ext : {".nii", ".nii.gz"})
+    for (const char* ext : {".nii", ".nii.gz", ".NII", ".NII.GZ"})
       if (std::filesystem::exists(dir / (stem + ext))) label = (dir / (stem + ext)).string();
     if (label.empty())
       throw mt::IoError(image + ": has no label volume " + (dir / stem).string() + ".nii[.gz]");

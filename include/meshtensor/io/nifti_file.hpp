@@ -12,16 +12,20 @@
 #include <nifti2_io.h>
 
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "meshtensor/core/block.hpp"
+#include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/io/orientation.hpp"
 
@@ -41,8 +45,13 @@ struct ZnzCloser {
 };
 using Stream = std::unique_ptr<std::remove_pointer_t<znzFile>, ZnzCloser>;
 
+// Whether `s` ends with `tail` (lower case), in either case: scanners write SCAN.NII.GZ too.
 inline bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  if (s.size() < tail.size()) return false;
+  for (std::size_t i = 0; i < tail.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - tail.size() + i])) != tail[i])
+      return false;
+  return true;
 }
 
 // Calls f(Stored{}) with the C++ type of a voxel of `datatype`; false for types meshtensor does
@@ -184,8 +193,15 @@ inline File open(const std::string& path) {
                     std::to_string(image->dim[d]) + " entries along dim " + std::to_string(d) +
                     "; meshtensor reads one 3-D volume per file");
   f.size = {image->nx, image->ny, image->nz};
-  for (auto n : f.size)
+  std::optional<std::int64_t> bytes = f.bytes_per_voxel;
+  for (auto n : f.size) {
     if (n < 1) throw IoError(path + ": the header gives a dim of size " + std::to_string(n));
+    if (bytes) bytes = meshtensor::detail::checked_product(*bytes, std::int64_t(n));
+  }
+  if (!bytes || *bytes > std::numeric_limits<std::int64_t>::max() - image->iname_offset)
+    throw IoError(path + ": the header's " + std::to_string(f.size[0]) + " x " +
+                  std::to_string(f.size[1]) + " x " + std::to_string(f.size[2]) +
+                  " voxels hold more bytes than 64 bits count");
   if (image->scl_slope != 0 && std::isfinite(image->scl_slope)) {
     f.slope = image->scl_slope;
     f.intercept = std::isfinite(image->scl_inter) ? image->scl_inter : 0;
@@ -193,14 +209,35 @@ inline File open(const std::string& path) {
   const nifti_dmat44& m = image->sform_code > 0 ? image->sto_xyz : image->qto_xyz;
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) f.affine[r][c] = m.m[r][c];
+  // Voxel spacing and orientation come from the affine: a NaN or a zero column would spread into
+  // every resampled voxel.
+  for (int c = 0; c < 4; ++c) {
+    double length = 0;
+    for (int r = 0; r < 3; ++r) {
+      if (!std::isfinite(f.affine[r][c]))
+        throw IoError(path + ": the header's voxel-to-world affine (" +
+                      (image->sform_code > 0 ? "sform" : "qform") + ") holds " +
+                      std::to_string(f.affine[r][c]) + "; it must be finite");
+      length += f.affine[r][c] * f.affine[r][c];
+    }
+    if (c < 3 && !(length > 0))
+      throw IoError(path + ": the header's voxel spacing along axis " + std::to_string(c) +
+                    " is 0; it must be above 0");
+  }
   f.data_offset = image->iname_offset;
   f.swapped = image->byteorder != nifti_short_order();
-  if (!gz) {
-    const auto needed = f.data_offset + f.num_voxels() * f.bytes_per_voxel;
-    if (static_cast<std::int64_t>(info.st_size) < needed)
-      throw IoError(path + ": " + std::to_string(info.st_size) +
-                    " bytes, but its header promises " + std::to_string(needed) + " (truncated)");
-  }
+  const auto needed = f.data_offset + f.num_voxels() * f.bytes_per_voxel;
+  if (!gz && static_cast<std::int64_t>(info.st_size) < needed)
+    throw IoError(path + ": " + std::to_string(info.st_size) + " bytes, but its header promises " +
+                  std::to_string(needed) + " (truncated)");
+  // Deflate expands at most 1032 times (zlib's figure): a header promising more than its .gz can
+  // hold is refused now, before any processor allocates its block for voxels that are not there.
+  const std::int64_t most = std::int64_t(1032) * std::int64_t(info.st_size) + 1024;
+  if (gz && needed > most)
+    throw IoError(path + ": its header promises " + std::to_string(needed) +
+                  " bytes, more than a .gz of " + std::to_string(info.st_size) +
+                  " bytes can hold (at most " + std::to_string(most) +
+                  "); truncated or corrupt .gz");
   f.header = std::shared_ptr<const nifti_image>(image.release(), detail::ImageDeleter());
   return f;
 }

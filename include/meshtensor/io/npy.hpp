@@ -3,15 +3,20 @@
 // data, and one block of a large array, so that each processor reads only its own part. Files are
 // written to a temporary name and renamed, so a reader never sees half a file.
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 
+#include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
@@ -98,6 +103,9 @@ inline Header read_header(std::ifstream& in, const std::string& path) {
     if (c >= '0' && c <= '9') {
       number += c;
     } else if (c == ',' || c == ')') {
+      if (number.size() > 18)  // past what 64 bits hold, and past any array
+        throw IoError(path + ": the .npy header's shape has a size of " + number +
+                      ", more than 64 bits count");
       if (!number.empty()) h.shape.push_back(std::stoll(number));
       number.clear();
     } else if (c != ' ' && c != 'L') {
@@ -107,9 +115,20 @@ inline Header read_header(std::ifstream& in, const std::string& path) {
   return h;
 }
 
-inline Header read_header(const std::string& path) {
+/// `path` opened to read; an IoError naming it when it is missing, unreadable, or not a regular
+/// file (a FIFO would wait for a writer, a directory reads as empty).
+inline std::ifstream open_for_reading(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) throw IoError(path + ": no such file");
+  if (!S_ISREG(info.st_mode))
+    throw IoError(path + ": not a regular file (a directory, FIFO or device); name a .npy file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
+  return in;
+}
+
+inline Header read_header(const std::string& path) {
+  std::ifstream in = open_for_reading(path);
   return read_header(in, path);
 }
 
@@ -126,22 +145,45 @@ inline std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+/// The bytes of the file its header promises (header and data); an IoError naming the file when
+/// they pass 64 bits.
+template <class T>
+std::uint64_t promised_bytes(const Header& h, const std::string& path) {
+  std::optional<std::uint64_t> bytes = sizeof(T);
+  for (const std::int64_t size : h.shape)
+    if (bytes) bytes = meshtensor::detail::checked_product(*bytes, std::uint64_t(size));
+  if (bytes && *bytes > std::numeric_limits<std::uint64_t>::max() - h.data_offset) bytes.reset();
+  if (!bytes)
+    throw IoError(path + ": its header's shape " + shape_text(h.shape) +
+                  " holds more bytes than 64 bits count");
+  return h.data_offset + *bytes;
+}
+
+/// Refuses a file whose size is not what its header promises, before anything is allocated for it.
+template <class T>
+void check_file_size(std::istream& in, const Header& h, const std::string& path) {
+  const std::uint64_t promised = promised_bytes<T>(h, path);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  if (size != promised)
+    throw IoError(path + ": is " + std::to_string(size) + " bytes, but its header promises " +
+                  std::to_string(promised) +
+                  (size < promised ? " (truncated or corrupted)" : " (data after it)"));
+  in.seekg(static_cast<std::streamoff>(h.data_offset));
+}
+
 /// The whole array, in the host's memory; the file must hold exactly the data its header promises.
 template <class T>
 xt::xarray<T> read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open for reading");
+  std::ifstream in = open_for_reading(path);
   const Header h = read_header(in, path);
   check_type<T>(h, path);
+  check_file_size<T>(in, h, path);
   std::vector<std::size_t> shape(h.shape.begin(), h.shape.end());
   xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
   const std::size_t bytes = out.size() * sizeof(T);
   if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
-    throw IoError(path + ": truncated; the header promises " + std::to_string(bytes) +
-                  " bytes of data");
-  if (in.peek() != std::char_traits<char>::eof())
-    throw IoError(path + ": has data after the " + std::to_string(bytes) +
-                  " bytes its header promises");
+    throw IoError(path + ": could not read the " + std::to_string(bytes) + " bytes of its data");
   return out;
 }
 
@@ -149,24 +191,16 @@ xt::xarray<T> read(const std::string& path) {
 /// into the calling processor's memory.
 template <class T>
 Array<T> read_block(const std::string& path, const Block& block) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open for reading");
+  std::ifstream in = open_for_reading(path);
   const Header h = read_header(in, path);
   check_type<T>(h, path);
   if (h.shape.size() != block.ranges.size())
     throw IoError(path + ": holds an array of shape " + shape_text(h.shape) + " but one with " +
                   std::to_string(block.ranges.size()) + " axes was expected");
-  std::int64_t total = 1;
-  for (std::size_t d = 0; d < h.shape.size(); ++d) {
-    total *= h.shape[d];
+  for (std::size_t d = 0; d < h.shape.size(); ++d)
     if (block.ranges[d].begin < 0 || block.ranges[d].end > h.shape[d])
       throw IoError(path + ": block outside the array of shape " + shape_text(h.shape));
-  }
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::uint64_t>(in.tellg());
-  if (size != h.data_offset + static_cast<std::uint64_t>(total) * sizeof(T))
-    throw IoError(path + ": is " + std::to_string(size) + " bytes, but its header promises " +
-                  std::to_string(h.data_offset + total * sizeof(T)) + " (truncated or corrupted)");
+  check_file_size<T>(in, h, path);
   std::vector<std::size_t> sizes;
   for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
   Array<T> out = Array<T>::from_shape(sizes);

@@ -1,0 +1,182 @@
+#pragma once
+// A checkpoint's manifest checked against its schema before anything in it is used: every key,
+// its type and its range, tensor files that are plain names inside the checkpoint's directory,
+// and a `latest` that names a checkpoint directory beside it. A manifest edited by hand, damaged
+// or crafted is an IoError naming the file, the key and what would be valid, never a missing key
+// read as undefined behaviour or a file read from elsewhere.
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <meshtensor/meshtensor.hpp>
+
+namespace unet3d {
+
+namespace mt = meshtensor;
+
+/// The checks of one manifest file, each naming `path` and the key in error.
+class ManifestSchema {
+ public:
+  using json = nlohmann::json;
+
+  explicit ManifestSchema(std::string path) : path_(std::move(path)) {}
+
+  /// The member `key` of the object `object` (at `where`), which must be there.
+  const json& member(const json& object, const std::string& where, const std::string& key) const {
+    if (!object.is_object()) refuse(where, object, "an object");
+    const auto found = object.find(key);
+    if (found == object.end()) throw mt::IoError(path_ + ": " + where + " has no \"" + key + "\"");
+    return *found;
+  }
+
+  /// An integer in [low, high].
+  std::int64_t integer(const json& value, const std::string& where, std::int64_t low,
+                       std::int64_t high) const {
+    const auto refuse_it = [&] {
+      refuse(where, value,
+             "an integer from " + std::to_string(low) + " to " + std::to_string(high));
+    };
+    if (!value.is_number_integer()) refuse_it();
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > std::uint64_t(high)) refuse_it();
+    const auto n = value.get<std::int64_t>();
+    if (n < low || n > high) refuse_it();
+    return n;
+  }
+
+  /// An integer of 0 or more (64 bits unsigned).
+  void unsigned_integer(const json& value, const std::string& where) const {
+    if (!value.is_number_unsigned() &&
+        !(value.is_number_integer() && value.get<std::int64_t>() >= 0))
+      refuse(where, value, "an integer of 0 or more");
+  }
+
+  /// A finite number above zero.
+  void positive(const json& value, const std::string& where) const {
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0)
+      refuse(where, value, "a finite number above 0");
+  }
+
+  /// One of `valid`.
+  void one_of(const json& value, const std::string& where,
+              std::initializer_list<const char*> valid) const {
+    std::string names;
+    for (const char* name : valid) {
+      if (value.is_string() && value.get<std::string>() == name) return;
+      names += std::string(names.empty() ? "" : ", ") + "\"" + name + "\"";
+    }
+    refuse(where, value, "one of " + names);
+  }
+
+  /// A non-empty string.
+  const std::string& text(const json& value, const std::string& where) const {
+    if (!value.is_string() || value.get_ref<const std::string&>().empty())
+      refuse(where, value, "a non-empty string");
+    return value.get_ref<const std::string&>();
+  }
+
+  /// An array of `count` elements (any count when 0), each checked by `each(element, where)`.
+  template <class Each>
+  void array(const json& value, const std::string& where, std::size_t count, Each&& each) const {
+    if (!value.is_array() || (count && value.size() != count))
+      refuse(where, value,
+             count ? "an array of " + std::to_string(count) : std::string("an array"));
+    for (std::size_t i = 0; i < value.size(); ++i)
+      each(value[i], where + "[" + std::to_string(i) + "]");
+  }
+
+  [[noreturn]] void refuse(const std::string& where, const json& value,
+                           const std::string& valid) const {
+    std::string shown = value.dump();
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    throw mt::IoError(path_ + ": " + where + " is " + shown + "; it must be " + valid);
+  }
+
+ private:
+  std::string path_;
+};
+
+/// A file or directory name that stays where it is put: no separators, not "." or "..".
+inline bool plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos;
+}
+
+/// The flags a checkpoint's model was built with, as the writer (model_flags) writes them.
+inline void check_model_flags(const ManifestSchema& s, const nlohmann::json& flags) {
+  const std::string at = "flags";
+  s.integer(s.member(flags, at, "depth"), at + ".depth", 1, 6);
+  s.integer(s.member(flags, at, "channels"), at + ".channels", 1, 1 << 16);
+  s.one_of(s.member(flags, at, "norm"), at + ".norm", {"batch", "instance", "group", "none"});
+  s.unsigned_integer(s.member(flags, at, "seed"), at + ".seed");
+  const auto optional = [&](const char* key, auto&& check) {
+    if (flags.contains(key)) check(flags[key], at + "." + key);
+  };
+  const auto positive_integer = [&](const nlohmann::json& v, const std::string& where) {
+    s.integer(v, where, 1, INT64_MAX);
+  };
+  optional("classes", [&](const auto& v, const std::string& w) { s.integer(v, w, 3, 3); });
+  optional("size",
+           [&](const auto& v, const std::string& w) { s.array(v, w, 3, positive_integer); });
+  optional("batch", positive_integer);
+  optional("steps", positive_integer);
+  optional("lr", [&](const auto& v, const std::string& w) { s.positive(v, w); });
+  optional("class_weights", [&](const auto& v, const std::string& w) {
+    s.array(v, w, 3, [&](const auto& e, const std::string& we) { s.positive(e, we); });
+  });
+  optional("data", [&](const auto& v, const std::string& w) { s.text(v, w); });
+  optional("spacing", [&](const auto& v, const std::string& w) {  // 0: each scan's own
+    s.array(v, w, 3, [&](const auto& e, const std::string& we) {
+      if (!e.is_number() || !std::isfinite(e.template get<double>()) ||
+          e.template get<double>() < 0)
+        s.refuse(we, e, "a finite number, 0 or above");
+    });
+  });
+  optional("resize", [&](const auto& v, const std::string& w) {  // 0: the scan's own
+    s.array(v, w, 3, [&](const auto& e, const std::string& we) { s.integer(e, we, 0, INT64_MAX); });
+  });
+}
+
+/// Throws an IoError naming `path` unless `manifest` is a version-1 unet3d checkpoint manifest.
+inline void check_manifest(const nlohmann::json& manifest, const std::string& path) {
+  const ManifestSchema s(path);
+  s.one_of(s.member(manifest, "the manifest", "format"), "format",
+           {"meshtensor-unet3d-checkpoint-1"});
+  s.integer(s.member(manifest, "the manifest", "step"), "step", 0, INT64_MAX);
+  const auto& optimizer = s.member(manifest, "the manifest", "optimizer");
+  s.one_of(s.member(optimizer, "optimizer", "type"), "optimizer.type", {"adam"});
+  if (optimizer.contains("steps"))  // Adam's step count; older checkpoints lack it
+    s.integer(optimizer["steps"], "optimizer.steps", 0, INT64_MAX);
+  check_model_flags(s, s.member(manifest, "the manifest", "flags"));
+  std::set<std::string> names;
+  s.array(
+      s.member(manifest, "the manifest", "tensors"), "tensors", 0,
+      [&](const nlohmann::json& entry, const std::string& at) {
+        if (!names.insert(s.text(s.member(entry, at, "name"), at + ".name")).second)
+          s.refuse(at + ".name", entry["name"], "a name no other tensor has");
+        const std::string& file = s.text(s.member(entry, at, "file"), at + ".file");
+        if (!plain_name(file) || file.size() < 5 || file.compare(file.size() - 4, 4, ".npy"))
+          s.refuse(at + ".file", entry["file"],
+                   "the name of a .npy file inside the checkpoint's directory");
+        const auto& dims = s.member(entry, at, "dims");
+        s.array(dims, at + ".dims", 0, [&](const auto& d, const std::string& w) { s.text(d, w); });
+        s.array(s.member(entry, at, "shape"), at + ".shape", dims.size(),
+                [&](const auto& n, const std::string& w) { s.integer(n, w, 1, INT64_MAX); });
+        s.one_of(s.member(entry, at, "dtype"), at + ".dtype", {"float32"});
+        s.one_of(s.member(entry, at, "kind"), at + ".kind", {"parameter", "state", "optimizer"});
+      });
+}
+
+/// The checkpoint directory `latest` (the file at `path`) names: a plain name beside it.
+inline std::string checked_latest(const std::string& name, const std::string& path) {
+  if (!plain_name(name) || name.rfind("checkpoint-", 0) != 0)
+    throw mt::IoError(path + ": names \"" + name +
+                      "\"; it must name a checkpoint-NNNNNN directory beside it");
+  return name;
+}
+
+}  // namespace unet3d

@@ -1,0 +1,104 @@
+// .npy files as hostile input: whatever a header declares, the reader names the file and the
+// fault before it allocates anything, and it never waits on something that is not a file.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <meshtensor/meshtensor.hpp>
+
+using namespace meshtensor;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::filesystem::path dir = std::filesystem::temp_directory_path() / "meshtensor-test-npy";
+
+// A version 1.0 .npy file of `header` (the dict) followed by `data_bytes` zero bytes.
+std::string write_npy(const std::string& name, const std::string& header, std::size_t data_bytes) {
+  std::filesystem::create_directories(dir);
+  std::string dict = header;
+  while ((10 + dict.size() + 1) % 64) dict += ' ';
+  dict += '\n';
+  const std::string path = (dir / name).string();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const char length[2] = {char(dict.size() & 0xff), char(dict.size() >> 8)};
+  out.write(length, 2);
+  out << dict << std::string(data_bytes, '\0');
+  return path;
+}
+
+std::string read_error(const std::string& path) {
+  try {
+    (void)npy::read<float>(path);
+  } catch (const IoError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a .npy file whose header promises more than it holds is refused before allocating") {
+  // 2^40 floats declared in a file of 24 bytes of data: once, a 4 TiB allocation came first.
+  const auto huge = write_npy("huge.npy",
+                              "{'descr': '<f4', 'fortran_order': False, "
+                              "'shape': (1048576, 1048576), }",
+                              24);
+  const auto size = [](const std::string& path) { return std::filesystem::file_size(path); };
+  const std::uint64_t header = size(huge) - 24;
+  CHECK_THAT(read_error(huge),
+             Contains("huge.npy: is " + std::to_string(size(huge)) + " bytes, but its header " +
+                      "promises " + std::to_string(header + (std::uint64_t{1} << 42)) +
+                      " (truncated or corrupted)"));
+  const auto extra = write_npy("extra.npy",
+                               "{'descr': '<f4', 'fortran_order': False, "
+                               "'shape': (2,), }",
+                               12);
+  CHECK_THAT(read_error(extra),
+             Contains("extra.npy: is " + std::to_string(size(extra)) + " bytes, but its header " +
+                      "promises " + std::to_string(size(extra) - 4) + " (data after it)"));
+  // Shapes past 64 bits: their product, and one size alone.
+  const std::pair<const char*, const char*> past_64_bits[] = {
+      {"(4294967296, 4294967296, 16)",
+       "its header's shape (4294967296, 4294967296, 16) holds more bytes than 64 bits count"},
+      {"(99999999999999999999,)",
+       "the .npy header's shape has a size of 99999999999999999999, more than 64 bits count"}};
+  for (const auto& [shape, expected] : past_64_bits) {
+    const auto path = write_npy(
+        "wide.npy",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': " + std::string(shape) + ", }", 0);
+    CHECK_THAT(read_error(path), Contains("wide.npy: " + std::string(expected)));
+  }
+  // Block reads check the same before reading their part.
+  LocalProcessor scope;
+  CHECK_THROWS_WITH(npy::read_block<float>(huge, Block{{Range{0, 2}, Range{0, 3}}}),
+                    Contains("huge.npy: is " + std::to_string(size(huge)) + " bytes"));
+}
+
+TEST_CASE("only regular files are read as .npy: a FIFO or a directory is refused, not waited on") {
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo.npy").string();
+  std::filesystem::remove(fifo);
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(read_error(fifo), Contains("fifo.npy: not a regular file"));
+  CHECK_THAT(read_error(dir.string()), Contains("meshtensor-test-npy: not a regular file"));
+  CHECK_THAT(read_error((dir / "missing.npy").string()), Contains("missing.npy: no such file"));
+}
+
+TEST_CASE("a well-formed .npy file still reads whole and by blocks") {
+  const auto path = write_npy("zeros.npy",
+                              "{'descr': '<f4', 'fortran_order': False, "
+                              "'shape': (3, 4), }",
+                              48);
+  LocalProcessor scope;
+  const auto whole = npy::read<float>(path);
+  CHECK(whole.size() == 12);
+  const auto block = npy::read_block<float>(path, Block{{Range{1, 3}, Range{0, 4}}});
+  CHECK(block.size() == 8);
+}
