@@ -2,7 +2,12 @@
 // original error reaches the caller. Mistakes in SPMD order and in mesh size give clear errors.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -35,6 +40,35 @@ TEST_CASE("an exception on one processor reaches the caller and releases the oth
   REQUIRE(released.size() == 6);  // processors 0, 1 and 3, in each of the two runs
   for (const auto& what : released)
     CHECK_THAT(what, Contains("processor 2 failed") && Contains("deliberate failure"));
+}
+
+TEST_CASE("a thread the system will not start is an error, not the end of the program") {
+  // A child process whose address space leaves room for a few threads' stacks: starting 256
+  // processors fails part way, and those already started must be stopped and joined (a joinable
+  // thread left behind calls std::terminate, which aborts).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::size_t pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const rlim_t room = pages * rlim_t(sysconf(_SC_PAGE_SIZE)) + (rlim_t{64} << 20);
+    const rlimit limit{room, room};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(4);
+    try {
+      threads::spawn(256, [](std::unique_ptr<Communicator> world) { world->barrier(); });
+      _exit(2);  // all started: the limit did not bite
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      _exit(what.find("could not start the thread of processor") != std::string::npos &&
+                    what.find(" of 256 (") != std::string::npos
+                ? 0
+                : 3);
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));  // not killed by an abort
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("a processor that returns early while others wait in a collective is reported") {

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,6 +29,26 @@
 namespace mt = meshtensor;
 
 namespace {
+
+// A real number above zero, and finite: CLI11's PositiveNumber lets NaN through (no comparison
+// with it is true) and infinity too.
+const CLI::Validator FinitePositive(
+    [](std::string& text) {
+      std::size_t used = 0;
+      double value = 0;
+      try {
+        value = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == text.size() && std::isfinite(value) && value > 0) return std::string();
+      return "must be a finite number above 0, not \"" + text + "\"";
+    },
+    "POSITIVE");
+
+// The threads backend starts one thread per processor: far more than any machine's cores is a
+// mistyped number, not a run.
+constexpr int most_threads = 1024;
 
 struct Distribution {
   std::string mesh, layout, layouts, backend, device;
@@ -78,7 +99,7 @@ void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
   }
   app.add_option("--threads", d.threads,
                  "processors when not started by an MPI launcher (default: the cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, most_threads));
   app.add_option("--backend", d.backend,
                  "transport: threads, mpi, or nccl (one GPU per MPI rank) (default: threads when "
                  "started by hand, mpi under mpirun or srun)")
@@ -222,12 +243,12 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
          "end this run after so many steps, checkpointed, to --resume later (job time limits)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--lr", f.options.lr, "Adam learning rate (cosine-decayed to a tenth)")
-      ->check(CLI::PositiveNumber);
+      ->check(FinitePositive);
   cmd.add_option("--class-weights", f.class_weights,
                  "cross-entropy weights of background, organ, tumour (default 1,3,3)")
       ->expected(3)
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(FinitePositive);
   cmd.add_option("--seed", f.options.seed, "seed of the weights and of the data");
   cmd.add_option("--checkpoint", f.options.checkpoint, "directory for checkpoints");
   cmd.add_flag("--resume", f.options.resume, "continue from the newest checkpoint in --checkpoint");
@@ -249,7 +270,7 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
                  "each scan's own)")
       ->expected(3)
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(FinitePositive);
 }
 
 // The options of a command that takes a volume size (--size or --shape) beside them.

@@ -128,7 +128,7 @@ inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& la
 class Progress {
  public:
   Progress(mt::Mesh& mesh, const TrainOptions& o, const std::string& log_path, std::int64_t end)
-      : mesh_(mesh), o_(o), end_(end), speaker_(mesh.processor() == 0) {
+      : mesh_(mesh), o_(o), log_path_(log_path), end_(end), speaker_(mesh.processor() == 0) {
     on_first(mesh, [&] {
       log_.open(log_path, o.resume ? std::ios::app : std::ios::trunc);
       if (!log_) throw mt::IoError("--log " + log_path + ": cannot open for writing");
@@ -192,7 +192,7 @@ class Progress {
     else
       summary["size"] = o_.size;
     std::printf("%s\n", summary.dump().c_str());
-    log_ << nlohmann::json{{"summary", summary}}.dump() << "\n";
+    write_log({{"summary", summary}});
   }
 
  private:
@@ -216,10 +216,13 @@ class Progress {
   void write_log(const nlohmann::json& record) {
     log_ << record.dump() << "\n";
     log_.flush();
+    if (!log_)
+      throw mt::IoError("--log " + log_path_ + ": could not write the metrics (is the disk full?)");
   }
 
   mt::Mesh& mesh_;
   const TrainOptions& o_;
+  std::string log_path_;
   std::int64_t end_;
   bool speaker_;
   std::ofstream log_;

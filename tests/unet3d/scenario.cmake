@@ -212,6 +212,20 @@ elseif(SCENARIO STREQUAL "bad_flags")
     fails("--memory-per-processor \"2XB\": unknown unit" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train
           --layout auto --memory-per-processor 2XB)
   endif()
+  # Real numbers are finite and above zero (CLI11's own check lets NaN and infinity through).
+  foreach(bad "--lr;nan" "--lr;inf" "--lr;-0.1" "--class-weights;1,nan,3" "--spacing;1,inf,1")
+    fails("must be a finite number above 0, not \"(nan|inf|-0.1)\"" ${UNET3D} train ${small} ${bad}
+          --out ${here}/o)
+  endforeach()
+  fails("--threads: Value 5000 not in range 1 to 1024" ${UNET3D} train ${small} --threads 5000
+        --out ${here}/o)
+  # A block bigger than the limit names its tensor and processor before anything is allocated (the
+  # first over 16 KiB is a weight).
+  fails("the tensor \\[kx=3, .*\\] \\(float32, layout \"\"\\) on processor 0 of 1 needs a block of [0-9]+ elements of 4 bytes, [0-9]+ bytes \\([0-9.]+ KiB\\), more than MESHTENSOR_MAX_BLOCK_BYTES \\(16.0 KiB\\)"
+        ${CMAKE_COMMAND} -E env MESHTENSOR_MAX_BLOCK_BYTES=16KiB ${UNET3D} train ${small} --threads 1
+        --steps 1 --out ${here}/o)
+  fails("--log /dev/full: could not write the metrics" ${UNET3D} train ${small} --steps 1 --threads 1
+        --out ${here}/o --log /dev/full)
   fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
   fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1
         --out ${here}/o --checkpoint /proc/ckpt)
@@ -245,6 +259,36 @@ elseif(SCENARIO STREQUAL "bad_files")
   string(STRIP "${name}" name)
   file(WRITE ${here}/json/ckpt/${name}/manifest.json "{ not json")
   fails("manifest.json: not valid JSON" ${predict} --checkpoint ${here}/json/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
+  # Manifests edited into something else: each refused naming the key and what would be valid
+  # (". it must" stands for "; it must": a semicolon would split the list).
+  file(READ ${here}/ckpt/${name}/manifest.json manifest)
+  set(edits
+      "\"down0.conv1.weight.npy\"|\"../../../../etc/hostname\"|tensors\\[[0-9]+\\].file is \"../../../../etc/hostname\". it must be the name of a .npy file inside"
+      "\"step\": [0-9]+|\"step\": \"soon\"|step is \"soon\". it must be an integer from 0"
+      "\"depth\": 2|\"depth\": 99|flags.depth is 99. it must be an integer from 1 to 6"
+      "\"dims\":|\"dimz\":|tensors\\[0\\] has no \"dims\""
+      "\"dtype\": \"float32\"|\"dtype\": \"float16\"|tensors\\[0\\].dtype is \"float16\". it must be one of \"float32\""
+      "\"norm\": \"batch\"|\"norm\": 7|flags.norm is 7. it must be one of \"batch\", \"instance\"")
+  set(k 0)
+  foreach(edit IN LISTS edits)
+    string(REPLACE "|" ";" parts "${edit}")
+    list(GET parts 0 from)
+    list(GET parts 1 to)
+    list(GET parts 2 expected)
+    math(EXPR k "${k} + 1")
+    file(COPY ${here}/ckpt DESTINATION ${here}/schema${k})
+    string(REGEX REPLACE "${from}" "${to}" edited "${manifest}")
+    if(edited STREQUAL manifest)
+      message(FATAL_ERROR "the manifest has nothing matching ${from}")
+    endif()
+    file(WRITE ${here}/schema${k}/ckpt/${name}/manifest.json "${edited}")
+    fails("manifest.json: ${expected}" ${predict} --checkpoint ${here}/schema${k}/ckpt
+          --input ${here}/volume.npy --output ${here}/s.npy)
+  endforeach()
+  file(COPY ${here}/ckpt DESTINATION ${here}/latest)
+  file(WRITE ${here}/latest/ckpt/latest "../../ckpt/${name}\n")
+  fails("latest: names \"../../ckpt/${name}\"; it must name a checkpoint-NNNNNN directory beside it"
+        ${predict} --checkpoint ${here}/latest/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
   fails("the volume is \\(16, 16, 16\\) but --size/--shape says \\(32, 32, 32\\)"
         ${predict} --size 32 --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
   fails("cannot open for writing" ${predict} --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/no/such/dir/s.npy)

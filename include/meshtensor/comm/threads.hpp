@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -392,7 +393,19 @@ void spawn(int processors, Body&& body) {
     }
   };
   std::vector<std::thread> threads;
-  for (int rank = 1; rank < processors; ++rank) threads.emplace_back(thread_main, rank);
+  try {
+    for (int rank = 1; rank < processors; ++rank) threads.emplace_back(thread_main, rank);
+  } catch (const std::system_error& e) {
+    // The threads started stop at their next wait and are joined: one left joinable would end the
+    // program (std::terminate) instead of this error.
+    const int rank = static_cast<int>(threads.size()) + 1;
+    const std::string why = "threads transport: could not start the thread of processor " +
+                            std::to_string(rank) + " of " + std::to_string(processors) + " (" +
+                            e.what() + "); run on fewer processors";
+    world->fail(rank, why);
+    for (auto& thread : threads) thread.join();
+    throw Error(why);
+  }
   thread_main(0);  // the calling thread is processor 0
   for (auto& thread : threads) thread.join();
   if (first_error) std::rethrow_exception(first_error);
