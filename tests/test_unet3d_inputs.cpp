@@ -1,17 +1,22 @@
 // The U-Net example's own input files as hostile input: pairs.csv as spreadsheets write it (a
 // byte-order mark, quoted fields, CRLF), and checkpoint manifests against their schema (every
-// key, type and range; file names inside the checkpoint; `latest` beside it).
+// key, type and range; file names inside the checkpoint; `latest` beside it). And numbers that go
+// bad in a step: the first non-finite one is named on every processor.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "dataset.hpp"
+#include "finite.hpp"
 #include "manifest.hpp"
+#include "support/spmd.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -147,4 +152,27 @@ TEST_CASE("latest names a checkpoint directory beside it, nothing else") {
     CHECK_THROWS_WITH(unet3d::checked_latest(bad, "ckpt/latest"),
                       Catch::Contains("ckpt/latest: names \"" + std::string(bad) +
                                       "\"; it must name a checkpoint-NNNNNN directory"));
+}
+
+TEST_CASE(
+    "a step's first non-finite number is named on every processor: the loss, else a gradient") {
+  using namespace meshtensor;
+  const float infinity = std::numeric_limits<float>::infinity();
+  // `steep` (split over the processors) has a finite value and an infinite gradient: its map's
+  // derivative is infinite. `scale` makes the loss itself NaN.
+  const auto found = [&](float scale) {
+    return testing::on_mesh("p:2", [&](Mesh& m) {
+      nn::Parameters<float> parameters;
+      auto fine = parameters.add("fine", full<float>(m, "a:4", "", 1.0f));
+      auto steep = parameters.add("steep", full<float>(m, "a:4", "a:p", 1.0f));
+      auto y = map(
+          steep, [](float v) { return v; }, [&](float) { return infinity; });
+      auto loss = reduce_sum(fine * scale) + reduce_sum(y);
+      backward(loss);
+      return unet3d::first_nonfinite(loss, parameters);
+    });
+  };
+  for (const auto& bad : found(2.0f)) CHECK(bad == "the gradient of steep");
+  for (const auto& bad : found(std::nanf("")))
+    CHECK_THAT(bad, Catch::StartsWith("the loss (") && Catch::Contains("nan)"));
 }

@@ -244,6 +244,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd.add_option("--lr", f.options.lr, "Adam learning rate (cosine-decayed to a tenth)")
       ->check(FinitePositive);
+  cmd.add_option("--on-nonfinite", f.options.on_nonfinite,
+                 "when the loss or a gradient is NaN or infinite: stop (the default: an error "
+                 "naming the step and the tensor, no checkpoint of it) or skip-step (the "
+                 "optimiser skips that step)")
+      ->check(CLI::IsMember({"stop", "skip-step"}));
   cmd.add_option("--class-weights", f.class_weights,
                  "cross-entropy weights of background, organ, tumour (default 1,3,3)")
       ->expected(3)

@@ -34,6 +34,8 @@ struct TrainOptions {
   std::int64_t stop_after =
       0;  // stop (with a checkpoint) after this many steps of this run: 0 = never
   double lr = 3e-3;
+  std::string on_nonfinite =
+      "stop";  // or "skip-step": what a NaN or infinite loss or gradient does
   std::array<double, 3> class_weights{1.0, 3.0, 3.0};  // background, organ, tumour
   std::uint64_t seed = 1;
   std::string checkpoint;  // empty: no checkpoints

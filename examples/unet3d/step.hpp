@@ -34,16 +34,23 @@ inline ModelConfig model_config(const TrainOptions& o) {
   return config;
 }
 
+/// Forward and backward on `batch`: the logits and the loss; the parameters hold their gradients.
+inline std::pair<mt::Tensor<float>, mt::Tensor<float>> forward_backward(
+    UNet& net, const Batch& batch, const mt::Tensor<float>& weights) {
+  auto logits = net(batch.input, /*training=*/true);
+  auto loss = segmentation_loss(logits, batch.labels, weights);
+  mt::backward(loss);
+  return {std::move(logits), std::move(loss)};
+}
+
 /// One training step on `batch`: the logits and the loss, whose gradients Adam has applied. Nothing
 /// here reads a value, so a plan (`unet3d plan`) runs the same step without data.
 inline std::pair<mt::Tensor<float>, mt::Tensor<float>> train_step(
     UNet& net, nn::Adam<float>& adam, const Batch& batch, const mt::Tensor<float>& weights) {
-  auto logits = net(batch.input, /*training=*/true);
-  auto loss = segmentation_loss(logits, batch.labels, weights);
-  mt::backward(loss);
+  auto logits_and_loss = forward_backward(net, batch, weights);
   adam.step();
   adam.zero_grad();
-  return {std::move(logits), std::move(loss)};
+  return logits_and_loss;
 }
 
 /// The FLOPs (two per multiply-add) of a convolution with `taps` taps per dim and zero padding

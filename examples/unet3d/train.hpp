@@ -17,6 +17,7 @@
 
 #include "checkpoint.hpp"
 #include "dataset.hpp"
+#include "finite.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -153,6 +154,15 @@ class Progress {
                {"lr", lr}});
   }
 
+  // A step whose loss or a gradient was not finite, which the optimiser skipped.
+  void skipped(std::int64_t step, const std::string& bad) {
+    if (!speaker_) return;
+    std::printf("step %lld/%lld  skipped: %s is not finite\n", (long long)step + 1,
+                (long long)o_.steps, bad.c_str());
+    std::fflush(stdout);
+    write_log({{"step", step + 1}, {"skipped", bad + " is not finite"}});
+  }
+
   void validation(std::int64_t step, const Overlap& v, std::int64_t held_out) {
     last_validation_ = v;
     dice_curve_.push_back({int(step + 1), {v.dice(organ), v.dice(tumour)}});
@@ -283,12 +293,23 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     const auto batch =
         scans ? scan_batch(mesh, dataset.for_step(step), layout, o.preprocessing)
               : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
-    const auto [logits, loss] = train_step(net, adam, batch, weights);
-    const Overlap train_overlap = overlap(logits, batch.labels);
+    const auto [logits, loss] = forward_backward(net, batch, weights);
+    // Checked before the optimiser applies it: a NaN never reaches the weights or a checkpoint.
+    const std::string bad = first_nonfinite(loss, net.parameters());
+    if (bad.empty()) adam.step();
+    adam.zero_grad();
+    if (!bad.empty() && o.on_nonfinite == "stop")
+      throw mt::Error("step " + std::to_string(step + 1) + ": " + bad +
+                      " is not finite (NaN or infinity); training stopped before the optimiser "
+                      "applied it, so no weight or checkpoint holds it. Lower --lr, or pass "
+                      "--on-nonfinite skip-step to skip such steps");
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    progress.step(step, seconds, loss.item(), train_overlap,
-                  double(batch.input.shape().num_elements()), lr);
+    if (bad.empty())
+      progress.step(step, seconds, loss.item(), overlap(logits, batch.labels),
+                    double(batch.input.shape().num_elements()), lr);
+    else
+      progress.skipped(step, bad);
     const bool last = step + 1 == end;
     if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last))
       progress.validation(

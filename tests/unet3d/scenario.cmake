@@ -226,6 +226,21 @@ elseif(SCENARIO STREQUAL "bad_flags")
         --steps 1 --out ${here}/o)
   fails("--log /dev/full: could not write the metrics" ${UNET3D} train ${small} --steps 1 --threads 1
         --out ${here}/o --log /dev/full)
+  # A learning rate of 1e30 makes step 2's loss NaN: the run stops there, naming it, and the last
+  # checkpoint is step 1's; with --on-nonfinite skip-step the optimiser skips it and the run ends.
+  fails("step 2: the loss \\(-?nan\\) is not finite \\(NaN or infinity\\); training stopped"
+        ${UNET3D} train ${small} --lr 1e30 --steps 3 --threads 1 --out ${here}/nan
+        --checkpoint ${here}/nan/ckpt --checkpoint-every 1)
+  file(READ ${here}/nan/ckpt/latest latest)
+  if(NOT latest STREQUAL "checkpoint-000001\n")
+    message(FATAL_ERROR "a step with a NaN loss was checkpointed: latest is ${latest}")
+  endif()
+  ok(${UNET3D} train ${small} --lr 1e30 --steps 3 --threads 2 --on-nonfinite skip-step
+     --out ${here}/skip)
+  file(READ ${here}/skip/metrics.jsonl log)
+  if(NOT log MATCHES "\"skipped\":\"the loss \\(-?nan\\) is not finite\",\"step\":3")
+    message(FATAL_ERROR "the skipped steps are not in the metrics log")
+  endif()
   fails("--out /proc/unet3d-out: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1 --out /proc/unet3d-out)
   fails("--checkpoint /proc/ckpt: cannot create or write" ${UNET3D} train ${small} --steps 1 --threads 1
         --out ${here}/o --checkpoint /proc/ckpt)
