@@ -3,8 +3,13 @@
 // moment — the global array, whatever the layout, readable by numpy — and a JSON manifest (names,
 // dims, shapes, dtype, step, seed and model flags). A step is written under a hidden name and
 // renamed when complete; `latest` names the newest complete one. Loading reads each processor's own
-// block, so a checkpoint restores onto any mesh and layout.
+// block, so a checkpoint restores onto any mesh and layout. Every file is flushed to the disk
+// before the rename that publishes it, and the manifest keeps each file's CRC-32, checked before
+// a checkpoint is loaded: after a power loss a file can have its size and be full of zeros.
 
+#include <zlib.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,21 +37,47 @@ inline std::string file_name(const std::string& tensor_name) {
   return f + ".npy";
 }
 
-inline void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw mt::IoError(path + ": cannot write (is the directory writable?)");
-    }
+// A name for step `step`'s checkpoint directory that no directory under `dir` has: a step saved
+// again (a resumed run reaching it once more) gets checkpoint-NNNNNN.1, .2, so that `latest` moves
+// from one complete directory to the other and never names one that is being replaced.
+/// The CRC-32 (zlib's) of the file at `path`.
+inline std::uint32_t file_crc32(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw mt::IoError(path.string() + ": cannot open for reading");
+  std::vector<char> buffer(std::size_t{1} << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw mt::IoError(path + ": cannot rename the finished file into place");
-  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+/// Throws an IoError naming the file of the manifest's `entry` when its CRC-32 differs from the
+/// one saved.
+inline void verify_checksum(const json& entry, const fs::path& where) {
+  if (!entry.contains("crc32")) return;  // older checkpoints kept none
+  const fs::path file = where / entry["file"].get<std::string>();
+  const std::uint32_t saved = entry["crc32"].get<std::uint32_t>(), now = file_crc32(file);
+  if (now != saved)
+    throw mt::IoError(file.string() + ": its CRC-32 is " + std::to_string(now) +
+                      " but the manifest saved " + std::to_string(saved) +
+                      ": the file changed after the checkpoint was written (a crash or power "
+                      "loss, or an edit); use an earlier checkpoint");
+}
+
+// Collective: processor 0 looks, and tells the others.
+inline std::string fresh_checkpoint_name(mt::Mesh& mesh, const std::string& dir,
+                                         std::int64_t step) {
+  char base[32];
+  std::snprintf(base, sizeof base, "checkpoint-%06lld", static_cast<long long>(step));
+  auto name = [&](std::int64_t again) {
+    return again ? std::string(base) + "." + std::to_string(again) : std::string(base);
+  };
+  std::int64_t again = 0;
+  if (mesh.processor() == 0)
+    while (fs::exists(fs::path(dir) / name(again))) ++again;
+  return name(mt::broadcast_value(mesh.world(), again, 0));
 }
 
 // Runs `f` on processor 0 only and makes every processor throw if it failed.
@@ -93,9 +124,8 @@ inline std::vector<Moment> adam_moments(nn::Parameters<float>& params, nn::Adam<
 /// Saves the model, its state and Adam's moments as step `step` under `dir` (collective).
 inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t step, UNet& net,
                             nn::Adam<float>& adam, const json& flags) {
-  char name[32];
-  std::snprintf(name, sizeof name, "checkpoint-%06lld", static_cast<long long>(step));
-  const fs::path staging = fs::path(dir) / ("." + std::string(name) + ".partial");
+  const std::string name = fresh_checkpoint_name(mesh, dir, step);
+  const fs::path staging = fs::path(dir) / ("." + name + ".partial");
   const fs::path final_dir = fs::path(dir) / name;
   on_first(mesh, [&] {
     fs::remove_all(staging);
@@ -117,19 +147,29 @@ inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t
   for (const auto& moment : adam_moments(net.parameters(), adam))
     save(moment.name, moment.tensor, "optimizer");
   on_first(mesh, [&] {
+    for (auto& entry : tensors)
+      entry["crc32"] = file_crc32(staging / entry["file"].get<std::string>());
     const json manifest{{"format", "meshtensor-unet3d-checkpoint-1"},
                         {"step", step},
                         {"optimizer", {{"type", "adam"}, {"steps", adam.steps()}}},
                         {"flags", flags},
                         {"tensors", tensors}};
-    write_text_atomically((staging / "manifest.json").string(), manifest.dump(2) + "\n");
-    fs::remove_all(final_dir);
+    // Each file is on the disk already (io/durable_file.hpp); then the directory, its rename,
+    // and only then `latest`, which names it: after a crash or a power loss `latest` names a
+    // complete checkpoint, the new one or the one before.
+    mt::io::write_durably((staging / "manifest.json").string(), manifest.dump(2) + "\n");
+    mt::io::sync_path(staging.string());
     fs::rename(staging, final_dir);
-    write_text_atomically((fs::path(dir) / "latest").string(), std::string(name) + "\n");
-    for (const auto& old : fs::directory_iterator(dir))  // keep only the newest
-      if (old.is_directory() && old.path().filename().string().rfind("checkpoint-", 0) == 0 &&
-          old.path() != final_dir)
+    mt::io::sync_path(dir);
+    mt::io::write_durably((fs::path(dir) / "latest").string(), name + "\n");
+    // Keep only the newest, and drop what a killed run left half-written.
+    for (const auto& old : fs::directory_iterator(dir)) {
+      const std::string entry = old.path().filename().string();
+      const bool checkpoint = entry.rfind("checkpoint-", 0) == 0;
+      const bool stale = entry.rfind(".checkpoint-", 0) == 0;
+      if (old.is_directory() && (checkpoint || stale) && old.path() != final_dir)
         fs::remove_all(old.path());
+    }
   });
 }
 
@@ -170,6 +210,8 @@ inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path&
                         "; the checkpoint was made with other model flags");
     auto loaded = mt::load_npy<float>(mesh, (where / entry["file"].get<std::string>()).string(),
                                       into.shape(), into.layout().layout());
+    // Its damage of form is named by load_npy; silent damage (zeros after a power loss) here.
+    on_first(mesh, [&] { verify_checksum(entry, where); });
     into.set_block(loaded.release_local());  // the loaded block itself: no copy by the host
     return;
   }

@@ -168,6 +168,8 @@ inline void check_manifest(const nlohmann::json& manifest, const std::string& pa
                 [&](const auto& n, const std::string& w) { s.integer(n, w, 1, INT64_MAX); });
         s.one_of(s.member(entry, at, "dtype"), at + ".dtype", {"float32"});
         s.one_of(s.member(entry, at, "kind"), at + ".kind", {"parameter", "state", "optimizer"});
+        if (entry.contains("crc32"))  // the file's CRC-32; older checkpoints kept none
+          s.integer(entry["crc32"], at + ".crc32", 0, 0xffffffffLL);
       });
 }
 

@@ -253,7 +253,7 @@ elseif(SCENARIO STREQUAL "bad_files")
   ok(${CHECK} corrupt dtype ${here}/volume.npy ${here}/volume_f8.npy)
   fails("volume_f8.npy: holds elements of type '<f8' but '<f4' was expected"
         ${predict} --checkpoint ${here}/ckpt --input ${here}/volume_f8.npy --output ${here}/existing.npy)
-  foreach(mode truncate garbage shape)
+  foreach(mode truncate zeros garbage shape)
     file(COPY ${here}/ckpt DESTINATION ${here}/${mode})
     file(READ ${here}/${mode}/ckpt/latest name)
     string(STRIP "${name}" name)
@@ -262,6 +262,9 @@ elseif(SCENARIO STREQUAL "bad_files")
     file(RENAME ${victim}.bad ${victim})
   endforeach()
   fails("truncated or corrupted" ${predict} --checkpoint ${here}/truncate/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
+  # A file of the right size whose data are zeros (a power loss): only its checksum tells.
+  fails("down0.conv1.weight.npy: its CRC-32 is [0-9]+ but the manifest saved [0-9]+: the file changed after the checkpoint was written"
+        ${predict} --checkpoint ${here}/zeros/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
   fails("header is garbage|not a .npy file|malformed" ${predict} --checkpoint ${here}/garbage/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
   fails("holds an array of shape \\(216,\\) but \\[kx=3, ky=3, kz=3, channels=1, channels_out=4\\] was expected"
         ${predict} --checkpoint ${here}/shape/ckpt --input ${here}/volume.npy --output ${here}/existing.npy)
@@ -306,7 +309,7 @@ elseif(SCENARIO STREQUAL "bad_files")
         ${predict} --checkpoint ${here}/latest/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
   fails("the volume is \\(16, 16, 16\\) but --size/--shape says \\(32, 32, 32\\)"
         ${predict} --size 32 --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
-  fails("cannot open for writing" ${predict} --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/no/such/dir/s.npy)
+  fails("s.npy: cannot create .*/s.npy.partial \\(No such file or directory. does the directory exist" ${predict} --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/no/such/dir/s.npy)
   fails("--resume: the checkpoint was trained with --channels 4 but this run has 8"
         ${UNET3D} train --size 16 --depth 2 --channels 8 --steps 4 --threads 1 --out ${here}/o --checkpoint ${here}/ckpt --resume)
   ok(${UNET3D} generate --size 18 --output ${here}/eighteen.npy --threads 1)

@@ -6,7 +6,7 @@
 //                                                     most TOLERANCE times A's largest magnitude
 //   unet3d_check same-dir A B                         every .npy in A equals the one of that name
 //                                                     in B
-//   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | dtype | shape | garbage
+//   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | zeros | dtype | shape | garbage
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +109,8 @@ int main(int argc, char** argv) try {
     const auto header = mt::npy::read_header(in);
     if (mode == "truncate") {
       bytes.resize(header.data_offset + (bytes.size() - header.data_offset) / 2);
+    } else if (mode == "zeros") {  // what a power loss can leave: the right size, no data
+      std::fill(bytes.begin() + std::ptrdiff_t(header.data_offset), bytes.end(), '\0');
     } else if (mode == "garbage") {
       for (std::size_t i = 10; i < header.data_offset; ++i) bytes[i] = char('a' + i % 26);
     } else if (mode == "dtype" || mode == "shape") {

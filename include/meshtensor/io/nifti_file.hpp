@@ -27,6 +27,7 @@
 #include "meshtensor/core/block.hpp"
 #include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/io/durable_file.hpp"
 #include "meshtensor/io/orientation.hpp"
 
 namespace meshtensor::nifti {
@@ -361,12 +362,9 @@ class Writer {
       throw IoError(path_ + ": cannot name the output " + temporary_);
     nifti_set_iname_offset(image.get(), like.version);
     bytes_left_ = image->nvox * image->nbyper;
-    // Tried first, since niftilib reports this failure on stderr whatever its debug level.
-    std::FILE* probe = std::fopen(temporary_.c_str(), "wb");
-    if (!probe)
-      throw IoError(path_ + ": cannot write " + temporary_ +
-                    " (does the directory exist and is it writable?)");
-    std::fclose(probe);
+    // Made first (exclusively, never through a link left there), since niftilib reports a
+    // failure to create it on stderr whatever its debug level.
+    ::close(io::create_temporary(temporary_, path_));
     stream_.reset(nifti_image_write_hdr_img(image.get(), 2, "wb"));
     if (!stream_)
       throw IoError(path_ + ": cannot write " + temporary_ +
@@ -395,8 +393,8 @@ class Writer {
       throw IoError(path_ + ": " + std::to_string(bytes_left_) + " bytes of voxels never written");
     znzFile f = stream_.release();
     if (Xznzclose(&f) != 0) throw IoError(path_ + ": finishing the file failed (disk full?)");
-    if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
-      throw IoError(path_ + ": cannot rename the finished " + temporary_ + " into place");
+    io::sync_path(temporary_);  // on the disk before it takes the name
+    io::publish(temporary_, path_);
     committed_ = true;
   }
 

@@ -21,6 +21,7 @@
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/transfer.hpp"
+#include "meshtensor/io/durable_file.hpp"
 #include "meshtensor/kernels/copy.hpp"
 
 namespace meshtensor {
@@ -242,33 +243,14 @@ std::string header(const std::vector<std::int64_t>& shape) {
   return out + dict;
 }
 
-/// Writes `array` (any row-major xtensor container) to `path` through a temporary file in the
-/// same directory and a rename.
+/// Writes `array` (any row-major xtensor container) to `path` durably (io/durable_file.hpp):
+/// through a temporary file in the same directory, flushed to the disk, and a rename.
 template <class Container>
 void write(const std::string& path, const Container& array) {
   using T = typename Container::value_type;
   const std::string head =
       header<T>(std::vector<std::int64_t>(array.shape().begin(), array.shape().end()));
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw IoError(path +
-                    ": cannot open for writing (does the directory exist and is it writable?)");
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    out.write(reinterpret_cast<const char*>(array.data()),
-              static_cast<std::streamsize>(array.size() * sizeof(T)));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(temporary.c_str());
-      throw IoError(path + ": writing failed (disk full?)");
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw IoError(path + ": cannot rename the finished temporary file into place");
-  }
+  io::write_durably(path, head, array.data(), array.size() * sizeof(T));
 }
 
 }  // namespace npy

@@ -15,6 +15,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/transfer.hpp"
+#include "meshtensor/io/durable_file.hpp"
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/tensor/new_block.hpp"
@@ -51,22 +52,17 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
   const std::string temporary = path + ".partial";
   const auto& shape = tensor.shape();
   std::string failure;
-  if (mesh.processor() == 0) {
-    // The header, then the file extended to its full size for the blocks to be written into.
-    const std::string head = npy::header<T>(shape.sizes());
-    std::FILE* f = std::fopen(temporary.c_str(), "wb");
-    if (!f) {
-      failure = path + ": cannot open for writing (does the directory exist and is it writable?)";
-    } else {
-      const bool wrote = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-      const bool closed = std::fclose(f) == 0;
+  if (mesh.processor() == 0)
+    failure = failure_of([&] {
+      // The header, then the file extended to its full size for the blocks to be written into;
+      // created exclusively, never through a link (io/durable_file.hpp).
+      const std::string head = npy::header<T>(shape.sizes());
+      const int fd = io::create_temporary(temporary, path);
       const auto total = static_cast<off_t>(head.size() + shape.num_elements() * sizeof(T));
-      if (!wrote || !closed || ::truncate(temporary.c_str(), total) != 0) {
-        std::remove(temporary.c_str());
-        failure = path + ": writing failed (disk full?)";
-      }
-    }
-  }
+      const bool written =
+          io::write_all(fd, head.data(), head.size()) && ::ftruncate(fd, total) == 0;
+      io::finish_temporary(fd, written, temporary, path);
+    });
   agree_on(mesh, failure);
 
   // Each block is written by one replica: the processor at coordinate 0 on the unused mesh axes.
@@ -76,7 +72,7 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
   failure.clear();
   if (writer && !tensor.block().empty()) {
     const npy::Header header = npy::read_header(temporary);
-    const int fd = ::open(temporary.c_str(), O_WRONLY);
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
       failure = path + ": cannot open the partial file to write processor " +
                 std::to_string(mesh.processor()) + "'s block";
@@ -102,15 +98,16 @@ void save_npy(const Tensor<T>& tensor, const std::string& path) {
           failure =
               path + ": writing processor " + std::to_string(mesh.processor()) + "'s block failed";
       }
+      // On the disk before processor 0 renames the file into place.
+      if (failure.empty() && ::fsync(fd) != 0)
+        failure = path + ": flushing processor " + std::to_string(mesh.processor()) +
+                  "'s block to the disk failed";
       if (::close(fd) != 0 && failure.empty()) failure = path + ": closing the partial file failed";
     }
   }
   agree_on(mesh, failure);
   failure.clear();
-  if (mesh.processor() == 0 && std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    failure = path + ": cannot rename the finished file into place";
-  }
+  if (mesh.processor() == 0) failure = failure_of([&] { io::publish(temporary, path); });
   agree_on(mesh, failure);
 }
 
