@@ -1,5 +1,6 @@
 // .npy files as hostile input: whatever a header declares, the reader names the file and the
-// fault before it allocates anything, and it never waits on something that is not a file.
+// fault before it allocates anything, and it never waits on something that is not a file; the
+// writer never follows a link planted at its temporary name.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -101,4 +102,20 @@ TEST_CASE("a well-formed .npy file still reads whole and by blocks") {
   CHECK(whole.size() == 12);
   const auto block = npy::read_block<float>(path, Block{{Range{1, 3}, Range{0, 4}}});
   CHECK(block.size() == 8);
+}
+
+TEST_CASE("writing never follows a link planted at the temporary name, and leaves no temporary") {
+  std::filesystem::create_directories(dir);
+  const std::string victim = (dir / "victim.txt").string(), path = (dir / "out.npy").string();
+  std::ofstream(victim) << "keep me";
+  std::filesystem::remove(path + ".partial");
+  std::filesystem::create_symlink(victim, path + ".partial");
+  xt::xarray<float> values = {1.0f, 2.0f, 3.0f};
+  npy::write(path, values);
+  std::string kept;
+  std::getline(std::ifstream(victim), kept);
+  CHECK(kept == "keep me");
+  CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path + ".partial")));
+  LocalProcessor scope;
+  CHECK((npy::read<float>(path) == values));
 }
