@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine from an unpacked scripts/gpu-bundle.sh bundle (it sits beside bin/, lib/
 # and ompi/): the GPU kernel tests, every MPI test on the nccl transport with one rank (started
-# without mpirun: the bundle carries no launcher, and NCCL needs a GPU per rank), and a U-Net
-# training step over nccl next to mpi on the same machine. Prints a summary; exits non-zero when
-# anything failed.
+# without mpirun: the bundle carries no launcher, and NCCL needs a GPU per rank), a U-Net
+# training step over nccl next to mpi on the same machine, and a checkpoint written from the GPU
+# that predict then loads. Prints a summary; exits non-zero when anything failed.
 #   check-gpu-bundle.sh [log directory]      (default: ./gpu-check-logs)
 # CUDA_LIBRARY_DIRS (colon-separated) names where CUDA, cuDNN and NCCL live when they are not in
 # the toolkit's or PyTorch's usual places.
@@ -65,6 +65,13 @@ for size in 64 128; do
       echo "  $(tail -n 1 "$logs/unet3d_${size}_$backend.log")"
   done
 done
+
+echo; echo "== a checkpoint written from the GPU's blocks, and predict from it on the GPU"
+step checkpoint_nccl timeout 300 ./unet3d train --backend nccl --size 64 --steps 4 \
+  --checkpoint-every 2 --checkpoint "$logs/ckpt" --validation-volumes 0 --out "$logs/unet3d-ckpt"
+step generate timeout 120 ./unet3d generate --size 64 --output "$logs/volume.npy" --threads 1
+step predict_nccl timeout 300 ./unet3d predict --backend nccl --checkpoint "$logs/ckpt" \
+  --input "$logs/volume.npy" --output "$logs/predicted.npy"
 
 echo
 if ((${#failed[@]})); then
