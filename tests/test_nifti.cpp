@@ -141,9 +141,11 @@ TEST_CASE("a NIfTI file named in upper case (SCAN.NII.GZ) is read as its lower-c
   CHECK(nifti::is_nifti_name("SCAN.NII.GZ"));
   CHECK(nifti::is_nifti_name("Scan.Nii"));
   CHECK_FALSE(nifti::is_nifti_name("scan.nii.bz2"));
-  const std::string upper = std::filesystem::temp_directory_path() / "meshtensor-CT_INT16.NII.GZ";
-  std::filesystem::copy_file(dir + "/ct_int16.nii.gz", upper,
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string upper = dir + "/CT_INT16_COPY.NII.GZ";
+  if (lead_rank())  // one copy, made before any rank reads it
+    std::filesystem::copy_file(dir + "/ct_int16.nii.gz", upper,
+                               std::filesystem::copy_options::overwrite_existing);
+  wait_for_all_ranks();
   on_one_processor([&](Mesh& m) {
     const auto lower = open_nifti(m, dir + "/ct_int16.nii.gz");
     const auto twin = open_nifti(m, upper);
