@@ -198,3 +198,80 @@ TEST_CASE("a mesh whose size differs from the number of processors is rejected")
       Catch::Matchers::Contains("needs 4 processors but the run has 3 (threads transport)"));
 #endif
 }
+
+namespace {
+
+// What each processor of a 2-processor mesh was told when its collective disagreed with its
+// peer's, in the checking mode; `call(mesh, processor)` makes the calls.
+template <class Call>
+std::vector<std::string> disagreements(Call&& call) {
+  setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
+  return on_mesh(MeshShape{{"p", 2}}, [&](Mesh& mesh) {
+    try {
+      call(mesh.world(), mesh.processor());
+    } catch (const CommError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+}
+
+}  // namespace
+
+TEST_CASE("in the checking mode, processors in different collectives get an error naming both") {
+  if (!can_run(MeshShape{{"p", 2}})) return;
+  using Catch::Matchers::Matches;
+  const std::string both_sides =
+      "every processor must call the same collective ops in the same order, with the same sizes";
+  SECTION("different ops") {
+    for (const auto& what : disagreements([](Communicator&world, int processor) {
+           float value[4] = {};
+           if (processor == 0) world.all_reduce(value, 4, DType::f32, ReduceOp::sum);
+           if (processor == 1) world.broadcast(value, 16, 0);
+         }))
+      CHECK_THAT(what,
+                 Matches(".*the collective ops of a group of 2 disagree: processor [01] calls "
+                         "(all_reduce #0 of 4 float32 elements \\(sum\\)|broadcast #0 of 16 "
+                         "bytes from rank 0) but processor [01] calls (broadcast #0|all_reduce "
+                         "#0).*" +
+                         both_sides + ".*"));
+  }
+  SECTION("the same op with other sizes, types or reductions") {
+    for (const auto& what : disagreements([](Communicator&world, int processor) {
+           double value[5] = {};
+           world.all_reduce(value, processor == 0 ? 4 : 5, DType::f64, ReduceOp::sum);
+         }))
+      CHECK_THAT(what,
+                 Matches(".*processor [01] calls all_reduce #0 of [45] float64 elements "
+                         "\\(sum\\) but processor [01] calls all_reduce #0 of [54] float64.*"));
+    for (const auto& what : disagreements([](Communicator&world, int processor) {
+           double value[4] = {};
+           world.all_reduce(value, 4, DType::f64, processor == 0 ? ReduceOp::max : ReduceOp::sum);
+         }))
+      CHECK_THAT(what, Matches(".*all_reduce #0 of 4 float64 elements \\((max|sum)\\) but .*"
+                               "all_reduce #0 of 4 float64 elements \\((sum|max)\\).*"));
+  }
+  SECTION("a processor that skipped a collective is caught at the next one") {
+    for (const auto& what : disagreements([](Communicator&world, int processor) {
+           if (processor == 0) world.barrier();
+           std::int32_t value = 1;
+           world.all_reduce(&value, 1, DType::i32, ReduceOp::sum);
+         }))
+      CHECK_THAT(what, Matches(".*(barrier #0|all_reduce #0 of 1 int32 elements \\(sum\\)) but "
+                               "processor [01] calls (all_reduce #0|barrier #0).*"));
+  }
+  SECTION("an all_to_all whose sender and receiver disagree on a pair's bytes") {
+    const auto told = disagreements([](Communicator& world, int processor) {
+      std::vector<std::uint8_t> out(8), in(8);
+      // Processor 0 sends 3 bytes to 1, which expects 4; 1 sends 1 byte to 0, which expects 2.
+      using Sizes = std::vector<std::size_t>;
+      const Sizes sends = processor == 0 ? Sizes{2, 3} : Sizes{1, 2};
+      const Sizes receives = processor == 0 ? Sizes{2, 2} : Sizes{4, 2};
+      world.all_to_all(out.data(), sends, in.data(), receives);
+    });
+    for (const auto& what : told)
+      CHECK_THAT(what, Matches(".*processor 0's all_to_all #0 sends 3 bytes to processor 1, which "
+                               "expects 4.*|.*processor 1's all_to_all #0 sends 1 bytes to "
+                               "processor 0, which expects 2.*"));
+  }
+}

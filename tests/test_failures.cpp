@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <meshtensor/meshtensor.hpp>
@@ -76,9 +78,9 @@ TEST_CASE("a processor that returns early while others wait in a collective is r
     if (mesh.processor() != 1) mesh.world().barrier();
   };
   CHECK_THROWS_AS(threads::run("p:3", body), CommError);
-  CHECK_THROWS_WITH(threads::run("p:3", body),
-                    Contains("processor 1") && Contains("already returned") &&
-                        Contains("same collective ops in the same order"));
+  CHECK_THROWS_WITH(threads::run("p:3", body), Contains("processor 1") &&
+                                                   Contains("already returned") &&
+                                                   Contains("same ops in the same order"));
   auto receive_body = [](Mesh& mesh) {
     if (mesh.processor() == 0) {
       int value = 0;
@@ -129,4 +131,48 @@ TEST_CASE("run() turns a failure into an exit status and checks MESHTENSOR_TRANS
   ::setenv("MESHTENSOR_TRANSPORT", "threads", 1);
   CHECK(chosen_transport() == "threads");
   ::unsetenv("MESHTENSOR_TRANSPORT");
+}
+
+TEST_CASE("a wait for a processor that never comes ends after MESHTENSOR_TIMEOUT, naming it") {
+  setenv("MESHTENSOR_TIMEOUT", "0.3", 1);
+  SECTION("a collective, unchecked: the processors that did not arrive are named") {
+    setenv("MESHTENSOR_CHECK_COLLECTIVES", "0", 1);
+    auto body = [](Mesh& mesh) {
+      // Processor 2 arrives after the others gave up: it is told they stopped (PeerFailure).
+      if (mesh.processor() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      mesh.world().barrier();
+    };
+    CHECK_THROWS_WITH(threads::run("p:3", body),
+                      Contains("waited 0.3 s (MESHTENSOR_TIMEOUT) in a collective op for "
+                               "processor(s) 2, which did not reach it"));
+  }
+  SECTION("a collective, checked: the op is named") {
+    setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
+    auto body = [](Mesh& mesh) {
+      if (mesh.processor() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      float value = 0;
+      mesh.world().all_reduce(&value, 1, DType::f32, ReduceOp::max);
+    };
+    CHECK_THROWS_WITH(threads::run("p:2", body),
+                      Contains("processor 0, entering all_reduce #0 of 1 float32 elements (max): "
+                               "threads transport: a receive (tag 103) waited 0.3 s "
+                               "(MESHTENSOR_TIMEOUT) for a message from processor 1"));
+  }
+  SECTION("a message") {
+    auto body = [](Mesh& mesh) {
+      int value = 0;
+      if (mesh.processor() == 0) mesh.world().irecv(&value, sizeof value, 1, 5).wait();
+      if (mesh.processor() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    };
+    CHECK_THROWS_WITH(threads::run("p:2", body),
+                      Contains("a receive (tag 5) waited 0.3 s (MESHTENSOR_TIMEOUT) for a message "
+                               "from processor 1, which did not send it"));
+  }
+  SECTION("a bad value is named") {
+    setenv("MESHTENSOR_TIMEOUT", "ten minutes", 1);
+    CHECK_THROWS_WITH(threads::run("p:2", [](Mesh& mesh) { mesh.world().barrier(); }),
+                      Contains("MESHTENSOR_TIMEOUT is \"ten minutes\"; give the seconds"));
+  }
+  setenv("MESHTENSOR_TIMEOUT", "600", 1);
+  setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
 }

@@ -18,6 +18,9 @@
 #include "support/spmd.hpp"
 
 int main(int argc, char** argv) {
+  // Every collective of the tests is checked (comm/collective_call.hpp) unless the run says
+  // otherwise: two processors in different collectives fail with both named.
+  setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", /*overwrite=*/0);
   boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled);
   const char* transport = std::getenv("MESHTENSOR_TRANSPORT");
   if (transport && std::string(transport) == "nccl") {

@@ -211,6 +211,13 @@ elseif(SCENARIO STREQUAL "bad_flags")
     fails("argument was not expected: --bogus" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --bogus)
     fails("--memory-per-processor \"2XB\": unknown unit" ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train
           --layout auto --memory-per-processor 2XB)
+    # --help ends every rank with status 0, and an error once the mesh exists (a block over the
+    # limit, on every rank) ends the job with the processors named.
+    ok(${MPIEXEC} ${NP_FLAG} 64 ${UNET3D} train --help)
+    fails("error on processor [0-9]+ of 64: the tensor \\[kx=3, .*more than MESHTENSOR_MAX_BLOCK_BYTES"
+          ${CMAKE_COMMAND} -E env MESHTENSOR_MAX_BLOCK_BYTES=16KiB ${MPIEXEC} ${NP_FLAG} 64 ${UNET3D}
+          train --size 64 --depth 2 --mesh p:64 --layouts "x:p | channels:p" --steps 1
+          --out ${here}/o64)
   endif()
   # Real numbers are finite and above zero (CLI11's own check lets NaN and infinity through).
   foreach(bad "--lr;nan" "--lr;inf" "--lr;-0.1" "--class-weights;1,nan,3" "--spacing;1,inf,1")

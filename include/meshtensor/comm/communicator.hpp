@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "meshtensor/comm/collective_call.hpp"
 #include "meshtensor/comm/dtype.hpp"
 #include "meshtensor/comm/request.hpp"
+#include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/device.hpp"
 #include "meshtensor/memory/pool.hpp"
@@ -35,6 +37,8 @@ class Communicator {
   /// Whether every processor of the run is a thread of this process (the threads transport), not
   /// one process of a launcher's job.
   virtual bool in_one_process() const { return false; }
+  /// The processor (its rank in the run) that is rank `rank` of this group, for messages.
+  virtual int processor_of(int rank) const { return rank; }
 
   // Buffers are in `where`: the host's memory (a value, a vector), or the processor's device's (a
   // block, a message buffer: Array and Buffer say which). A transport that carries another kind
@@ -95,6 +99,7 @@ class Communicator {
   void all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
                   MemorySpace where = MemorySpace::host) {
     count_collective(count * dtype_size(type));
+    enter(typed(CollectiveOp::all_reduce, count * dtype_size(type), type, op));
     run_all_reduce(data, count, type, op, where);
   }
   /// Rank r contributes `send_bytes` (== recv_bytes[r]); every rank receives all contributions
@@ -103,15 +108,26 @@ class Communicator {
                   const std::vector<std::size_t>& recv_bytes,
                   MemorySpace where = MemorySpace::host) {
     count_collective(send_bytes);
+    if (checking_) {
+      CollectiveCall call = untyped(CollectiveOp::all_gather, sum(recv_bytes));
+      call.blocks_hash = detail::hash_sizes(recv_bytes);
+      enter(
+          call, [&](int) { return send_bytes; },
+          [&](int q) { return q < int(recv_bytes.size()) ? recv_bytes[q] : 0; });
+    } else {
+      ++sequence_;
+    }
     run_all_gather(send, send_bytes, recv, recv_bytes, where);
   }
   /// Reduces `send` (the sum of counts elements) over all ranks; rank r keeps the counts[r]
   /// elements starting at the sum of counts[0..r).
   void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                       DType type, ReduceOp op, MemorySpace where = MemorySpace::host) {
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
+    const std::size_t total = sum(counts);
     count_collective(total * dtype_size(type));
+    CollectiveCall call = typed(CollectiveOp::reduce_scatter, total * dtype_size(type), type, op);
+    call.blocks_hash = detail::hash_sizes(counts);
+    enter(call);
     run_reduce_scatter(send, recv, counts, type, op, where);
   }
   /// Rank r sends send_bytes[q] bytes (consecutive in `send`) to each rank q, and receives
@@ -119,18 +135,30 @@ class Communicator {
   void all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                   const std::vector<std::size_t>& recv_bytes,
                   MemorySpace where = MemorySpace::host) {
-    std::size_t total = 0;
-    for (auto b : send_bytes) total += b;
-    count_collective(total);
+    count_collective(sum(send_bytes));
+    if (checking_) {
+      auto at = [](const std::vector<std::size_t>& bytes, int q) {
+        return q < int(bytes.size()) ? bytes[q] : std::size_t{0};
+      };
+      enter(
+          untyped(CollectiveOp::all_to_all, 0), [&](int q) { return at(send_bytes, q); },
+          [&](int q) { return at(recv_bytes, q); });
+    } else {
+      ++sequence_;
+    }
     run_all_to_all(send, send_bytes, recv, recv_bytes, where);
   }
   /// Rank `root`'s `bytes` bytes reach every rank.
   void broadcast(void* data, std::size_t bytes, int root, MemorySpace where = MemorySpace::host) {
     count_collective(bytes);
+    CollectiveCall call = untyped(CollectiveOp::broadcast, bytes);
+    call.root = root;
+    enter(call);
     run_broadcast(data, bytes, root, where);
   }
   void barrier() {
     count_collective(0);
+    enter(untyped(CollectiveOp::barrier, 0));
     run_barrier();
   }
 
@@ -150,6 +178,10 @@ class Communicator {
   }
 
  protected:
+  /// Whether this transport's processors meet: the plan's (comm/counting.hpp) never do, so the
+  /// checking mode has nobody to compare with there.
+  virtual bool meets_peers() const { return true; }
+
   // What each transport does; the calls above count and forward.
   virtual Request post_send(const void* data, std::size_t bytes, int dest, int tag,
                             MemorySpace where) = 0;
@@ -169,12 +201,93 @@ class Communicator {
   virtual void run_barrier() = 0;
 
  private:
+  static std::size_t sum(const std::vector<std::size_t>& sizes) {
+    std::size_t total = 0;
+    for (auto size : sizes) total += size;
+    return total;
+  }
+  CollectiveCall untyped(CollectiveOp op, std::size_t total_bytes) const {
+    CollectiveCall call;
+    call.op = op;
+    call.sequence = sequence_;
+    call.total_bytes = total_bytes;
+    return call;
+  }
+  CollectiveCall typed(CollectiveOp op, std::size_t total_bytes, DType type,
+                       ReduceOp reduce) const {
+    CollectiveCall call = untyped(op, total_bytes);
+    call.type = type;
+    call.reduce = reduce;
+    call.typed = true;
+    return call;
+  }
+
+  void enter(const CollectiveCall& call) {
+    if (!checking_) {
+      ++sequence_;
+      return;
+    }
+    auto none = [](int) { return std::size_t{0}; };
+    enter(call, none, none);
+  }
+
+  // The checking mode: every member sends its call to every other before any data moves
+  // (sent_pair(q): what it sends q; expected_pair(q): what it expects from q). Waiting for the
+  // peers' calls is where a processor that stopped or returned is found.
+  template <class SentPair, class ExpectedPair>
+  void enter(CollectiveCall call, SentPair&& sent_pair, ExpectedPair&& expected_pair) {
+    ++sequence_;
+    if (!meets_peers() || size() == 1) return;
+    const int n = size(), me = rank();
+    std::vector<CollectiveCall> sent(n, call), theirs(n);
+    std::vector<Request> requests;
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      sent[q].pair_bytes = sent_pair(q);
+      requests.push_back(post_receive(&theirs[q], sizeof(CollectiveCall), q, tags::collective_check,
+                                      MemorySpace::host));
+      requests.push_back(post_send(&sent[q], sizeof(CollectiveCall), q, tags::collective_check,
+                                   MemorySpace::host));
+    }
+    start_posted();
+    try {
+      wait_all(requests);
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CommError("processor " + std::to_string(processor_of(me)) + ", entering " +
+                      describe(call) + ": " + e.what());
+    }
+    for (int q = 0; q < n; ++q)
+      if (q != me && !same_call(call, theirs[q], expected_pair(q)))
+        throw CommError(disagreement(call, theirs[q], q, expected_pair(q)));
+  }
+
+  std::string disagreement(const CollectiveCall& mine, const CollectiveCall& theirs, int q,
+                           std::uint64_t expected) const {
+    const std::string me = "processor " + std::to_string(processor_of(rank()));
+    const std::string peer = "processor " + std::to_string(processor_of(q));
+    std::string what;
+    if (mine.op == theirs.op && mine.sequence == theirs.sequence && theirs.pair_bytes != expected &&
+        mine.blocks_hash == theirs.blocks_hash)
+      what = peer + "'s " + describe(theirs) + " sends " + std::to_string(theirs.pair_bytes) +
+             " bytes to " + me + ", which expects " + std::to_string(expected);
+    else
+      what = me + " calls " + describe(mine) + " but " + peer + " calls " + describe(theirs);
+    return transport() + " transport: the collective ops of a group of " + std::to_string(size()) +
+           " disagree: " + what +
+           "; every processor must call the same collective ops in the same order, with the "
+           "same sizes (MESHTENSOR_CHECK_COLLECTIVES=1 found this)";
+  }
+
   void count_collective(std::size_t bytes) {
     ++traffic_.collectives;
     traffic_.collective_bytes += bytes;
   }
 
   Traffic traffic_;
+  bool checking_ = checking_collectives();
+  std::uint64_t sequence_ = 0;  // collectives called on this communicator so far
 };
 
 }  // namespace meshtensor

@@ -2,6 +2,9 @@
 // The `mpi` transport: one processor per MPI rank, over Boost.MPI and Open MPI. Boost.MPI owns the
 // environment and the communicators; the byte-level calls go straight to the MPI C API, which has
 // the variable-count collectives Boost.MPI lacks. Messages above MPI's int count limit are split.
+// No wait hangs (mpi_watch.hpp): messages are polled until MESHTENSOR_TIMEOUT, and each collective
+// starts with a non-blocking barrier polled the same way, so the blocking call after it runs only
+// once every member is there.
 
 #include <mpi.h>
 
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/mpi_watch.hpp"
 #include "meshtensor/core/error.hpp"
 
 namespace meshtensor::mpi {
@@ -52,25 +56,22 @@ inline MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-inline void check(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw CommError(std::string("mpi transport: ") + call + " failed: " + std::string(text, length));
-}
-
+// A message posted in pieces; waited for through the watch, which names it if it never ends.
 class MpiRequest : public meshtensor::detail::RequestImpl {
  public:
-  explicit MpiRequest(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+  MpiRequest(std::vector<MPI_Request> requests, std::shared_ptr<Watch> watch, int peer,
+             std::string what)
+      : requests_(std::move(requests)),
+        watch_(std::move(watch)),
+        peer_(peer),
+        what_(std::move(what)) {}
   ~MpiRequest() override {
     // A request abandoned by an exception must not be left pending inside MPI.
     for (auto& r : requests_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
   void wait() override {
-    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-          "MPI_Waitall");
+    watch_->wait([this] { return test(); }, {peer_}, [this] { return what_; });
   }
   bool test() override {
     int done = 0;
@@ -82,6 +83,9 @@ class MpiRequest : public meshtensor::detail::RequestImpl {
 
  private:
   std::vector<MPI_Request> requests_;
+  std::shared_ptr<Watch> watch_;
+  int peer_;          // a rank of the watch
+  std::string what_;  // "a receive of 64 bytes from processor 2 (tag 101)"
 };
 
 inline int as_int(std::size_t n, const char* what) {
@@ -96,16 +100,24 @@ inline int as_int(std::size_t n, const char* what) {
 /// A communicator over MPI ranks.
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(boost::mpi::communicator comm) : comm_(std::move(comm)) {}
+  /// Over the ranks of `comm`; the communicators split from it share its watch.
+  explicit MpiCommunicator(boost::mpi::communicator comm)
+      : MpiCommunicator(comm, std::make_shared<Watch>(static_cast<MPI_Comm>(comm))) {}
+  MpiCommunicator(boost::mpi::communicator comm, std::shared_ptr<Watch> watch)
+      : comm_(std::move(comm)), watch_(std::move(watch)), members_(watched_ranks()) {}
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   std::string transport() const override { return "mpi"; }
+  int processor_of(int rank) const override { return members_.at(rank); }
   MPI_Comm native() const { return static_cast<MPI_Comm>(comm_); }
+  /// The watch over the run's ranks: finish() it when this rank returns from the run.
+  const std::shared_ptr<Watch>& watch() const { return watch_; }
 
  private:
   // Large messages travel as consecutive pieces with one tag; MPI keeps their order.
   Request post_send(const void* data, std::size_t bytes, int dest, int tag, MemorySpace) override {
+    check_peer(dest, "a send to");
     std::vector<MPI_Request> requests;
     auto* p = static_cast<const char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
@@ -113,10 +125,11 @@ class MpiCommunicator final : public Communicator {
       detail::check(MPI_Isend(p + offset, n, MPI_BYTE, dest, tag, native(), &requests.back()),
                     "MPI_Isend");
     });
-    return Request(std::make_unique<detail::MpiRequest>(std::move(requests)));
+    return message(std::move(requests), "a send", bytes, "to", dest, tag);
   }
 
   Request post_receive(void* data, std::size_t bytes, int source, int tag, MemorySpace) override {
+    check_peer(source, "a receive from");
     std::vector<MPI_Request> requests;
     auto* p = static_cast<char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
@@ -124,12 +137,59 @@ class MpiCommunicator final : public Communicator {
       detail::check(MPI_Irecv(p + offset, n, MPI_BYTE, source, tag, native(), &requests.back()),
                     "MPI_Irecv");
     });
-    return Request(std::make_unique<detail::MpiRequest>(std::move(requests)));
+    return message(std::move(requests), "a receive", bytes, "from", source, tag);
+  }
+
+  Request message(std::vector<MPI_Request> requests, const char* kind, std::size_t bytes,
+                  const char* direction, int peer, int tag) {
+    const int processor = processor_of(peer);
+    return Request(std::make_unique<detail::MpiRequest>(
+        std::move(requests), watch_, processor,
+        std::string(kind) + " of " + std::to_string(bytes) + " bytes " + direction + " processor " +
+            std::to_string(processor) + " (tag " + std::to_string(tag) + ")"));
+  }
+
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size())
+      throw CommError("mpi transport: " + std::string(what) + " rank " + std::to_string(peer) +
+                      " in a group of " + std::to_string(size()) + "; ranks are 0 to " +
+                      std::to_string(size() - 1));
+  }
+
+  // Every member reaches a non-blocking barrier, polled through the watch, before a blocking
+  // collective starts: a member that stopped or returned is found there, not inside MPI.
+  void arrive(const std::string& what) {
+    if (size() == 1) return;
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::check(MPI_Ibarrier(native(), &request), "MPI_Ibarrier");
+    auto arrived = [&] {
+      int done = 0;
+      detail::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      return done != 0;
+    };
+    watch_->wait(arrived, members_, [&] {
+      return what + " with the other processors of its group (" + detail::list(members_) +
+             ") to arrive";
+    });
+  }
+
+  std::vector<int> watched_ranks() const {
+    MPI_Group mine, watched;
+    MPI_Comm_group(native(), &mine);
+    MPI_Comm_group(watch_->ranks(), &watched);
+    std::vector<int> ranks(size()), result(size());
+    for (int r = 0; r < size(); ++r) ranks[r] = r;
+    MPI_Group_translate_ranks(mine, size(), ranks.data(), watched, result.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&watched);
+    return result;
   }
 
  public:
   void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
                       MemorySpace) override {
+    arrive("all_reduce of " + std::to_string(count) + " " + to_string(type) + " elements (" +
+           to_string(op) + ")");
     const std::size_t element = dtype_size(type);
     auto* p = static_cast<char*>(data);
     for_each_chunk(count * element, [&](std::size_t offset, int n) {
@@ -141,6 +201,7 @@ class MpiCommunicator final : public Communicator {
 
   void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
                       const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
+    arrive("all_gather of " + std::to_string(send_bytes) + " bytes");
     std::vector<int> counts, displacements;
     std::size_t offset = 0;
     for (auto bytes : recv_bytes) {
@@ -156,6 +217,7 @@ class MpiCommunicator final : public Communicator {
 
   void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                           DType type, ReduceOp op, MemorySpace) override {
+    arrive("reduce_scatter of " + to_string(type) + " elements (" + to_string(op) + ")");
     std::vector<int> int_counts;
     for (auto n : counts) int_counts.push_back(detail::as_int(n, "a reduce_scatter block"));
     detail::check(MPI_Reduce_scatter(send, recv, int_counts.data(), detail::mpi_type(type),
@@ -165,6 +227,7 @@ class MpiCommunicator final : public Communicator {
 
   void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                       const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
+    arrive("all_to_all");
     auto layout = [](const std::vector<std::size_t>& bytes, std::vector<int>& counts,
                      std::vector<int>& displacements) {
       std::size_t offset = 0;
@@ -183,21 +246,23 @@ class MpiCommunicator final : public Communicator {
   }
 
   void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace) override {
+    arrive("broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root));
     auto* p = static_cast<char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
       detail::check(MPI_Bcast(p + offset, n, MPI_BYTE, root, native()), "MPI_Bcast");
     });
   }
 
-  void run_barrier() override { detail::check(MPI_Barrier(native()), "MPI_Barrier"); }
+  void run_barrier() override { arrive("barrier"); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
+    arrive("split");
     MPI_Comm part = MPI_COMM_NULL;
     detail::check(MPI_Comm_split(native(), color < 0 ? MPI_UNDEFINED : color, key, &part),
                   "MPI_Comm_split");
     if (part == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(
-        boost::mpi::communicator(part, boost::mpi::comm_take_ownership));
+        boost::mpi::communicator(part, boost::mpi::comm_take_ownership), watch_);
   }
 
  private:
@@ -214,6 +279,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   boost::mpi::communicator comm_;
+  std::shared_ptr<Watch> watch_;
+  std::vector<int> members_;  // each rank's rank in the watch
 };
 
 }  // namespace meshtensor::mpi

@@ -10,7 +10,7 @@
 // group, when the first of them is waited for (or tested), or before the next collective: each
 // op posts all the messages of a step before waiting, as MPI allows too, so both sides put the same
 // messages in the same order into their groups. Every wait polls NCCL for errors and gives up
-// after MESHTENSOR_NCCL_TIMEOUT seconds, so a processor whose peer died does not hang.
+// after MESHTENSOR_TIMEOUT seconds, so a processor whose peer died does not hang.
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -21,11 +21,13 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/deadline.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/cuda.hpp"
 
@@ -60,22 +62,6 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-/// How long a wait on NCCL may take before the processor gives up: MESHTENSOR_NCCL_TIMEOUT
-/// seconds, 600 unless set. Read once per process.
-inline std::chrono::duration<double> timeout() {
-  static const std::chrono::duration<double> limit = [] {
-    const char* text = std::getenv("MESHTENSOR_NCCL_TIMEOUT");
-    if (!text) return std::chrono::duration<double>(600);
-    char* end = nullptr;
-    const double seconds = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(seconds > 0))
-      throw Error(std::string("MESHTENSOR_NCCL_TIMEOUT is \"") + text +
-                  "\"; give a positive number of seconds (the default is 600)");
-    return std::chrono::duration<double>(seconds);
-  }();
-  return limit;
-}
-
 /// NCCL's last message about `comm`, as " (message)", or nothing.
 inline std::string last_error(ncclComm_t comm) {
   const char* text = ncclGetLastError(comm);
@@ -83,22 +69,20 @@ inline std::string last_error(ncclComm_t comm) {
 }
 
 /// The outcome of `call` on a non-blocking communicator: ncclInProgress until NCCL has done its
-/// part, polled here until then; throws CommError on failure or after timeout(). A call may answer
-/// ncclSuccess while its work still runs (NCCL 2.28's ncclCommSplit does: the parent reports
-/// ncclInProgress until the new communicator exists), so the communicator is asked as well.
+/// part, polled here until then; throws CommError on failure or after MESHTENSOR_TIMEOUT. A call
+/// may answer ncclSuccess while its work still runs (NCCL 2.28's ncclCommSplit does: the parent
+/// reports ncclInProgress until the new communicator exists), so the communicator is asked as well.
 inline void settle(ncclComm_t comm, ncclResult_t result, const char* call) {
   if (result == ncclSuccess && comm && ncclCommGetAsyncError(comm, &result) != ncclSuccess)
     result = ncclSuccess;  // nothing more to learn
   if (result == ncclInProgress) {
-    const auto limit = timeout();
-    const auto start = std::chrono::steady_clock::now();
+    const Deadline deadline;
     do {
       if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
-      if (std::chrono::steady_clock::now() - start > limit)
+      if (deadline.passed())
         throw CommError(std::string("nccl transport: ") + call + " did not finish within " +
-                        std::to_string(limit.count()) +
-                        " s (MESHTENSOR_NCCL_TIMEOUT); another processor probably failed "
-                        "before reaching it");
+                        deadline.describe() +
+                        "; another processor probably failed before reaching it");
       std::this_thread::yield();
     } while (result == ncclInProgress);
   }
@@ -167,6 +151,7 @@ struct Batch {
   bool launched = false;
   bool finished = false;
   std::string failure;  // why the launch failed, if it did
+  std::string what;     // the peers, for messages
 
   ~Batch() {
     messages.clear();  // release the device copies (stream-ordered) before the event
@@ -362,7 +347,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   /// Waits for everything queued on this communicator's stream, polling NCCL for errors; gives
-  /// up (aborting the communicator) after MESHTENSOR_NCCL_TIMEOUT seconds. `what` names the
+  /// up (aborting the communicator) after MESHTENSOR_TIMEOUT seconds. `what` names the
   /// operation in messages.
   void synchronize(const char* what) {
     wait_for([this] { return cudaStreamQuery(stream_); }, what, /*block=*/true);
@@ -413,6 +398,7 @@ class NcclCommunicator final : public Communicator {
     auto batch = std::move(pending_);
     pending_.reset();
     batch->launched = true;  // failed, if what follows throws: its requests report that
+    batch->what = peers_of(*batch);
     try {
       follow_compute();
       for (auto& m : batch->messages)
@@ -442,7 +428,7 @@ class NcclCommunicator final : public Communicator {
     if (!batch.failure.empty())
       throw CommError("nccl transport: messages on rank " + std::to_string(rank_) +
                       " could not start: " + batch.failure);
-    if (!wait_for([&batch] { return cudaEventQuery(batch.done); }, "a message", block))
+    if (!wait_for([&batch] { return cudaEventQuery(batch.done); }, batch.what.c_str(), block))
       return false;
     for (auto& m : batch.messages)
       if (!m.send && m.view) m.view->copy_out();
@@ -451,19 +437,27 @@ class NcclCommunicator final : public Communicator {
     return true;
   }
 
+  // "messages with rank(s) 1, 2": what a wait for a batch waits for, in messages.
+  static std::string peers_of(const detail::Batch& batch) {
+    std::set<int> peers;
+    for (const auto& m : batch.messages) peers.insert(m.peer);
+    std::string text;
+    for (int peer : peers) text += (text.empty() ? "" : ", ") + std::to_string(peer);
+    return "messages with rank(s) " + text;
+  }
+
   // Polls `query` (a CUDA stream or event query) until its work is done, checking NCCL for
   // errors; without `block`, polls once. Gives up, aborting the communicator, after the timeout.
   template <class Query>
   bool wait_for(Query&& query, const char* what, bool block) {
-    const auto limit = detail::timeout();
-    const auto start = std::chrono::steady_clock::now();
+    const Deadline deadline;
     for (int spins = 0;; ++spins) {
       const cudaError_t state = query();
       if (state == cudaSuccess) return true;
       if (state != cudaErrorNotReady) cuda::check(state, "cudaStreamQuery / cudaEventQuery");
       check_async(what);
       if (!block) return false;
-      if (std::chrono::steady_clock::now() - start > limit) give_up(what, limit.count());
+      if (deadline.passed()) give_up(what, deadline);
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -534,14 +528,14 @@ class NcclCommunicator final : public Communicator {
                     " of " + std::to_string(size_) + " failed: " + reason);
   }
 
-  [[noreturn]] void give_up(const char* what, double seconds) {
+  [[noreturn]] void give_up(const char* what, const Deadline& deadline) {
     (void)ncclCommAbort(comm_);
     comm_ = nullptr;
     throw CommError("nccl transport: " + std::string(what) + " on rank " + std::to_string(rank_) +
                     " of " + std::to_string(size_) + " did not complete within " +
-                    std::to_string(seconds) +
-                    " s (MESHTENSOR_NCCL_TIMEOUT); another processor probably failed or stopped "
-                    "calling the same operations in the same order");
+                    deadline.describe() +
+                    "; another processor probably failed or stopped, or calls other operations "
+                    "than this one");
   }
 
   ncclComm_t comm_ = nullptr;

@@ -124,7 +124,7 @@ inline std::string describe_problems(const std::vector<std::string>& problems,
  * Collective over `world`: gives each rank its GPU and returns the NCCL communicator over all of
  * them. Throws the same DeviceError on every rank when any rank cannot run (NoGpuError when the
  * only problem is missing GPUs), and CommError when
- * NCCL's own set-up fails or takes longer than MESHTENSOR_NCCL_TIMEOUT seconds.
+ * NCCL's own set-up fails or takes longer than MESHTENSOR_TIMEOUT seconds.
  */
 inline std::unique_ptr<NcclCommunicator> start(const boost::mpi::communicator& world) {
   MPI_Comm host_comm = MPI_COMM_NULL;

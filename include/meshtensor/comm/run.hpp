@@ -19,6 +19,7 @@
 #include "meshtensor/comm/mpi.hpp"
 #endif
 #ifdef MESHTENSOR_WITH_CUDA
+#include "meshtensor/comm/mpi_watch.hpp"
 #include "meshtensor/comm/nccl_start.hpp"
 #endif
 
@@ -38,13 +39,19 @@ void run(const MeshShape& shape, F&& fn) {
 #ifdef MESHTENSOR_WITH_MPI
 namespace mpi {
 /// Runs `fn(Mesh&)` on this rank of MPI_COMM_WORLD (initialising MPI if nobody has). An exception
-/// propagates to the caller on this rank only; `meshtensor::run` turns it into a job abort.
+/// propagates to the caller on this rank only; `meshtensor::run` turns it into a job abort. Once
+/// `fn` returns, this rank waits until every rank has returned (MESHTENSOR_TIMEOUT at most); one
+/// that was waiting for this rank fails then, naming it.
 template <class F>
 void run(const MeshShape& shape, F&& fn) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
-  Mesh mesh(shape, std::make_unique<MpiCommunicator>(boost::mpi::communicator()));
+  auto world = std::make_unique<MpiCommunicator>(boost::mpi::communicator());
+  const auto watch = world->watch();
+  Mesh mesh(shape, std::move(world));
   fn(mesh);
+  // A rank still waiting for this one learns that it returned, and fails instead of hanging.
+  watch->finish();
 }
 }  // namespace mpi
 #endif
@@ -57,8 +64,12 @@ template <class F>
 void run(const MeshShape& shape, F&& fn) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
+  mpi::Watch watch(MPI_COMM_WORLD);
   Mesh mesh(shape, start(boost::mpi::communicator()));  // computing on the rank's GPU
   fn(mesh);
+  // As under mpi: no rank enters MPI's end while another may still fail and abort the job (Open
+  // MPI's mpirun can hang when an abort meets ranks that are ending).
+  watch.finish();
 }
 }  // namespace nccl
 #endif

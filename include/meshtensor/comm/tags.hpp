@@ -7,4 +7,6 @@ namespace meshtensor::tags {
 constexpr int relayout = 100;
 constexpr int halo = 101;
 constexpr int volume_io = 102;
+// The checking mode's messages: each collective's call, sent to every peer (collective_call.hpp).
+constexpr int collective_check = 103;
 }  // namespace meshtensor::tags

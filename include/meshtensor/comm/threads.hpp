@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/deadline.hpp"
 #include "meshtensor/core/error.hpp"
 
 namespace meshtensor::threads {
@@ -32,6 +33,7 @@ struct Group {
   std::uint64_t context = 0;  // separates the messages of different communicators
   std::vector<int> members;   // world ranks, in group-rank order
   int arrived = 0;
+  std::vector<bool> present;  // per member: arrived at the current rendezvous
   std::uint64_t generation = 0;
   std::vector<const void*> slots;  // per member: what it published for the current collective
 };
@@ -44,6 +46,7 @@ class World {
     group->context = next_context_++;
     for (int r = 0; r < size; ++r) group->members.push_back(r);
     group->slots.resize(size);
+    group->present.resize(size);
     root_ = group;
   }
 
@@ -67,26 +70,41 @@ class World {
     changed_.notify_all();
   }
 
-  void barrier(Group& group) {
+  // Waits until every member of `group` has arrived; `rank` is the caller's rank in it.
+  void barrier(Group& group, int rank) {
+    const Deadline deadline;
     std::unique_lock<std::mutex> lock(mutex_);
     throw_if_failed();
     const auto generation = group.generation;
     if (++group.arrived == static_cast<int>(group.members.size())) {
       group.arrived = 0;
+      group.present.assign(group.present.size(), false);
       ++group.generation;
       changed_.notify_all();
       return;
     }
+    group.present[rank] = true;
     // A member that has returned cannot be among those who arrived (the last arrival releases
     // everyone), so it will never come.
     int gone = -1;
-    changed_.wait(lock, [&] {
+    const bool released = changed_.wait_until(lock, deadline.when(), [&] {
       for (int member : group.members)
         if (finished_[member]) gone = member;
       return group.generation != generation || failed_ || gone >= 0;
     });
     if (group.generation != generation) return;
     throw_if_failed();
+    if (!released) {
+      std::string missing;
+      for (std::size_t m = 0; m < group.members.size(); ++m)
+        if (!group.present[m])
+          missing += (missing.empty() ? "" : ", ") + std::to_string(group.members[m]);
+      throw CommError("threads transport: processor " + std::to_string(group.members[rank]) +
+                      " waited " + deadline.describe() + " in a collective op for processor(s) " +
+                      missing +
+                      ", which did not reach it; every processor must call the same collective "
+                      "ops in the same order");
+    }
     throw CommError("threads transport: a collective op waits for processor " +
                     std::to_string(gone) +
                     ", which has already returned; every processor must call the same "
@@ -107,10 +125,21 @@ class World {
             std::vector<std::byte>& message, bool block) {
     std::unique_lock<std::mutex> lock(mutex_);
     auto& queue = mailbox_[{context, source, dest, tag}];
-    if (block) changed_.wait(lock, [&] { return !queue.empty() || failed_ || finished_[sender]; });
+    if (block) {
+      const Deadline deadline;
+      const bool ended = changed_.wait_until(
+          lock, deadline.when(), [&] { return !queue.empty() || failed_ || finished_[sender]; });
+      if (!ended)
+        throw CommError("threads transport: a receive (tag " + std::to_string(tag) + ") waited " +
+                        deadline.describe() + " for a message from processor " +
+                        std::to_string(sender) +
+                        ", which did not send it; every processor must call the same ops in the "
+                        "same order");
+    }
     if (queue.empty()) {
       throw_if_failed();
-      if (block)
+      // A processor that has returned sends nothing more: a receive from it would never end.
+      if (finished_[sender])
         throw CommError("threads transport: a receive waits for a message from processor " +
                         std::to_string(sender) +
                         ", which has already returned; every processor must call the same ops in "
@@ -132,6 +161,7 @@ class World {
       group->context = next_context_++;
       group->members = members;
       group->slots.resize(members.size());
+      group->present.resize(members.size());
     }
     return group;
   }
@@ -202,6 +232,7 @@ class ThreadsCommunicator final : public Communicator {
   int size() const override { return static_cast<int>(group_->members.size()); }
   std::string transport() const override { return "threads"; }
   bool in_one_process() const override { return true; }
+  int processor_of(int rank) const override { return group_->members.at(rank); }
 
  private:
   Request post_send(const void* data, std::size_t bytes, int dest, int tag, MemorySpace) override {
@@ -232,7 +263,7 @@ class ThreadsCommunicator final : public Communicator {
         for (std::size_t i = 0; i < count; ++i)
           result[i] = meshtensor::detail::combine(op, result[i], other[i]);
       }
-      world_->barrier(*group_);
+      world_->barrier(*group_, rank_);
       if (count) std::memcpy(data, result.data(), count * sizeof(T));
     });
   }
@@ -247,7 +278,7 @@ class ThreadsCommunicator final : public Communicator {
       if (recv_bytes[r]) std::memcpy(out, peers[r], recv_bytes[r]);
       out += recv_bytes[r];
     }
-    world_->barrier(*group_);
+    world_->barrier(*group_, rank_);
   }
 
   void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
@@ -266,7 +297,7 @@ class ThreadsCommunicator final : public Communicator {
               meshtensor::detail::combine(op, value, static_cast<const T*>(peers[r])[begin + i]);
         out[i] = value;
       }
-      world_->barrier(*group_);
+      world_->barrier(*group_, rank_);
     });
   }
 
@@ -289,17 +320,17 @@ class ThreadsCommunicator final : public Communicator {
       if (recv_bytes[q]) std::memcpy(out, offer.data + offset, recv_bytes[q]);
       out += recv_bytes[q];
     }
-    world_->barrier(*group_);
+    world_->barrier(*group_, rank_);
   }
 
   void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace) override {
     check_rank(root, "broadcast from");
     auto peers = publish(data);
     if (rank_ != root && bytes) std::memcpy(data, peers[root], bytes);
-    world_->barrier(*group_);
+    world_->barrier(*group_, rank_);
   }
 
-  void run_barrier() override { world_->barrier(*group_); }
+  void run_barrier() override { world_->barrier(*group_, rank_); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     struct Choice {
@@ -312,7 +343,7 @@ class ThreadsCommunicator final : public Communicator {
       if (color >= 0 && choice.color == color)
         chosen.emplace_back(choice.key, static_cast<int>(r), group_->members[r]);
     }
-    world_->barrier(*group_);
+    world_->barrier(*group_, rank_);
     const auto split_number = splits_++;
     if (color < 0) return nullptr;
     std::sort(chosen.begin(), chosen.end());
@@ -331,7 +362,7 @@ class ThreadsCommunicator final : public Communicator {
   // The caller reads them and then calls barrier() before any member may reuse its buffer.
   std::vector<const void*> publish(const void* mine) {
     group_->slots[rank_] = mine;
-    world_->barrier(*group_);
+    world_->barrier(*group_, rank_);
     return group_->slots;
   }
 

@@ -35,6 +35,9 @@ struct ncclComm {
   // caller's variable only once the parent stops answering "in progress".
   ncclComm* split_made = nullptr;
   ncclComm_t* split_into = nullptr;
+  // Set by ncclCommAbort, which outlives the communicator in its queued calls: as on a GPU, an
+  // abort ends the communicator's kernels, so a stream waiting on them finishes.
+  std::shared_ptr<bool> aborted = std::make_shared<bool>(false);
 };
 
 namespace {
@@ -96,8 +99,12 @@ struct Posted {
   MPI_Request* request() { return &requests.emplace_back(); }
 };
 
-/// One NCCL call: posts the MPI requests that carry it out.
-using Post = std::function<void(Posted&)>;
+/// One NCCL call: posts the MPI requests that carry it out; ends at once if its communicator is
+/// aborted.
+struct Post {
+  std::function<void(Posted&)> post;
+  std::shared_ptr<bool> aborted;
+};
 
 /// The calls of a group (or one call alone) on one stream: posted together when the stream
 /// reaches them, finished when every request has completed.
@@ -105,11 +112,20 @@ class Calls final : public emulated_gpu::Operation {
  public:
   explicit Calls(std::vector<Post> posts) : posts_(std::move(posts)) {}
   bool advance() override {
+    auto& requests = posted_.requests;
+    for (const auto& post : posts_)
+      if (*post.aborted) {
+        for (auto& request : requests)
+          if (request != MPI_REQUEST_NULL) {
+            MPI_Cancel(&request);
+            MPI_Request_free(&request);
+          }
+        return true;
+      }
     if (!started_) {
-      for (auto& post : posts_) post(posted_);
+      for (auto& post : posts_) post.post(posted_);
       started_ = true;
     }
-    auto& requests = posted_.requests;
     int done = 0;
     MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
     return done != 0;
@@ -124,7 +140,8 @@ class Calls final : public emulated_gpu::Operation {
 // Calls made inside ncclGroupStart/End, by stream, in order.
 thread_local std::vector<std::pair<cudaStream_t, std::vector<Post>>> grouped;
 
-ncclResult_t issue(cudaStream_t stream, Post post) {
+ncclResult_t issue(cudaStream_t stream, ncclComm_t comm, std::function<void(Posted&)> call) {
+  Post post{std::move(call), comm->aborted};
   emulated_gpu::count("nccl");
   if (group_depth > 0) {
     if (grouped.empty() || grouped.back().first != stream) grouped.push_back({stream, {}});
@@ -291,6 +308,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm) *comm->aborted = true;
   delete comm;  // its MPI communicators are left to MPI: freeing them may wait for the peers
   return ncclSuccess;
 }
@@ -317,7 +335,7 @@ ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int p
   if (const auto r = check_call("ncclSend", comm, {data}, type, &mpi, &size)) return r;
   if (peer < 0 || peer >= comm->size)
     return refuse(ncclInvalidArgument, "ncclSend: peer " + std::to_string(peer) + " out of range");
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(data, count * size);
     MPI_Isend(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
   });
@@ -330,7 +348,7 @@ ncclResult_t ncclRecv(void* data, size_t count, ncclDataType_t type, int peer, n
   if (const auto r = check_call("ncclRecv", comm, {data}, type, &mpi, &size)) return r;
   if (peer < 0 || peer >= comm->size)
     return refuse(ncclInvalidArgument, "ncclRecv: peer " + std::to_string(peer) + " out of range");
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(data, count * size);
     MPI_Irecv(data, int(count), mpi, peer, 0, comm->mpi, posted.request());
   });
@@ -344,7 +362,7 @@ ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDa
   if (const auto r = check_call("ncclAllReduce", comm, {send, receive}, type, &mpi, &size))
     return r;
   if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclAllReduce: unsupported op");
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(send, count * size);
     residency::to_gpu(receive, count * size);
     MPI_Iallreduce(send == receive ? MPI_IN_PLACE : send, receive, int(count), mpi, reduce,
@@ -359,7 +377,7 @@ ncclResult_t ncclAllGather(const void* send, void* receive, size_t count, ncclDa
   if (const auto r = check_call("ncclAllGather", comm, {send, receive}, type, &mpi, &size))
     return r;
   const void* own_place = static_cast<char*>(receive) + std::size_t(comm->rank) * count * size;
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(send, count * size);
     residency::to_gpu(receive, count * size * std::size_t(comm->size));
     MPI_Iallgather(send == own_place ? MPI_IN_PLACE : send, int(count), mpi, receive, int(count),
@@ -375,7 +393,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* receive, size_t count, nc
   if (const auto r = check_call("ncclReduceScatter", comm, {send, receive}, type, &mpi, &size))
     return r;
   if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclReduceScatter: unsupported op");
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     // In place, NCCL keeps this rank's block where it is in the input, and MPI's in-place form
     // does not: the input is copied then.
     const char* input = static_cast<const char*>(send);
@@ -397,7 +415,7 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDa
   if (root < 0 || root >= comm->size)
     return refuse(ncclInvalidArgument,
                   "ncclBroadcast: root " + std::to_string(root) + " out of range");
-  return issue(stream, [=](Posted& posted) {
+  return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(send, count * size);
     residency::to_gpu(receive, count * size);
     if (comm->rank == root && send != receive) std::memmove(receive, send, count * size);
