@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -188,10 +191,10 @@ TEST_CASE("bad NIfTI files are refused on every processor, naming the file and t
   }
 }
 
-// ct_int16's NIfTI-1 header changed by `edit`, then `data_bytes` zero bytes of voxels, written as
-// `name` (compressed when it ends .gz) by the lead rank; its path.
+// ct_int16's NIfTI-1 header changed by `edit`, then the voxels `data`, written as `name`
+// (compressed when it ends .gz) by the lead rank; its path.
 template <class Edit>
-std::string crafted_file(const std::string& name, Edit&& edit, std::size_t data_bytes) {
+std::string crafted_file_with(const std::string& name, Edit&& edit, const std::string& data) {
   const std::string dir = cases_dir();
   const std::string path = dir + "/" + name;
   if (lead_rank()) {
@@ -202,7 +205,7 @@ std::string crafted_file(const std::string& name, Edit&& edit, std::size_t data_
     REQUIRE(header.sizeof_hdr == 348);  // written in this machine's byte order
     header.vox_offset = 352;
     edit(header);
-    const std::string rest(4 + data_bytes, '\0');  // no extensions, then the voxels
+    const std::string rest = std::string(4, '\0') + data;  // no extensions, then the voxels
     znzFile out =
         znzopen(path.c_str(), "wb", path.size() > 3 && path.substr(path.size() - 3) == ".gz");
     znzwrite(&header, 1, sizeof header, out);
@@ -211,6 +214,12 @@ std::string crafted_file(const std::string& name, Edit&& edit, std::size_t data_
   }
   wait_for_all_ranks();
   return path;
+}
+
+// The same, with `data_bytes` zero bytes of voxels.
+template <class Edit>
+std::string crafted_file(const std::string& name, Edit&& edit, std::size_t data_bytes) {
+  return crafted_file_with(name, std::forward<Edit>(edit), std::string(data_bytes, '\0'));
 }
 
 // What open_nifti says of `path` on each processor of two.
@@ -358,4 +367,151 @@ TEST_CASE("resize to a shape or a spacing is the same on every split, images and
       CHECK(mismatch(nearest, reference.second.data, 0) == "");
     }
   }
+}
+
+namespace {
+
+// What open_nifti and load_nifti (x split over two processors) say of `path` on each processor.
+std::vector<std::string> load_errors(const std::string& path) {
+  std::vector<std::string> errors;
+  for (const auto& log : on_mesh("p:2", [&](Mesh& m) {
+         ErrorLog log;
+         log([&] { (void)load_nifti<float>(m, open_nifti(m, path), "x:p"); });
+         return log;
+       })) {
+    REQUIRE(log.messages().size() == 1);
+    errors.push_back(log.messages()[0]);
+  }
+  return errors;
+}
+
+// A 2 x 2 x 2 volume of `values` stored as T (datatype `code`), unscaled unless `slope` is given.
+template <class T>
+std::string crafted_volume(const std::string& name, int code, const std::vector<T>& values,
+                           float slope = 1, float intercept = 0) {
+  std::string data(values.size() * sizeof(T), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  return crafted_file_with(
+      name,
+      [&](nifti_1_header& h) {
+        h.dim[0] = 3;
+        h.dim[1] = h.dim[2] = h.dim[3] = 2;
+        h.datatype = static_cast<short>(code);
+        h.bitpix = static_cast<short>(8 * sizeof(T));
+        h.scl_slope = slope;
+        h.scl_inter = intercept;
+      },
+      data);
+}
+
+}  // namespace
+
+TEST_CASE("a .nii.gz shorter than its header promises names the byte where its data end") {
+  // 8 x 8 x 8 int16 voxels promised (1024 bytes), 100 there: small enough to pass the .gz's size
+  // check at open, so the read finds it.
+  const std::string short_gz = crafted_file(
+      "bad_short_data.nii.gz",
+      [](nifti_1_header& h) {
+        h.dim[0] = 3;
+        h.dim[1] = h.dim[2] = h.dim[3] = 8;
+      },
+      100);
+  for (const auto& error : load_errors(short_gz))
+    CHECK_THAT(error, Contains(short_gz) &&
+                          Contains("the data end at byte 452 of the decompressed stream, before "
+                                   "voxel (") &&
+                          Contains("(truncated or corrupt .gz)"));
+}
+
+TEST_CASE("NaN, infinite and out-of-range voxels are refused, naming the file and the voxel") {
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  // Voxel (i, j, k) lies at i + 2 j + 4 k.
+  const std::string with_nan =
+      crafted_volume<float>("bad_nan_voxel.nii", NIFTI_TYPE_FLOAT32, {0, 1, 2, 3, 4, nan, 6, 7});
+  for (const auto& error : load_errors(with_nan))
+    CHECK_THAT(error, Contains(with_nan) && Contains("voxel (1, 0, 1) is nan") &&
+                          Contains("NaN and infinity are refused"));
+  const std::string with_inf =
+      crafted_volume<float>("bad_inf_voxel.nii", NIFTI_TYPE_FLOAT32, {0, 1, 2, -inf, 4, 5, 6, 7});
+  for (const auto& error : load_errors(with_inf))
+    CHECK_THAT(error, Contains(with_inf) && Contains("voxel (1, 1, 0) is -inf"));
+  // A finite stored value the header's slope takes past what float32 holds.
+  const std::string scaled = crafted_volume<std::int16_t>("bad_scaled_to_inf.nii", NIFTI_TYPE_INT16,
+                                                          {0, 0, 0, 0, 0, 0, 0, 30000}, 1e35f);
+  for (const auto& error : load_errors(scaled))
+    CHECK_THAT(error, Contains(scaled) &&
+                          Contains("voxel (1, 1, 1) is 3e+39 (after the header's slope 1e+35") &&
+                          Contains("which float32 cannot hold"));
+  // Integers that the type asked for cannot hold are refused, not wrapped.
+  const std::string wide = crafted_volume<std::int32_t>("wide_int32.nii", NIFTI_TYPE_INT32,
+                                                        {0, 1, 70000, 3, 4, 5, 6, 7});
+  const nifti::File file = nifti::open(wide);
+  CHECK_THROWS_WITH(
+      nifti::read_box<std::int16_t>(file, {Range{0, 2}, Range{0, 2}, Range{0, 2}},
+                                    [](std::int64_t, std::int64_t, const void*) {}),
+      Contains(wide) && Contains("voxel (0, 1, 0) is 70000, which int16 cannot hold"));
+}
+
+TEST_CASE("damaged dims and implausible spacings are refused before niftilib reads them") {
+  const std::pair<const char*, std::pair<int, int>> dims[] = {
+      {"the header's dim[0] is 9; a NIfTI image has 1 to 7 dims", {0, 9}},
+      {"the header gives a dim of size 0 (dim[2])", {2, 0}}};
+  for (const auto& [expected, edit] : dims) {
+    const std::string crafted = crafted_file(
+        "bad_dims.nii", [&](nifti_1_header& h) { h.dim[edit.first] = short(edit.second); }, 64);
+    for (const auto& error : open_errors(crafted))
+      CHECK_THAT(error, Contains(crafted) && Contains(expected));
+  }
+  const std::string tiny = crafted_file(
+      "bad_tiny_spacing.nii",
+      [](nifti_1_header& h) {
+        h.dim[1] = h.dim[2] = h.dim[3] = 2;
+        h.sform_code = 1;
+        h.srow_x[0] = 1e-9f;
+        h.srow_y[0] = h.srow_z[0] = 0;
+      },
+      16);
+  for (const auto& error : open_errors(tiny))
+    CHECK_THAT(error, Contains(tiny) && Contains("voxel spacing along axis 0 is 1e-09 mm") &&
+                          Contains("meshtensor reads spacings from 1e-06 to 1e+06 mm"));
+}
+
+TEST_CASE(
+    "a volume written in a file's geometry reads back with it: one slice, a qform's spacing") {
+  // A 4 x 3 x 1 volume (niftilib wrote it as 2-D), and a qform-only file with pixdim[3] = -2,
+  // which niftilib reads as spacing 1 (and wrote back as 2).
+  const std::string slice = crafted_file(
+      "one_slice.nii",
+      [](nifti_1_header& h) {
+        h.dim[1] = 4;
+        h.dim[2] = 3;
+        h.dim[3] = 1;
+      },
+      24);
+  const std::string negative = crafted_file(
+      "negative_pixdim.nii",
+      [](nifti_1_header& h) {
+        h.dim[1] = h.dim[2] = h.dim[3] = 2;
+        h.sform_code = 0;
+        h.qform_code = 1;
+        h.pixdim[3] = -2;
+      },
+      16);
+  if (lead_rank()) {
+    for (const std::string& path : {slice, negative}) {
+      INFO(path);
+      const nifti::File like = nifti::open(path);
+      const std::string written = path.substr(0, path.size() - 4) + "_again.nii.gz";
+      nifti::Writer writer(like, written, NIFTI_TYPE_FLOAT32, 1, {});
+      const std::vector<float> zeros(std::size_t(like.num_voxels()));
+      writer.write(zeros.data(), std::int64_t(zeros.size() * sizeof(float)));
+      writer.commit();
+      const nifti::File back = nifti::open(written);
+      CHECK(back.size == like.size);
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c)
+          CHECK(back.affine[r][c] == Approx(like.affine[r][c]).margin(1e-6));
+    }
+  }
+  wait_for_all_ranks();
 }

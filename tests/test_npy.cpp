@@ -69,7 +69,11 @@ TEST_CASE("a .npy file whose header promises more than it holds is refused befor
       {"(4294967296, 4294967296, 16)",
        "its header's shape (4294967296, 4294967296, 16) holds more bytes than 64 bits count"},
       {"(99999999999999999999,)",
-       "the .npy header's shape has a size of 99999999999999999999, more than 64 bits count"}};
+       "the .npy header's shape has a size of 99999999999999999999, more than 64 bits count"},
+      // No data, but strides past 64 bits (found by tests/fuzz).
+      {"(0, 999999999999999999, 99999999)",
+       "its header's shape (0, 999999999999999999, 99999999) has sizes whose product passes 64 "
+       "bits"}};
   for (const auto& [shape, expected] : past_64_bits) {
     const auto path = write_npy(
         "wide.npy",
@@ -118,4 +122,53 @@ TEST_CASE("writing never follows a link planted at the temporary name, and leave
   CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path + ".partial")));
   LocalProcessor scope;
   CHECK((npy::read<float>(path) == values));
+}
+
+TEST_CASE("every fault of a .npy header is named with the file") {
+  // Headers whose dict is wrong, and files whose first bytes are: each error starts with the path.
+  const std::pair<const char*, const char*> bad_dicts[] = {
+      {"{'fortran_order': False, 'shape': (2,), }", "has no 'descr' entry"},
+      {"{'descr': <f4, 'fortran_order': False, 'shape': (2,), }", "malformed 'descr'"},
+      {"{'descr': '<f4', 'shape': (2,), }", "has no 'fortran_order' entry"},
+      {"{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", "Fortran-ordered arrays"},
+      {"{'descr': '<f4', 'fortran_order': False, }", "has no 'shape' entry"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': 2, }", "malformed 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, -1), }", "malformed 'shape'"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", "malformed 'fortran_order'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': 2, 'x': (2,), }", "malformed 'shape'"},
+      {"{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }",
+       "holds elements of type '<f2' but '<f4' was expected"}};
+  for (const auto& [dict, fault] : bad_dicts) {
+    INFO(dict);
+    const auto path = write_npy("bad_dict.npy", dict, 8);
+    CHECK_THAT(read_error(path), Catch::StartsWith(path + ": ") && Contains(fault));
+  }
+  const std::pair<std::string, const char*> bad_starts[] = {
+      {std::string("NUMPY\x01\x00", 7), "not a .npy file (the magic bytes are missing)"},
+      {std::string("\x93NUMPY\x09\x00\x10\x00", 10), ".npy format version 9 is not supported"},
+      {std::string("\x93NUMPY\x02\x00\x00\x00\x00\x40", 12), "header length is implausible"},
+      {std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17), "truncated .npy header"}};
+  for (const auto& [bytes, fault] : bad_starts) {
+    INFO(fault);
+    const std::string path = (dir / "bad_start.npy").string();
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THAT(read_error(path), Catch::StartsWith(path + ": ") && Contains(fault));
+  }
+}
+
+TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused naming the .npy file") {
+  const auto path = write_npy(
+      "limited.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 64), }", 64 * 64 * 4);
+  LocalProcessor scope;
+  ::setenv("MESHTENSOR_MAX_BLOCK_BYTES", "1KiB", 1);
+  const std::string whole = read_error(path);
+  std::string block = "no error";
+  try {
+    (void)npy::read_block<float>(path, Block{{Range{0, 32}, Range{0, 64}}});
+  } catch (const IoError& e) {
+    block = e.what();
+  }
+  ::unsetenv("MESHTENSOR_MAX_BLOCK_BYTES");
+  CHECK_THAT(block, Catch::StartsWith(path + ": ") && Contains("MESHTENSOR_MAX_BLOCK_BYTES"));
+  CHECK(whole == "no error");  // the whole array is the host's, not a processor's block
 }

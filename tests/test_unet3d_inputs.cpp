@@ -124,6 +124,8 @@ TEST_CASE("a manifest off its schema names the file, the key and what would be v
        "tensors[0].shape is [3,3,3,1]; it must be "
        "an array of 5"},
       {"/tensors/0/shape/4", 0, "tensors[0].shape[4] is 0; it must be an integer from 1"},
+      {"/tensors/0/dims", json::array(),
+       "tensors[0].shape is [3,3,3,1,4]; it must be an array of 0"},
       {"/tensors/0/dtype", "float16", "tensors[0].dtype is \"float16\"; it must be one of"},
       {"/tensors/0/kind", "weights", "tensors[0].kind is \"weights\"; it must be one of"},
   };
@@ -175,4 +177,43 @@ TEST_CASE(
   for (const auto& bad : found(2.0f)) CHECK(bad == "the gradient of steep");
   for (const auto& bad : found(std::nanf("")))
     CHECK_THAT(bad, Catch::StartsWith("the loss (") && Catch::Contains("nan)"));
+}
+
+namespace {
+
+// A checkpoint directory whose `latest` holds `latest` and whose checkpoint-000001/manifest.json
+// holds `manifest`; what read_manifest says of it.
+std::string read_manifest_error(const std::string& latest, const std::string& manifest) {
+  const fs::path dir = fs::temp_directory_path() / "meshtensor-test-manifest";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "checkpoint-000001");
+  std::ofstream(dir / "latest", std::ios::binary) << latest << '\n';
+  if (manifest == "<directory>")
+    fs::create_directories(dir / "checkpoint-000001" / "manifest.json");
+  else
+    std::ofstream(dir / "checkpoint-000001" / "manifest.json", std::ios::binary) << manifest;
+  try {
+    (void)unet3d::read_manifest(dir.string());
+  } catch (const meshtensor::IoError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a manifest file that nests deep, a latest with a NUL, a manifest that is a directory") {
+  CHECK(read_manifest_error("checkpoint-000001", good_manifest().dump()) == "no error");
+  // 200000 nested arrays overflowed the stack when the error printed them (found by fuzzing).
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK_THAT(read_manifest_error("checkpoint-000001", deep),
+             Catch::Contains("manifest.json: arrays or objects nest more than 32 deep"));
+  // A NUL ended the name the system saw: the directory checkpoint-000001 was read as JSON.
+  CHECK_THAT(read_manifest_error(std::string("checkpoint-000001\0x", 19), "{}"),
+             Catch::Contains("latest: names \"checkpoint-000001?x\"; it must name a checkpoint"));
+  // A name longer than the system takes made the check for a file throw (found by fuzzing).
+  CHECK_THAT(read_manifest_error("checkpoint-" + std::string(300, '0'), "{}"),
+             Catch::Contains("manifest.json: missing; the checkpoint is incomplete or corrupted"));
+  CHECK_THAT(read_manifest_error("checkpoint-000001", "<directory>"),
+             Catch::Contains("manifest.json: missing; the checkpoint is incomplete or corrupted"));
 }

@@ -173,28 +173,6 @@ inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t
   });
 }
 
-/// The manifest of the newest checkpoint under `dir`, and the directory it lives in.
-inline std::pair<json, fs::path> read_manifest(const std::string& dir) {
-  const fs::path latest = fs::path(dir) / "latest";
-  std::ifstream in(latest);
-  if (!in) throw mt::IoError(dir + ": no checkpoint here (" + latest.string() + " is missing)");
-  std::string name;
-  std::getline(in, name);
-  const fs::path where = fs::path(dir) / checked_latest(name, latest.string());
-  const fs::path manifest_path = where / "manifest.json";
-  std::ifstream manifest_in(manifest_path);
-  if (name.empty() || !manifest_in)
-    throw mt::IoError(manifest_path.string() +
-                      ": missing; the checkpoint is incomplete or corrupted");
-  try {
-    json manifest = json::parse(manifest_in);
-    check_manifest(manifest, manifest_path.string());
-    return {manifest, where};
-  } catch (const json::exception& e) {
-    throw mt::IoError(manifest_path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
 // Loads the tensor `name` of the manifest into `into` (same dims and shape), each processor its
 // block.
 inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path& where,

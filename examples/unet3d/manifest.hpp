@@ -7,13 +7,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
-#include <meshtensor/meshtensor.hpp>
+#include <meshtensor/core/error.hpp>
 
 namespace unet3d {
 
@@ -100,8 +103,12 @@ class ManifestSchema {
   std::string path_;
 };
 
-/// A file or directory name that stays where it is put: no separators, not "." or "..".
+/// A file or directory name that stays where it is put: no separators, not "." or "..", and no
+/// control characters (a NUL ends the name the system sees: "checkpoint-000001\0x" opened the
+/// directory checkpoint-000001 as the manifest; found by tests/fuzz/fuzz_manifest).
 inline bool plain_name(const std::string& name) {
+  for (const char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\\') == std::string::npos;
 }
@@ -164,8 +171,12 @@ inline void check_manifest(const nlohmann::json& manifest, const std::string& pa
                    "the name of a .npy file inside the checkpoint's directory");
         const auto& dims = s.member(entry, at, "dims");
         s.array(dims, at + ".dims", 0, [&](const auto& d, const std::string& w) { s.text(d, w); });
-        s.array(s.member(entry, at, "shape"), at + ".shape", dims.size(),
+        const auto& shape = s.member(entry, at, "shape");
+        s.array(shape, at + ".shape", dims.size(),
                 [&](const auto& n, const std::string& w) { s.integer(n, w, 1, INT64_MAX); });
+        // array()'s count 0 takes any: dims [] with shape [4] passed (found by tests/fuzz).
+        if (shape.size() != dims.size())
+          s.refuse(at + ".shape", shape, "an array of " + std::to_string(dims.size()));
         s.one_of(s.member(entry, at, "dtype"), at + ".dtype", {"float32"});
         s.one_of(s.member(entry, at, "kind"), at + ".kind", {"parameter", "state", "optimizer"});
         if (entry.contains("crc32"))  // the file's CRC-32; older checkpoints kept none
@@ -173,12 +184,63 @@ inline void check_manifest(const nlohmann::json& manifest, const std::string& pa
       });
 }
 
+/// `text` with its control characters shown as '?': a NUL would end the message there.
+inline std::string printable(std::string text) {
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return text;
+}
+
 /// The checkpoint directory `latest` (the file at `path`) names: a plain name beside it.
 inline std::string checked_latest(const std::string& name, const std::string& path) {
   if (!plain_name(name) || name.rfind("checkpoint-", 0) != 0)
-    throw mt::IoError(path + ": names \"" + name +
+    throw mt::IoError(path + ": names \"" + printable(name) +
                       "\"; it must name a checkpoint-NNNNNN directory beside it");
   return name;
+}
+
+/// How deep a manifest's arrays and objects may nest: a manifest nests 3 deep. Printing a value
+/// in an error recurses once per level, and 200000 levels (400 KB of brackets) overflowed the
+/// stack (found by tests/fuzz/fuzz_manifest).
+constexpr int most_manifest_depth = 32;
+
+/// A parser callback (nlohmann::json::parse) that stops at nesting past most_manifest_depth.
+inline nlohmann::json::parser_callback_t refuse_deep_nesting(const std::string& path) {
+  return [path](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > most_manifest_depth)
+      throw mt::IoError(path + ": arrays or objects nest more than " +
+                        std::to_string(most_manifest_depth) + " deep; a manifest nests 3 deep");
+    return true;
+  };
+}
+
+/// The manifest of the newest checkpoint under `dir`, and the directory it lives in.
+inline std::pair<nlohmann::json, std::filesystem::path> read_manifest(const std::string& dir) {
+  namespace fs = std::filesystem;
+  using json = nlohmann::json;
+  const fs::path latest = fs::path(dir) / "latest";
+  std::ifstream in;
+  std::error_code unreadable;  // a name too long, a directory not searchable: not a file
+  if (fs::is_regular_file(latest, unreadable)) in.open(latest);
+  if (!in.is_open())
+    throw mt::IoError(dir + ": no checkpoint here (" + latest.string() + " is missing)");
+  std::string name;
+  std::getline(in, name);
+  const fs::path where = fs::path(dir) / checked_latest(name, latest.string());
+  const fs::path manifest_path = where / "manifest.json";
+  // Only a regular file: a directory opens, then its read throws what is not an IoError.
+  std::ifstream manifest_in;
+  if (fs::is_regular_file(manifest_path, unreadable)) manifest_in.open(manifest_path);
+  if (name.empty() || !manifest_in.is_open())
+    throw mt::IoError(manifest_path.string() +
+                      ": missing; the checkpoint is incomplete or corrupted");
+  try {
+    json manifest = json::parse(manifest_in, refuse_deep_nesting(manifest_path.string()));
+    check_manifest(manifest, manifest_path.string());
+    return {manifest, where};
+  } catch (const json::exception& e) {
+    throw mt::IoError(manifest_path.string() + ": not valid JSON (" + e.what() + ")");
+  }
 }
 
 }  // namespace unet3d

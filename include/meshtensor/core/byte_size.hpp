@@ -46,8 +46,12 @@ inline double parse_bytes(const std::string& text, const std::string& what = "a 
                {"T", 1099511627776.0},
                {"TiB", 1099511627776.0},
                {"TB", 1e12}};
-  for (const auto& u : units)
-    if (unit == u.name) return number * u.bytes;
+  for (const auto& u : units) {
+    if (unit != u.name) continue;
+    // "1e300T" overflows to infinity, which would read as no limit at all (tests/fuzz found it).
+    if (!std::isfinite(number * u.bytes)) return refuse("the size is too large to count");
+    return number * u.bytes;
+  }
   return refuse("unknown unit \"" + unit +
                 "\" (valid: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, "
                 "TiB, TB)");

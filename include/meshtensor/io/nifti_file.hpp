@@ -11,6 +11,7 @@
 
 #include <nifti2_io.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -83,6 +84,75 @@ bool with_stored_type(int datatype, F&& f) {
     default:
       return false;
   }
+}
+
+// The header's dim[0..3] (how many dims follow, then the first three sizes), in the file's byte
+// order, which its sizeof_hdr tells (348 or 540 either way round).
+inline std::array<std::int64_t, 4> raw_dims(const char* head, int version) {
+  std::array<std::int64_t, 4> dims{};
+  if (version == 2) {
+    nifti_2_header h;
+    std::memcpy(&h, head, sizeof h);
+    if (h.sizeof_hdr != int(sizeof h)) nifti_swap_8bytes(4, h.dim);
+    std::copy(h.dim, h.dim + 4, dims.begin());
+  } else {
+    nifti_1_header h;
+    std::memcpy(&h, head, sizeof h);
+    if (h.sizeof_hdr != int(sizeof h)) nifti_swap_2bytes(4, h.dim);
+    std::copy(h.dim, h.dim + 4, dims.begin());
+  }
+  return dims;
+}
+
+// Checked before niftilib reads the header: it copies dim[1..dim[0]] into arrays of 8 without a
+// bound (a NIfTI-2 header with dim[0] = 65539 overwrote its stack: found by tests/fuzz), and it
+// silently makes sizes of 0 or less into 1, so a damaged header would read as another volume.
+inline void check_raw_dims(const char* head, int version, const std::string& path) {
+  const auto dims = raw_dims(head, version);
+  if (dims[0] < 1 || dims[0] > 7)
+    throw IoError(path + ": the header's dim[0] is " + std::to_string(dims[0]) +
+                  "; a NIfTI image has 1 to 7 dims (damaged header)");
+  for (int d = 1; d <= 3 && d <= dims[0]; ++d)
+    if (dims[d] < 1)
+      throw IoError(path + ": the header gives a dim of size " + std::to_string(dims[d]) +
+                    " (dim[" + std::to_string(d) + "]); sizes are at least 1 (damaged header)");
+}
+
+inline std::string value_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.7g", value);  // a float's digits: what headers hold
+  return text;
+}
+
+// Voxel spacings and offsets a scanner could have written, in millimetres: values far outside
+// come from damaged headers, and the quaternion niftilib writes them back through loses them (a
+// spacing of 1e-154 came back as 0: found by tests/fuzz/fuzz_nifti).
+constexpr double least_spacing = 1e-6, most_spacing = 1e6, most_offset = 1e12;
+
+// Voxel spacing and orientation come from the affine: a NaN or a zero column would spread into
+// every resampled voxel. `which`: "sform" or "qform", where the affine came from.
+inline void check_affine(const Affine& affine, const std::string& path, const char* which) {
+  const std::string where = path + ": the header's voxel-to-world affine (" + which + ")";
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c)
+      if (!std::isfinite(affine[r][c]))
+        throw IoError(where + " holds " + std::to_string(affine[r][c]) + "; it must be finite");
+  for (int c = 0; c < 3; ++c) {
+    const double spacing = std::hypot(affine[0][c], affine[1][c], affine[2][c]);
+    if (spacing == 0)
+      throw IoError(path + ": the header's voxel spacing along axis " + std::to_string(c) +
+                    " is 0; it must be above 0");
+    if (spacing < least_spacing || spacing > most_spacing)
+      throw IoError(path + ": the header's voxel spacing along axis " + std::to_string(c) + " is " +
+                    value_text(spacing) +
+                    " mm; meshtensor reads spacings from 1e-06 to 1e+06 mm "
+                    "(a damaged header?)");
+  }
+  for (int r = 0; r < 3; ++r)
+    if (std::abs(affine[r][3]) > most_offset)
+      throw IoError(where + " places voxel (0, 0, 0) " + value_text(affine[r][3]) +
+                    " mm from the origin; meshtensor reads offsets up to 1e+12 mm (a damaged "
+                    "header?)");
 }
 
 inline void quiet() {
@@ -171,6 +241,10 @@ inline File open(const std::string& path) {
     if (version < 1)
       throw IoError(path +
                     ": not a NIfTI-1 or NIfTI-2 file (the header's size and magic are wrong)");
+    if (version == 2 && got < sizeof(nifti_2_header))
+      throw IoError(path + ": " + std::to_string(got) +
+                    " bytes, shorter than a NIfTI-2 header (truncated)");
+    detail::check_raw_dims(head, version, path);
   }
   detail::Image image(nifti_image_read(path.c_str(), 0));
   if (!image) throw IoError(path + ": the NIfTI header is damaged and cannot be read");
@@ -210,21 +284,7 @@ inline File open(const std::string& path) {
   const nifti_dmat44& m = image->sform_code > 0 ? image->sto_xyz : image->qto_xyz;
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) f.affine[r][c] = m.m[r][c];
-  // Voxel spacing and orientation come from the affine: a NaN or a zero column would spread into
-  // every resampled voxel.
-  for (int c = 0; c < 4; ++c) {
-    double length = 0;
-    for (int r = 0; r < 3; ++r) {
-      if (!std::isfinite(f.affine[r][c]))
-        throw IoError(path + ": the header's voxel-to-world affine (" +
-                      (image->sform_code > 0 ? "sform" : "qform") + ") holds " +
-                      std::to_string(f.affine[r][c]) + "; it must be finite");
-      length += f.affine[r][c] * f.affine[r][c];
-    }
-    if (c < 3 && !(length > 0))
-      throw IoError(path + ": the header's voxel spacing along axis " + std::to_string(c) +
-                    " is 0; it must be above 0");
-  }
+  detail::check_affine(f.affine, path, image->sform_code > 0 ? "sform" : "qform");
   f.data_offset = image->iname_offset;
   f.swapped = image->byteorder != nifti_short_order();
   const auto needed = f.data_offset + f.num_voxels() * f.bytes_per_voxel;
@@ -245,28 +305,133 @@ inline File open(const std::string& path) {
 
 namespace detail {
 
+// Whether the integer `v` is a value of the integer type T.
+template <class T, class Stored>
+bool integer_fits(Stored v) {
+  using limits = std::numeric_limits<T>;
+  if constexpr (std::is_signed_v<Stored> == std::is_signed_v<T>)
+    return v >= limits::min() && v <= limits::max();
+  else if constexpr (std::is_signed_v<Stored>)
+    return v >= 0 && std::make_unsigned_t<Stored>(v) <= limits::max();
+  else
+    return v <= std::make_unsigned_t<T>(limits::max());
+}
+
+// `value` as a T (integers rounded), or false where it is NaN, infinite, or out of T's range: a
+// cast of such a value is undefined, and a wrapped label or an infinite intensity is garbage.
+template <class T>
+bool real_to_voxel(double value, T& out) {
+  if (!std::isfinite(value)) return false;
+  if constexpr (std::is_integral_v<T>) {
+    const double rounded = std::round(value);
+    // 2 * (max / 2 + 1) is max + 1, exact as a double for every integer type.
+    const double past_max = 2.0 * double(std::numeric_limits<T>::max() / 2 + 1);
+    if (!(rounded >= double(std::numeric_limits<T>::min()) && rounded < past_max)) return false;
+    out = static_cast<T>(rounded);
+  } else {
+    if (std::abs(value) > double(std::numeric_limits<T>::max())) return false;
+    out = static_cast<T>(value);
+  }
+  return true;
+}
+
+// A voxel that read_box refuses: its place in the run being converted, and its value.
+struct BadVoxel {
+  std::int64_t index = -1;  // -1: none
+  double value = 0;
+};
+
+// Converts n stored voxels to T (value = slope * stored + intercept); the first one that is not
+// a finite value of T is returned, not converted.
 template <class Stored, class T>
-void convert(const void* raw, std::int64_t n, double slope, double intercept, T* out) {
+BadVoxel convert(const void* raw, std::int64_t n, double slope, double intercept, T* out) {
   const auto* in = static_cast<const Stored*>(raw);
   const bool scaled = slope != 1 || intercept != 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_integral_v<T>) {
-      out[i] =
-          static_cast<T>(std::llround(scaled ? slope * double(in[i]) + intercept : double(in[i])));
-    } else if (scaled) {
-      out[i] = static_cast<T>(slope * double(in[i]) + intercept);
-    } else {
-      out[i] = static_cast<T>(in[i]);
+    if constexpr (std::is_integral_v<Stored> && std::is_integral_v<T>) {
+      if (!scaled) {  // exact, even for 64-bit integers a double cannot hold
+        if (!integer_fits<T>(in[i])) return {i, double(in[i])};
+        out[i] = static_cast<T>(in[i]);
+        continue;
+      }
     }
+    const double value = scaled ? slope * double(in[i]) + intercept : double(in[i]);
+    if (!real_to_voxel(value, out[i])) return {i, value};
   }
+  return {};
 }
 
 template <class T>
-void convert(int datatype, const void* raw, std::int64_t n, double slope, double intercept,
-             T* out) {
-  if (!with_stored_type(
-          datatype, [&](auto stored) { convert<decltype(stored)>(raw, n, slope, intercept, out); }))
+BadVoxel convert(int datatype, const void* raw, std::int64_t n, double slope, double intercept,
+                 T* out) {
+  BadVoxel bad;
+  if (!with_stored_type(datatype, [&](auto stored) {
+        bad = convert<decltype(stored)>(raw, n, slope, intercept, out);
+      }))
     throw IoError("unsupported NIfTI datatype " + std::to_string(datatype));
+  return bad;
+}
+
+template <class T>
+const char* type_name() {
+  if constexpr (std::is_floating_point_v<T>) return sizeof(T) == 4 ? "float32" : "float64";
+  if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
+  if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
+  if constexpr (std::is_same_v<T, std::int16_t>) return "int16";
+  if constexpr (std::is_same_v<T, std::uint16_t>) return "uint16";
+  if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+  if constexpr (std::is_same_v<T, std::uint32_t>) return "uint32";
+  if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
+  if constexpr (std::is_same_v<T, std::uint64_t>) return "uint64";
+  return "this element type";
+}
+
+inline std::string voxel_text(std::int64_t i, std::int64_t j, std::int64_t k) {
+  return "(" + std::to_string(i) + ", " + std::to_string(j) + ", " + std::to_string(k) + ")";
+}
+
+// The refusal of voxel (i, j, k) holding `value`, read as T.
+template <class T>
+[[noreturn]] void refuse_voxel(const File& f, std::int64_t i, std::int64_t j, std::int64_t k,
+                               double value) {
+  const std::string scale = f.slope != 1 || f.intercept != 0
+                                ? " (after the header's slope " + value_text(f.slope) +
+                                      " and intercept " + value_text(f.intercept) + ")"
+                                : "";
+  if (!std::isfinite(value))
+    throw IoError(f.path + ": voxel " + voxel_text(i, j, k) + " is " + value_text(value) + scale +
+                  "; meshtensor reads finite voxels only (NaN and infinity are refused)");
+  throw IoError(f.path + ": voxel " + voxel_text(i, j, k) + " is " + value_text(value) + scale +
+                ", which " + type_name<T>() + " cannot hold");
+}
+
+// How many bytes of `f` can be read: its size, or what its .gz decompresses to before it ends or
+// fails (decompressed again: this is only asked once a read has come up short).
+inline std::int64_t readable_bytes(const File& f) {
+  if (!f.compressed) {
+    struct stat info;
+    return ::stat(f.path.c_str(), &info) == 0 ? std::int64_t(info.st_size) : 0;
+  }
+  Stream stream(znzopen(f.path.c_str(), "rb", 1));
+  if (!stream) return 0;
+  std::vector<char> buffer(std::size_t(1) << 16);
+  std::int64_t total = 0;
+  while (true) {
+    const std::size_t got = znzread(buffer.data(), 1, buffer.size(), stream.get());
+    if (got == 0 || got > buffer.size()) return total;  // (size_t)-1: zlib failed here
+    total += std::int64_t(got);
+  }
+}
+
+// The refusal of a read of voxel (i, j, k), at byte `offset` of the (decompressed) file, that
+// came up short: it names where the data end.
+[[noreturn]] inline void refuse_short_read(const File& f, std::int64_t i, std::int64_t j,
+                                           std::int64_t k, std::int64_t offset) {
+  const std::int64_t end = readable_bytes(f);
+  throw IoError(f.path + ": the data end at byte " + std::to_string(end) +
+                (f.compressed ? " of the decompressed stream" : "") + ", before voxel " +
+                voxel_text(i, j, k) + " at byte " + std::to_string(offset) +
+                (f.compressed ? " (truncated or corrupt .gz)" : " (truncated)"));
 }
 
 }  // namespace detail
@@ -276,7 +441,10 @@ void convert(int datatype, const void* raw, std::int64_t n, double slope, double
  * intercept and converted to T (integers rounded). Calls `row(j, k, values)` for each row of the
  * box in file order, `values` holding box[0].size() voxels along i. Only the bytes of the box are
  * read from an uncompressed file (a .gz is decompressed up to the box's last byte). Throws IoError
- * when the data end early or do not decompress.
+ * naming the file when the data end early or do not decompress (with the byte where they end and
+ * the voxel that needed more), and, by rule, when a voxel's value is NaN or infinite or does not
+ * fit T (with the voxel's (i, j, k) index): such a value would spread through every computation
+ * that reads it, and a cast of it is undefined.
  */
 template <class T, class Row>
 void read_box(const File& f, const std::array<Range, 3>& box, Row&& row) {
@@ -298,18 +466,22 @@ void read_box(const File& f, const std::array<Range, 3>& box, Row&& row) {
   for (std::int64_t k = box[2].begin; k < box[2].end; ++k)
     for (std::int64_t j = box[1].begin; j < box[1].end; j += rows_at_once) {
       const std::int64_t voxel = box[0].begin + ni * (j + nj * k);
-      if (znzseek(stream.get(), static_cast<znz_off_t>(f.data_offset + voxel * f.bytes_per_voxel),
-                  SEEK_SET) < 0)
-        throw IoError(f.path + ": the data end before voxel (" + std::to_string(box[0].begin) +
-                      ", " + std::to_string(j) + ", " + std::to_string(k) +
-                      ") (truncated or corrupt)");
+      const std::int64_t offset = f.data_offset + voxel * f.bytes_per_voxel;
+      if (znzseek(stream.get(), static_cast<znz_off_t>(offset), SEEK_SET) < 0)
+        detail::refuse_short_read(f, box[0].begin, j, k, offset);
       const std::size_t got = znzread(raw.data(), 1, raw.size(), stream.get());
-      if (got != raw.size())
-        throw IoError(f.path + ": the data end before voxel (" + std::to_string(box[0].begin) +
-                      ", " + std::to_string(j) + ", " + std::to_string(k) + ")" +
-                      (f.compressed ? " (truncated or corrupt .gz)" : " (truncated)"));
+      if (got != raw.size()) {
+        // The first voxel the bytes read do not hold whole ((size_t)-1: none read).
+        const std::int64_t whole = got > raw.size() ? 0 : std::int64_t(got) / f.bytes_per_voxel;
+        detail::refuse_short_read(f, box[0].begin + whole % box[0].size(),
+                                  j + whole / box[0].size(), k, offset + whole * f.bytes_per_voxel);
+      }
       if (f.swapped && swap_size > 1) nifti_swap_Nbytes(run, swap_size, raw.data());
-      detail::convert(f.datatype, raw.data(), run, f.slope, f.intercept, values.data());
+      const detail::BadVoxel bad =
+          detail::convert(f.datatype, raw.data(), run, f.slope, f.intercept, values.data());
+      if (bad.index >= 0)
+        detail::refuse_voxel<T>(f, box[0].begin + bad.index % box[0].size(),
+                                j + bad.index / box[0].size(), k, bad.value);
       for (std::int64_t r = 0; r < rows_at_once; ++r)
         row(j + r, k, values.data() + r * box[0].size());
     }
@@ -321,6 +493,25 @@ struct Description {
   int intent = NIFTI_INTENT_NONE;  // NIFTI_INTENT_LABEL for label maps
   double display_min = 0, display_max = 0;  // cal_min, cal_max (0, 0: none)
 };
+
+namespace detail {
+
+// The qform written is the one read. niftilib reads a spacing (pixdim) of 0 or less as 1 but
+// writes its absolute value, so a file with pixdim[3] = -2 read with z spacing 1 was written with
+// spacing 2 (found by tests/fuzz/fuzz_nifti): the quaternion, offsets and spacings are derived
+// again from the qform matrix as read.
+inline void keep_qform_as_read(nifti_image& image) {
+  if (image.qform_code <= 0) return;
+  nifti_dmat44_to_quatern(image.qto_xyz, &image.quatern_b, &image.quatern_c, &image.quatern_d,
+                          &image.qoffset_x, &image.qoffset_y, &image.qoffset_z, &image.dx,
+                          &image.dy, &image.dz, &image.qfac);
+  image.pixdim[0] = image.qfac;
+  image.pixdim[1] = image.dx;
+  image.pixdim[2] = image.dy;
+  image.pixdim[3] = image.dz;
+}
+
+}  // namespace detail
 
 /**
  * Writes a NIfTI file with the geometry (affine, qform and sform, spacing, units, orientation) and
@@ -357,6 +548,10 @@ class Writer {
     image->pixdim[4] = 1;
     if (nifti_update_dims_from_array(image.get()) != 0)
       throw IoError(path_ + ": cannot set the dims of the output header");
+    // niftilib drops trailing dims of size 1 (a 4 x 3 x 1 volume became a 2-D image, which open()
+    // refuses: found by tests/fuzz/fuzz_nifti); a volume keeps its 3 dims.
+    image->dim[0] = image->ndim = volumes > 1 ? 4 : 3;
+    detail::keep_qform_as_read(*image);
     image->data = nullptr;
     if (nifti_set_filenames(image.get(), temporary_.c_str(), 0, 0) != 0)
       throw IoError(path_ + ": cannot name the output " + temporary_);

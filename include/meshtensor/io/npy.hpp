@@ -5,11 +5,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,7 +61,10 @@ inline std::string field(const std::string& dict, const std::string& key, const 
   auto colon = dict.find(':', at);
   if (colon == std::string::npos)
     throw IoError(path + ": malformed .npy header entry '" + key + "'");
-  return dict.substr(colon + 1);
+  // The value itself, from its first character: a search further on would read the next
+  // entry's value instead ('descr': <f4, 'fortran_order' read as a type 'fortran_order').
+  const auto value = dict.find_first_not_of(' ', colon + 1);
+  return value == std::string::npos ? std::string() : dict.substr(value);
 }
 }  // namespace detail
 
@@ -88,15 +93,17 @@ inline Header read_header(std::ifstream& in, const std::string& path) {
   h.data_offset = (major == 1 ? 10 : 12) + header_length;
   const std::string d = detail::field(dict, "descr", path);
   const auto q1 = d.find('\''), q2 = d.find('\'', q1 + 1);
-  if (q1 == std::string::npos || q2 == std::string::npos)
+  if (q1 != 0 || q2 == std::string::npos)
     throw IoError(path + ": malformed 'descr' in the .npy header");
   h.descr = d.substr(q1 + 1, q2 - q1 - 1);
   const std::string f = detail::field(dict, "fortran_order", path);
-  if (f.find("True") < f.find(','))
+  if (f.rfind("True", 0) == 0)
     throw IoError(path + ": Fortran-ordered arrays are not supported; save with C order");
+  if (f.rfind("False", 0) != 0)
+    throw IoError(path + ": malformed 'fortran_order' in the .npy header (True or False)");
   const std::string s = detail::field(dict, "shape", path);
   const auto open = s.find('('), close = s.find(')');
-  if (open == std::string::npos || close == std::string::npos || close < open)
+  if (open != 0 || close == std::string::npos)
     throw IoError(path + ": malformed 'shape' in the .npy header");
   std::string number;
   for (std::size_t i = open + 1; i <= close; ++i) {
@@ -157,6 +164,15 @@ std::uint64_t promised_bytes(const Header& h, const std::string& path) {
   if (!bytes)
     throw IoError(path + ": its header's shape " + shape_text(h.shape) +
                   " holds more bytes than 64 bits count");
+  // Strides multiply the sizes after each axis, zeros or not: an empty array of shape
+  // (0, 10^17, 10^17) promises no data, but its strides overflowed (found by tests/fuzz).
+  std::optional<std::int64_t> strides = 1;
+  for (const std::int64_t size : h.shape)
+    if (strides)
+      strides = meshtensor::detail::checked_product(*strides, std::max<std::int64_t>(size, 1));
+  if (!strides)
+    throw IoError(path + ": its header's shape " + shape_text(h.shape) +
+                  " has sizes whose product passes 64 bits");
   return h.data_offset + *bytes;
 }
 
@@ -173,6 +189,21 @@ void check_file_size(std::istream& in, const Header& h, const std::string& path)
   in.seekg(static_cast<std::streamoff>(h.data_offset));
 }
 
+/// Runs `allocate` for the file `path`; an error that does not name the file (a block over
+/// MESHTENSOR_MAX_BLOCK_BYTES, memory the system refuses) comes out as an IoError that does.
+template <class Allocate>
+auto naming_the_file(const std::string& path, Allocate&& allocate) -> decltype(allocate()) {
+  try {
+    return allocate();
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(path + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw IoError(path + ": not enough memory to read its data");
+  }
+}
+
 /// The whole array, in the host's memory; the file must hold exactly the data its header promises.
 template <class T>
 xt::xarray<T> read(const std::string& path) {
@@ -181,7 +212,7 @@ xt::xarray<T> read(const std::string& path) {
   check_type<T>(h, path);
   check_file_size<T>(in, h, path);
   std::vector<std::size_t> shape(h.shape.begin(), h.shape.end());
-  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  xt::xarray<T> out = naming_the_file(path, [&] { return xt::xarray<T>::from_shape(shape); });
   const std::size_t bytes = out.size() * sizeof(T);
   if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
     throw IoError(path + ": could not read the " + std::to_string(bytes) + " bytes of its data");
@@ -204,7 +235,7 @@ Array<T> read_block(const std::string& path, const Block& block) {
   check_file_size<T>(in, h, path);
   std::vector<std::size_t> sizes;
   for (const auto& r : block.ranges) sizes.push_back(static_cast<std::size_t>(r.size()));
-  Array<T> out = Array<T>::from_shape(sizes);
+  Array<T> out = naming_the_file(path, [&] { return Array<T>::from_shape(sizes); });
   if (out.size() == 0 || out.space() == MemorySpace::none) return out;  // none: a plan's block
   std::vector<T> staging;  // the host reads the file: see writable_on_host
   T* into = writable_on_host(out, staging);

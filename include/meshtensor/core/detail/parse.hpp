@@ -78,13 +78,11 @@ inline std::vector<std::pair<std::string, std::string>> parse_pairs(std::string_
 inline std::int64_t parse_size(std::string_view value, std::string_view text, std::string_view what,
                                std::string_view name) {
   std::int64_t result = 0;
+  // At most 18 digits fit 64 bits; checked before the loop, which would overflow on a 19th.
   bool ok = !value.empty() && value.size() <= 18;
-  for (char c : value) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) {
-      ok = false;
-      break;
-    }
-    result = result * 10 + (c - '0');
+  for (std::size_t i = 0; ok && i < value.size(); ++i) {
+    ok = std::isdigit(static_cast<unsigned char>(value[i])) != 0;
+    if (ok) result = result * 10 + (value[i] - '0');
   }
   if (!ok)
     throw ParseError("cannot parse " + std::string(what) + " " + quote(text) + ": the size of " +

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz with clang (AddressSanitizer + UBSan) in build-fuzz/
+# and runs each for SECONDS (default 60) over a copy of its seed corpus. New inputs go to a
+# scratch directory; --save merges those that reach new code into tests/fuzz/corpus/. Fails when
+# any target crashes, leaks, hangs, asks for too much memory or breaks an invariant; the input
+# that did it is kept and named. Prints each target's runs and time.
+#
+#   scripts/fuzz.sh [SECONDS] [--save]        CI: scripts/fuzz.sh 30
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=60
+save=0
+for arg in "$@"; do
+  case "$arg" in
+    --save) save=1 ;;
+    ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] [--save]" >&2; exit 2 ;;
+    *) seconds=$arg ;;
+  esac
+done
+build=${MESHTENSOR_FUZZ_BUILD:-build-fuzz}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+start=$(date +%s)
+CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMESHTENSOR_FUZZ=ON -DMESHTENSOR_TESTS=OFF -DMESHTENSOR_EXAMPLES=OFF -DMESHTENSOR_BENCH=OFF \
+  -DMESHTENSOR_INSTALL=OFF -DMESHTENSOR_MPI=OFF -DMESHTENSOR_ONEDNN=OFF -DMESHTENSOR_CUDA=OFF >/dev/null
+cmake --build "$build" --parallel "$jobs" >/dev/null
+echo "fuzz: built in $(( $(date +%s) - start )) s"
+
+# The largest input each target is given: a header and a few voxels, a manifest, a flag's text.
+declare -A max_len=([npy]=4096 [nifti]=8192 [manifest]=4096 [strings]=512)
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/meshtensor-fuzz.XXXXXX")
+# The targets write each input to a file: in memory (/dev/shm) where there is one. libFuzzer ends
+# without running exit handlers, so this script removes what they leave.
+inputs=$(mktemp -d /dev/shm/meshtensor-fuzz-inputs.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$inputs"' EXIT
+failed=()
+for target in strings npy nifti manifest; do
+  binary="$build/tests/fuzz/fuzz_$target"
+  [ -x "$binary" ] || { echo "fuzz: $target not built here (a library is missing); skipped"; continue; }
+  work="$scratch/$target"
+  mkdir -p "$work/new"
+  cp -r "tests/fuzz/corpus/$target" "$work/seeds"
+  # One input may take at most 10 s and 2 GiB (one allocation 1 GiB): more is a bug to report.
+  status=0
+  TMPDIR="$inputs" "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -malloc_limit_mb=1024 -max_len="${max_len[$target]}" -print_final_stats=1 \
+    -artifact_prefix="$work/" "$work/new" "$work/seeds" >"$work/log" 2>&1 || status=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -1)
+  new=$(find "$work/new" -type f | wc -l)
+  if [ "$status" -ne 0 ]; then
+    failed+=("$target")
+    echo "fuzz: $target FAILED (status $status) after ${runs:-?} runs; its input and log:"
+    ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null || true
+    grep -v '^"' "$work/log" | grep -E 'ERROR|SUMMARY|invariant|runtime error|#[0-9]+ 0x' | head -40
+    echo "  full log: $work/log"
+    continue
+  fi
+  echo "fuzz: $target: ${runs:-?} runs in $seconds s (${rate:-?}/s), $new new inputs (--save keeps them)"
+  if [ "$save" = 1 ] && [ "$new" -gt 0 ]; then
+    TMPDIR="$inputs" "$binary" -merge=1 -max_len="${max_len[$target]}" "tests/fuzz/corpus/$target" \
+      "$work/new" >"$work/merge.log" 2>&1
+    echo "  merged the inputs that reach new code into tests/fuzz/corpus/$target"
+  fi
+done
+echo "fuzz: all targets in $(( $(date +%s) - start )) s"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "fuzz: FAILED: ${failed[*]} (inputs and logs under $scratch)"
+  exit 1
+fi
+rm -rf "$scratch"
