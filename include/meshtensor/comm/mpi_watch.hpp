@@ -78,6 +78,22 @@ class Watch {
     }
   }
 
+  /// Waits until every rank has come here (a barrier that ends like every other wait): blocking
+  /// MPI calls after it start with every rank present. `what` names the place in messages.
+  void meet(const std::string& what) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::check(MPI_Ibarrier(notices_, &request), "MPI_Ibarrier");
+    std::vector<int> everyone(size_);
+    for (int q = 0; q < size_; ++q) everyone[q] = q;
+    wait(
+        [&] {
+          int done = 0;
+          detail::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+          return done != 0;
+        },
+        everyone, [&] { return "every processor to reach " + what; });
+  }
+
   /// Tells every other rank that this one has returned from the run, then waits until each has
   /// returned too, so that none is still waiting for this one when MPI ends.
   void finish() {

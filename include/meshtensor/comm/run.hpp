@@ -65,6 +65,7 @@ void run(const MeshShape& shape, F&& fn) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
   mpi::Watch watch(MPI_COMM_WORLD);
+  watch.meet("the start of the nccl transport");        // whose checks are blocking MPI collectives
   Mesh mesh(shape, start(boost::mpi::communicator()));  // computing on the rank's GPU
   fn(mesh);
   // As under mpi: no rank enters MPI's end while another may still fail and abort the job (Open
