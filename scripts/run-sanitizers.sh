@@ -33,6 +33,8 @@ ci_asan_tests=(test_core_values test_tensor_layout test_npy test_memory test_col
 ci_tsan_tests=(test_collectives test_failures test_halo test_tensor test_memory)
 
 jobs=$(nproc 2>/dev/null || echo 2)
+singleton_tests='^unet3d_slurm_sbatch$'
+
 supp=$root/tests/sanitizers
 status=0
 
@@ -104,8 +106,14 @@ run_kind() {
     wrapper=(setarch "$(uname -m)" -R)
   fi
   start=$SECONDS
-  (cd "$dir" && "${wrapper[@]}" ctest --output-on-failure --parallel "$jobs" "${ctest_args[@]}") ||
-    status=1
+  (cd "$dir" && "${wrapper[@]}" ctest --output-on-failure --parallel "$jobs" "${ctest_args[@]}" \
+    -E "$singleton_tests") || status=1
+  # The MPI programs these tests start without mpirun (a stand-in srun) are singleton MPI processes,
+  # with Open MPI's leaks at exit as above: they too run without leak checks.
+  if [ "$kind" = asan ] && ((!ci)) && (cd "$dir" && ctest -N -R "$singleton_tests" | grep -q "Test *#"); then
+    (cd "$dir" && ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --output-on-failure \
+      -R "$singleton_tests") || status=1
+  fi
   echo "sanitizers ($kind): tests ran in $((SECONDS - start)) s"
   if compgen -G "$reports/report.*" >/dev/null; then
     for report in "$reports"/report.*; do
