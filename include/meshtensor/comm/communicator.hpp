@@ -108,15 +108,10 @@ class Communicator {
                   const std::vector<std::size_t>& recv_bytes,
                   MemorySpace where = MemorySpace::host) {
     count_collective(send_bytes);
-    if (checking_) {
-      CollectiveCall call = untyped(CollectiveOp::all_gather, sum(recv_bytes));
-      call.blocks_hash = detail::hash_sizes(recv_bytes);
-      enter(
-          call, [&](int) { return send_bytes; },
-          [&](int q) { return q < int(recv_bytes.size()) ? recv_bytes[q] : 0; });
-    } else {
-      ++sequence_;
-    }
+    CollectiveCall call = untyped(CollectiveOp::all_gather, sum(recv_bytes));
+    call.blocks_hash = detail::hash_sizes(recv_bytes);
+    enter(
+        call, [&](int) { return send_bytes; }, [&](int q) { return at(recv_bytes, q); });
     run_all_gather(send, send_bytes, recv, recv_bytes, where);
   }
   /// Reduces `send` (the sum of counts elements) over all ranks; rank r keeps the counts[r]
@@ -136,16 +131,9 @@ class Communicator {
                   const std::vector<std::size_t>& recv_bytes,
                   MemorySpace where = MemorySpace::host) {
     count_collective(sum(send_bytes));
-    if (checking_) {
-      auto at = [](const std::vector<std::size_t>& bytes, int q) {
-        return q < int(bytes.size()) ? bytes[q] : std::size_t{0};
-      };
-      enter(
-          untyped(CollectiveOp::all_to_all, 0), [&](int q) { return at(send_bytes, q); },
-          [&](int q) { return at(recv_bytes, q); });
-    } else {
-      ++sequence_;
-    }
+    enter(
+        untyped(CollectiveOp::all_to_all, 0), [&](int q) { return at(send_bytes, q); },
+        [&](int q) { return at(recv_bytes, q); });
     run_all_to_all(send, send_bytes, recv, recv_bytes, where);
   }
   /// Rank `root`'s `bytes` bytes reach every rank.
@@ -201,6 +189,10 @@ class Communicator {
   virtual void run_barrier() = 0;
 
  private:
+  // sizes[q], or 0 for a list too short (the transport reports that; the check must not read past)
+  static std::size_t at(const std::vector<std::size_t>& sizes, int q) {
+    return q < int(sizes.size()) ? sizes[q] : 0;
+  }
   static std::size_t sum(const std::vector<std::size_t>& sizes) {
     std::size_t total = 0;
     for (auto size : sizes) total += size;
@@ -223,10 +215,6 @@ class Communicator {
   }
 
   void enter(const CollectiveCall& call) {
-    if (!checking_) {
-      ++sequence_;
-      return;
-    }
     auto none = [](int) { return std::size_t{0}; };
     enter(call, none, none);
   }
@@ -237,7 +225,7 @@ class Communicator {
   template <class SentPair, class ExpectedPair>
   void enter(CollectiveCall call, SentPair&& sent_pair, ExpectedPair&& expected_pair) {
     ++sequence_;
-    if (!meets_peers() || size() == 1) return;
+    if (!checking_ || !meets_peers() || size() == 1) return;
     const int n = size(), me = rank();
     std::vector<CollectiveCall> sent(n, call), theirs(n);
     std::vector<Request> requests;

@@ -56,22 +56,32 @@ inline MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// What a message is, for the messages of a wait that never ends; put into words only then.
+struct MessageInfo {
+  const char* kind;       // "a send", "a receive"
+  const char* direction;  // "to", "from"
+  std::size_t bytes;
+  int processor;  // the peer, a rank of the watch
+  int tag;
+
+  std::string describe() const {
+    return std::string(kind) + " of " + std::to_string(bytes) + " bytes " + direction +
+           " processor " + std::to_string(processor) + " (tag " + std::to_string(tag) + ")";
+  }
+};
+
 // A message posted in pieces; waited for through the watch, which names it if it never ends.
 class MpiRequest : public meshtensor::detail::RequestImpl {
  public:
-  MpiRequest(std::vector<MPI_Request> requests, std::shared_ptr<Watch> watch, int peer,
-             std::string what)
-      : requests_(std::move(requests)),
-        watch_(std::move(watch)),
-        peer_(peer),
-        what_(std::move(what)) {}
+  MpiRequest(std::vector<MPI_Request> requests, std::shared_ptr<Watch> watch, MessageInfo info)
+      : requests_(std::move(requests)), watch_(std::move(watch)), info_(info) {}
   ~MpiRequest() override {
     // A request abandoned by an exception must not be left pending inside MPI.
     for (auto& r : requests_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
   void wait() override {
-    watch_->wait([this] { return test(); }, {peer_}, [this] { return what_; });
+    watch_->wait([this] { return test(); }, {info_.processor}, [this] { return info_.describe(); });
   }
   bool test() override {
     int done = 0;
@@ -84,8 +94,7 @@ class MpiRequest : public meshtensor::detail::RequestImpl {
  private:
   std::vector<MPI_Request> requests_;
   std::shared_ptr<Watch> watch_;
-  int peer_;          // a rank of the watch
-  std::string what_;  // "a receive of 64 bytes from processor 2 (tag 101)"
+  MessageInfo info_;
 };
 
 inline int as_int(std::size_t n, const char* what) {
@@ -142,11 +151,9 @@ class MpiCommunicator final : public Communicator {
 
   Request message(std::vector<MPI_Request> requests, const char* kind, std::size_t bytes,
                   const char* direction, int peer, int tag) {
-    const int processor = processor_of(peer);
     return Request(std::make_unique<detail::MpiRequest>(
-        std::move(requests), watch_, processor,
-        std::string(kind) + " of " + std::to_string(bytes) + " bytes " + direction + " processor " +
-            std::to_string(processor) + " (tag " + std::to_string(tag) + ")"));
+        std::move(requests), watch_,
+        detail::MessageInfo{kind, direction, bytes, processor_of(peer), tag}));
   }
 
   void check_peer(int peer, const char* what) const {
@@ -158,7 +165,8 @@ class MpiCommunicator final : public Communicator {
 
   // Every member reaches a non-blocking barrier, polled through the watch, before a blocking
   // collective starts: a member that stopped or returned is found there, not inside MPI.
-  void arrive(const std::string& what) {
+  template <class What>
+  void arrive(What&& what) {
     if (size() == 1) return;
     MPI_Request request = MPI_REQUEST_NULL;
     detail::check(MPI_Ibarrier(native(), &request), "MPI_Ibarrier");
@@ -168,8 +176,8 @@ class MpiCommunicator final : public Communicator {
       return done != 0;
     };
     watch_->wait(arrived, members_, [&] {
-      return what + " with the other processors of its group (" + detail::list(members_) +
-             ") to arrive";
+      return std::string(what()) + " with the other processors of its group (" +
+             detail::list(members_) + ") to arrive";
     });
   }
 
@@ -188,8 +196,10 @@ class MpiCommunicator final : public Communicator {
  public:
   void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
                       MemorySpace) override {
-    arrive("all_reduce of " + std::to_string(count) + " " + to_string(type) + " elements (" +
-           to_string(op) + ")");
+    arrive([&] {
+      return "all_reduce of " + std::to_string(count) + " " + to_string(type) + " elements (" +
+             to_string(op) + ")";
+    });
     const std::size_t element = dtype_size(type);
     auto* p = static_cast<char*>(data);
     for_each_chunk(count * element, [&](std::size_t offset, int n) {
@@ -201,7 +211,7 @@ class MpiCommunicator final : public Communicator {
 
   void run_all_gather(const void* send, std::size_t send_bytes, void* recv,
                       const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
-    arrive("all_gather of " + std::to_string(send_bytes) + " bytes");
+    arrive([&] { return "all_gather of " + std::to_string(send_bytes) + " bytes"; });
     std::vector<int> counts, displacements;
     std::size_t offset = 0;
     for (auto bytes : recv_bytes) {
@@ -217,7 +227,9 @@ class MpiCommunicator final : public Communicator {
 
   void run_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                           DType type, ReduceOp op, MemorySpace) override {
-    arrive("reduce_scatter of " + to_string(type) + " elements (" + to_string(op) + ")");
+    arrive([&] {
+      return "reduce_scatter of " + to_string(type) + " elements (" + to_string(op) + ")";
+    });
     std::vector<int> int_counts;
     for (auto n : counts) int_counts.push_back(detail::as_int(n, "a reduce_scatter block"));
     detail::check(MPI_Reduce_scatter(send, recv, int_counts.data(), detail::mpi_type(type),
@@ -227,7 +239,7 @@ class MpiCommunicator final : public Communicator {
 
   void run_all_to_all(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                       const std::vector<std::size_t>& recv_bytes, MemorySpace) override {
-    arrive("all_to_all");
+    arrive([] { return "all_to_all"; });
     auto layout = [](const std::vector<std::size_t>& bytes, std::vector<int>& counts,
                      std::vector<int>& displacements) {
       std::size_t offset = 0;
@@ -246,17 +258,21 @@ class MpiCommunicator final : public Communicator {
   }
 
   void run_broadcast(void* data, std::size_t bytes, int root, MemorySpace) override {
-    arrive("broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root));
+    arrive([&] {
+      return "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
+    });
     auto* p = static_cast<char*>(data);
     for_each_chunk(bytes, [&](std::size_t offset, int n) {
       detail::check(MPI_Bcast(p + offset, n, MPI_BYTE, root, native()), "MPI_Bcast");
     });
   }
 
-  void run_barrier() override { arrive("barrier"); }
+  void run_barrier() override {
+    arrive([] { return "barrier"; });
+  }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
-    arrive("split");
+    arrive([] { return "split"; });
     MPI_Comm part = MPI_COMM_NULL;
     detail::check(MPI_Comm_split(native(), color < 0 ? MPI_UNDEFINED : color, key, &part),
                   "MPI_Comm_split");

@@ -72,7 +72,6 @@ class World {
 
   // Waits until every member of `group` has arrived; `rank` is the caller's rank in it.
   void barrier(Group& group, int rank) {
-    const Deadline deadline;
     std::unique_lock<std::mutex> lock(mutex_);
     throw_if_failed();
     const auto generation = group.generation;
@@ -84,6 +83,7 @@ class World {
       return;
     }
     group.present[rank] = true;
+    const Deadline deadline;  // only a member that has to wait reads MESHTENSOR_TIMEOUT
     // A member that has returned cannot be among those who arrived (the last arrival releases
     // everyone), so it will never come.
     int gone = -1;
