@@ -323,6 +323,42 @@ TEST_CASE("a volume saved from any split is the input's geometry and values, not
   });
 }
 
+TEST_CASE("each volume of a 4-D file (channels along dim 4) is read on any split") {
+  const std::string dir = cases_dir();
+  const std::string out = dir + "/out_channels.nii.gz";
+  auto value = [](const Index& i) {
+    return float(1000 * i["channels"] + 100 * i["x"] + 10 * i["y"] + i["z"]);
+  };
+  on_mesh(can_run("p:2") ? "p:2" : "p:1", [&](Mesh& m) {
+    const auto v = open_nifti(m, dir + "/labels_uint8.nii");
+    const Shape shape{Dim("x", v.size[0]), Dim("y", v.size[1]), Dim("z", v.size[2]),
+                      Dim("channels", 4)};
+    save_nifti(generate<float>(m, shape, m.num_processors() > 1 ? "y:p" : "", value), out, v);
+    return 0;
+  });
+  wait_for_all_ranks();
+  for (const auto& split : splits) {
+    if (!can_run(split.mesh)) continue;
+    INFO(split.mesh << " " << split.layout);
+    on_mesh(split.mesh, [&](Mesh& m) {
+      const auto v = open_nifti(m, out);
+      CHECK(v.file.volumes == 4);
+      for (std::int64_t c = 0; c < 4; ++c) {
+        const auto read = load_nifti_volume<float>(m, v, c, split.layout);
+        const auto expected = generate<float>(m, v.shape(), split.layout, [&](const Index& i) {
+          return float(1000 * c + 100 * i["x"] + 10 * i["y"] + i["z"]);
+        });
+        CHECK((read.local() == expected.local()));
+      }
+      CHECK_THROWS_WITH(load_nifti<float>(m, v, split.layout),
+                        Contains("out_channels.nii.gz") && Contains("4 entries along dim 4"));
+      CHECK_THROWS_WITH(load_nifti_volume<float>(m, v, 4, split.layout),
+                        Contains("volume 4 asked for, but the file holds 4"));
+      return 0;
+    });
+  }
+}
+
 TEST_CASE("saving into a missing directory is refused on every processor and writes nothing") {
   const std::string dir = cases_dir();
   auto logs = on_mesh("p:2", [&](Mesh& m) {

@@ -1,5 +1,6 @@
-// Padding, cropping, upsampling, concatenation and normalisation: outputs and input gradients on
-// every spatial layout class equal the single-processor run.
+// Padding, cropping, upsampling, concatenation, flips, transposes, 90° rotations and
+// normalisation: outputs and input gradients on every spatial layout class equal the
+// single-processor run.
 #include <catch2/catch.hpp>
 
 #include <meshtensor/autodiff/backward.hpp>
@@ -57,6 +58,47 @@ TEST_CASE("concatenation along a split or unsplit dim matches one processor") {
               return concat({in[1], in[0], in[2]}, "x");
             },
             {"batch:2, x:4, y:6, z:5, channels:3", "batch:2, x:1, y:6, z:5, channels:3"}) == "");
+}
+
+TEST_CASE("flips, transposes and 90-degree rotations match one processor, on split dims too") {
+  CHECK(check([](auto& in) { return flip(in[0], "x"); }) == "");
+  CHECK(check([](auto& in) { return flip(flip(in[0], "y"), "channels"); }) == "");
+  CHECK(check([](auto& in) { return flip(in[0], "batch"); }) == "");
+  CHECK(check([](auto& in) { return transpose(in[0], "batch, z, x, channels, y"); }) == "");
+  // A plane of unequal sizes: an odd number of turns swaps them (9x6 becomes 6x9).
+  for (int turns : {1, 2, 3, -1})
+    CHECK(check([&](auto& in) { return rotate90(in[0], "x", "y", turns); }) == "");
+  CHECK(check([](auto& in) { return rotate90(in[0], "z", "x"); }) == "");
+}
+
+TEST_CASE("flips and rotations move each element where numpy's flip and rot90 put it") {
+  // x:3, y:2 holding 10x + y: each result checked against the rule, element by element.
+  auto results = on_one_processor([](Mesh& m) {
+    auto t = generate<float>(m, "x:3, y:2", "",
+                             [](const Index& i) { return float(10 * i["x"] + i["y"]); });
+    return std::vector<xt::xarray<float>>{
+        gather(flip(t, "x")), gather(rotate90(t, "x", "y")), gather(rotate90(t, "x", "y", 2)),
+        gather(rotate90(t, "x", "y", 3)), gather(transpose(t, "y, x"))};
+  });
+  const xt::xarray<float> flipped{{20, 21}, {10, 11}, {0, 1}};
+  // numpy: np.rot90(m) for m = [[0, 1], [10, 11], [20, 21]].
+  const xt::xarray<float> once{{1, 11, 21}, {0, 10, 20}};
+  const xt::xarray<float> twice{{21, 20}, {11, 10}, {1, 0}};
+  const xt::xarray<float> thrice{{20, 10, 0}, {21, 11, 1}};
+  const xt::xarray<float> transposed{{0, 10, 20}, {1, 11, 21}};
+  CHECK((results[0] == flipped));
+  CHECK((results[1] == once));
+  CHECK((results[2] == twice));
+  CHECK((results[3] == thrice));
+  CHECK((results[4] == transposed));
+  on_one_processor([](Mesh& m) {
+    auto t = generate<float>(m, "x:3, y:2", "", [](const Index&) { return 0.0f; });
+    CHECK_THROWS_WITH(rotate90(t, "x", "x"), Catch::Contains("two different dims"));
+    CHECK_THROWS_WITH(transpose(t, "x"), Catch::Contains("name each of them once"));
+    CHECK_THROWS_WITH(transpose(t, "x, x"), Catch::Contains("twice"));
+    CHECK_THROWS_WITH(flip(t, "z"), Catch::Contains("no dim \"z\""));
+    return 0;
+  });
 }
 
 TEST_CASE("batch, instance and group norm match one processor, gradients of gamma and beta too") {

@@ -40,6 +40,7 @@
 #include "meshtensor/ops/pool.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"
+#include "meshtensor/ops/reorient.hpp"
 #include "meshtensor/ops/resample.hpp"
 #include "meshtensor/ops/reshape.hpp"
 

@@ -9,4 +9,6 @@ constexpr int halo = 101;
 constexpr int volume_io = 102;
 // The checking mode's messages: each collective's call, sent to every peer (collective_call.hpp).
 constexpr int collective_check = 103;
+// Flips, transposes and rotations (ops/reorient.hpp): like a relayout, parts of blocks moving.
+constexpr int reorient = 104;
 }  // namespace meshtensor::tags

@@ -198,6 +198,7 @@ struct File {
   int version = 1;  // NIfTI-1 or NIfTI-2
   bool compressed = false;
   std::array<std::int64_t, 3> size{};  // voxels along the file's axes i, j, k
+  std::int64_t volumes = 1;            // dim 4: channels (MRI sequences) or time points
   int datatype = 0;
   int bytes_per_voxel = 0;
   double slope = 1, intercept = 0;    // value = slope * stored + intercept
@@ -212,8 +213,8 @@ struct File {
 /**
  * Reads and checks the header of `path`. Throws IoError naming the file for a missing or unreadable
  * file, a name that is not .nii or .nii.gz, a header that is not NIfTI-1 or -2, a datatype that is
- * not a real number, more or fewer than 3 dims (a 4-D file with one volume counts as 3-D), and an
- * uncompressed file shorter than its header promises.
+ * not a real number, fewer than 3 dims or more than one entry along dims 5 to 7 (a 4-D file holds
+ * `volumes` 3-D volumes), and an uncompressed file shorter than its header promises.
  */
 inline File open(const std::string& path) {
   detail::quiet();
@@ -262,14 +263,15 @@ inline File open(const std::string& path) {
   const std::int64_t dims = image->dim[0];
   if (dims < 3)
     throw IoError(path + ": a " + std::to_string(dims) + "-D image; a volume has 3 dims");
-  for (int d = 4; d <= dims && d <= 7; ++d)
+  for (int d = 5; d <= dims && d <= 7; ++d)
     if (image->dim[d] > 1)
       throw IoError(path + ": a " + std::to_string(dims) + "-D image with " +
                     std::to_string(image->dim[d]) + " entries along dim " + std::to_string(d) +
-                    "; meshtensor reads one 3-D volume per file");
+                    "; meshtensor reads 3-D volumes, and 4-D files of volumes along dim 4");
   f.size = {image->nx, image->ny, image->nz};
+  if (dims >= 4 && image->dim[4] > 1) f.volumes = image->dim[4];
   std::optional<std::int64_t> bytes = f.bytes_per_voxel;
-  for (auto n : f.size) {
+  for (auto n : {f.size[0], f.size[1], f.size[2], f.volumes}) {
     if (n < 1) throw IoError(path + ": the header gives a dim of size " + std::to_string(n));
     if (bytes) bytes = meshtensor::detail::checked_product(*bytes, std::int64_t(n));
   }
@@ -287,7 +289,7 @@ inline File open(const std::string& path) {
   detail::check_affine(f.affine, path, image->sform_code > 0 ? "sform" : "qform");
   f.data_offset = image->iname_offset;
   f.swapped = image->byteorder != nifti_short_order();
-  const auto needed = f.data_offset + f.num_voxels() * f.bytes_per_voxel;
+  const auto needed = f.data_offset + f.volumes * f.num_voxels() * f.bytes_per_voxel;
   if (!gz && static_cast<std::int64_t>(info.st_size) < needed)
     throw IoError(path + ": " + std::to_string(info.st_size) + " bytes, but its header promises " +
                   std::to_string(needed) + " (truncated)");
@@ -444,13 +446,17 @@ inline std::int64_t readable_bytes(const File& f) {
  * naming the file when the data end early or do not decompress (with the byte where they end and
  * the voxel that needed more), and, by rule, when a voxel's value is NaN or infinite or does not
  * fit T (with the voxel's (i, j, k) index): such a value would spread through every computation
- * that reads it, and a cast of it is undefined.
+ * that reads it, and a cast of it is undefined. `volume` picks one volume of a 4-D file.
  */
 template <class T, class Row>
-void read_box(const File& f, const std::array<Range, 3>& box, Row&& row) {
+void read_box(const File& f, const std::array<Range, 3>& box, Row&& row, std::int64_t volume = 0) {
   for (int a = 0; a < 3; ++a)
     if (box[a].begin < 0 || box[a].end > f.size[a] || box[a].end < box[a].begin)
       throw IoError(f.path + ": box outside the volume");
+  if (volume < 0 || volume >= f.volumes)
+    throw IoError(f.path + ": volume " + std::to_string(volume) +
+                  " asked for, but the file holds " + std::to_string(f.volumes) + " (0 to " +
+                  std::to_string(f.volumes - 1) + ")");
   if (box[0].empty() || box[1].empty() || box[2].empty()) return;
   detail::Stream stream(znzopen(f.path.c_str(), "rb", f.compressed ? 1 : 0));
   if (!stream) throw IoError(f.path + ": cannot open for reading");
@@ -465,7 +471,7 @@ void read_box(const File& f, const std::array<Range, 3>& box, Row&& row) {
   nifti_datatype_sizes(f.datatype, &bytes, &swap_size);
   for (std::int64_t k = box[2].begin; k < box[2].end; ++k)
     for (std::int64_t j = box[1].begin; j < box[1].end; j += rows_at_once) {
-      const std::int64_t voxel = box[0].begin + ni * (j + nj * k);
+      const std::int64_t voxel = box[0].begin + ni * (j + nj * k) + volume * f.num_voxels();
       const std::int64_t offset = f.data_offset + voxel * f.bytes_per_voxel;
       if (znzseek(stream.get(), static_cast<znz_off_t>(offset), SEEK_SET) < 0)
         detail::refuse_short_read(f, box[0].begin, j, k, offset);

@@ -99,12 +99,18 @@ inline std::array<Range, 3> whole(const std::array<std::int64_t, 3>& size) {
 }  // namespace detail
 
 /**
- * The volume as a tensor of dims `dims` (x, y, z) on `layout`, values scaled by the file's slope
- * and intercept and converted to T. Each processor reads only its own block from the file.
+ * Volume `volume` of a 4-D file (a channel, such as one MRI sequence of a BraTS case) as a tensor
+ * of dims `dims` (x, y, z) on `layout`, values scaled by the file's slope and intercept and
+ * converted to T. Each processor reads only its own block from the file.
  */
 template <class T>
-Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
-                     const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
+Tensor<T> load_nifti_volume(Mesh& mesh, const NiftiVolume& v, std::int64_t volume,
+                            const Layout& layout,
+                            const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
+  if (volume < 0 || volume >= v.file.volumes)
+    throw IoError(v.file.path + ": volume " + std::to_string(volume) +
+                  " asked for, but the file holds " + std::to_string(v.file.volumes) + " (0 to " +
+                  std::to_string(v.file.volumes - 1) + ")");
   TensorLayout tensor_layout(v.shape(dims), mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = meshtensor::detail::new_block<T>(mesh, tensor_layout, block);
@@ -112,17 +118,33 @@ Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
                                       detail::whole(v.size));
   std::vector<T> staging;  // the host reads the file: see writable_on_host
   T* into = writable_on_host(local, staging);
-  agree_on(
-      mesh, failure_of([&] {
-        if (!into) return;  // a plan's block: no values to read
-        nifti::read_box<T>(v.file, b.box, [&](std::int64_t j, std::int64_t k, const T* values) {
-          T* out =
-              into + b.first + (j - b.box[1].begin) * b.step[1] + (k - b.box[2].begin) * b.step[2];
-          for (std::int64_t i = 0; i < b.box[0].size(); ++i) out[i * b.step[0]] = values[i];
-        });
-      }));
+  agree_on(mesh, failure_of([&] {
+             if (!into) return;  // a plan's block: no values to read
+             nifti::read_box<T>(
+                 v.file, b.box,
+                 [&](std::int64_t j, std::int64_t k, const T* values) {
+                   T* out = into + b.first + (j - b.box[1].begin) * b.step[1] +
+                            (k - b.box[2].begin) * b.step[2];
+                   for (std::int64_t i = 0; i < b.box[0].size(); ++i)
+                     out[i * b.step[0]] = values[i];
+                 },
+                 volume);
+           }));
   written_on_host(staging, local);
   return Tensor<T>(mesh, std::move(tensor_layout), std::move(local));
+}
+
+/**
+ * The volume of a 3-D file as a tensor of dims `dims` (x, y, z) on `layout`, as
+ * load_nifti_volume reads one; a 4-D file of several volumes is refused, naming their count.
+ */
+template <class T>
+Tensor<T> load_nifti(Mesh& mesh, const NiftiVolume& v, const Layout& layout,
+                     const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
+  if (v.file.volumes > 1)
+    throw IoError(v.file.path + ": a 4-D image with " + std::to_string(v.file.volumes) +
+                  " entries along dim 4 (volumes or channels) where one 3-D volume was expected");
+  return load_nifti_volume<T>(mesh, v, 0, layout, dims);
 }
 
 namespace detail {
