@@ -9,6 +9,8 @@ skip concatenation, 1x1 head; weighted cross-entropy + tumour soft Dice; Adam) a
 training step time and memory: peak RSS minus RSS before the model is built, as for meshtensor.
 """
 import argparse
+import os
+import sys
 import json
 import statistics
 import time
@@ -61,43 +63,19 @@ def conv(args):
                               "gflops": flops / total / 1e9}), flush=True)
 
 
-class DoubleConv(nn.Sequential):
-    def __init__(self, cin, cout):
-        super().__init__(nn.Conv3d(cin, cout, 3, padding=1), nn.BatchNorm3d(cout), nn.ReLU(),
-                         nn.Conv3d(cout, cout, 3, padding=1), nn.BatchNorm3d(cout), nn.ReLU())
+# The model unet3d trains, as scripts/to_pytorch.py defines it for exported checkpoints.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from to_pytorch import UNet3D  # noqa: E402
 
 
-class UNet(nn.Module):
-    def __init__(self, channels, depth, classes=3):
-        super().__init__()
-        widths = [channels << level for level in range(depth + 1)]
-        self.down = nn.ModuleList(DoubleConv(1 if l == 0 else widths[l - 1], widths[l])
-                                  for l in range(depth))
-        self.bottom = DoubleConv(widths[depth - 1], widths[depth])
-        self.up = nn.ModuleList(nn.ConvTranspose3d(2 * widths[l], widths[l], 2, stride=2)
-                                for l in reversed(range(depth)))
-        self.merge = nn.ModuleList(DoubleConv(2 * widths[l], widths[l])
-                                   for l in reversed(range(depth)))
-        self.head = nn.Conv3d(channels, classes, 1)
-
-    def forward(self, x):
-        skips = []
-        for level in self.down:
-            x = level(x)
-            skips.append(x)
-            x = F.max_pool3d(x, 2)
-        x = self.bottom(x)
-        for up, merge in zip(self.up, self.merge):
-            x = merge(torch.cat([skips.pop(), up(x)], 1))
-        return self.head(x)
-
-
-def segmentation_loss(logits, labels, class_weights, tumour=2):
+def segmentation_loss(logits, labels, class_weights):
+    """unet3d's loss: weighted cross-entropy plus 1 - the mean soft Dice of the foreground classes."""
     ce = F.cross_entropy(logits, labels, weight=class_weights)
-    p = logits.softmax(1)[:, tumour]
-    t = (labels == tumour).float()
-    dice = 2 * (p * t).sum() / (p.sum() + t.sum() + 1e-6)
-    return ce + (1 - dice)
+    p = logits.softmax(1)[:, 1:]
+    t = F.one_hot(labels, logits.shape[1]).permute(0, 4, 1, 2, 3)[:, 1:].float()
+    dims = (0, 2, 3, 4)
+    dice = 2 * (p * t).sum(dims) / (p.sum(dims) + t.sum(dims) + 1e-6)
+    return ce + (1 - dice.mean())
 
 
 def unet(args):
@@ -107,7 +85,7 @@ def unet(args):
     labels = torch.randint(0, 3, (1, s, s, s), generator=g)
     weights = torch.tensor([1.0, 3.0, 3.0])
     rss_before_model = status_mib("VmRSS")
-    net = UNet(args.channels, args.depth)
+    net = UNet3D(depth=args.depth, channels=args.channels, classes=3, inputs=1, norm="batch")
     adam = torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def step():

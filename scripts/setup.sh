@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(g++ cmake make libxtensor-dev libfmt-dev catch2 libboost-mpi-dev libopenmpi-dev openmpi-bin
           libcli11-dev nlohmann-json3-dev libpng-dev libdnnl-dev ocl-icd-opencl-dev libnifti2-dev)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3 python3-numpy python3-torch python3-nibabel clang)  # clang: the fuzzers
+  packages+=(python3 python3-numpy python3-scipy python3-torch python3-nibabel clang)  # clang: the fuzzers
   shift
 fi
 missing=()

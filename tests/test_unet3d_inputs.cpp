@@ -1,6 +1,7 @@
 // The U-Net example's own input files as hostile input: pairs.csv as spreadsheets write it (a
-// byte-order mark, quoted fields, CRLF), and checkpoint manifests against their schema (every
-// key, type and range; file names inside the checkpoint; `latest` beside it). And numbers that go
+// byte-order mark, quoted fields, CRLF), Decathlon dataset.json files and the task flags checked
+// against them, and checkpoint manifests against their schema (every key, type and range; file
+// names inside the checkpoint; `latest` beside it). And numbers that go
 // bad in a step: the first non-finite one is named on every processor.
 #include <catch2/catch.hpp>
 
@@ -17,6 +18,7 @@
 #include "finite.hpp"
 #include "manifest.hpp"
 #include "support/spmd.hpp"
+#include "task_flags.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -52,6 +54,48 @@ json good_manifest() {
                  "dtype": "float32", "kind": "parameter"}]})");
 }
 
+// A dataset.json (with its two cases' files, empty, unless `missing`) in a fresh folder; its path.
+fs::path write_decathlon(const json& description, const std::string& missing = "") {
+  const fs::path dir = fs::temp_directory_path() / "meshtensor-test-decathlon";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "imagesTr");
+  fs::create_directories(dir / "labelsTr");
+  for (const char* file : {"imagesTr/a.nii.gz", "labelsTr/a.nii.gz", "imagesTr/b_0000.nii.gz",
+                           "imagesTr/b_0001.nii.gz", "labelsTr/b.nii.gz"})
+    if (file != missing) std::ofstream(dir / file) << "x";
+  std::ofstream(dir / "dataset.json") << description.dump(2);
+  return dir / "dataset.json";
+}
+
+json brats_like() {
+  return json::parse(R"({
+    "name": "BrainTumour", "modality": {"0": "FLAIR", "1": "T1w"},
+    "labels": {"0": "background", "1": "edema", "2": "non-enhancing tumour",
+               "3": "enhancing tumour"},
+    "training": [{"image": "./imagesTr/a.nii.gz", "label": "./labelsTr/a.nii.gz"},
+                 {"image": ["./imagesTr/b_0000.nii.gz", "imagesTr/b_0001.nii.gz"],
+                  "label": "./labelsTr/b.nii.gz"}],
+    "test": ["./imagesTs/c.nii.gz"]})");
+}
+
+std::string decathlon_error(const json& description) {
+  try {
+    (void)unet3d::decathlon::read(write_decathlon(description));
+  } catch (const meshtensor::IoError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string task_error(const unet3d::TaskFlags& flags, const std::string& data) {
+  try {
+    (void)unet3d::resolve_task(flags, data);
+  } catch (const meshtensor::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 std::string manifest_error(const json& manifest) {
   try {
     unet3d::check_manifest(manifest, "ckpt/manifest.json");
@@ -69,9 +113,9 @@ TEST_CASE("pairs.csv is read as spreadsheets write it") {
                                               "\"scan 1.nii.gz\",\"labels, first.nii.gz\"\r\n"
                                               "  plain.nii , \"say \"\"hi\"\".nii\"  \r\n"));
   REQUIRE(pairs.size() == 2);  // the header, behind its byte-order mark, is not a pair
-  CHECK(fs::path(pairs[0].image).filename() == "scan 1.nii.gz");
+  CHECK(fs::path(pairs[0].images.front()).filename() == "scan 1.nii.gz");
   CHECK(fs::path(pairs[0].label).filename() == "labels, first.nii.gz");
-  CHECK(fs::path(pairs[1].image).filename() == "plain.nii");
+  CHECK(fs::path(pairs[1].images.front()).filename() == "plain.nii");
   CHECK(fs::path(pairs[1].label).filename() == "say \"hi\".nii");
 }
 
@@ -85,12 +129,118 @@ TEST_CASE("a pairs.csv row that is not two file names names its line") {
   CHECK_THAT(csv_error("a.nii,\n"), Catch::Contains("pairs.csv:1:"));
 }
 
+TEST_CASE("a Decathlon dataset.json gives the classes, modalities, training and test cases") {
+  const fs::path path = write_decathlon(brats_like());
+  const auto d = unet3d::decathlon::read(path);
+  CHECK(d.classes == std::vector<std::string>{"background", "edema", "non-enhancing tumour",
+                                              "enhancing tumour"});
+  CHECK(d.modalities == std::vector<std::string>{"FLAIR", "T1w"});
+  REQUIRE(d.training.size() == 2);
+  CHECK(d.training[0].images ==
+        std::vector<std::string>{(path.parent_path() / "imagesTr/a.nii.gz").string()});
+  CHECK(d.training[1].images.size() == 2);  // MONAI's list of one file per channel
+  CHECK(d.training[1].label == (path.parent_path() / "labelsTr/b.nii.gz").string());
+  REQUIRE(d.test.size() == 1);
+  CHECK(d.test[0].label.empty());
+  // --data takes the file or its folder; a read dataset has its task.
+  for (const auto& data : {path.string(), path.parent_path().string()}) {
+    const auto dataset = unet3d::read_dataset(data, 1, 1);
+    CHECK(dataset.train.size() + dataset.validation.size() == 2);
+    CHECK(dataset.classes.size() == 4);
+    const auto task = unet3d::resolve_task({}, data);
+    CHECK(task.num_classes() == 4);
+    CHECK(task.modalities() == "FLAIR, T1w");
+    CHECK_FALSE(task.channels[0].windowed());  // MRI: z-scored over the body
+    CHECK(task.class_weights == std::vector<double>{1, 3, 3, 3});
+  }
+}
+
+TEST_CASE("a dataset.json off the Decathlon's form names the file and the key") {
+  auto spoiled = [](const char* pointer, const json& value) {
+    json d = brats_like();
+    const json::json_pointer at(pointer);
+    if (value.is_null())
+      d[at.parent_pointer()].erase(at.back());
+    else
+      d[at] = value;
+    return decathlon_error(d);
+  };
+  CHECK_THAT(spoiled("/labels", nullptr), Catch::Contains("dataset.json: has no \"labels\""));
+  CHECK_THAT(spoiled("/labels/1", nullptr),
+             Catch::Contains("\"labels\" has the key \"3\"; its keys must be the numbers 0 to 2"));
+  CHECK_THAT(spoiled("/modality", json::array({"CT"})),
+             Catch::Contains("\"modality\" must be an object"));
+  CHECK_THAT(spoiled("/labels", json{{"0", "background"}}),
+             Catch::Contains("\"labels\" names one class"));
+  CHECK_THAT(spoiled("/training/1/label", nullptr),
+             Catch::Contains("training[1] must be {\"image\": ..., \"label\": ...}"));
+  CHECK_THAT(spoiled("/training/0/image", 7),
+             Catch::Contains("training[0].image must be a file name"));
+  CHECK_THAT(spoiled("/training/1/image", json::array()),
+             Catch::Contains("training[1].image is an empty list"));
+  // A listed file that is not there: the dataset.json and the file named.
+  write_decathlon(brats_like(), "labelsTr/b.nii.gz");
+  try {
+    unet3d::read_dataset((fs::temp_directory_path() / "meshtensor-test-decathlon").string(), 0, 1);
+    FAIL("a missing label file was not refused");
+  } catch (const meshtensor::IoError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("dataset.json lists") &&
+                             Catch::Contains("labelsTr/b.nii.gz: no such file"));
+  }
+}
+
+TEST_CASE("the task flags are checked against the data, naming the flag") {
+  const std::string data = write_decathlon(brats_like()).parent_path().string();
+  unet3d::TaskFlags f;
+  f.classes = {"background", "tumour"};
+  CHECK_THAT(task_error(f, data), Catch::Contains("--classes background,tumour names 2 classes "
+                                                  "but the dataset.json of --data"));
+  CHECK_THAT(task_error(f, ""), Catch::Contains("the phantoms have 3 classes"));
+  f.classes = {"background"};
+  CHECK_THAT(task_error(f, ""), Catch::Contains("at least one more class"));
+  f = {};
+  f.modalities = {"FLAIR"};
+  CHECK_THAT(task_error(f, data), Catch::Contains("--modalities FLAIR names 1 channels"));
+  f = {};
+  f.window = {-100, 200};
+  CHECK_THAT(task_error(f, data), Catch::Contains("--window windows CT channels"));
+  f.window = {200, -100};
+  CHECK_THAT(task_error(f, ""), Catch::Contains("LOW below HIGH"));
+  f = {};
+  f.class_weights = {1, 2, 3};
+  CHECK_THAT(task_error(f, data), Catch::Contains("--class-weights gives 3 weights for the 4"));
+  // The phantoms' task, renamed and re-windowed; a CT study of one's own with its names.
+  f = {};
+  f.classes = {"bg", "liver", "lesion"};
+  f.window = {-100, 200};
+  const auto task = unet3d::resolve_task(f, "");
+  CHECK(task.label_meanings() == "0 bg, 1 liver, 2 lesion");
+  CHECK(task.channels[0].window == std::array<float, 2>{-100, 200});
+  CHECK(unet3d::windowed(200, task.channels[0].window) == 1.0f);
+  CHECK(unet3d::windowed(-100, task.channels[0].window) == -1.0f);
+}
+
 TEST_CASE("a manifest as the checkpoint writes it passes its schema") {
   CHECK(manifest_error(good_manifest()) == "no error");
   json older = good_manifest();
   older["optimizer"].erase("steps");  // written before Adam's step count was kept
   older["flags"].erase("class_weights");
   CHECK(manifest_error(older) == "no error");
+  // A task of its own: named classes, MRI inputs and a CT input with its window.
+  json task = good_manifest();
+  task["flags"]["classes"] = {"background", "edema", "tumour", "necrosis"};
+  task["flags"]["class_weights"] = {1.0, 2.0, 3.0, 3.0};
+  task["flags"]["inputs"] =
+      json::parse(R"([{"modality": "FLAIR"}, {"modality": "CT", "window": [-100, 200]}])");
+  task["validation_mean_dice"] = 0.75;
+  CHECK(manifest_error(task) == "no error");
+  const auto read = unet3d::Task::from_json(task["flags"]);
+  CHECK(read.num_classes() == 4);
+  CHECK(read.modalities() == "FLAIR, CT");
+  CHECK(read.channels[1].window == std::array<float, 2>{-100, 200});
+  // Before tasks: three classes by count, one CT channel.
+  CHECK(unet3d::Task::from_json(good_manifest()["flags"]).label_meanings() ==
+        "0 background, 1 organ, 2 tumour");
 }
 
 TEST_CASE("a manifest off its schema names the file, the key and what would be valid") {
@@ -113,6 +263,21 @@ TEST_CASE("a manifest off its schema names the file, the key and what would be v
       {"/flags/lr", "nan", "flags.lr is \"nan\"; it must be a finite number above 0"},
       {"/flags/size", json::array({16, 16}), "flags.size is [16,16]; it must be an array of 3"},
       {"/flags/class_weights/1", -3.0, "flags.class_weights[1] is -3.0; it must be a finite"},
+      {"/flags/class_weights", json::array({1.0, 3.0}),
+       "flags.class_weights is [1.0,3.0]; it must be an array of 3"},
+      {"/flags/classes", 4, "flags.classes is 4; it must be an integer from 3 to 3"},
+      {"/flags/classes", json::array({"background"}),
+       "flags.classes is [\"background\"]; it must be a list of 2 to 1000 class names"},
+      {"/flags/classes", json::array({"background", ""}), "flags.classes[1] is \"\""},
+      {"/flags/inputs", json::array(), "flags.inputs is []; it must be a list of 1 to 1000"},
+      {"/flags/inputs", json::parse(R"([{"window": [0, 1]}])"),
+       "flags.inputs[0] has no \"modality\""},
+      {"/flags/inputs", json::parse(R"([{"modality": "CT", "window": [100, -100]}])"),
+       "flags.inputs[0].window is [100,-100]; it must be [low, high] with low below high"},
+      {"/flags/inputs", json::parse(R"([{"modality": "CT", "window": [0]}])"),
+       "flags.inputs[0].window is [0]; it must be an array of 2"},
+      {"/validation_mean_dice", 1.5,
+       "validation_mean_dice is 1.5; it must be a number from 0 to 1"},
       {"/tensors", json::object(), "tensors is {}; it must be an array"},
       {"/tensors/0/file", "../../etc/passwd.npy",
        "tensors[0].file is \"../../etc/passwd.npy\"; it must be the name of a .npy file inside"},

@@ -72,8 +72,7 @@ inline mt::MachineModel machine_for(int processors, const AutoLayout& a) {
 }
 
 inline void print_option(const char* role, const mt::ScheduleOption& s) {
-  std::printf(
-      "  %-10s \"%s\": peak %s per processor, step %.3f s predicted (compute %.3f s, "
+  say("  %-10s \"%s\": peak %s per processor, step %.3f s predicted (compute %.3f s, "
       "communication %.3f s)\n",
       role, s.layouts.to_string().c_str(), mt::format_bytes(s.peak_bytes).c_str(), s.step.seconds,
       s.step.compute_s, s.step.communication_s);
@@ -104,8 +103,7 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
   };
   const mt::LayoutChoice choice = mt::choose_layouts(mesh, c, step);
   const mt::ScheduleOption& best = choice.best();
-  std::printf(
-      "--layout auto: %zu schedules weighed on mesh %s (%zu within %s per processor, %zu "
+  say("--layout auto: %zu schedules weighed on mesh %s (%zu within %s per processor, %zu "
       "over it, %zu that cannot run); network %s, kernels of %s\n",
       choice.fitting.size() + choice.too_big.size() + choice.failed.size(),
       mesh.to_string().c_str(), choice.fitting.size(), mt::format_bytes(a.budget_bytes).c_str(),

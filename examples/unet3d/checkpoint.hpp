@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,9 +122,20 @@ inline std::vector<Moment> adam_moments(nn::Parameters<float>& params, nn::Adam<
   return out;
 }
 
-/// Saves the model, its state and Adam's moments as step `step` under `dir` (collective).
+/// The checkpoint directory the file `pointer` in `dir` names ("best"), if it does.
+inline std::optional<fs::path> pointed_to(const std::string& dir, const std::string& pointer) {
+  std::ifstream in(fs::path(dir) / pointer);
+  std::string name;
+  if (!in || !std::getline(in, name) || !plain_name(name)) return std::nullopt;
+  return fs::path(dir) / name;
+}
+
+/// Saves the model, its state and Adam's moments as step `step` under `dir` (collective), and
+/// names it in `latest`. With `best_dice` (its mean foreground validation Dice, the best so far)
+/// it is also named in `best`. The directories `latest` and `best` name are kept; older ones go.
 inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t step, UNet& net,
-                            nn::Adam<float>& adam, const json& flags) {
+                            nn::Adam<float>& adam, const json& flags,
+                            std::optional<double> best_dice = std::nullopt) {
   const std::string name = fresh_checkpoint_name(mesh, dir, step);
   const fs::path staging = fs::path(dir) / ("." + name + ".partial");
   const fs::path final_dir = fs::path(dir) / name;
@@ -149,11 +161,12 @@ inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t
   on_first(mesh, [&] {
     for (auto& entry : tensors)
       entry["crc32"] = file_crc32(staging / entry["file"].get<std::string>());
-    const json manifest{{"format", "meshtensor-unet3d-checkpoint-1"},
-                        {"step", step},
-                        {"optimizer", {{"type", "adam"}, {"steps", adam.steps()}}},
-                        {"flags", flags},
-                        {"tensors", tensors}};
+    json manifest{{"format", "meshtensor-unet3d-checkpoint-1"},
+                  {"step", step},
+                  {"optimizer", {{"type", "adam"}, {"steps", adam.steps()}}},
+                  {"flags", flags},
+                  {"tensors", tensors}};
+    if (best_dice) manifest["validation_mean_dice"] = *best_dice;
     // Each file is on the disk already (io/durable_file.hpp); then the directory, its rename,
     // and only then `latest`, which names it: after a crash or a power loss `latest` names a
     // complete checkpoint, the new one or the one before.
@@ -162,13 +175,15 @@ inline void save_checkpoint(mt::Mesh& mesh, const std::string& dir, std::int64_t
     fs::rename(staging, final_dir);
     mt::io::sync_path(dir);
     mt::io::write_durably((fs::path(dir) / "latest").string(), name + "\n");
-    // Keep only the newest, and drop what a killed run left half-written.
+    if (best_dice) mt::io::write_durably((fs::path(dir) / "best").string(), name + "\n");
+    // Keep the newest and the best, and drop what a killed run left half-written.
+    const auto best = pointed_to(dir, "best");
     for (const auto& old : fs::directory_iterator(dir)) {
       const std::string entry = old.path().filename().string();
       const bool checkpoint = entry.rfind("checkpoint-", 0) == 0;
       const bool stale = entry.rfind(".checkpoint-", 0) == 0;
-      if (old.is_directory() && (checkpoint || stale) && old.path() != final_dir)
-        fs::remove_all(old.path());
+      const bool kept = old.path() == final_dir || (best && old.path() == *best);
+      if (old.is_directory() && (checkpoint || stale) && !kept) fs::remove_all(old.path());
     }
   });
 }

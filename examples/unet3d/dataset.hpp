@@ -1,26 +1,35 @@
 #pragma once
-// A folder of CT scans with their label volumes: LiTS names (volume-N.nii[.gz] beside
-// segmentation-N.nii[.gz], as the seeds' liver-tumour data come) or a pairs.csv listing
-// "image,label" per line. A seeded split holds some pairs out for validation; the training pairs
-// are visited in a fresh seeded order every epoch.
+// A dataset of scans with their label volumes: a Medical Segmentation Decathlon dataset.json (what
+// MONAI and nnU-Net read: training and test lists, modality and label names), LiTS names
+// (volume-N.nii[.gz] beside segmentation-N.nii[.gz], as the seeds' liver-tumour data come) or a
+// pairs.csv listing "image,label" per line. A seeded split holds some pairs out for validation;
+// the training pairs are visited in a fresh seeded order every epoch.
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <meshtensor/meshtensor.hpp>
+
+#include "manifest.hpp"
 
 namespace unet3d {
 
 namespace mt = meshtensor;
 
+/// One case: its image file(s), one 4-D file with every channel or one 3-D file per channel, and
+/// its label file (empty: none).
 struct ScanFiles {
-  std::string image, label;
+  std::vector<std::string> images;
+  std::string label;
 };
 
 /// 0 .. n-1 shuffled (Fisher-Yates) by draws `first + 1 .. first + n - 1` of `stream`.
@@ -35,6 +44,8 @@ inline std::vector<std::size_t> seeded_order(std::size_t n, const mt::RandomStre
 struct Dataset {
   std::vector<ScanFiles> train, validation;
   std::uint64_t seed = 1;
+  // What a dataset.json says of its task (empty for LiTS names and pairs.csv).
+  std::vector<std::string> classes, modalities;
 
   /// The pair for training step `step`: epochs are seeded permutations of the training pairs.
   const ScanFiles& for_step(std::int64_t step) const {
@@ -107,7 +118,7 @@ inline std::vector<ScanFiles> read_pairs_csv(const std::filesystem::path& csv) {
       const std::filesystem::path p(name);
       return (p.is_absolute() ? p : csv.parent_path() / p).string();
     };
-    pairs.push_back({resolve(image), resolve(label)});
+    pairs.push_back({{resolve(image)}, resolve(label)});
   }
   return pairs;
 }
@@ -129,12 +140,138 @@ inline std::vector<ScanFiles> find_lits_pairs(const std::filesystem::path& dir) 
       if (std::filesystem::exists(dir / (stem + ext))) label = (dir / (stem + ext)).string();
     if (label.empty())
       throw mt::IoError(image + ": has no label volume " + (dir / stem).string() + ".nii[.gz]");
-    pairs.push_back({image, label});
+    pairs.push_back({{image}, label});
   }
   return pairs;
 }
 
 }  // namespace pairs
+
+namespace decathlon {
+
+using json = nlohmann::json;
+
+/// What a Decathlon dataset.json holds: the classes and modalities in the order of their
+/// numbers, the training cases and the test scans.
+struct Description {
+  std::vector<std::string> classes, modalities;
+  std::vector<ScanFiles> training, test;
+};
+
+// The names of {"0": "a", "1": "b", ...}, in the order of the numbers, which must run from 0.
+inline std::vector<std::string> numbered_names(const json& object, const std::string& where) {
+  if (!object.is_object() || object.empty())
+    throw mt::IoError(where + " must be an object {\"0\": name, \"1\": name, ...}");
+  std::vector<std::string> names(object.size());
+  std::vector<bool> seen(object.size(), false);
+  for (const auto& [key, value] : object.items()) {
+    std::size_t used = 0;
+    long long number = -1;
+    try {
+      number = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || number < 0 || number >= (long long)names.size() || seen[number])
+      throw mt::IoError(where + " has the key \"" + key + "\"; its keys must be the numbers 0 to " +
+                        std::to_string(names.size() - 1) + ", each once");
+    if (!value.is_string() || value.get<std::string>().empty())
+      throw mt::IoError(where + "[\"" + key + "\"] must be a non-empty name");
+    seen[number] = true;
+    names[number] = value.get<std::string>();
+  }
+  return names;
+}
+
+// A path of the file, relative to its folder: "./imagesTr/a.nii.gz" as the Decathlon writes them.
+inline std::string resolve(const std::filesystem::path& folder, const json& value,
+                           const std::string& where) {
+  if (!value.is_string() || value.get<std::string>().empty())
+    throw mt::IoError(where + " must be a file name");
+  const std::filesystem::path p(value.get<std::string>());
+  return (p.is_absolute() ? p : folder / p).lexically_normal().string();
+}
+
+// "image": one file, or a list of one file per channel (MONAI's way).
+inline std::vector<std::string> images_of(const std::filesystem::path& folder, const json& value,
+                                          const std::string& where) {
+  if (!value.is_array()) return {resolve(folder, value, where)};
+  if (value.empty()) throw mt::IoError(where + " is an empty list; name the channels' files");
+  std::vector<std::string> images;
+  for (std::size_t i = 0; i < value.size(); ++i)
+    images.push_back(resolve(folder, value[i], where + "[" + std::to_string(i) + "]"));
+  return images;
+}
+
+/// Reads and checks `path` (a dataset.json). Throws IoError naming the file and the key at fault.
+inline Description read(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw mt::IoError(path.string() + ": cannot open for reading");
+  json doc;
+  try {
+    doc = json::parse(in, refuse_deep_nesting(path.string()));
+  } catch (const json::exception& e) {
+    throw mt::IoError(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+  const std::string name = path.string();
+  const std::filesystem::path folder = path.parent_path();
+  if (!doc.is_object()) throw mt::IoError(name + ": must hold a JSON object");
+  for (const char* key : {"labels", "modality", "training"})
+    if (!doc.contains(key))
+      throw mt::IoError(name + ": has no \"" + key +
+                        "\" (a Decathlon dataset.json names its labels, modality and training "
+                        "cases)");
+  Description d;
+  d.classes = numbered_names(doc["labels"], name + ": \"labels\"");
+  d.modalities = numbered_names(doc["modality"], name + ": \"modality\"");
+  if (d.classes.size() < 2)
+    throw mt::IoError(name +
+                      ": \"labels\" names one class; a segmentation needs the background "
+                      "(0) and at least one more");
+  const json& training = doc["training"];
+  if (!training.is_array())
+    throw mt::IoError(name + ": \"training\" must be a list of {\"image\": ..., \"label\": ...}");
+  for (std::size_t i = 0; i < training.size(); ++i) {
+    const std::string where = name + ": training[" + std::to_string(i) + "]";
+    const json& entry = training[i];
+    if (!entry.is_object() || !entry.contains("image") || !entry.contains("label"))
+      throw mt::IoError(where + " must be {\"image\": ..., \"label\": ...}");
+    d.training.push_back({images_of(folder, entry["image"], where + ".image"),
+                          resolve(folder, entry["label"], where + ".label")});
+  }
+  const json test = doc.value("test", json::array());
+  if (!test.is_array()) throw mt::IoError(name + ": \"test\" must be a list of scans");
+  for (std::size_t i = 0; i < test.size(); ++i) {
+    const std::string where = name + ": test[" + std::to_string(i) + "]";
+    const json& entry =
+        test[i].is_object() && test[i].contains("image") ? test[i]["image"] : test[i];
+    d.test.push_back({images_of(folder, entry, where), ""});
+  }
+  return d;
+}
+
+/// The Decathlon description of `data` (a dataset.json, or a folder holding one); none when it is
+/// neither.
+inline std::optional<std::filesystem::path> find(const std::string& data) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(data) && fs::path(data).extension() == ".json") return fs::path(data);
+  if (fs::is_directory(data) && fs::is_regular_file(fs::path(data) / "dataset.json"))
+    return fs::path(data) / "dataset.json";
+  return std::nullopt;
+}
+
+/// Throws naming the description and the entry unless every file it lists exists.
+inline void check_files_exist(const std::vector<ScanFiles>& cases, const std::string& listed_in) {
+  for (const auto& c : cases)
+    for (const auto& file : c.images)
+      if (!std::filesystem::exists(file))
+        throw mt::IoError(listed_in + " lists " + file + ": no such file");
+  for (const auto& c : cases)
+    if (!c.label.empty() && !std::filesystem::exists(c.label))
+      throw mt::IoError(listed_in + " lists " + c.label + ": no such file");
+}
+
+}  // namespace decathlon
 
 /**
  * The pairs of `dir`, `validation_count` of them (chosen by `seed`) held out. Throws IoError naming
@@ -144,17 +281,25 @@ inline std::vector<ScanFiles> find_lits_pairs(const std::filesystem::path& dir) 
 inline Dataset read_dataset(const std::string& dir, std::int64_t validation_count,
                             std::uint64_t seed) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw mt::IoError("--data " + dir + ": no such directory");
-  const fs::path csv = fs::path(dir) / "pairs.csv";
-  std::vector<ScanFiles> pairs =
-      fs::exists(csv) ? pairs::read_pairs_csv(csv) : pairs::find_lits_pairs(dir);
+  Dataset d;
+  std::vector<ScanFiles> pairs;
+  if (const auto description = decathlon::find(dir)) {
+    auto read = decathlon::read(*description);
+    decathlon::check_files_exist(read.training, description->string());
+    pairs = std::move(read.training);
+    d.classes = std::move(read.classes);
+    d.modalities = std::move(read.modalities);
+  } else {
+    if (!fs::is_directory(dir)) throw mt::IoError("--data " + dir + ": no such directory");
+    const fs::path csv = fs::path(dir) / "pairs.csv";
+    pairs = fs::exists(csv) ? pairs::read_pairs_csv(csv) : pairs::find_lits_pairs(dir);
+    decathlon::check_files_exist(pairs, "--data " + dir);
+  }
   if (pairs.empty())
     throw mt::IoError("--data " + dir +
-                      ": no image/label pairs; expected LiTS names (volume-N.nii[.gz] with "
-                      "segmentation-N.nii[.gz]) or a pairs.csv with \"image,label\" per line");
-  for (const auto& p : pairs)
-    for (const auto& file : {p.image, p.label})
-      if (!fs::exists(file)) throw mt::IoError("--data " + dir + ": " + file + ": no such file");
+                      ": no image/label pairs; expected a Decathlon dataset.json, LiTS names "
+                      "(volume-N.nii[.gz] with segmentation-N.nii[.gz]) or a pairs.csv with "
+                      "\"image,label\" per line");
   if (validation_count >= static_cast<std::int64_t>(pairs.size()))
     throw mt::Error("--validation-volumes " + std::to_string(validation_count) + ": --data " + dir +
                     " has " + std::to_string(pairs.size()) +
@@ -163,7 +308,6 @@ inline Dataset read_dataset(const std::string& dir, std::int64_t validation_coun
   const auto order = seeded_order(pairs.size(), mt::RandomStream(seed, "validation-split"));
   std::vector<bool> held_out(pairs.size(), false);
   for (std::int64_t k = 0; k < validation_count; ++k) held_out[order[std::size_t(k)]] = true;
-  Dataset d;
   d.seed = seed;
   for (std::size_t i = 0; i < pairs.size(); ++i)
     (held_out[i] ? d.validation : d.train).push_back(pairs[i]);

@@ -21,9 +21,12 @@
 #include <meshtensor/meshtensor.hpp>
 
 #include "auto_layout.hpp"
+#include "console.hpp"
+#include "evaluate.hpp"
 #include "options.hpp"
 #include "plan.hpp"
 #include "predict.hpp"
+#include "task_flags.hpp"
 #include "train.hpp"
 
 namespace mt = meshtensor;
@@ -110,11 +113,18 @@ void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
-void add_size(CLI::App& app, std::array<std::int64_t, 3>& size, std::int64_t& cube,
+// --size and --shape, whose default `size` the help shows (none where it is all 0: the input's).
+void add_size(CLI::App& app, const std::array<std::int64_t, 3>& size, std::int64_t& cube,
               std::vector<std::int64_t>& shape) {
-  app.add_option("--size", cube, "edge of a cubic volume in voxels")->check(CLI::PositiveNumber);
-  app.add_option("--shape", shape, "volume shape x,y,z for non-cubes")->expected(3)->delimiter(',');
-  (void)size;
+  const std::string shown = size[0]
+                                ? " (default " + std::to_string(size[0]) + "x" +
+                                      std::to_string(size[1]) + "x" + std::to_string(size[2]) + ")"
+                                : " (default: the input's; where given, the input must have it)";
+  app.add_option("--size", cube, "edge of a cubic volume in voxels" + shown)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shape", shape, "volume shape x,y,z for non-cubes" + shown)
+      ->expected(3)
+      ->delimiter(',');
 }
 
 std::array<std::int64_t, 3> resolve_size(std::array<std::int64_t, 3> size, std::int64_t cube,
@@ -217,13 +227,156 @@ Placement resolve(const Distribution& d) {
   return where;
 }
 
+// Flags of every command, given before or after it: --config, --print-config, --quiet,
+// --version.
+struct GlobalFlags {
+  bool print_config = false, quiet = false;
+};
+
+// The version, and what this build can run on.
+std::string version_text() {
+  std::string transports = "threads", devices = "cpu";
+#ifdef MESHTENSOR_WITH_MPI
+  transports += ", mpi";
+#endif
+#ifdef MESHTENSOR_WITH_CUDA
+  transports += ", nccl";
+  devices += ", cuda";
+#endif
+#ifdef MESHTENSOR_WITH_ONEDNN
+  devices += " (oneDNN kernels)";
+#endif
+  return std::string("unet3d ") + mt::version + " (meshtensor " + mt::version +
+         ")\ntransports: " + transports + "\ndevices: " + devices +
+         "\nlicense: Apache-2.0; cite with CITATION.cff";
+}
+
+void add_global_flags(CLI::App& app, GlobalFlags& global) {
+  app.set_version_flag("--version", version_text());
+  app.set_config("--config", "",
+                 "read flags from FILE: a section [train] (or [predict], [plan], [generate]) "
+                 "then `flag = value` lines, as --print-config writes them; flags given on the "
+                 "command line win");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.fallthrough();  // these flags may also follow the command's name
+  app.add_flag("--print-config", global.print_config,
+               "print the command's flags with their values (defaults included) as a --config "
+               "file, and exit without running")
+      ->configurable(false);
+  app.add_flag("--quiet", global.quiet,
+               "print only errors, warnings and the command's closing JSON summary")
+      ->configurable(false);
+  app.footer(
+      "Examples:\n"
+      "  unet3d train                                      # phantoms, all cores, x split\n"
+      "  unet3d train --data Task03_Liver --shape 128,128,64 --checkpoint ckpt\n"
+      "  unet3d train --print-config --steps 300 > run.toml; unet3d train --config run.toml\n"
+      "  mpirun -np 4 unet3d train --mesh \"rows:2; cols:2\" --layout \"x:rows; y:cols\"\n"
+      "  unet3d predict --checkpoint ckpt --input scan.nii.gz --output labels.nii.gz\n"
+      "Run `unet3d COMMAND --help` for a command's flags; --config FILE, --print-config, "
+      "--quiet and --version go with any command.");
+}
+
+// Defaults that say nothing are left out of --help: an empty list, and a flag whose text
+// already says what its default is.
+void tidy_defaults(CLI::App& app) {
+  for (CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
+    tidy_defaults(*command);
+  for (CLI::Option* option : app.get_options()) {
+    const std::string& shown = option->get_default_str();
+    if (shown == "[]" || shown == "\"\"" ||
+        option->get_description().find("default") != std::string::npos)
+      option->default_str("");
+  }
+}
+
+// CLI11's own report of a parse failure, with the file named where a --config file is at fault.
+int exit_with(CLI::App& app, const CLI::ParseError& e) {
+  if (dynamic_cast<const CLI::FileError*>(&e) != nullptr) {
+    std::fprintf(stderr, "unet3d: error: --config: %s\n", e.what());
+    return e.get_exit_code();
+  }
+  if (dynamic_cast<const CLI::ConfigError*>(&e) != nullptr) {
+    std::fprintf(stderr,
+                 "unet3d: error: --config: %s (a flag's name without its dashes, in the "
+                 "section of its command: [train], [predict], [plan] or [generate])\n",
+                 e.what());
+    return e.get_exit_code();
+  }
+  return app.exit(e);
+}
+
+// `text` as a TOML string: quoted, with its quotes and backslashes escaped.
+std::string toml_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return quoted + "\"";
+}
+
+// One flag's line of a --config file: the values given, else its default; none where it has no
+// default to show (it is left to mean what leaving it out means).
+std::string config_line(const CLI::Option& option) {
+  std::vector<std::string> values = option.results();
+  if (option.count() == 0) {
+    if (option.get_default_str().empty()) return "";
+    values = {option.get_default_str()};
+  }
+  std::string text;
+  const bool list = option.get_expected_max() > 1 || values.size() > 1;
+  for (const auto& v : values) {
+    const bool number = !v.empty() && v.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    const bool boolean = v == "true" || v == "false";
+    text += (text.empty() ? "" : ", ") + (number || boolean ? v : toml_string(v));
+  }
+  if (option.get_type_size() == 0 && option.count() > 0) text = "true";  // a flag given
+  return option.get_single_name() + " = " + (list ? "[" + text + "]" : text) + "\n";
+}
+
+// The effective flags of the command given, as a --config file.
+void print_config(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands()) {
+    std::printf("# unet3d %s, meshtensor %s: read back with --config FILE\n[%s]\n",
+                command->get_name().c_str(), mt::version, command->get_name().c_str());
+    for (const CLI::Option* option : command->get_options())
+      if (option->get_configurable() && !option->get_lnames().empty() &&
+          option->get_single_name() != "help")
+        std::printf("%s", config_line(*option).c_str());
+  }
+}
+
 // The flags of `train`, which `plan` takes too.
 struct TrainFlags {
   unet3d::TrainOptions options;
   std::int64_t cube = 0;
   std::vector<std::int64_t> shape;
-  std::vector<double> class_weights, spacing;
+  std::vector<double> spacing;
+  unet3d::TaskFlags task;
+  std::string augment = "none";
 };
+
+// The flags that say what is segmented from what: classes, channels and their preparation.
+void add_task_flags(CLI::App& cmd, unet3d::TaskFlags& f) {
+  cmd.add_option("--classes", f.classes,
+                 "class names in label order, the background first (default: a dataset.json's "
+                 "labels, else background,organ,tumour), e.g. background,liver,tumour")
+      ->delimiter(',');
+  cmd.add_option("--modalities", f.modalities,
+                 "the input channels in order (default: a dataset.json's modality, else CT): "
+                 "CT is windowed (--window), any other (FLAIR, T1w, ...) z-scored over the body; "
+                 "a scan holds them in one 4-D file or one file each")
+      ->delimiter(',');
+  cmd.add_option("--window", f.window,
+                 "the HU window of CT channels, LOW,HIGH, scaled to [-1, 1] (default -160,240: "
+                 "soft tissue)")
+      ->expected(2)
+      ->delimiter(',')
+      ->check(CLI::Number);
+  cmd.add_option("--class-weights", f.class_weights,
+                 "cross-entropy weight of each class (default: 1 for the background, 3 for "
+                 "the others)")
+      ->delimiter(',')
+      ->check(FinitePositive);
+}
 
 void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   add_size(cmd, f.options.size, f.cube, f.shape);
@@ -238,9 +391,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
                "keep only each level's input and output for backward and compute the "
                "rest again (less memory, about a third more compute)");
   cmd.add_option("--steps", f.options.steps, "training steps")->check(CLI::PositiveNumber);
-  cmd.add_option(
-         "--stop-after", f.options.stop_after,
-         "end this run after so many steps, checkpointed, to --resume later (job time limits)")
+  cmd.add_option("--stop-after", f.options.stop_after,
+                 "end this run after so many steps, checkpointed, to --resume later (job time "
+                 "limits) (default: never)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--lr", f.options.lr, "Adam learning rate (cosine-decayed to a tenth)")
       ->check(FinitePositive);
@@ -249,13 +402,14 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
                  "naming the step and the tensor, no checkpoint of it) or skip-step (the "
                  "optimiser skips that step)")
       ->check(CLI::IsMember({"stop", "skip-step"}));
-  cmd.add_option("--class-weights", f.class_weights,
-                 "cross-entropy weights of background, organ, tumour (default 1,3,3)")
-      ->expected(3)
-      ->delimiter(',')
-      ->check(FinitePositive);
+  add_task_flags(cmd, f.task);
+  cmd.add_option("--augment", f.augment,
+                 "training-time augmentation, the same on every mesh: none, all, or a list of "
+                 "flip (along x, y, z), rotate (90° turns in a plane of equal sides), intensity "
+                 "(scale and shift per channel)");
   cmd.add_option("--seed", f.options.seed, "seed of the weights and of the data");
-  cmd.add_option("--checkpoint", f.options.checkpoint, "directory for checkpoints");
+  cmd.add_option("--checkpoint", f.options.checkpoint,
+                 "directory for checkpoints: the latest, and the best by validation Dice");
   cmd.add_flag("--resume", f.options.resume, "continue from the newest checkpoint in --checkpoint");
   cmd.add_option("--log", f.options.log, "metrics JSONL file (default: <out>/metrics.jsonl)");
   cmd.add_option("--out", f.options.out, "directory for pictures, curves and metrics");
@@ -267,9 +421,10 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--checkpoint-every", f.options.checkpoint_every, "steps between checkpoints")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--data", f.options.data,
-                 "a folder of CT scans (NIfTI) with label volumes: LiTS names "
-                 "volume-N.nii[.gz] + segmentation-N.nii[.gz], or a pairs.csv of "
-                 "image,label; instead of phantoms. --size/--shape then resize each scan");
+                 "scans (NIfTI) with label volumes instead of phantoms: a Decathlon "
+                 "dataset.json (or its folder), or a folder with LiTS names "
+                 "volume-N.nii[.gz] + segmentation-N.nii[.gz] or a pairs.csv of image,label. "
+                 "--size/--shape then resize each scan");
   cmd.add_option("--spacing", f.spacing,
                  "with --data: resample scans to this voxel spacing in mm, x,y,z (default: "
                  "each scan's own)")
@@ -299,19 +454,31 @@ CLI::App* add_sized_command(CLI::App& app, const std::string& name, const std::s
 }
 
 CLI::App* add_predict_command(CLI::App& app, Distribution& distribution, PredictFlags& f) {
-  auto* cmd = add_sized_command(app, "predict", "label a CT volume with a trained checkpoint",
+  auto* cmd = add_sized_command(app, "predict", "label scans with a trained checkpoint",
                                 distribution, f, /*model=*/true);
   cmd->add_option("--checkpoint", f.options.checkpoint, "checkpoint directory")->required();
-  cmd->add_option("--input", f.options.input,
-                  "a CT scan (.nii, .nii.gz), or a volume [x, y, z] or [batch, x, y, z] in HU "
-                  "(float32 .npy)")
+  cmd->add_option("--pick", f.options.which,
+                  "which checkpoint of --checkpoint: best (by validation Dice; latest where "
+                  "training kept no best) or latest")
+      ->check(CLI::IsMember({"best", "latest"}));
+  cmd->add_option("--input", f.options.inputs,
+                  "a scan (.nii, .nii.gz; one 4-D file, or one file per channel), a folder of "
+                  "scans (nnU-Net's CASE_0000.nii.gz names group channels), a dataset.json (its "
+                  "test scans), or a volume [x, y, z] or [batch, x, y, z] (float32 .npy)")
       ->required();
   cmd->add_option("--output", f.options.output,
-                  "labels (uint8: 0 background, 1 organ, 2 tumour): .nii/.nii.gz on the scan's "
-                  "grid for a scan, .npy for an .npy volume")
+                  "labels (uint8, the class numbers): .nii/.nii.gz on the scan's grid for a "
+                  "scan, a folder (one CASE.nii.gz per scan) for a folder or dataset.json, .npy "
+                  "for an .npy volume")
       ->required();
   cmd->add_option("--probabilities", f.options.probabilities,
                   "class probabilities (float32), as --output");
+  cmd->footer(
+      "Examples:\n"
+      "  unet3d predict --checkpoint ckpt --input scan.nii.gz --output labels.nii.gz\n"
+      "  unet3d predict --checkpoint ckpt --input imagesTs --output predictions\n"
+      "  unet3d predict --checkpoint ckpt --input BraTS_001_0000.nii.gz BraTS_001_0001.nii.gz "
+      "BraTS_001_0002.nii.gz BraTS_001_0003.nii.gz --output BraTS_001.nii.gz");
   return cmd;
 }
 
@@ -323,6 +490,36 @@ CLI::App* add_generate_command(CLI::App& app, Distribution& distribution, Genera
   cmd->add_option("--index", f.options.index, "which held-out volume");
   cmd->add_option("--output", f.options.output, "volume .npy (float32 HU)")->required();
   cmd->add_option("--labels", f.options.labels, "labels .npy (uint8)");
+  return cmd;
+}
+
+CLI::App* add_evaluate_command(CLI::App& app, Distribution& distribution,
+                               unet3d::EvaluateOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "evaluate",
+      "score predicted label volumes against the true ones: per case and class Dice, 95% "
+      "Hausdorff distance and normalised surface Dice (MONAI's definitions), as JSON and CSV");
+  add_distribution(*cmd, distribution, /*model=*/false);
+  cmd->add_option("--predictions", o.predictions,
+                  "folder of predicted label volumes (NIfTI), e.g. predict's --output")
+      ->required();
+  cmd->add_option("--labels", o.labels,
+                  "folder of the true label volumes, matched to the predictions by case name "
+                  "(CASE.nii.gz), on the same grids")
+      ->required();
+  cmd->add_option("--classes", o.classes,
+                  "class names in label order, the background first (default: the numbers up to "
+                  "the largest label)")
+      ->delimiter(',');
+  cmd->add_option("--tolerance", o.tolerance_mm,
+                  "the normalised surface Dice's tolerance in mm (spacings from the files)")
+      ->check(FinitePositive);
+  cmd->add_option("--output", o.output, "writes OUTPUT.json and OUTPUT.csv");
+  cmd->footer(
+      "Example:\n"
+      "  unet3d predict --checkpoint ckpt --input Task03_Liver/imagesVal --output predicted\n"
+      "  unet3d evaluate --predictions predicted --labels Task03_Liver/labelsVal --classes "
+      "background,liver,tumour --tolerance 2");
   return cmd;
 }
 
@@ -345,8 +542,8 @@ void resolve_train_flags(TrainFlags& flags, const Placement& where) {
           ": with --data each step is one whole scan (scans differ in shape); use --batch 1");
     if (flags.cube > 0 || !flags.shape.empty()) train.preprocessing.shape = train.size;
   }
-  if (!flags.class_weights.empty())
-    train.class_weights = {flags.class_weights[0], flags.class_weights[1], flags.class_weights[2]};
+  train.task = unet3d::resolve_task(flags.task, train.data);
+  train.augment = unet3d::Augmentation::parse(flags.augment);
   if (where.choose && !train.data.empty())
     throw mt::Error(
         "--layout auto chooses for phantom volumes of --size or --shape, not for the "
@@ -372,11 +569,14 @@ void use_layouts(TrainFlags& flags, Placement& where, const mt::LayoutSchedule& 
 int main(int argc, char** argv) {
   CLI::App app{"unet3d: a 3D U-Net on CT-like volumes split over processors (meshtensor)"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows each flag's default
+  GlobalFlags global;
+  add_global_flags(app, global);
   Distribution distribution;
 
   TrainFlags flags;
   auto* train_cmd = app.add_subcommand(
-      "train", "train on fresh synthetic volumes each step, or on the CT scans of --data");
+      "train", "train on fresh synthetic volumes each step, or on the scans of --data");
   add_distribution(*train_cmd, distribution);
   add_train_flags(*train_cmd, flags);
   auto* plan_cmd = app.add_subcommand(
@@ -391,12 +591,20 @@ int main(int argc, char** argv) {
   PredictFlags predict;
   auto* predict_cmd = add_predict_command(app, distribution, predict);
   GenerateFlags generate;
-  auto* generate_cmd = add_generate_command(app, distribution, generate);
+  add_generate_command(app, distribution, generate);
+  unet3d::EvaluateOptions evaluate;
+  auto* evaluate_cmd = add_evaluate_command(app, distribution, evaluate);
 
+  tidy_defaults(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return mt::end_before_run(argc, argv, app.exit(e));  // --help: 0
+    return mt::end_before_run(argc, argv, exit_with(app, e));  // --help, --version: 0
+  }
+  unet3d::quiet() = global.quiet;
+  if (global.print_config) {
+    print_config(app);
+    return 0;
   }
   Placement where;
   try {
@@ -410,6 +618,12 @@ int main(int argc, char** argv) {
       // shape (what training does, over hundreds of steps) would cost ten times the inference.
       // The fixed rule by channel count instead, unless the user chose.
       setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", /*overwrite=*/0);
+    } else if (evaluate_cmd->parsed()) {
+      if (mt::chosen_device(mt::chosen_transport(distribution.backend), distribution.device,
+                            "--device") != mt::DeviceKind::cpu)
+        throw mt::Error(
+            "evaluate measures surfaces on the CPU; leave out --device cuda and "
+            "--backend nccl");
     } else {
       auto& size = generate.options.size;
       size = resolve_size(size, generate.cube, generate.shape);
@@ -444,6 +658,8 @@ int main(int argc, char** argv) {
           unet3d::train(mesh, flags.options, where.data_layout());
         else if (predict_cmd->parsed())
           unet3d::predict(mesh, predict.options, where.data_layout());
+        else if (evaluate_cmd->parsed())
+          unet3d::evaluate(mesh, evaluate, where.data_layout());
         else
           unet3d::generate_volume(mesh, generate.options, where.data_layout());
       },

@@ -126,16 +126,43 @@ inline void check_model_flags(const ManifestSchema& s, const nlohmann::json& fla
   const auto positive_integer = [&](const nlohmann::json& v, const std::string& where) {
     s.integer(v, where, 1, INT64_MAX);
   };
-  optional("classes", [&](const auto& v, const std::string& w) { s.integer(v, w, 3, 3); });
+  // The task (task.hpp): class names (before tasks, the count 3), the input channels, and a
+  // weight per class.
+  std::size_t classes = 3;
+  optional("classes", [&](const auto& v, const std::string& w) {
+    if (v.is_array()) {
+      if (v.size() < 2 || v.size() > 1000) s.refuse(w, v, "a list of 2 to 1000 class names");
+      s.array(v, w, 0, [&](const auto& e, const std::string& we) { s.text(e, we); });
+      classes = v.size();
+    } else {
+      s.integer(v, w, 3, 3);
+    }
+  });
+  optional("inputs", [&](const auto& v, const std::string& w) {
+    if (!v.is_array() || v.empty() || v.size() > 1000)
+      s.refuse(w, v, "a list of 1 to 1000 input channels");
+    s.array(v, w, 0, [&](const auto& e, const std::string& we) {
+      s.text(s.member(e, we, "modality"), we + ".modality");
+      if (!e.contains("window")) return;
+      const auto& window = e["window"];
+      s.array(window, we + ".window", 2, [&](const auto& bound, const std::string& wb) {
+        if (!bound.is_number() || !std::isfinite(bound.template get<double>()))
+          s.refuse(wb, bound, "a finite number of HU");
+      });
+      if (!(window[0].template get<double>() < window[1].template get<double>()))
+        s.refuse(we + ".window", window, "[low, high] with low below high");
+    });
+  });
   optional("size",
            [&](const auto& v, const std::string& w) { s.array(v, w, 3, positive_integer); });
   optional("batch", positive_integer);
   optional("steps", positive_integer);
   optional("lr", [&](const auto& v, const std::string& w) { s.positive(v, w); });
   optional("class_weights", [&](const auto& v, const std::string& w) {
-    s.array(v, w, 3, [&](const auto& e, const std::string& we) { s.positive(e, we); });
+    s.array(v, w, classes, [&](const auto& e, const std::string& we) { s.positive(e, we); });
   });
   optional("data", [&](const auto& v, const std::string& w) { s.text(v, w); });
+  optional("augment", [&](const auto& v, const std::string& w) { s.text(v, w); });
   optional("spacing", [&](const auto& v, const std::string& w) {  // 0: each scan's own
     s.array(v, w, 3, [&](const auto& e, const std::string& we) {
       if (!e.is_number() || !std::isfinite(e.template get<double>()) ||
@@ -159,6 +186,11 @@ inline void check_manifest(const nlohmann::json& manifest, const std::string& pa
   if (optimizer.contains("steps"))  // Adam's step count; older checkpoints lack it
     s.integer(optimizer["steps"], "optimizer.steps", 0, INT64_MAX);
   check_model_flags(s, s.member(manifest, "the manifest", "flags"));
+  if (manifest.contains("validation_mean_dice")) {  // what made it the best checkpoint
+    const auto& dice = manifest["validation_mean_dice"];
+    if (!dice.is_number() || !(dice.get<double>() >= 0 && dice.get<double>() <= 1))
+      s.refuse("validation_mean_dice", dice, "a number from 0 to 1");
+  }
   std::set<std::string> names;
   s.array(
       s.member(manifest, "the manifest", "tensors"), "tensors", 0,
@@ -209,16 +241,19 @@ inline nlohmann::json::parser_callback_t refuse_deep_nesting(const std::string& 
   return [path](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
     if (depth > most_manifest_depth)
       throw mt::IoError(path + ": arrays or objects nest more than " +
-                        std::to_string(most_manifest_depth) + " deep; a manifest nests 3 deep");
+                        std::to_string(most_manifest_depth) +
+                        " deep; a manifest nests 3 deep, a dataset.json 4");
     return true;
   };
 }
 
-/// The manifest of the newest checkpoint under `dir`, and the directory it lives in.
-inline std::pair<nlohmann::json, std::filesystem::path> read_manifest(const std::string& dir) {
+/// The manifest of the checkpoint under `dir` that the file `pointer` names ("latest": the newest;
+/// "best": the best by validation Dice), and the directory it lives in.
+inline std::pair<nlohmann::json, std::filesystem::path> read_manifest(
+    const std::string& dir, const std::string& pointer = "latest") {
   namespace fs = std::filesystem;
   using json = nlohmann::json;
-  const fs::path latest = fs::path(dir) / "latest";
+  const fs::path latest = fs::path(dir) / pointer;
   std::ifstream in;
   std::error_code unreadable;  // a name too long, a directory not searchable: not a file
   if (fs::is_regular_file(latest, unreadable)) in.open(latest);

@@ -1,11 +1,12 @@
 #pragma once
 // The training loss and the Dice scores. The loss is class-weighted softmax cross-entropy plus the
-// soft Dice loss of the tumour class; the scores are hard Dice from the predicted labels, summed
-// over volumes before dividing (a global Dice), so small tumours count by their size.
+// soft Dice loss of the foreground classes; the scores are hard Dice from the predicted labels,
+// summed over volumes before dividing (a global Dice), so small tumours count by their size.
 
 #include <array>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <meshtensor/meshtensor.hpp>
 
@@ -24,22 +25,31 @@ inline double peak_rss_mib() {
   return 0;
 }
 
-/// loss = CE(logits, labels; class weights) + (1 - soft Dice of the tumour).
+/// loss = CE(logits, labels; class weights) + (1 - the mean soft Dice of the foreground classes,
+/// every class but the background, 0).
 inline mt::Tensor<float> segmentation_loss(const mt::Tensor<float>& logits,
                                            const mt::Tensor<float>& labels,
                                            const mt::Tensor<float>& class_weights) {
   const auto dice = mt::soft_dice(mt::softmax(logits, "classes"), labels, "classes");
-  const auto tumour_dice =
-      mt::reduce_sum(mt::crop(dice, "classes", tumour, num_classes - 1 - tumour));
-  return mt::softmax_cross_entropy(logits, labels, "classes", class_weights) + (1.0f - tumour_dice);
+  const std::int64_t classes = logits.shape().dim("classes").size;
+  const auto foreground_dice =
+      mt::reduce_sum(mt::crop(dice, "classes", 1, 0)) * (1.0f / float(classes - 1));
+  return mt::softmax_cross_entropy(logits, labels, "classes", class_weights) +
+         (1.0f - foreground_dice);
 }
 
 /// Voxel counts per class for Dice: predicted and true, and their overlap.
 struct Overlap {
-  std::array<double, num_classes> both{}, predicted{}, truth{};
+  std::vector<double> both, predicted, truth;
+
+  Overlap() = default;
+  explicit Overlap(std::size_t classes) : both(classes), predicted(classes), truth(classes) {}
+
+  std::size_t classes() const { return both.size(); }
 
   Overlap& operator+=(const Overlap& o) {
-    for (int c = 0; c < num_classes; ++c) {
+    if (both.empty()) *this = Overlap(o.classes());
+    for (std::size_t c = 0; c < o.classes(); ++c) {
       both[c] += o.both[c];
       predicted[c] += o.predicted[c];
       truth[c] += o.truth[c];
@@ -47,9 +57,16 @@ struct Overlap {
     return *this;
   }
   /// 2|P ∩ T| / (|P| + |T|); 1 when the class is absent from both.
-  double dice(int c) const {
+  double dice(std::size_t c) const {
+    if (c >= classes()) return 1.0;  // no volume counted yet
     const double total = predicted[c] + truth[c];
     return total > 0 ? 2 * both[c] / total : 1.0;
+  }
+  /// The mean Dice of the foreground classes: what picks the best checkpoint.
+  double mean_foreground_dice() const {
+    double sum = 0;
+    for (std::size_t c = 1; c < classes(); ++c) sum += dice(c);
+    return classes() > 1 ? sum / double(classes() - 1) : 1.0;
   }
 };
 
@@ -62,8 +79,8 @@ inline Overlap overlap(const mt::Tensor<float>& logits, const mt::Tensor<float>&
   const auto both = mt::gather(mt::reduce_sum(predicted * labels, all_but_classes));
   const auto p = mt::gather(mt::reduce_sum(predicted, all_but_classes));
   const auto t = mt::gather(mt::reduce_sum(labels, all_but_classes));
-  Overlap o;
-  for (int c = 0; c < num_classes; ++c) {
+  Overlap o(std::size_t(logits.shape().dim("classes").size));
+  for (std::size_t c = 0; c < o.classes(); ++c) {
     o.both[c] = both(c);
     o.predicted[c] = p(c);
     o.truth[c] = t(c);

@@ -28,6 +28,7 @@ struct ModelConfig {
   int channels = 8;  // channels at level 0, doubling per level
   std::string norm = "batch";
   int classes = 3;
+  int inputs = 1;  // input channels: CT alone, or several modalities (BraTS: 4 MRI sequences)
   std::uint64_t seed = 1;
   bool recompute = false;      // levels recomputed in backward instead of keeping their activations
   mt::LayoutSchedule layouts;  // per level (encoder and decoder alike); empty: the input's layout
@@ -72,7 +73,7 @@ class UNet {
  public:
   UNet(mt::Mesh& mesh, const ModelConfig& config) : config_(config) {
     const std::int64_t c = config.channels;
-    std::int64_t in = 1;
+    std::int64_t in = config.inputs;
     for (int level = 0; level < config.depth; ++level) {
       down_.emplace_back(mesh, params_, "down" + std::to_string(level), in, c << level, config,
                          layout(level));
@@ -94,7 +95,7 @@ class UNet {
                   layout(0));
   }
 
-  /// Logits [batch, x, y, z, classes] for a CT batch [batch, x, y, z, channels=1].
+  /// Logits [batch, x, y, z, classes] for a batch [batch, x, y, z, channels] of prepared scans.
   mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
     std::vector<mt::Tensor<float>> skips;
     for (std::size_t level = 0; level < down_.size(); ++level) {

@@ -10,6 +10,10 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "augment.hpp"
+#include "console.hpp"
+#include "task.hpp"
+
 namespace unet3d {
 
 namespace mt = meshtensor;
@@ -35,8 +39,9 @@ struct TrainOptions {
       0;  // stop (with a checkpoint) after this many steps of this run: 0 = never
   double lr = 3e-3;
   std::string on_nonfinite =
-      "stop";  // or "skip-step": what a NaN or infinite loss or gradient does
-  std::array<double, 3> class_weights{1.0, 3.0, 3.0};  // background, organ, tumour
+      "stop";            // or "skip-step": what a NaN or infinite loss or gradient does
+  Task task;             // classes, input channels and class weights: the phantoms' by default
+  Augmentation augment;  // --augment: none by default
   std::uint64_t seed = 1;
   std::string checkpoint;  // empty: no checkpoints
   bool resume = false;
@@ -51,7 +56,10 @@ struct TrainOptions {
 };
 
 struct PredictOptions {
-  std::string checkpoint, input, output, probabilities;
+  std::string checkpoint;
+  std::string which = "best";         // the checkpoint `best` names, else `latest`; or "latest"
+  std::vector<std::string> inputs;    // a scan (its channel files), a folder, or a dataset.json
+  std::string output, probabilities;  // files, or folders for a folder of scans
   std::array<std::int64_t, 3> size{0, 0, 0};  // when given, the input must have it
   mt::LayoutSchedule layouts;                 // per level; empty: the input's layout at every level
 };

@@ -14,10 +14,13 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "task.hpp"
+
 namespace unet3d {
 
 namespace mt = meshtensor;
 
+// The phantoms' classes: the default Task's.
 enum Label : int { background = 0, organ = 1, tumour = 2 };
 constexpr int num_classes = 3;
 
@@ -103,11 +106,8 @@ inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
 }
 
 /// Window and scale Hounsfield units for the network: the soft-tissue window [-160, 240] to [-1,
-/// 1].
-inline float network_input(float hu) { return (std::clamp(hu, -160.0f, 240.0f) - 40.0f) / 200.0f; }
-
-/// The Hounsfield units of a network input (clipped to the window).
-inline float hounsfield_of_input(float v) { return v * 200.0f + 40.0f; }
+/// 1], the phantoms' one CT channel.
+inline float network_input(float hu) { return windowed(hu, Channel{}.window); }
 
 /// A batch of volumes: the CT [batch, x, y, z, channels=1] (network input, windowed), the one-hot
 /// labels [batch, x, y, z, classes] and the HU values (for pictures), on `layout`.

@@ -5,6 +5,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -52,14 +53,29 @@ inline void write_png(const std::string& path, const Image& image) {
   }
 }
 
+/// The colour of class `c` (1 and up) in pictures and curves: green, red, then more.
+inline std::array<std::uint8_t, 3> class_colour(std::size_t c) {
+  static const std::array<std::uint8_t, 3> colours[] = {
+      {40, 220, 60},  {240, 40, 40},  {50, 110, 250}, {240, 200, 30},
+      {220, 60, 220}, {40, 210, 220}, {250, 140, 30}, {150, 90, 40}};
+  return colours[(c - 1) % (sizeof colours / sizeof colours[0])];
+}
+
+inline std::string svg_colour(std::size_t c) {
+  const auto rgb = class_colour(c);
+  char text[8];
+  std::snprintf(text, sizeof text, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+  return text;
+}
+
 /**
- * One axial slice, hu[x][y] with labels, drawn twice side by side at `scale` pixels per voxel:
- * left with the true outlines, right with the predicted ones (organ green, tumour red), on the CT
- * in a soft-tissue window (level 40, width 400 HU).
+ * One axial slice, gray[x][y] (0 black to 1 white) with labels, drawn twice side by side at
+ * `scale` pixels per voxel: left with the true outlines, right with the predicted ones, each
+ * class (1 to classes - 1) in its colour.
  */
-inline Image slice_picture(const xt::xarray<float>& hu, const xt::xarray<std::uint8_t>& truth,
-                           const xt::xarray<std::uint8_t>& predicted, int scale = 4) {
-  const int nx = int(hu.shape()[0]), ny = int(hu.shape()[1]);
+inline Image slice_picture(const xt::xarray<float>& gray, const xt::xarray<std::uint8_t>& truth,
+                           const xt::xarray<std::uint8_t>& predicted, int classes, int scale = 4) {
+  const int nx = int(gray.shape()[0]), ny = int(gray.shape()[1]);
   const int gap = 4;
   Image image(2 * nx * scale + gap, ny * scale);
   auto outline = [&](const xt::xarray<std::uint8_t>& labels, int x, int y, int cls) {
@@ -72,11 +88,11 @@ inline Image slice_picture(const xt::xarray<float>& hu, const xt::xarray<std::ui
     const auto& labels = panel == 0 ? truth : predicted;
     for (int x = 0; x < nx; ++x)
       for (int y = 0; y < ny; ++y) {
-        const float v = std::clamp((hu(x, y) - (40.0f - 200.0f)) / 400.0f, 0.0f, 1.0f);
+        const float v = std::clamp(gray(x, y), 0.0f, 1.0f);
         std::array<std::uint8_t, 3> colour{std::uint8_t(v * 255), std::uint8_t(v * 255),
                                            std::uint8_t(v * 255)};
-        if (outline(labels, x, y, 1)) colour = {40, 220, 60};
-        if (outline(labels, x, y, 2)) colour = {240, 40, 40};
+        for (int c = 1; c < classes; ++c)
+          if (outline(labels, x, y, c)) colour = class_colour(std::size_t(c));
         for (int i = 0; i < scale; ++i)
           for (int j = 0; j < scale; ++j)
             image.set(panel * (nx * scale + gap) + x * scale + i, y * scale + j, colour);
@@ -85,9 +101,11 @@ inline Image slice_picture(const xt::xarray<float>& hu, const xt::xarray<std::ui
   return image;
 }
 
-/// The loss per step and the validation Dice scores as an SVG line chart.
+/// The loss per step and the validation Dice scores of the foreground classes (`names`, classes 1
+/// and up) as an SVG line chart.
 inline void write_curves(const std::string& path, const std::vector<double>& loss,
-                         const std::vector<std::pair<int, std::array<double, 2>>>& dice) {
+                         const std::vector<std::pair<int, std::vector<double>>>& dice,
+                         const std::vector<std::string>& names) {
   const double w = 640, h = 360, left = 50, right = 20, top = 30, bottom = 40;
   const double max_loss =
       loss.empty() ? 1 : std::max(1e-9, *std::max_element(loss.begin(), loss.end()));
@@ -103,20 +121,21 @@ inline void write_curves(const std::string& path, const std::vector<double>& los
   svg +=
       "<line x1='50' y1='320' x2='620' y2='320' stroke='black'/><line x1='50' y1='30' x2='50' "
       "y2='320' stroke='black'/>\n";
+  std::string legend;
+  for (std::size_t k = 0; k < names.size(); ++k)
+    legend += (k ? ", " : "") + names[k] + " (" + svg_colour(k + 1) + ")";
   svg += "<text x='300' y='350'>step</text><text x='5' y='20'>loss (blue, 0 to " +
-         std::to_string(max_loss).substr(0, 5) +
-         ")  Dice organ (green), tumour (red), 0 to 1</text>\n";
+         std::to_string(max_loss).substr(0, 5) + ")  Dice " + legend + ", 0 to 1</text>\n";
   std::string points;
   for (std::size_t s = 0; s < loss.size(); ++s)
     points += std::to_string(x_of(double(s))) + "," + std::to_string(y_of(loss[s], max_loss)) + " ";
   svg += "<polyline fill='none' stroke='#3060d0' stroke-width='1.5' points='" + points + "'/>\n";
-  const char* colours[2] = {"#20b040", "#e03030"};
-  for (int k = 0; k < 2; ++k) {
+  for (std::size_t k = 0; k < names.size(); ++k) {
     std::string line;
     for (const auto& [step, d] : dice)
       line += std::to_string(x_of(step)) + "," + std::to_string(y_of(d[k], 1.0)) + " ";
-    svg += std::string("<polyline fill='none' stroke='") + colours[k] +
-           "' stroke-width='2' points='" + line + "'/>\n";
+    svg += "<polyline fill='none' stroke='" + svg_colour(k + 1) + "' stroke-width='2' points='" +
+           line + "'/>\n";
   }
   svg += "<text x='625' y='324' text-anchor='end'>" + std::to_string(loss.size()) +
          "</text>\n</svg>\n";

@@ -26,8 +26,7 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
     model_and_two_steps(m, o, layout, /*count_second_only=*/true);
   });
   const bool per_level = o.layouts.size() > 1;
-  std::printf(
-      "unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
+  say("unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
       "mesh %s, %s \"%s\": %zu processors (%d planned, the others like one of them) in "
       "%.2f s\n"
       "FLOPs and traffic are one step's; memory is each processor's peak over the first two "
@@ -48,8 +47,7 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   if (pricing) {
     const mt::MachineModel machine = machine_for(mesh.num_processors(), *pricing);
     const mt::StepPrediction step = mt::predict_step(report, machine);
-    std::printf(
-        "predicted step: %.3f s on processor %d (compute %.3f s with %d thread%s, %.2g "
+    say("predicted step: %.3f s on processor %d (compute %.3f s with %d thread%s, %.2g "
         "threads per core; communication %.3f s over %s), kernels of %s\n",
         step.seconds, step.processor, step.compute_s, machine.kernels.threads,
         machine.kernels.threads == 1 ? "" : "s", machine.sharing(), step.communication_s,

@@ -1,15 +1,18 @@
 #pragma once
-// CT scans from NIfTI files, prepared for the network on blocks: each processor reads its block of
-// the scan in the canonical orientation (x, y, z towards R, A, S), the volume is resampled to the
-// training voxel spacing or shape (linear for Hounsfield units, nearest for labels), padded to a
-// multiple of 2^depth and windowed; every step is a function of global positions, so the network
-// sees the same volume on any mesh. Predictions go back the same way onto the scan's own grid.
+// Scans from NIfTI files, prepared for the network on blocks: each processor reads its block of
+// each channel in the canonical orientation (x, y, z towards R, A, S), the volume is resampled to
+// the training voxel spacing or shape (linear for intensities, nearest for labels), padded to a
+// multiple of 2^depth and prepared per channel (CT windowed, MRI z-scored: task.hpp); every step is
+// a function of global positions, so the network sees the same volume on any mesh. Predictions go
+// back the same way onto the scan's own grid.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <meshtensor/io/tensor_nifti.hpp>
 #include <meshtensor/meshtensor.hpp>
@@ -17,6 +20,7 @@
 #include "dataset.hpp"
 #include "options.hpp"
 #include "phantom.hpp"
+#include "task.hpp"
 
 namespace unet3d {
 
@@ -74,72 +78,156 @@ inline mt::Tensor<float> to_scan_grid(mt::Tensor<float> t, const ScanGrid& grid)
   return t;
 }
 
+/// How a channel's values become the network's: CT windowed; any other modality z-scored with the
+/// mean and spread of its body (the voxels that are not 0), which stays 0 outside.
+struct ChannelPreparation {
+  Channel channel;
+  float mean = 0, inverse_std = 1;
+
+  float operator()(float v) const {
+    if (channel.windowed()) return windowed(v, channel.window);
+    return v == 0 ? 0.0f : (v - mean) * inverse_std;
+  }
+};
+
+/// The preparation of `channel` for the volume `raw` (its statistics, for a z-scored channel,
+/// summed over all processors' blocks: the same on any mesh). `source` names it in errors.
+inline ChannelPreparation prepare(const mt::Tensor<float>& raw, const Channel& channel,
+                                  const std::string& source) {
+  ChannelPreparation p{channel};
+  if (channel.windowed()) return p;
+  const auto body = mt::map(raw, [](float v) { return v != 0 ? 1.0f : 0.0f; });
+  const double voxels = mt::reduce_sum(body).item();
+  if (voxels < 2)
+    throw mt::IoError(source + ": channel " + channel.modality +
+                      " has fewer than 2 voxels that are not 0, so no z-score over the body; is "
+                      "it empty, or a CT channel (give it the modality CT)?");
+  p.mean = float(mt::reduce_sum(raw).item() / voxels);
+  // The spread around the mean, in a second pass: sums of squares lose it in float.
+  const float mean = p.mean;
+  const auto centred = mt::map(raw, [mean](float v) { return v != 0 ? v - mean : 0.0f; });
+  const double variance = mt::reduce_sum(centred * centred).item() / voxels;
+  p.inverse_std = variance > 0 ? float(1.0 / std::sqrt(variance)) : 1.0f;
+  return p;
+}
+
 /// A scan, and its labels when it has them, on the network's grid.
 struct Scan {
-  mt::NiftiVolume volume;
+  mt::NiftiVolume volume;  // the first image file: the grid predictions are written on
   ScanGrid grid;
-  mt::Tensor<float> input;   // [batch:1, x, y, z, channels:1], windowed Hounsfield units
+  mt::Tensor<float> input;   // [batch:1, x, y, z, channels], prepared per channel
   mt::Tensor<float> labels;  // [batch:1, x, y, z, classes], one-hot; empty without a label file
 };
 
-/// One-hot classes of a label volume, checked: every value must be a class.
+/// One-hot classes of a label volume, checked: every value must be a class of `task`.
 inline mt::Tensor<float> one_hot(const mt::Tensor<float>& labels, const mt::Layout& layout,
-                                 const std::string& path) {
+                                 const std::string& path, const Task& task) {
+  const float classes = float(task.num_classes());
   // A bad value may lie in one processor's block only: all of them throw.
   mt::agree(labels.mesh(), [&] {
     for (float v : labels.local())
-      if (!(v == 0 || v == 1 || v == 2))
+      if (!(v >= 0 && v < classes && v == std::floor(v)))
         throw mt::IoError(path + ": holds the label value " + std::to_string(v) +
-                          "; labels must be 0 (background), 1 (organ) or 2 (tumour)");
+                          "; the labels of --classes are " + task.label_meanings() +
+                          " (give --classes all the classes the labels hold)");
   });
   // [batch, x, y, z] against the class numbers [classes]: 1 where they agree.
   mt::Mesh& mesh = labels.mesh();
   const auto batched = mt::append_dim(labels, "batch", 0);
-  const auto classes = mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", num_classes)}, layout,
-                                           [](const mt::Index& i) { return float(i["classes"]); });
-  return mt::relayout(mt::equal(batched, classes), layout);
+  const auto class_numbers =
+      mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", task.num_classes())}, layout,
+                          [](const mt::Index& i) { return float(i["classes"]); });
+  return mt::relayout(mt::equal(batched, class_numbers), layout);
 }
 
-/// Reads `image` (and `label_file` unless empty) on `layout`, each processor its own block. The
-/// label volume must have the image's grid: same size and, within 1e-3 mm, the same affine.
-inline Scan read_scan(mt::Mesh& mesh, const std::string& image, const std::string& label_file,
-                      const mt::Layout& layout, const Preprocessing& p) {
-  const auto volume = mt::open_nifti(mesh, image);
-  Scan s{volume, ScanGrid(volume, p), {}, {}};
-  check_geometry(s.grid.padded, p.depth, mesh.shape(), schedule_or(p.layouts, layout));
-  const auto hu = to_network_grid(mt::load_nifti<float>(mesh, s.volume, layout), s.grid,
-                                  mt::Interpolation::linear);
-  s.input = mt::append_dim(
-      mt::append_dim(mt::map(hu, [](float v) { return network_input(v); }), "batch", 0),
-      "channels");
-  if (label_file.empty()) return s;
-  const auto truth = mt::open_nifti(mesh, label_file);
-  if (truth.file.size != s.volume.file.size)
-    throw mt::IoError(
-        label_file + ": " + std::to_string(truth.file.size[0]) + "x" +
-        std::to_string(truth.file.size[1]) + "x" + std::to_string(truth.file.size[2]) +
-        " voxels, but its image " + image + " has " + std::to_string(s.volume.file.size[0]) + "x" +
-        std::to_string(s.volume.file.size[1]) + "x" + std::to_string(s.volume.file.size[2]) +
-        "; a label volume needs its image's grid");
+/// Throws unless `other` lies on the grid of `reference` (`what` says what other is: "label
+/// volume", "channel file"; `reference_is` what reference is to it): same size and, within
+/// 1e-3 mm, the same affine.
+inline void check_same_grid(const mt::NiftiVolume& other, const mt::NiftiVolume& reference,
+                            const std::string& what, const std::string& reference_is = "image") {
+  const auto& a = other.file;
+  const auto& b = reference.file;
+  if (a.size != b.size)
+    throw mt::IoError(a.path + ": " + std::to_string(a.size[0]) + "x" + std::to_string(a.size[1]) +
+                      "x" + std::to_string(a.size[2]) + " voxels, but its " + reference_is + " " +
+                      b.path + " has " + std::to_string(b.size[0]) + "x" +
+                      std::to_string(b.size[1]) + "x" + std::to_string(b.size[2]) + "; a " + what +
+                      " needs its " + reference_is + "'s grid");
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 4; ++c)
-      if (std::abs(truth.file.affine[r][c] - s.volume.file.affine[r][c]) > 1e-3)
-        throw mt::IoError(label_file +
-                          ": its affine (voxel to world) differs from that of its image " + image +
-                          " at row " + std::to_string(r) + ", column " + std::to_string(c) + " (" +
-                          std::to_string(truth.file.affine[r][c]) + " vs " +
-                          std::to_string(s.volume.file.affine[r][c]) +
-                          "); a label volume needs its image's grid");
+      if (std::abs(a.affine[r][c] - b.affine[r][c]) > 1e-3)
+        throw mt::IoError(a.path + ": its affine (voxel to world) differs from that of its " +
+                          reference_is + " " + b.path + " at row " + std::to_string(r) +
+                          ", column " + std::to_string(c) + " (" + std::to_string(a.affine[r][c]) +
+                          " vs " + std::to_string(b.affine[r][c]) + "); a " + what + " needs its " +
+                          reference_is + "'s grid");
+}
+
+/// Where each channel of a scan is: (file, volume in it), from one 4-D file holding them all
+/// along dim 4, or one 3-D file per channel. Throws naming the file when the count differs from
+/// the task's.
+inline std::vector<std::pair<mt::NiftiVolume, std::int64_t>> channel_sources(
+    mt::Mesh& mesh, const std::vector<std::string>& images, const Task& task) {
+  const std::int64_t wanted = task.num_channels();
+  std::vector<std::pair<mt::NiftiVolume, std::int64_t>> sources;
+  if (images.size() == 1) {
+    const auto volume = mt::open_nifti(mesh, images[0]);
+    if (volume.file.volumes != wanted)
+      throw mt::IoError(images[0] + ": holds " + std::to_string(volume.file.volumes) +
+                        " channel(s) (volumes along dim 4), but the task has " +
+                        std::to_string(wanted) + " (" + task.modalities() +
+                        "); every scan needs the same channels, in one 4-D file or one file "
+                        "each");
+    for (std::int64_t c = 0; c < wanted; ++c) sources.emplace_back(volume, c);
+    return sources;
+  }
+  if (std::int64_t(images.size()) != wanted)
+    throw mt::IoError(images[0] + " and " + std::to_string(images.size() - 1) +
+                      " other file(s) make one scan of " + std::to_string(images.size()) +
+                      " channels, but the task has " + std::to_string(wanted) + " (" +
+                      task.modalities() + ")");
+  for (const auto& image : images) {
+    auto volume = mt::open_nifti(mesh, image);
+    if (volume.file.volumes != 1)
+      throw mt::IoError(image + ": holds " + std::to_string(volume.file.volumes) +
+                        " volumes along dim 4; with one file per channel each holds one");
+    if (!sources.empty()) check_same_grid(volume, sources.front().first, "channel file");
+    sources.emplace_back(std::move(volume), 0);
+  }
+  return sources;
+}
+
+/// Reads the channels of `files` (and its label file unless empty) on `layout`, each processor
+/// its own block, prepared for the network as `task` says. The label volume must have the
+/// image's grid.
+inline Scan read_scan(mt::Mesh& mesh, const ScanFiles& files, const Task& task,
+                      const mt::Layout& layout, const Preprocessing& p) {
+  const auto sources = channel_sources(mesh, files.images, task);
+  Scan s{sources.front().first, ScanGrid(sources.front().first, p), {}, {}};
+  check_geometry(s.grid.padded, p.depth, mesh.shape(), schedule_or(p.layouts, layout));
+  std::vector<mt::Tensor<float>> channels;
+  for (std::size_t c = 0; c < sources.size(); ++c) {
+    const auto& [volume, index] = sources[c];
+    const auto raw = mt::load_nifti_volume<float>(mesh, volume, index, layout);
+    const auto preparation = prepare(raw, task.channels[c], volume.file.path);
+    channels.push_back(mt::append_dim(
+        mt::map(to_network_grid(raw, s.grid, mt::Interpolation::linear), preparation), "channels"));
+  }
+  s.input = mt::append_dim(channels.size() == 1 ? channels[0] : mt::concat(channels, "channels"),
+                           "batch", 0);
+  if (files.label.empty()) return s;
+  const auto truth = mt::open_nifti(mesh, files.label);
+  check_same_grid(truth, s.volume, "label volume");
   const auto labels = to_network_grid(mt::load_nifti<float>(mesh, truth, layout), s.grid,
                                       mt::Interpolation::nearest);
-  s.labels = one_hot(labels, layout, label_file);
+  s.labels = one_hot(labels, layout, files.label, task);
   return s;
 }
 
 /// A training or validation volume from a scan and its labels.
-inline Batch scan_batch(mt::Mesh& mesh, const ScanFiles& files, const mt::Layout& layout,
-                        const Preprocessing& p) {
-  Scan s = read_scan(mesh, files.image, files.label, layout, p);
+inline Batch scan_batch(mt::Mesh& mesh, const ScanFiles& files, const Task& task,
+                        const mt::Layout& layout, const Preprocessing& p) {
+  Scan s = read_scan(mesh, files, task, layout, p);
   return {std::move(s.input), std::move(s.labels)};
 }
 

@@ -17,9 +17,10 @@ namespace unet3d {
 
 /// The loss's weight of each class, on every processor.
 inline mt::Tensor<float> class_weights(mt::Mesh& mesh, const TrainOptions& o) {
-  return mt::generate<float>(mesh, "classes:3", "", [&](const mt::Index& i) {
-    return float(o.class_weights[i["classes"]]);
-  });
+  const auto& weights = o.task.class_weights;
+  return mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", std::int64_t(weights.size()))},
+                             mt::Layout{},
+                             [&](const mt::Index& i) { return float(weights[i["classes"]]); });
 }
 
 /// The model of the flags.
@@ -29,6 +30,8 @@ inline ModelConfig model_config(const TrainOptions& o) {
   config.channels = o.channels;
   config.norm = o.norm;
   config.seed = o.seed;
+  config.classes = int(o.task.num_classes());
+  config.inputs = int(o.task.num_channels());
   config.recompute = o.recompute;
   config.layouts = o.layouts;
   return config;
@@ -71,7 +74,7 @@ inline double conv_flops_per_step(const TrainOptions& o) {
     return std::array<std::int64_t, 3>{o.size[0] >> level, o.size[1] >> level, o.size[2] >> level};
   };
   double forward = 0, first = 0;
-  std::int64_t in = 1;
+  std::int64_t in = o.task.num_channels();
   for (int level = 0; level <= o.depth; ++level) {  // the levels down, then the bottom
     const std::int64_t out = c << level;
     const double conv1 = same_conv_flops(size(level), 3, b, in, out);
@@ -86,7 +89,7 @@ inline double conv_flops_per_step(const TrainOptions& o) {
     forward += same_conv_flops(size(level), 3, b, 2 * width, width) +
                same_conv_flops(size(level), 3, b, width, width);
   }
-  forward += same_conv_flops(size(0), 1, b, c, num_classes);  // the head
+  forward += same_conv_flops(size(0), 1, b, c, o.task.num_classes());  // the head
   return 3 * forward - first;
 }
 

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,9 +36,16 @@ inline std::string duration_text(double seconds) {
                  : std::to_string(s) + "s";
 }
 
-/// Dice of one held-out volume, and a picture of its middle axial slice: the CT (from the
-/// network's windowed input), the true outlines left and the predicted ones right.
-inline Overlap validate_volume(UNet& net, const Batch& volume, const std::string& picture) {
+/// The picture's gray (0 to 1) of a network input of `channel`: the window for CT, three standard
+/// deviations either side of the body's mean for a z-scored channel.
+inline float gray_of_input(float v, const Channel& channel) {
+  return channel.windowed() ? 0.5f * (v + 1.0f) : (v + 3.0f) / 6.0f;
+}
+
+/// Dice of one held-out volume, and a picture of its middle axial slice: the first channel (from
+/// the network's input), the true outlines left and the predicted ones right.
+inline Overlap validate_volume(UNet& net, const Batch& volume, const Task& task,
+                               const std::string& picture) {
   const auto logits = net(volume.input, /*training=*/false);
   const Overlap o = overlap(logits, volume.labels);
   // Only the middle axial slice comes to processor 0.
@@ -44,18 +53,19 @@ inline Overlap validate_volume(UNet& net, const Batch& volume, const std::string
   auto middle = [&](const mt::Tensor<float>& t) { return mt::crop(t, "z", mid, nz - mid - 1); };
   const auto predicted = mt::gather(mt::argmax<std::uint8_t>(middle(logits), "classes"));
   const auto truth = mt::gather(mt::argmax<std::uint8_t>(middle(volume.labels), "classes"));
-  const auto input = mt::gather(middle(volume.input));
+  const auto input = mt::gather(
+      middle(mt::crop(volume.input, "channels", 0, volume.input.shape().dim("channels").size - 1)));
   if (volume.input.mesh().processor() == 0) {
     const std::size_t nx = input.shape()[1], ny = input.shape()[2];
-    xt::xarray<float> hu = xt::xarray<float>::from_shape({nx, ny});
+    xt::xarray<float> gray = xt::xarray<float>::from_shape({nx, ny});
     xt::xarray<std::uint8_t> t = xt::xarray<std::uint8_t>::from_shape({nx, ny}), p = t;
     for (std::size_t x = 0; x < nx; ++x)
       for (std::size_t y = 0; y < ny; ++y) {
-        hu(x, y) = hounsfield_of_input(input(0, x, y, 0, 0));
+        gray(x, y) = gray_of_input(input(0, x, y, 0, 0), task.channels.front());
         t(x, y) = truth(0, x, y, 0);
         p(x, y) = predicted(0, x, y, 0);
       }
-    write_png(picture, slice_picture(hu, t, p));
+    write_png(picture, slice_picture(gray, t, p, int(task.num_classes())));
   }
   return o;
 }
@@ -70,20 +80,20 @@ inline Overlap validate(mt::Mesh& mesh, UNet& net, const TrainOptions& o, const 
   for (std::int64_t k = 0; k < count; ++k) {
     char name[64];
     std::snprintf(name, sizeof name, "/step-%06lld-volume-%lld.png", (long long)step, (long long)k);
-    const Batch volume =
-        dataset ? scan_batch(mesh, dataset->validation[std::size_t(k)], layout, o.preprocessing)
-                : make_batch(mesh, layout, o.seed, "validation", k, 1, o.size);
-    total += validate_volume(net, volume, picture_dir + name);
+    const Batch volume = dataset ? scan_batch(mesh, dataset->validation[std::size_t(k)], o.task,
+                                              layout, o.preprocessing)
+                                 : make_batch(mesh, layout, o.seed, "validation", k, 1, o.size);
+    total += validate_volume(net, volume, o.task, picture_dir + name);
   }
   return total;
 }
 
 inline nlohmann::json model_flags(const TrainOptions& o) {
-  nlohmann::json flags{{"depth", o.depth}, {"channels", o.channels},
-                       {"norm", o.norm},   {"classes", num_classes},
-                       {"seed", o.seed},   {"size", o.size},
-                       {"batch", o.batch}, {"lr", o.lr},
-                       {"steps", o.steps}, {"class_weights", o.class_weights}};
+  nlohmann::json flags{{"depth", o.depth}, {"channels", o.channels}, {"norm", o.norm},
+                       {"seed", o.seed},   {"size", o.size},         {"batch", o.batch},
+                       {"lr", o.lr},       {"steps", o.steps}};
+  flags.update(o.task.to_json());  // classes, input channels, class weights
+  flags["augment"] = o.augment.to_string();
   // How scans were prepared: prediction prepares its scans the same way.
   if (!o.data.empty()) {
     flags["data"] = o.data;
@@ -94,11 +104,25 @@ inline nlohmann::json model_flags(const TrainOptions& o) {
 }
 
 // With --resume the checkpoint's flags must be this run's: name the first that differs.
-inline void check_same_flags(const nlohmann::json& saved, const nlohmann::json& now) {
-  for (const auto& key : {"depth", "channels", "norm", "size", "batch", "seed", "lr",
-                          "class_weights", "data", "spacing", "resize"})
+// The flag that sets a checkpoint's key.
+inline std::string flag_of_key(const std::string& key) {
+  if (key == "inputs") return "--modalities/--window";
+  if (key == "resize") return "--size/--shape";
+  std::string flag = "--" + key;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+inline void check_same_flags(const nlohmann::json& saved_flags, const nlohmann::json& now) {
+  // A checkpoint from before tasks named its 3 classes by count: its task in today's words.
+  nlohmann::json saved = saved_flags;
+  saved.update(Task::from_json(saved_flags).to_json());
+  if (!saved.contains("augment")) saved["augment"] = "none";  // before augmentation
+  for (const auto& key : {"depth", "channels", "norm", "size", "batch", "seed", "lr", "classes",
+                          "inputs", "class_weights", "augment", "data", "spacing", "resize"})
     if (saved.value(key, nlohmann::json()) != now.value(key, nlohmann::json()))
-      throw mt::Error(std::string("--resume: the checkpoint was trained with --") + key + " " +
+      throw mt::Error("--resume: the checkpoint was trained with " + flag_of_key(key) + " " +
                       saved.value(key, nlohmann::json()).dump() + " but this run has " +
                       now.value(key, nlohmann::json()).dump() + "; resume with the same flags");
 }
@@ -109,8 +133,7 @@ inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& la
                      std::int64_t parameters, const std::string& volumes) {
   if (mesh.processor() != 0) return;
   const bool per_level = o.layouts.size() > 1;
-  std::printf(
-      "unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
+  say("unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
       "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, %s \"%s\", %s, batch %lld%s\n",
       (long long)parameters, mesh.num_processors(), mesh.transport().c_str(), mt::compute_threads(),
       mesh.shape().to_string().c_str(), per_level ? "layouts per level" : "layout",
@@ -142,14 +165,12 @@ class Progress {
     final_loss_ = loss;
     losses_.push_back(loss);
     if (!speaker_) return;
-    std::printf("step %lld/%lld  loss %.4f  dice organ %.3f tumour %.3f  %.0f kvoxels/s  ETA %s\n",
-                (long long)step + 1, (long long)o_.steps, loss, train.dice(organ),
-                train.dice(tumour), voxels / seconds / 1e3, eta_text(step).c_str());
-    std::fflush(stdout);
+    say("step %lld/%lld  loss %.4f  dice %s  %.0f kvoxels/s  ETA %s\n", (long long)step + 1,
+        (long long)o_.steps, loss, dice_text(train).c_str(), voxels / seconds / 1e3,
+        eta_text(step).c_str());
     write_log({{"step", step + 1},
                {"loss", loss},
-               {"dice_organ", train.dice(organ)},
-               {"dice_tumor", train.dice(tumour)},
+               {"dice", dice_json(train)},
                {"step_time_s", seconds},
                {"lr", lr}});
   }
@@ -157,44 +178,50 @@ class Progress {
   // A step whose loss or a gradient was not finite, which the optimiser skipped.
   void skipped(std::int64_t step, const std::string& bad) {
     if (!speaker_) return;
-    std::printf("step %lld/%lld  skipped: %s is not finite\n", (long long)step + 1,
-                (long long)o_.steps, bad.c_str());
+    say("step %lld/%lld  skipped: %s is not finite\n", (long long)step + 1, (long long)o_.steps,
+        bad.c_str());
     std::fflush(stdout);
     write_log({{"step", step + 1}, {"skipped", bad + " is not finite"}});
   }
 
-  void validation(std::int64_t step, const Overlap& v, std::int64_t held_out) {
+  void validation(std::int64_t step, const Overlap& v, std::int64_t held_out, bool best) {
     last_validation_ = v;
-    dice_curve_.push_back({int(step + 1), {v.dice(organ), v.dice(tumour)}});
+    std::vector<double> foreground;
+    for (std::size_t c = 1; c < o_.task.classes.size(); ++c) foreground.push_back(v.dice(c));
+    dice_curve_.push_back({int(step + 1), foreground});
     if (!speaker_) return;
-    std::printf("validation at step %lld: dice organ %.3f tumour %.3f on %lld held-out volumes\n",
-                (long long)step + 1, v.dice(organ), v.dice(tumour), (long long)held_out);
+    say("validation at step %lld: dice %s (mean %.3f%s) on %lld held-out volumes\n",
+        (long long)step + 1, dice_text(v).c_str(), v.mean_foreground_dice(),
+        best ? ", the best so far" : "", (long long)held_out);
     write_log({{"step", step + 1},
-               {"validation_dice_organ", v.dice(organ)},
-               {"validation_dice_tumor", v.dice(tumour)}});
+               {"validation_dice", dice_json(v)},
+               {"validation_mean_dice", v.mean_foreground_dice()}});
   }
 
   // The curves' picture and the summary line, with the median step time and the memory peaks.
   void finish(const mt::Layout& layout, bool held_out) {
-    on_first(mesh_, [&] { write_curves(o_.out + "/curves.svg", losses_, dice_curve_); });
+    const std::vector<std::string> foreground(o_.task.classes.begin() + 1, o_.task.classes.end());
+    on_first(mesh_,
+             [&] { write_curves(o_.out + "/curves.svg", losses_, dice_curve_, foreground); });
     const double peak = mt::all_reduce_value(mesh_.world(), peak_rss_mib(), mt::ReduceOp::max);
     // What the library's pool held at most on the busiest processor: per processor also when the
     // processors are threads of one process.
     const double processor_peak = mt::all_reduce_value(
         mesh_.world(), double(mt::memory_stats().peak_held) / (1 << 20), mt::ReduceOp::max);
     if (!speaker_) return;
-    nlohmann::json summary{{"steps", o_.steps},
-                           {"final_loss", final_loss_},
-                           {"dice_organ", held_out ? json(last_validation_.dice(organ)) : json()},
-                           {"dice_tumor", held_out ? json(last_validation_.dice(tumour)) : json()},
-                           {"step_time_s", median_step_time()},
-                           {"peak_rss_mib", peak},
-                           {"peak_processor_memory_mib", processor_peak},
-                           {"mesh", mesh_.shape().to_string()},
-                           {"layout", layout.to_string()},
-                           {"processors", mesh_.num_processors()},
-                           {"transport", mesh_.transport()},
-                           {"batch", o_.batch}};
+    nlohmann::json summary{
+        {"steps", o_.steps},
+        {"final_loss", final_loss_},
+        {"dice", held_out ? dice_json(last_validation_) : json()},
+        {"mean_dice", held_out ? json(last_validation_.mean_foreground_dice()) : json()},
+        {"step_time_s", median_step_time()},
+        {"peak_rss_mib", peak},
+        {"peak_processor_memory_mib", processor_peak},
+        {"mesh", mesh_.shape().to_string()},
+        {"layout", layout.to_string()},
+        {"processors", mesh_.num_processors()},
+        {"transport", mesh_.transport()},
+        {"batch", o_.batch}};
     if (o_.layouts.size() > 1) summary["layouts"] = o_.layouts.to_string();
     // Phantoms have one size; scans have each their own.
     if (!o_.data.empty())
@@ -206,6 +233,22 @@ class Progress {
   }
 
  private:
+  // "organ 0.912 tumour 0.640": the Dice of each foreground class.
+  std::string dice_text(const Overlap& o) const {
+    std::string text;
+    char value[32];
+    for (std::size_t c = 1; c < o_.task.classes.size(); ++c) {
+      std::snprintf(value, sizeof value, " %.3f", o.dice(c));
+      text += (c > 1 ? " " : "") + o_.task.classes[c] + value;
+    }
+    return text;
+  }
+  nlohmann::json dice_json(const Overlap& o) const {
+    nlohmann::json dice = nlohmann::json::object();
+    for (std::size_t c = 1; c < o_.task.classes.size(); ++c) dice[o_.task.classes[c]] = o.dice(c);
+    return dice;
+  }
+
   // The median of the recent steps times the steps left: single steps on a shared machine are
   // noisy. The run's first step also builds and times the kernels for each shape, so it predicts
   // nothing.
@@ -237,7 +280,7 @@ class Progress {
   bool speaker_;
   std::ofstream log_;
   std::vector<double> step_times_, losses_;
-  std::vector<std::pair<int, std::array<double, 2>>> dice_curve_;
+  std::vector<std::pair<int, std::vector<double>>> dice_curve_;
   double final_loss_ = 0;
   Overlap last_validation_;
 };
@@ -282,6 +325,10 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     start = restore_checkpoint(mesh, manifest, where, net, &adam);
   }
   const std::int64_t end = o.stop_after > 0 ? std::min(o.steps, start + o.stop_after) : o.steps;
+  // The best validation so far: a resumed run goes on from its checkpoint's best.
+  double best_dice = -1;
+  if (o.resume && fs::exists(fs::path(o.checkpoint) / "best"))
+    best_dice = read_manifest(o.checkpoint, "best").first.value("validation_mean_dice", -1.0);
   Progress progress(mesh, o, log_path, end);
   const auto weights = class_weights(mesh, o);
   announce(mesh, o, layout, net.parameters().count(), volumes_text(o, held_out_scans));
@@ -291,8 +338,9 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     const double lr = learning_rate(o, step);
     adam.set_learning_rate(lr);
     const auto batch =
-        scans ? scan_batch(mesh, dataset.for_step(step), layout, o.preprocessing)
-              : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size);
+        augment(scans ? scan_batch(mesh, dataset.for_step(step), o.task, layout, o.preprocessing)
+                      : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size),
+                o.augment, o.seed, step);
     const auto [logits, loss] = forward_backward(net, batch, weights);
     // Checked before the optimiser applies it: a NaN never reaches the weights or a checkpoint.
     const std::string bad = first_nonfinite(loss, net.parameters());
@@ -311,12 +359,15 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     else
       progress.skipped(step, bad);
     const bool last = step + 1 == end;
-    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last))
-      progress.validation(
-          step, validate(mesh, net, o, layout, held_out_scans, step + 1, o.out + "/pictures"),
-          held_out);
-    if (!o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last))
-      save_checkpoint(mesh, o.checkpoint, step + 1, net, adam, flags);
+    std::optional<double> best;  // set where this step's validation is the best so far
+    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last)) {
+      const Overlap v =
+          validate(mesh, net, o, layout, held_out_scans, step + 1, o.out + "/pictures");
+      if (v.mean_foreground_dice() > best_dice) best = best_dice = v.mean_foreground_dice();
+      progress.validation(step, v, held_out, best.has_value());
+    }
+    if (!o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last || best))
+      save_checkpoint(mesh, o.checkpoint, step + 1, net, adam, flags, best);
   }
   progress.finish(layout, held_out > 0);
 }

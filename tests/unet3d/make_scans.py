@@ -1,9 +1,12 @@
 """Turns phantom volumes (.npy, HU, from `unet3d generate`) into a folder of NIfTI scans the way
 CT data come: LiTS names, int16 with a scale slope and intercept, axes stored L, P, S with 0.8 x
-0.8 x 2 mm voxels, gz and not; and a few broken folders for the error tests.
+0.8 x 2 mm voxels, gz and not; a Medical Segmentation Decathlon dataset of two MRI-like channels
+(4-D files, a dataset.json), the same test case as nnU-Net's one file per channel; and a few
+broken folders for the error tests.
 
     make_scans.py WORK VOLUME_0.npy LABELS_0.npy VOLUME_1.npy LABELS_1.npy ...
 """
+import json
 import os
 import shutil
 import sys
@@ -68,5 +71,60 @@ def main(work, pairs):
         f.write(data[: len(data) // 2])
 
 
+def mri_channels(hu):
+    """Two MRI-like channels of a phantom: positive intensities in the body, exactly 0 in the air
+    around it (what the z-score over the body leaves out)."""
+    body = hu > -500
+    flair = np.where(body, hu + 1100.0, 0.0)
+    t1 = np.where(body, 2400.0 - 0.8 * flair, 0.0)
+    return np.stack([flair, t1], axis=-1).astype(np.float32)
+
+
+def write_decathlon(work, pairs):
+    """decathlon/: imagesTr, labelsTr, imagesTs as the Decathlon ships them, with its dataset.json;
+    nnunet_ts/: the test case as one file per channel (CASE_0000, CASE_0001)."""
+    root = os.path.join(work, "decathlon")
+    for sub in ("imagesTr", "labelsTr", "imagesTs"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    aff = lps_affine((0.8, 0.8, 2.0))
+    cases = len(pairs) // 2
+    training, test = [], []
+    for n in range(cases):
+        hu, labels = np.load(pairs[2 * n]), np.load(pairs[2 * n + 1])
+        name = f"mri_{n:03d}.nii.gz"
+        image = nib.Nifti1Image(mri_channels(hu), aff)
+        if n < cases - 1:
+            nib.save(image, os.path.join(root, "imagesTr", name))
+            nib.save(nib.Nifti1Image(labels.astype(np.uint8), aff),
+                     os.path.join(root, "labelsTr", name))
+            training.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
+        else:
+            nib.save(image, os.path.join(root, "imagesTs", name))
+            test.append(f"./imagesTs/{name}")
+            nnunet = os.path.join(work, "nnunet_ts")
+            os.makedirs(nnunet, exist_ok=True)
+            channels = mri_channels(hu)
+            for c in range(channels.shape[-1]):
+                nib.save(nib.Nifti1Image(channels[..., c], aff),
+                         os.path.join(nnunet, f"mri_{n:03d}_{c:04d}.nii.gz"))
+    description = {"name": "phantom MRI", "tensorImageSize": "4D",
+                   "modality": {"0": "FLAIR", "1": "T1w"},
+                   "labels": {"0": "background", "1": "organ", "2": "tumour"},
+                   "numTraining": len(training), "numTest": len(test),
+                   "training": training, "test": test}
+    with open(os.path.join(root, "dataset.json"), "w") as f:
+        json.dump(description, f, indent=2)
+    # Broken: a file listed that is not there; a case with one channel of the two.
+    missing = os.path.join(work, "decathlon_missing")
+    shutil.copytree(root, missing, dirs_exist_ok=True)
+    os.remove(os.path.join(missing, "labelsTr", "mri_000.nii.gz"))
+    one_channel = os.path.join(work, "decathlon_one_channel")
+    shutil.copytree(root, one_channel, dirs_exist_ok=True)
+    first = nib.load(os.path.join(root, "imagesTr", "mri_001.nii.gz"))
+    nib.save(nib.Nifti1Image(np.asarray(first.dataobj)[..., 0], first.affine),
+             os.path.join(one_channel, "imagesTr", "mri_001.nii.gz"))
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
+    write_decathlon(sys.argv[1], sys.argv[2:])

@@ -97,11 +97,87 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${level_logs})
+  # Augmented (flips, 90-degree turns, intensities): the same volumes on every mesh, flipped and
+  # turned across split dims, so the same losses; and not those of the unaugmented run.
+  set(augmented ${UNET3D} train ${small} --steps 5 --augment all)
+  ok(${augmented} --threads 1 --out ${here}/aug_one)
+  ok(${augmented} --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --out ${here}/aug_eight)
+  ok(${augmented} --threads 3 --layout "x:p" --out ${here}/aug_uneven)
+  set(aug_logs ${here}/aug_one/metrics.jsonl ${here}/aug_eight/metrics.jsonl
+      ${here}/aug_uneven/metrics.jsonl)
+  if(MPIEXEC)
+    ok(${MPIEXEC} ${NP_FLAG} 4 ${augmented} --mesh "rows:2, cols:2" --layout "x:rows, z:cols"
+       --out ${here}/aug_mpi)
+    list(APPEND aug_logs ${here}/aug_mpi/metrics.jsonl)
+  endif()
+  ok(${CHECK} losses 1e-3 ${aug_logs})
+  fails("largest relative loss difference" ${CHECK} losses 1e-3 ${here}/one/metrics.jsonl
+        ${here}/aug_one/metrics.jsonl)
+  fails("--augment flips: \"flips\" is no augmentation"
+        ${UNET3D} train ${small} --steps 1 --augment flips --out ${here}/o)
   # Pinned to one core (as a batch system or launcher binding would), a processor runs one thread.
   find_program(TASKSET taskset)
   if(TASKSET)
     ok_matching("x 1 compute threads each" ${TASKSET} -c 0 ${UNET3D} train ${small} --steps 1
                 --threads 1 --out ${here}/pinned)
+  endif()
+elseif(SCENARIO STREQUAL "command_line")
+  # --version, --help with defaults and examples, --print-config read back by --config (before or
+  # after the command), --quiet.
+  ok_matching("unet3d [0-9]+\\.[0-9]+\\.[0-9]+ \\(meshtensor" ${UNET3D} --version)
+  ok_matching("--steps[^\n]*600.*--lr[^\n]*0\\.003.*Examples:" ${UNET3D} train --help)
+  ok_matching("Examples:.*unet3d train --data" ${UNET3D} --help)
+  execute_process(COMMAND ${UNET3D} train --print-config ${small} --steps 2 --seed 5
+                  OUTPUT_FILE ${here}/run.toml RESULT_VARIABLE status)
+  file(READ ${here}/run.toml config)
+  message("${config}")
+  if(NOT status EQUAL 0 OR NOT config MATCHES "\\[train\\].*steps = 2.*seed = 5")
+    message(FATAL_ERROR "--print-config did not print the run's flags")
+  endif()
+  if(EXISTS ${here}/unet3d-output)
+    message(FATAL_ERROR "--print-config ran the command")
+  endif()
+  ok(${UNET3D} --config ${here}/run.toml train --threads 2 --out ${here}/from_config)
+  ok(${UNET3D} train --config ${here}/run.toml --threads 2 --steps 1 --out ${here}/overridden)
+  file(STRINGS ${here}/from_config/metrics.jsonl steps REGEX "\"loss\"")
+  file(STRINGS ${here}/overridden/metrics.jsonl overridden REGEX "\"loss\"")
+  list(LENGTH steps from_config_steps)
+  list(LENGTH overridden overridden_steps)
+  if(NOT from_config_steps EQUAL 2 OR NOT overridden_steps EQUAL 1)
+    message(FATAL_ERROR "--config ran ${from_config_steps} steps (2 expected); the command line's "
+                        "--steps 1 ran ${overridden_steps}")
+  endif()
+  file(WRITE ${here}/bad.toml "[train]\nstepz = 3\n")
+  fails("--config: .*stepz" ${UNET3D} train --config ${here}/bad.toml)
+  fails("--config: .*missing.toml" ${UNET3D} train --config ${here}/missing.toml)
+  ok(${UNET3D} train ${small} --steps 2 --quiet --threads 2 --out ${here}/quiet)
+  if(printed MATCHES "step 1/2" OR NOT printed MATCHES "\"final_loss\"")
+    message(FATAL_ERROR "--quiet printed progress, or no summary")
+  endif()
+elseif(SCENARIO STREQUAL "pytorch_export")
+  # scripts/to_pytorch.py's model gives the probabilities `unet3d predict` gives on a split
+  # layout, within 1e-5, for batch and group norm.
+  execute_process(COMMAND ${PYTHON} -c "import torch, numpy" RESULT_VARIABLE status OUTPUT_QUIET
+                  ERROR_QUIET)
+  if(NOT status EQUAL 0)
+    message("skipped: torch and numpy are not available to ${PYTHON} (Debian: python3-torch)")
+    message("MESHTENSOR_SKIP")
+    return()
+  endif()
+  ok(${UNET3D} generate --size 16 --output ${here}/volume.npy --threads 1)
+  foreach(norm batch group)
+    ok(${UNET3D} train ${small} --steps 10 --norm ${norm} --threads 2 --checkpoint ${here}/${norm}
+       --out ${here}/train_${norm})
+    ok(${UNET3D} predict --checkpoint ${here}/${norm} --input ${here}/volume.npy
+       --output ${here}/${norm}.npy --probabilities ${here}/p_${norm}.npy --mesh "a:2, b:2"
+       --layout "x:a, z:b")
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/../../scripts/to_pytorch.py ${here}/${norm}
+       ${here}/${norm}.pt)
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_pytorch.py ${here}/${norm}.pt ${here}/volume.npy
+       ${here}/p_${norm}.npy 1e-5)
+  endforeach()
+  if(EXISTS ${here}/batch.pt.partial)
+    message(FATAL_ERROR "to_pytorch.py left a .partial file")
   endif()
 elseif(SCENARIO STREQUAL "schedule_16_ranks")
   # 16 MPI ranks (oversubscribed), depth 3 at 32^3: level 2 has 8 voxels along x, too few for 16
@@ -310,10 +386,14 @@ elseif(SCENARIO STREQUAL "bad_files")
     fails("manifest.json: ${expected}" ${predict} --checkpoint ${here}/schema${k}/ckpt
           --input ${here}/volume.npy --output ${here}/s.npy)
   endforeach()
-  file(COPY ${here}/ckpt DESTINATION ${here}/latest)
-  file(WRITE ${here}/latest/ckpt/latest "../../ckpt/${name}\n")
-  fails("latest: names \"../../ckpt/${name}\"; it must name a checkpoint-NNNNNN directory beside it"
-        ${predict} --checkpoint ${here}/latest/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
+  # `latest` and `best` name a checkpoint directory beside them, nothing else.
+  foreach(pointer latest best)
+    file(COPY ${here}/ckpt DESTINATION ${here}/${pointer})
+    file(WRITE ${here}/${pointer}/ckpt/${pointer} "../../ckpt/${name}\n")
+    fails("${pointer}: names \"../../ckpt/${name}\"; it must name a checkpoint-NNNNNN directory beside it"
+          ${predict} --pick ${pointer} --checkpoint ${here}/${pointer}/ckpt --input ${here}/volume.npy
+          --output ${here}/s.npy)
+  endforeach()
   fails("the volume is \\(16, 16, 16\\) but --size/--shape says \\(32, 32, 32\\)"
         ${predict} --size 32 --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/s.npy)
   fails("s.npy: cannot create .*/s.npy.partial \\(No such file or directory. does the directory exist" ${predict} --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/no/such/dir/s.npy)
@@ -321,7 +401,7 @@ elseif(SCENARIO STREQUAL "bad_files")
         ${UNET3D} train --size 16 --depth 2 --channels 8 --steps 4 --threads 1 --out ${here}/o --checkpoint ${here}/ckpt --resume)
   ok(${UNET3D} generate --size 18 --output ${here}/eighteen.npy --threads 1)
   fails("size 18 along x is not divisible by 2\\^depth = 4" ${predict} --checkpoint ${here}/ckpt --input ${here}/eighteen.npy --output ${here}/s.npy)
-elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
+elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans" OR SCENARIO STREQUAL "decathlon")
   # A folder of NIfTI scans made by nibabel from phantoms (LPS axes, int16 with slope, 0.8 x 0.8 x
   # 2 mm, shapes that differ), resampled to 1.6 x 1.6 x 2 mm for training.
   include(${CMAKE_CURRENT_LIST_DIR}/../support/nibabel.cmake)
@@ -341,7 +421,90 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
   ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/make_scans.py ${here} ${pairs})
   set(model_flags --depth 2 --channels 4 --spacing 1.6,1.6,2 --validate-every 100)
   set(scan_flags ${model_flags} --validation-volumes 1)
-  if(SCENARIO STREQUAL "scans")
+  if(SCENARIO STREQUAL "decathlon")
+    # A Decathlon dataset of two MRI-like channels (4-D files): its dataset.json names the classes
+    # and modalities. Validated every step, so that `best` names the best checkpoint. Predicted
+    # from the dataset.json's test list on 1 processor, from the folder on 8, and from nnU-Net's
+    # one file per channel over MPI: equal labels on the scan's grid.
+    set(data ${here}/decathlon)
+    ok(${UNET3D} train --data ${data} --depth 2 --channels 4 --spacing 1.6,1.6,2
+       --validation-volumes 1 --validate-every 1
+       --checkpoint-every 100 --steps 3 --threads 2 --out ${here}/train --checkpoint ${here}/ckpt)
+    ok(${CHECK} task ${here}/ckpt "background,organ,tumour" "FLAIR,T1w")
+    if(NOT EXISTS ${here}/ckpt/best OR NOT EXISTS ${here}/ckpt/latest)
+      message(FATAL_ERROR "training with validation keeps no best checkpoint")
+    endif()
+    ok_matching("\"scans\":1" ${UNET3D} predict --checkpoint ${here}/ckpt --input ${data}/dataset.json
+       --output ${here}/one --probabilities ${here}/p1 --threads 1)
+    ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${data}/imagesTs --output ${here}/eight
+       --probabilities ${here}/p8 --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c")
+    set(labels ${here}/one/mri_002.nii.gz ${here}/eight/mri_002.nii.gz)
+    set(probabilities ${here}/p1/mri_002.nii.gz ${here}/p8/mri_002.nii.gz)
+    set(launch)
+    if(MPIEXEC)
+      set(launch ${MPIEXEC} ${NP_FLAG} 2)
+    endif()
+    ok(${launch} ${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/nnunet_ts
+       --output ${here}/nnunet --mesh "p:2" --layout "y:p")
+    list(APPEND labels ${here}/nnunet/mri_002.nii.gz)
+    ok_matching("checkpoint-000003" ${UNET3D} predict --checkpoint ${here}/ckpt --pick latest
+                --input ${data}/imagesTs/mri_002.nii.gz --output ${here}/latest.nii.gz --threads 2)
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_scans.py ${data}/imagesTs/mri_002.nii.gz ${labels}
+       -- ${probabilities})
+    # Evaluated against the training labels, on 1 processor, 8 and MPI: the same scores, those
+    # of scipy's distance transform as MONAI defines them.
+    ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${data}/imagesTr --output ${here}/tr
+       --threads 2)
+    set(evaluate ${UNET3D} evaluate --predictions ${here}/tr --labels ${data}/labelsTr
+        --classes background,organ,tumour --tolerance 2)
+    ok_matching("\"cases\":2" ${evaluate} --threads 1 --output ${here}/eval_one)
+    ok(${evaluate} --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --output ${here}/eval_eight)
+    set(reports ${here}/eval_one.json ${here}/eval_eight.json)
+    if(MPIEXEC)
+      ok(${MPIEXEC} ${NP_FLAG} 3 ${evaluate} --layout "z:p" --output ${here}/eval_mpi)
+      list(APPEND reports ${here}/eval_mpi.json)
+    endif()
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_evaluation.py ${reports})
+    file(STRINGS ${here}/eval_one.csv rows)
+    list(LENGTH rows row_count)
+    if(NOT row_count EQUAL 7)  # the header, 2 cases x 2 classes, 2 means
+      message(FATAL_ERROR "evaluation.csv has ${row_count} rows, not 7")
+    endif()
+    # A prediction on another grid than its label, a case without a label, a label out of range.
+    file(MAKE_DIRECTORY ${here}/other_grid ${here}/one_label)
+    file(COPY_FILE ${here}/scans/segmentation-1.nii ${here}/other_grid/mri_000.nii)
+    file(COPY_FILE ${data}/labelsTr/mri_001.nii.gz ${here}/other_grid/mri_001.nii.gz)
+    file(COPY_FILE ${data}/labelsTr/mri_000.nii.gz ${here}/one_label/mri_000.nii.gz)
+    set(failing ${UNET3D} evaluate --predictions ${here}/tr --threads 2 --output ${here}/evaluation)
+    fails("mri_000.nii.gz: 40x36x14 voxels, but its label volume .*other_grid/mri_000.nii has 36x40x12"
+          ${failing} --labels ${here}/other_grid)
+    fails("mri_001.nii.gz: no label volume of case mri_001 in --labels"
+          ${failing} --labels ${here}/one_label)
+    fails("holds the label value 2; --classes names 2 classes"
+          ${failing} --labels ${data}/labelsTr --classes background,organ)
+    if(EXISTS ${here}/evaluation.json OR EXISTS ${here}/evaluation.csv)
+      message(FATAL_ERROR "a failed evaluation wrote its report")
+    endif()
+    # What is wrong with a dataset, named.
+    set(train ${UNET3D} train ${model_flags} --validation-volumes 0 --threads 2 --out ${here}/o)
+    fails("decathlon_missing/dataset.json lists .*decathlon_missing/labelsTr/mri_000.nii.gz: no such file"
+          ${train} --data ${here}/decathlon_missing --steps 1)
+    fails("decathlon_one_channel/imagesTr/mri_001.nii.gz: holds 1 channel\\(s\\) \\(volumes along dim 4\\), but the task has 2 \\(FLAIR, T1w\\)"
+          ${train} --data ${here}/decathlon_one_channel --steps 2)
+    fails("--classes background,organ names 2 classes but the dataset.json of --data .* has 3 \\(background,organ,tumour\\)"
+          ${train} --data ${data} --classes background,organ --steps 1)
+    fails("--window windows CT channels, and the channels are FLAIR, T1w"
+          ${train} --data ${data} --window -100,200 --steps 1)
+    fails("--class-weights gives 2 weights for the 3 classes"
+          ${train} --data ${data} --class-weights 1,2 --steps 1)
+    fails("--classes a,b: the phantoms have 3 classes" ${UNET3D} train ${small} --classes a,b --steps 1)
+    if(EXISTS ${here}/o/metrics.jsonl)
+      file(READ ${here}/o/metrics.jsonl log)
+      if(NOT log STREQUAL "")
+        message(FATAL_ERROR "a run refused before its first step logged a step")
+      endif()
+    endif()
+  elseif(SCENARIO STREQUAL "scans")
     # Training on the folder, then whole-scan prediction on 1 processor, 8 and MPI: equal labels,
     # on the scan's grid with its header.
     ok(${UNET3D} train --data ${here}/scans ${scan_flags} --steps 3 --threads 2 --out ${here}/train
@@ -371,7 +534,7 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
     ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_scans.py ${scan} ${labels} -- ${probabilities})
   else()
     set(train ${UNET3D} train ${scan_flags} --steps 1 --threads 2 --out ${here}/o)
-    fails("--data ${here}/empty: no image/label pairs; expected LiTS names" ${train} --data ${here}/empty)
+    fails("--data ${here}/empty: no image/label pairs; expected a Decathlon dataset.json, LiTS names" ${train} --data ${here}/empty)
     fails("--data ${here}/missing: no such directory" ${train} --data ${here}/missing)
     fails("volume-0.nii.gz: has no label volume .*segmentation-0.nii\\[.gz\\]" ${train} --data ${here}/unlabelled)
     fails("segmentation-1.nii: 36x40x12 voxels, but its image .*volume-0.nii.gz has 40x36x14; a label volume needs its image's grid"
@@ -380,7 +543,7 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans")
     fails("misaligned/segmentation-1.nii: its affine \\(voxel to world\\) differs from that of its image .*volume-1.nii at row 2, column 3"
           ${UNET3D} train ${model_flags} --validation-volumes 0 --steps 1 --threads 2 --out ${here}/o
           --data ${here}/misaligned)
-    fails("strange_labels/segmentation-1.nii: holds the label value 7.000000; labels must be 0 \\(background\\), 1 \\(organ\\) or 2 \\(tumour\\)"
+    fails("strange_labels/segmentation-1.nii: holds the label value 7.000000; the labels of --classes are 0 background, 1 organ, 2 tumour"
           ${UNET3D} train ${model_flags} --validation-volumes 0 --steps 1 --threads 2 --out ${here}/o
           --data ${here}/strange_labels)
     fails("--batch 2: with --data each step is one whole scan" ${train} --data ${here}/scans --batch 2)

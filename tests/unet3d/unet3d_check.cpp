@@ -7,6 +7,8 @@
 //   unet3d_check same-dir A B                         every .npy in A equals the one of that name
 //                                                     in B
 //   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | zeros | dtype | shape | garbage
+//   unet3d_check task CHECKPOINT CLASSES MODALITIES   the latest checkpoint's task has these
+//                                                     class names and input modalities (a,b,c)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -133,7 +135,21 @@ int main(int argc, char** argv) try {
     std::ofstream(out, std::ios::binary | std::ios::trunc) << bytes;
     return 0;
   }
-  std::fprintf(stderr, "usage: unet3d_check losses|same-npy|close-npy|same-dir|corrupt ...\n");
+  if (command == "task" && argc == 5) {
+    std::ifstream latest(fs::path(argv[2]) / "latest");
+    std::string name;
+    std::getline(latest, name);
+    std::ifstream in(fs::path(argv[2]) / name / "manifest.json");
+    const auto flags = nlohmann::json::parse(in).at("flags");
+    std::string classes, modalities;
+    for (const auto& c : flags.at("classes"))
+      classes += (classes.empty() ? "" : ",") + c.get<std::string>();
+    for (const auto& c : flags.at("inputs"))
+      modalities += (modalities.empty() ? "" : ",") + c.at("modality").get<std::string>();
+    std::printf("classes %s, modalities %s\n", classes.c_str(), modalities.c_str());
+    return classes == argv[3] && modalities == argv[4] ? 0 : 1;
+  }
+  std::fprintf(stderr, "usage: unet3d_check losses|same-npy|close-npy|same-dir|corrupt|task ...\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "unet3d_check: %s\n", e.what());
