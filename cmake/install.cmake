@@ -1,5 +1,6 @@
-# Install rules: headers, the exported targets, and a package config so that
-# `find_package(meshtensor)` works after `cmake --install`.
+# Install rules: headers, the exported targets, a package config so that `find_package(meshtensor)`
+# works after `cmake --install` (and from the build tree: meshtensor_DIR=<build>), a pkg-config
+# file, and the license, citation and changelog.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -30,3 +31,18 @@ install(FILES ${PROJECT_BINARY_DIR}/meshtensorConfig.cmake ${PROJECT_SOURCE_DIR}
               ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindCUDNN.cmake
               ${PROJECT_BINARY_DIR}/meshtensorConfigVersion.cmake
         DESTINATION ${meshtensor_config_dir})
+
+# The same targets from the build tree, without installing: -Dmeshtensor_DIR=<this build>.
+export(EXPORT meshtensorTargets NAMESPACE meshtensor:: FILE ${PROJECT_BINARY_DIR}/meshtensorTargets.cmake)
+foreach(module FindNIFTI FindNCCL FindCUDNN)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/${module}.cmake ${PROJECT_BINARY_DIR}/${module}.cmake
+                 COPYONLY)
+endforeach()
+
+# pkg-config, for builds without CMake: the core (threads transport); header-only, so in share/.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/meshtensor.pc.in ${PROJECT_BINARY_DIR}/meshtensor.pc
+               @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/meshtensor.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/CITATION.cff
+              ${PROJECT_SOURCE_DIR}/CHANGELOG.md ${PROJECT_SOURCE_DIR}/README.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
