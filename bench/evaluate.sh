@@ -32,7 +32,8 @@ for threads in 1 2; do
   "$unet3d" evaluate --predictions "$work/predictions" --labels "$work/labels" --quiet \
     --classes background,organ,tumour --tolerance 2 --threads "$threads" \
     --output "$work/evaluation_$threads" >/dev/null
-  echo "unet3d evaluate, $cases cases of ${size}³, $threads processor(s): $(echo "$(date +%s.%N) - $start" | bc) s"
+  printf "unet3d evaluate, %s cases of %s³, %s processor(s): %.2f s\n" "$cases" "$size" "$threads" \
+    "$(echo "$(date +%s.%N) - $start" | bc)"
 done
 cmp <(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([c['metrics'] for c in r['cases']]))" "$work/evaluation_1.json") \
     <(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([c['metrics'] for c in r['cases']]))" "$work/evaluation_2.json") &&
