@@ -140,16 +140,19 @@ inline Batch make_batch(mt::Mesh& mesh, const mt::Layout& layout, std::uint64_t 
     const std::uint64_t linear = (std::uint64_t(at[0]) * size[1] + at[1]) * size[2] + at[2];
     return voxel(anatomy[b], size, at, noise.normal(linear));
   };
-  std::vector<mt::Dim> with_channel = shape.dims(), with_classes = shape.dims();
+  std::vector<mt::Dim> with_channel = shape.dims();
   with_channel.emplace_back("channels", 1);
-  with_classes.emplace_back("classes", num_classes);
   Batch out;
   out.input = mt::generate<float>(mesh, mt::Shape(with_channel), layout, [&](const mt::Index& i) {
     return network_input(voxel_at(i).hu);
   });
-  out.labels = mt::generate<float>(mesh, mt::Shape(with_classes), layout, [&](const mt::Index& i) {
-    return float(voxel_at(i).label == i["classes"]);
-  });
+  // Each voxel's label drawn once, then one-hot against the class numbers: a generate over the
+  // classes would draw the voxel once per class.
+  const auto labels = mt::generate<float>(
+      mesh, shape, layout, [&](const mt::Index& i) { return float(voxel_at(i).label); });
+  const auto classes = mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", num_classes)}, layout,
+                                           [](const mt::Index& i) { return float(i["classes"]); });
+  out.labels = mt::relayout(mt::equal(labels, classes), layout);
   return out;
 }
 
