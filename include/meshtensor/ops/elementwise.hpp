@@ -18,6 +18,7 @@
 #include "meshtensor/kernels/elementwise.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -55,9 +56,11 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
   const Shape shape = merged_shape(op, {&a.shape(), &b.shape()});
   const Layout common = common_layout({&a.layout(), &b.layout()});
   TensorLayout layout(shape, a.mesh().shape(), common);
-  const auto sizes = layout.block(a.mesh().coord()).sizes();
+  const Block block = layout.block(a.mesh().coord());
+  const auto sizes = block.sizes();
   const bool in_place = a_consumed && a.layout() == layout && a.sole_owner();
-  Array<T> out = in_place ? a_consumed->release_local() : Array<T>::from_shape(to_xshape(sizes));
+  // A broadcast can make a block bigger than either operand's: one too big names its tensor.
+  Array<T> out = in_place ? a_consumed->release_local() : new_block<T>(a.mesh(), layout, block);
   auto operands = aligned<T>({&a, &b}, common);  // (a, without its block if it went to `out`)
   const auto names = shape.names();
   std::array<kernels::Strides, 3> strides{
