@@ -262,13 +262,13 @@ inline std::optional<std::filesystem::path> find(const std::string& data) {
 
 /// Throws naming the description and the entry unless every file it lists exists.
 inline void check_files_exist(const std::vector<ScanFiles>& cases, const std::string& listed_in) {
-  for (const auto& c : cases)
-    for (const auto& file : c.images)
+  for (const auto& c : cases) {
+    std::vector<std::string> files = c.images;
+    if (!c.label.empty()) files.push_back(c.label);
+    for (const auto& file : files)
       if (!std::filesystem::exists(file))
         throw mt::IoError(listed_in + " lists " + file + ": no such file");
-  for (const auto& c : cases)
-    if (!c.label.empty() && !std::filesystem::exists(c.label))
-      throw mt::IoError(listed_in + " lists " + c.label + ": no such file");
+  }
 }
 
 }  // namespace decathlon

@@ -253,10 +253,11 @@ std::string version_text() {
 
 void add_global_flags(CLI::App& app, GlobalFlags& global) {
   app.set_version_flag("--version", version_text());
-  app.set_config("--config", "",
-                 "read flags from FILE: a section [train] (or [predict], [plan], [generate]) "
-                 "then `flag = value` lines, as --print-config writes them; flags given on the "
-                 "command line win");
+  app.set_config(
+      "--config", "",
+      "read flags from FILE: a section [train] (or [predict], [plan], [generate], [evaluate]) "
+      "then `flag = value` lines, as --print-config writes them; flags given on the "
+      "command line win");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.fallthrough();  // these flags may also follow the command's name
   app.add_flag("--print-config", global.print_config,
@@ -299,7 +300,7 @@ int exit_with(CLI::App& app, const CLI::ParseError& e) {
   if (dynamic_cast<const CLI::ConfigError*>(&e) != nullptr) {
     std::fprintf(stderr,
                  "unet3d: error: --config: %s (a flag's name without its dashes, in the "
-                 "section of its command: [train], [predict], [plan] or [generate])\n",
+                 "section of its command: [train], [predict], [plan], [generate] or [evaluate])\n",
                  e.what());
     return e.get_exit_code();
   }

@@ -107,7 +107,7 @@ inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
 
 /// Window and scale Hounsfield units for the network: the soft-tissue window [-160, 240] to [-1,
 /// 1], the phantoms' one CT channel.
-inline float network_input(float hu) { return windowed(hu, Channel{}.window); }
+inline float network_input(float hu) { return windowed(hu, soft_tissue_window); }
 
 /// A batch of volumes: the CT [batch, x, y, z, channels=1] (network input, windowed), the one-hot
 /// labels [batch, x, y, z, classes] and the HU values (for pictures), on `layout`.

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -190,11 +191,13 @@ inline std::vector<std::pair<std::string, ScanFiles>> scans_in(const std::string
       scan.images = {files.at(-1)};
     } else {
       for (int c = 0; c < task.num_channels(); ++c) {
-        if (!files.count(c))
+        if (!files.count(c)) {
+          char suffix[16];
+          std::snprintf(suffix, sizeof suffix, "_%04d.nii.gz", c);
           throw mt::IoError(dir + ": case " + stem + " has no file for channel " +
                             std::to_string(c) + " (" + task.channels[std::size_t(c)].modality +
-                            "): expected " + stem + "_" + (c < 10 ? "000" : "00") +
-                            std::to_string(c) + ".nii.gz");
+                            "): expected " + stem + suffix);
+        }
         scan.images.push_back(files.at(c));
       }
     }
@@ -223,6 +226,12 @@ inline std::vector<PredictJob> predict_jobs(const PredictOptions& o, const Task&
                .first,
            scan});
   } else {
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--output", o.output},
+                                     {"--probabilities", o.probabilities}})
+      if (!path.empty() && !mt::nifti::is_nifti_name(path))
+        throw mt::Error(flag + " " + path +
+                        ": the labels of a NIfTI scan are written as NIfTI; name it .nii or "
+                        ".nii.gz");
     return {{{o.inputs, ""}, o.output, o.probabilities}};
   }
   if (scans.empty())
@@ -264,16 +273,11 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
   } else {
     const auto jobs = predict_jobs(o, task);
     scans = jobs.size();
-    for (const auto& dir : {o.output, o.probabilities})
-      if (jobs.size() > 1 || jobs.front().output != o.output)
-        if (!dir.empty()) ensure_writable_directory(mesh, dir, "--output");
+    if (jobs.front().output != o.output)  // folders of outputs, one file per scan
+      for (const auto& [flag, dir] : {std::pair<std::string, std::string>{"--output", o.output},
+                                      {"--probabilities", o.probabilities}})
+        if (!dir.empty()) ensure_writable_directory(mesh, dir, flag);
     for (const auto& job : jobs) {
-      for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--output", job.output},
-                                       {"--probabilities", job.probabilities}})
-        if (!path.empty() && !mt::nifti::is_nifti_name(path))
-          throw mt::Error(flag + " " + path +
-                          ": the labels of a NIfTI scan are written as NIfTI; name it .nii or "
-                          ".nii.gz");
       times += predict_scan(mesh, job, layout, o, manifest["flags"], net);
       if (mesh.processor() == 0)
         say("unet3d: labels of %s written to %s\n", job.scan.images.front().c_str(),

@@ -78,14 +78,16 @@ inline mt::Tensor<float> to_scan_grid(mt::Tensor<float> t, const ScanGrid& grid)
   return t;
 }
 
-/// How a channel's values become the network's: CT windowed; any other modality z-scored with the
-/// mean and spread of its body (the voxels that are not 0), which stays 0 outside.
+/// How a channel's values become the network's, per voxel: CT windowed; any other modality
+/// z-scored with the mean and spread of its body (the voxels that are not 0), which stays 0
+/// outside. The modality is looked at once, in prepare(), not per voxel.
 struct ChannelPreparation {
-  Channel channel;
+  bool windowed = true;
+  std::array<float, 2> window = soft_tissue_window;
   float mean = 0, inverse_std = 1;
 
   float operator()(float v) const {
-    if (channel.windowed()) return windowed(v, channel.window);
+    if (windowed) return unet3d::windowed(v, window);
     return v == 0 ? 0.0f : (v - mean) * inverse_std;
   }
 };
@@ -94,8 +96,8 @@ struct ChannelPreparation {
 /// summed over all processors' blocks: the same on any mesh). `source` names it in errors.
 inline ChannelPreparation prepare(const mt::Tensor<float>& raw, const Channel& channel,
                                   const std::string& source) {
-  ChannelPreparation p{channel};
-  if (channel.windowed()) return p;
+  ChannelPreparation p{channel.windowed(), channel.window};
+  if (p.windowed) return p;
   const auto body = mt::map(raw, [](float v) { return v != 0 ? 1.0f : 0.0f; });
   const double voxels = mt::reduce_sum(body).item();
   if (voxels < 2)

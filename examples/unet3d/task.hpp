@@ -21,10 +21,13 @@ namespace unet3d {
 
 namespace mt = meshtensor;
 
+/// The soft-tissue window in HU, CT's default.
+inline constexpr std::array<float, 2> soft_tissue_window{-160.0f, 240.0f};
+
 /// One input channel: its modality, and for CT the window in HU.
 struct Channel {
   std::string modality = "CT";
-  std::array<float, 2> window{-160.0f, 240.0f};  // the soft-tissue window
+  std::array<float, 2> window = soft_tissue_window;
 
   /// CT is windowed; every other modality is z-scored over the body.
   bool windowed() const {

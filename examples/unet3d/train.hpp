@@ -36,10 +36,10 @@ inline std::string duration_text(double seconds) {
                  : std::to_string(s) + "s";
 }
 
-/// The picture's gray (0 to 1) of a network input of `channel`: the window for CT, three standard
-/// deviations either side of the body's mean for a z-scored channel.
-inline float gray_of_input(float v, const Channel& channel) {
-  return channel.windowed() ? 0.5f * (v + 1.0f) : (v + 3.0f) / 6.0f;
+/// The picture's gray (0 to 1) of a network input: the window for CT (`windowed`), three
+/// standard deviations either side of the body's mean for a z-scored channel.
+inline float gray_of_input(float v, bool windowed) {
+  return windowed ? 0.5f * (v + 1.0f) : (v + 3.0f) / 6.0f;
 }
 
 /// Dice of one held-out volume, and a picture of its middle axial slice: the first channel (from
@@ -59,9 +59,10 @@ inline Overlap validate_volume(UNet& net, const Batch& volume, const Task& task,
     const std::size_t nx = input.shape()[1], ny = input.shape()[2];
     xt::xarray<float> gray = xt::xarray<float>::from_shape({nx, ny});
     xt::xarray<std::uint8_t> t = xt::xarray<std::uint8_t>::from_shape({nx, ny}), p = t;
+    const bool windowed = task.channels.front().windowed();
     for (std::size_t x = 0; x < nx; ++x)
       for (std::size_t y = 0; y < ny; ++y) {
-        gray(x, y) = gray_of_input(input(0, x, y, 0, 0), task.channels.front());
+        gray(x, y) = gray_of_input(input(0, x, y, 0, 0), windowed);
         t(x, y) = truth(0, x, y, 0);
         p(x, y) = predicted(0, x, y, 0);
       }

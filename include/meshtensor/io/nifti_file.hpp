@@ -438,6 +438,14 @@ inline std::int64_t readable_bytes(const File& f) {
 
 }  // namespace detail
 
+/// Throws IoError naming the file unless `volume` is one of its volumes (0 .. volumes - 1).
+inline void check_volume(const File& f, std::int64_t volume) {
+  if (volume < 0 || volume >= f.volumes)
+    throw IoError(f.path + ": volume " + std::to_string(volume) +
+                  " asked for, but the file holds " + std::to_string(f.volumes) + " (0 to " +
+                  std::to_string(f.volumes - 1) + ")");
+}
+
 /**
  * Reads the voxels of `box` (ranges along the file's axes i, j, k), scaled by the file's slope and
  * intercept and converted to T (integers rounded). Calls `row(j, k, values)` for each row of the
@@ -453,10 +461,7 @@ void read_box(const File& f, const std::array<Range, 3>& box, Row&& row, std::in
   for (int a = 0; a < 3; ++a)
     if (box[a].begin < 0 || box[a].end > f.size[a] || box[a].end < box[a].begin)
       throw IoError(f.path + ": box outside the volume");
-  if (volume < 0 || volume >= f.volumes)
-    throw IoError(f.path + ": volume " + std::to_string(volume) +
-                  " asked for, but the file holds " + std::to_string(f.volumes) + " (0 to " +
-                  std::to_string(f.volumes - 1) + ")");
+  check_volume(f, volume);
   if (box[0].empty() || box[1].empty() || box[2].empty()) return;
   detail::Stream stream(znzopen(f.path.c_str(), "rb", f.compressed ? 1 : 0));
   if (!stream) throw IoError(f.path + ": cannot open for reading");

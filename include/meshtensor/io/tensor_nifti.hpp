@@ -107,10 +107,7 @@ template <class T>
 Tensor<T> load_nifti_volume(Mesh& mesh, const NiftiVolume& v, std::int64_t volume,
                             const Layout& layout,
                             const std::array<std::string, 3>& dims = {"x", "y", "z"}) {
-  if (volume < 0 || volume >= v.file.volumes)
-    throw IoError(v.file.path + ": volume " + std::to_string(volume) +
-                  " asked for, but the file holds " + std::to_string(v.file.volumes) + " (0 to " +
-                  std::to_string(v.file.volumes - 1) + ")");
+  nifti::check_volume(v.file, volume);  // before any block is allocated
   TensorLayout tensor_layout(v.shape(dims), mesh.shape(), layout);
   const Block block = tensor_layout.block(mesh.coord());
   Array<T> local = meshtensor::detail::new_block<T>(mesh, tensor_layout, block);
