@@ -1,7 +1,9 @@
 // 3x3x3 convolution throughput, forward + backward (data and weights), batch 1, "same" padding:
-// meshtensor's conv op on one processor (forward, then backward through the tape), and the raw
-// oneDNN primitives in the formats oneDNN picks, data already in those formats (the floor any
-// framework on oneDNN can reach). Also the machine's FMA peak. One JSON object per line.
+// meshtensor's conv op on one processor (forward, then backward through the tape), meshtensor's
+// kernels pass by pass (kernels/conv.hpp: the row kernels where they fit, else oneDNN's), and the
+// raw oneDNN primitives in the formats oneDNN picks, data already in those formats (the floor any
+// framework on oneDNN can reach). Also the machine's FMA peak, and each line's share of it. One
+// JSON object per line. A channel entry is C (C -> C) or CIN:COUT (1:8, the U-Net's first layer).
 //
 //   bench_conv [--channels 8,16,32,64] [--sizes 32,64,128] [--threads 2] [--seconds 2]
 
@@ -24,8 +26,12 @@ namespace mt = meshtensor;
 
 namespace {
 
+struct Channels {
+  long in, out;
+};
+
 struct Options {
-  std::vector<long> channels{8, 16, 32, 64};
+  std::vector<Channels> channels{{8, 8}, {16, 16}, {32, 32}, {64, 64}};
   std::vector<long> sizes{32, 64, 128};
   int threads = 0;       // 0: all cores
   double seconds = 2.0;  // measuring time per case (at least 2 repetitions)
@@ -44,6 +50,23 @@ std::vector<long> parse_list(const std::string& flag, const std::string& text) {
   return values;
 }
 
+std::vector<Channels> parse_channels(const std::string& text) {
+  std::vector<Channels> pairs;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto colon = item.find(':');
+    const auto numbers = parse_list(
+        "--channels",
+        colon == std::string::npos ? item : item.substr(0, colon) + "," + item.substr(colon + 1));
+    if (numbers.size() != (colon == std::string::npos ? 1u : 2u))
+      throw mt::Error("--channels: " + mt::detail::quote(item) +
+                      " is neither C nor CIN:COUT; give e.g. 8,16 or 1:8,8:8");
+    pairs.push_back({numbers.front(), numbers.back()});
+  }
+  return pairs;
+}
+
 Options parse(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
@@ -51,7 +74,7 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) throw mt::Error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
     if (flag == "--channels")
-      options.channels = parse_list(flag, value);
+      options.channels = parse_channels(value);
     else if (flag == "--sizes")
       options.sizes = parse_list(flag, value);
     else if (flag == "--threads")
@@ -92,29 +115,41 @@ std::array<double, N> median_phases(double seconds, F&& phases) {
   return median;
 }
 
-double conv_flops(long c, long s) { return 2.0 * c * c * 27.0 * s * s * s; }  // one pass
+// One pass, counting the multiply-adds that read padding as the frameworks do.
+double conv_flops(Channels c, long s) { return 2.0 * c.in * c.out * 27.0 * s * s * s; }
 
-void print(const char* impl, long c, long s, int threads, const std::array<double, 3>& t) {
-  const double total = t[0] + t[1] + t[2];
+double fma_peak = 0;  // GFLOP/s, measured first
+
+// The passes' GFLOP/s where they were timed apart, and the whole: `passes` of them.
+void print(const char* impl, Channels c, long s, int threads, const std::array<double, 3>& t,
+           int passes = 3) {
+  const double total = t[0] + t[1] + t[2], pass = conv_flops(c, s) / 1e9;
+  const double gflops = passes * pass / total;
   std::printf(
-      "{\"bench\":\"conv\",\"impl\":\"%s\",\"channels\":%ld,\"size\":%ld,\"threads\":%d,"
-      "\"forward_s\":%.6f,\"backward_data_s\":%.6f,\"backward_weights_s\":%.6f,"
-      "\"total_s\":%.6f,\"gflops\":%.2f}\n",
-      impl, c, s, threads, t[0], t[1], t[2], total, 3 * conv_flops(c, s) / total / 1e9);
+      "{\"bench\":\"conv\",\"impl\":\"%s\",\"channels\":%ld,\"channels_out\":%ld,"
+      "\"size\":%ld,\"threads\":%d,\"forward_s\":%.6f,\"backward_data_s\":%.6f,"
+      "\"backward_weights_s\":%.6f,\"total_s\":%.6f,\"gflops\":%.2f,\"peak_percent\":%.1f",
+      impl, c.in, c.out, s, threads, t[0], t[1], t[2], total, gflops, 100 * gflops / fma_peak);
+  if (t[2] > 0)
+    std::printf(
+        ",\"forward_gflops\":%.2f,\"backward_data_gflops\":%.2f,"
+        "\"backward_weights_gflops\":%.2f",
+        t[0] > 0 ? pass / t[0] : 0.0, t[1] > 0 ? pass / t[1] : 0.0, pass / t[2]);
+  std::printf("}\n");
   std::fflush(stdout);
 }
 
 // --- raw oneDNN -----------------------------------------------------------------------------
 
-std::array<double, 3> raw_onednn(long c, long s, double seconds, bool plain) {
+std::array<double, 3> raw_onednn(Channels c, long s, double seconds, bool plain) {
   using namespace dnnl;
   using tag = memory::format_tag;
   engine eng(engine::kind::cpu, 0);
   stream str(eng);
   const auto f32 = memory::data_type::f32;
   const tag act = plain ? tag::ndhwc : tag::any;
-  const memory::desc src({1, c, s, s, s}, f32, act), wei({c, c, 3, 3, 3}, f32, tag::any),
-      dst({1, c, s, s, s}, f32, act);
+  const memory::desc src({1, c.in, s, s, s}, f32, act), wei({c.out, c.in, 3, 3, 3}, f32, tag::any),
+      dst({1, c.out, s, s, s}, f32, act);
   const memory::dims strides{1, 1, 1}, dilates{0, 0, 0}, pad{1, 1, 1};
   const auto alg = algorithm::convolution_direct;
   convolution_forward::primitive_desc fwd(
@@ -161,14 +196,14 @@ std::array<double, 3> raw_onednn(long c, long s, double seconds, bool plain) {
 
 // Forward is the conv op; backward replays its tape step, which computes both the input's and the
 // weight's gradients (reported together under backward_data; backward_weights is 0).
-std::array<double, 3> meshtensor_conv(mt::Mesh& mesh, long c, long s, double seconds) {
-  const mt::Shape input_shape{{"batch", 1}, {"x", s}, {"y", s}, {"z", s}, {"channels", c}};
-  const mt::Shape weight_shape{{"kx", 3}, {"ky", 3}, {"kz", 3}, {"channels", c}, {"out", c}};
+std::array<double, 3> meshtensor_conv(mt::Mesh& mesh, Channels c, long s, double seconds) {
+  const mt::Shape input_shape{{"batch", 1}, {"x", s}, {"y", s}, {"z", s}, {"channels", c.in}};
+  const mt::Shape weight_shape{{"kx", 3}, {"ky", 3}, {"kz", 3}, {"channels", c.in}, {"out", c.out}};
   auto x = mt::random_uniform<float>(mesh, input_shape, mt::Layout{}, 1, "x", -1, 1);
   auto w = mt::random_uniform<float>(mesh, weight_shape, mt::Layout{}, 1, "w", -0.1, 0.1);
   x.set_requires_grad();
   w.set_requires_grad();
-  const mt::Shape output_shape{{"batch", 1}, {"x", s}, {"y", s}, {"z", s}, {"out", c}};
+  const mt::Shape output_shape{{"batch", 1}, {"x", s}, {"y", s}, {"z", s}, {"out", c.out}};
   const auto dy = mt::random_uniform<float>(mesh, output_shape, mt::Layout{}, 1, "dy", -1, 1);
   const mt::Window window = mt::Window("x, y, z").padding("same");
   return median_phases<3>(seconds, [&](std::array<double, 3>& t) {
@@ -184,6 +219,39 @@ std::array<double, 3> meshtensor_conv(mt::Mesh& mesh, long c, long s, double sec
   });
 }
 
+// The kernels the conv op calls, pass by pass, on a whole block with 'same' zero padding.
+std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
+  namespace kernels = mt::kernels;
+  kernels::ConvGeometry g;
+  g.c_in = c.in;
+  g.c_out = c.out;
+  g.in = g.out = {s, s, s};
+  g.kernel = {3, 3, 3};
+  for (auto& taps : g.taps) taps.origin = -1;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  auto filled = [&](std::int64_t n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& e : v) e = uniform(rng);
+    return v;
+  };
+  const auto x = filled(kernels::conv_input_size(g)), w = filled(27 * c.in * c.out),
+             dy = filled(kernels::conv_output_size(g));
+  std::vector<float> y(dy.size()), dx(x.size());
+  std::vector<double> dw(w.size());
+  return median_phases<3>(seconds, [&](std::array<double, 3>& t) {
+    double start = now();
+    kernels::conv_forward(g, x.data(), w.data(), y.data());
+    t[0] = now() - start;
+    start = now();
+    kernels::conv_backward_input(g, dy.data(), w.data(), dx.data());
+    t[1] = now() - start;
+    start = now();
+    kernels::conv_backward_weight(g, x.data(), dy.data(), dw.data());
+    t[2] = now() - start;
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,18 +264,21 @@ int main(int argc, char** argv) {
   }
   const int threads = options.threads > 0 ? options.threads : mt::threads_per_processor(1);
   omp_set_num_threads(threads);
-  std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"gflops\":%.1f}\n", threads,
-              bench::fma_peak_gflops(threads));
+  fma_peak = bench::fma_peak_gflops(threads);
+  std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"gflops\":%.1f}\n", threads, fma_peak);
   for (long s : options.sizes)
-    for (long c : options.channels)
+    for (Channels c : options.channels)
       print("onednn_raw", c, s, threads, raw_onednn(c, s, options.seconds, false));
   for (long s : options.sizes)
-    for (long c : options.channels)
+    for (Channels c : options.channels)
       print("onednn_raw_ndhwc", c, s, threads, raw_onednn(c, s, options.seconds, true));
   setenv("MESHTENSOR_THREADS_PER_PROCESSOR", std::to_string(threads).c_str(), 1);
   return mt::run(argc, argv, mt::MeshShape("p:1"), [&](mt::Mesh& mesh) {
     for (long s : options.sizes)
-      for (long c : options.channels)
+      for (Channels c : options.channels)
+        print("meshtensor_kernels", c, s, threads, meshtensor_kernels(c, s, options.seconds));
+    for (long s : options.sizes)
+      for (Channels c : options.channels)
         print("meshtensor", c, s, threads, meshtensor_conv(mesh, c, s, options.seconds));
   });
 }

@@ -18,6 +18,7 @@
 #include "metrics.hpp"
 #include "model.hpp"
 #include "phantom.hpp"
+#include "step.hpp"
 
 namespace mt = meshtensor;
 
@@ -189,6 +190,11 @@ int main(int argc, char** argv) {
       for (auto& p : net.parameters().trainable()) bytes += p.local().size() * sizeof(float);
       return 3 * bytes / mib;  // the values and Adam's two moments
     }());
+    unet3d::TrainOptions model;  // the model's convolutions' FLOPs, counted from its definition
+    model.size = size;
+    model.channels = o.channels;
+    model.depth = o.depth;
+    const double conv_gflop = unet3d::conv_flops_per_step(model) / 1e9;
     if (mesh.processor() == 0)
       std::printf(
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
@@ -198,10 +204,12 @@ int main(int argc, char** argv) {
           "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
           "\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
-          "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f}\n",
+          "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
+          "\"conv_gflops\":%.2f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
           o.channels, o.depth, o.recompute ? "true" : "false", step_s, halo_s, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
-          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib);
+          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib,
+          conv_gflop, conv_gflop / step_s);
   });
 }

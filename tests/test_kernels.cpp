@@ -1,7 +1,8 @@
 // The blocked and oneDNN convolution kernels agree with the reference loops (1e-4 relative) on
 // convolutions and transposed convolutions of many shapes: strides, dilations, channel counts the
-// blocks divide and ones they do not. oneDNN's pooling agrees with the reference pooling, ties
-// (as after a ReLU) routed to the same window position.
+// blocks divide and ones they do not. So do the row kernels on the shapes they take (few channels,
+// rows of a vector or more), and they turn down the others. oneDNN's pooling agrees with the
+// reference pooling, ties (as after a ReLU) routed to the same window position.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <meshtensor/kernels/cpu/copy.hpp>
 #include <meshtensor/kernels/cpu/loops.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
+#include <meshtensor/kernels/cpu/rows/conv.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/cpu/onednn/conv.hpp>
 #include <meshtensor/kernels/cpu/onednn/pool.hpp>
@@ -75,6 +77,64 @@ TEST_CASE("fast and reference convolution kernels agree") {
         CHECK(relative_gap(check.dw_ref, dw) < 1e-4);
       }
   }
+}
+
+// Shapes the row kernels take: rows of at least a vector, 8 output channels a tile (or 16: two).
+struct RowCase {
+  Case c;
+  bool input_gradient;  // whether the input gradient runs on them too (stride 1, c_in in eights)
+};
+
+const std::vector<RowCase> row_cases{
+    // 'same' padding as the U-Net's, batch 2, rows that are not whole vectors
+    {{{5, 4, 37}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 8, 8, false, false, 1}, true},
+    {{{4, 5, 33}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 1, 8, false, false, 1}, false},  // first
+    {{{3, 3, 40}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 24, 8, false, false, 1}, true},  // decoder
+    {{{3, 4, 64}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 16, false, false, 1}, true},
+    {{{4, 6, 20}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 8, false, false, 1, true}, true},
+    {{{4, 4, 19}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 8, 8, false, false, 2}, true},  // dilated
+    {{{3, 4, 18}, {3, 2, 3}, {2, 1, 1}, {1, 2, 1}, 2, 4, 8, false}, false},  // strided, no padding
+    {{{4, 3, 17}, {1, 3, 2}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false}, true},   // one and two taps
+};
+
+TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
+  if (!rows::simd_available) {
+    WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
+    return;
+  }
+  for (const RowCase& rc : row_cases) {
+    const ConvCheck check(rc.c);
+    const ConvGeometry& g = check.g;
+    INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << rc.c.c_in
+                << " -> " << rc.c.c_out);
+    REQUIRE(rows::fits_forward(g));
+    REQUIRE(rows::fits_backward_weight(g) == (g.kernel[2] <= 3));
+    REQUIRE(rows::fits_backward_input(g) == rc.input_gradient);
+    std::vector<float> y(check.out_n, -1.0f), dx(check.in_n, -1.0f);
+    std::vector<double> dw(check.w_n, 0.0);
+    rows::conv_forward(g, check.x.data(), check.w.data(), y.data());
+    rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
+    CHECK(relative_gap(widen(check.y_ref), widen(y)) < 1e-5);
+    CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
+    if (rc.input_gradient) {
+      rows::conv_backward_input(g, check.dy.data(), check.w.data(), dx.data());
+      CHECK(relative_gap(widen(check.dx_ref), widen(dx)) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {
+  for (const auto& c : conv_cases()) {
+    const ConvGeometry g = geometry(c);
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                << c.c_out << (c.transposed ? " transposed" : ""));
+    const bool short_rows = g.out[2] < rows::Simd::lanes;
+    if (c.transposed || c.stride[2] > 1 || short_rows || !rows::simd_available)
+      CHECK_FALSE(rows::fits_forward(g));
+  }
+  ConvGeometry many = geometry(row_cases.front().c);
+  many.c_in = many.c_out = 16;  // the other kernels run faster there
+  CHECK_FALSE(rows::fits_forward(many));
 }
 
 #ifdef MESHTENSOR_WITH_ONEDNN

@@ -3,8 +3,10 @@
 // (added, in double), on one block (kernels/common/conv_geometry.hpp says the layout). The CPU's
 // kernels are chosen at compile time: oneDNN when the program links meshtensor::onednn
 // (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference loops with
-// MESHTENSOR_REFERENCE_KERNELS (for cross-checks). A GPU runs cuDNN's, and the CPU's for what cuDNN
-// cannot run (double). A plan counts a multiply-add per (output, tap) pair that reads the box.
+// MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
+// run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512. A GPU runs
+// cuDNN's, and the CPU's for what cuDNN cannot run (double). A plan counts a multiply-add per
+// (output, tap) pair that reads the box.
 
 #include <cstdint>
 #include <type_traits>
@@ -14,6 +16,7 @@
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
 #include "meshtensor/kernels/cpu/reference/conv.hpp"
+#include "meshtensor/kernels/cpu/rows/conv.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/conv.hpp"
 #endif
@@ -22,6 +25,11 @@
 #endif
 
 namespace meshtensor::kernels {
+#if defined(MESHTENSOR_REFERENCE_KERNELS)
+inline constexpr bool reference_kernels = true;
+#else
+inline constexpr bool reference_kernels = false;
+#endif
 #if defined(MESHTENSOR_REFERENCE_KERNELS)
 namespace cpu_conv = reference;
 #elif defined(MESHTENSOR_WITH_ONEDNN)
@@ -68,6 +76,30 @@ inline std::int64_t conv_input_size(const ConvGeometry& g) {
 }
 
 namespace detail {
+// The row kernels where they fit (float, few channels), else the CPU family's.
+template <class T>
+void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
+  if constexpr (std::is_same_v<T, float> && !reference_kernels)
+    if (rows::fits_forward(g)) return rows::conv_forward(g, input, weight, output);
+  cpu_conv::conv_forward(g, input, weight, output);
+}
+template <class T>
+void cpu_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                        T* grad_input) {
+  if constexpr (std::is_same_v<T, float> && !reference_kernels)
+    if (rows::fits_backward_input(g))
+      return rows::conv_backward_input(g, grad_output, weight, grad_input);
+  cpu_conv::conv_backward_input(g, grad_output, weight, grad_input);
+}
+template <class T>
+void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                         double* grad_weight) {
+  if constexpr (std::is_same_v<T, float> && !reference_kernels)
+    if (rows::fits_backward_weight(g))
+      return rows::conv_backward_weight(g, input, grad_output, grad_weight);
+  cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight);
+}
+
 template <class T, class Cudnn>
 bool on_cudnn([[maybe_unused]] Cudnn&& run) {
   if constexpr (std::is_same_v<T, float>) return run();
@@ -81,7 +113,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
            MESHTENSOR_ON_GPU(
                detail::on_cudnn<T>([&] { return cudnn::conv_forward(g, input, weight, output); })),
-           [&] { cpu_conv::conv_forward(g, input, weight, output); });
+           [&] { detail::cpu_forward(g, input, weight, output); });
 }
 
 template <class T>
@@ -91,7 +123,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
            MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
                [&] { return cudnn::conv_backward_input(g, grad_output, weight, grad_input); })),
-           [&] { cpu_conv::conv_backward_input(g, grad_output, weight, grad_input); });
+           [&] { detail::cpu_backward_input(g, grad_output, weight, grad_input); });
 }
 
 template <class T>
@@ -102,7 +134,7 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
       [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
       MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
           [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
-      [&] { cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight); });
+      [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
 }
 
 }  // namespace meshtensor::kernels

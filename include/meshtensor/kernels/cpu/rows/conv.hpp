@@ -1,0 +1,403 @@
+#pragma once
+// Convolutions with few channels, vectorised along the last spatial dim instead of the channels
+// (same contract as kernels/cpu/reference/conv.hpp). At 8 channels a vector of channels is half an
+// AVX-512 register and oneDNN runs at about 40% of the FMA peak; a vector of 16 positions of one
+// channel is full whatever the channel count. Each input plane is turned channel by channel once
+// (planar_rows.hpp); a tile of 8 output channels times a few vectors of positions stays in
+// registers while the taps and input channels stream past, each weight broadcast.
+//   forward:          out[co][o..o+L)  += w[tap][ci][co] * x[ci][o+tap..)
+//   input gradient:   the forward pass of the reversed convolution (taps flipped, channels swapped)
+//   weight gradient:  w[tap][ci][co]   += sum over o of x[ci][o+tap] * grad_out[co][o], lane-wise
+//                     sums over a block of rows, then summed across lanes into double
+// Along the last dim the taps must have stride 1 (any dilation and origin); along the first two
+// any ordinary taps. `fits_forward` etc. say which shapes these kernels take.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
+#include "meshtensor/kernels/cpu/rows/simd.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace meshtensor::kernels::rows {
+namespace detail {
+
+constexpr int tile_channels = 8;  // output channels per register tile
+constexpr int L = Simd::lanes;
+using V = Simd::V;
+
+// Ordinary taps (a transposed dim with one tap and stride 1 reads as an ordinary one).
+inline bool ordinary(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.taps[d].transposed && (g.kernel[d] > 1 || g.taps[d].stride != 1)) return false;
+  return g.taps[2].stride == 1 || g.kernel[2] == 1;
+}
+
+// Vectors of outputs along the last dim, and the format of the box's rows they read: output o
+// reads row position o + k*dilation + shift.
+struct RowGeometry {
+  std::int64_t vectors = 0, shift = 0, dilation = 1;
+  RowFormat box, outputs;
+};
+
+inline RowGeometry row_geometry(const ConvGeometry& g) {
+  RowGeometry r;
+  const Taps& t = g.taps[2];
+  r.vectors = (g.out[2] + L - 1) / L;
+  r.dilation = g.kernel[2] > 1 ? t.dilation : 1;
+  r.box.before = std::max<std::int64_t>(0, -t.origin);
+  r.shift = t.origin + r.box.before;
+  const std::int64_t reach = r.vectors * L + (g.kernel[2] - 1) * r.dilation + r.shift;
+  r.box.width = round_up(std::max(reach, r.box.before + g.in[2]), L);
+  r.outputs = {0, r.vectors * L};
+  return r;
+}
+
+// The box's planes (batch p, first-dim index i) in planar form, a few at a time: the ones the
+// current output plane reads, each turned once while consecutive output planes share it.
+class PlanarPlanes {
+ public:
+  PlanarPlanes(const ConvGeometry& g, const RowFormat& format)
+      : g_(g),
+        format_(format),
+        plane_size_(g.in[1] * g.c_in * format.width),
+        slots_(static_cast<std::size_t>(g.kernel[0]), -1),
+        data_(plane_size_ * g.kernel[0]) {}
+
+  /// Per tap k0, the plane output plane (p, o0) reads through it, or null where that is padding.
+  std::vector<const float*> read_by(const float* box, std::int64_t p, std::int64_t o0) {
+    std::vector<std::int64_t> wanted(slots_.size(), -1);
+    for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
+      const std::int64_t i = g_.taps[0].reads(o0, k);
+      if (i >= 0 && i < g_.in[0]) wanted[k] = p * g_.in[0] + i;
+    }
+    std::vector<const float*> planes(slots_.size(), nullptr);
+    for (std::size_t k = 0; k < wanted.size(); ++k)
+      if (wanted[k] >= 0) planes[k] = slot_of(box, wanted[k], wanted);
+    return planes;
+  }
+
+ private:
+  const float* slot_of(const float* box, std::int64_t key,
+                       const std::vector<std::int64_t>& wanted) {
+    for (std::size_t s = 0; s < slots_.size(); ++s)
+      if (slots_[s] == key) return data_.data() + s * plane_size_;
+    // A slot no wanted plane is in: one output plane reads at most kernel[0] planes.
+    std::size_t s = 0;
+    while (slots_[s] >= 0 && std::find(wanted.begin(), wanted.end(), slots_[s]) != wanted.end())
+      ++s;
+    slots_[s] = key;
+    float* plane = data_.data() + s * plane_size_;
+    to_planar(box + key * g_.in[1] * g_.in[2] * g_.c_in, g_.in[1], g_.in[2], g_.c_in, format_,
+              plane);
+    return plane;
+  }
+
+  ConvGeometry g_;
+  RowFormat format_;
+  std::int64_t plane_size_;
+  std::vector<std::int64_t> slots_;  // the key (p * in0 + i) held by each slot, or -1
+  Buffer<float> data_;
+};
+
+// What one output row reads: per tap and input channel, where that channel's box row starts
+// (output 0's read) and the weights of the output channels.
+struct TapRead {
+  const float* x;  // [width], read from position o on for output o
+  const float* w;  // [c_out]
+};
+
+// The reads of output row o1 of a plane whose taps k0 read `planes[k0]`, in `reads` (kept by the
+// caller: one list per row, reused).
+inline void tap_reads(const ConvGeometry& g, const RowGeometry& r,
+                      const std::vector<const float*>& planes, std::int64_t o1, const float* weight,
+                      std::vector<TapRead>& reads) {
+  reads.clear();
+  for (std::int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
+    if (!planes[k0]) continue;
+    for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
+      const std::int64_t i1 = g.taps[1].reads(o1, k1);
+      if (i1 < 0 || i1 >= g.in[1]) continue;
+      const float* row = planes[k0] + i1 * g.c_in * r.box.width + r.shift;
+      const float* w = weight + (k0 * g.kernel[1] + k1) * g.kernel[2] * g.c_in * g.c_out;
+      for (std::int64_t ci = 0; ci < g.c_in; ++ci)
+        for (std::int64_t k2 = 0; k2 < g.kernel[2]; ++k2)
+          reads.push_back(
+              {row + ci * r.box.width + k2 * r.dilation, w + (k2 * g.c_in + ci) * g.c_out});
+    }
+  }
+}
+
+// Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + 8), into `out` (channels last).
+template <int NB>
+void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std::int64_t v0,
+                  std::int64_t first, float* out) {
+  V acc[NB][tile_channels];
+  for (int b = 0; b < NB; ++b)
+    for (int c = 0; c < tile_channels; ++c) acc[b][c] = Simd::zero();
+  for (const TapRead& read : reads) {
+    V xv[NB];
+    for (int b = 0; b < NB; ++b) xv[b] = Simd::load(read.x + (v0 + b) * L);
+#pragma GCC unroll 8
+    for (int c = 0; c < tile_channels; ++c) {
+      const V wv = Simd::broadcast(read.w + first + c);
+      for (int b = 0; b < NB; ++b) acc[b][c] = Simd::fma(xv[b], wv, acc[b][c]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const std::int64_t v = v0 + b, n = std::min<std::int64_t>(L, g.out[2] - v * L);
+    if (n > 0) store_positions(acc[b], n, g.c_out, first, out + v * L * g.c_out);
+  }
+}
+
+// Vectors per forward tile: 8 channels times NB vectors of accumulators, and room for the inputs.
+constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 1;
+
+// A row in tiles of NB vectors; a last tile of one vector (whose broadcasts outnumber its
+// multiply-adds' other operands) is avoided by ending on two tiles of two.
+template <int NB>
+void forward_row(const ConvGeometry& g, const RowGeometry& r, const std::vector<TapRead>& reads,
+                 std::int64_t first, float* out) {
+  std::int64_t v = 0;
+  const std::int64_t left_over = NB > 2 && r.vectors % NB == 1 && r.vectors > NB ? NB + 1 : 0;
+  for (; v + NB <= r.vectors - left_over; v += NB) forward_tile<NB>(g, reads, v, first, out);
+  for (; v + 2 <= r.vectors; v += 2) forward_tile<2>(g, reads, v, first, out);
+  if (v < r.vectors) forward_tile<1>(g, reads, v, first, out);
+}
+
+// Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0).
+inline void forward_planes(const ConvGeometry& g, const float* input, const float* weight,
+                           float* output, std::int64_t a, std::int64_t b, PlanarPlanes& planes) {
+  const RowGeometry r = row_geometry(g);
+  std::vector<TapRead> reads;
+  for (std::int64_t q = a; q < b; ++q) {
+    const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
+    for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+      float* out = output + (q * g.out[1] + o1) * g.out[2] * g.c_out;
+      tap_reads(g, r, read, o1, weight, reads);
+      if (reads.empty()) {
+        std::fill(out, out + g.out[2] * g.c_out, 0.0f);
+        continue;
+      }
+      for (std::int64_t first = 0; first < g.c_out; first += tile_channels)
+        forward_row<forward_vectors>(g, r, reads, first, out);
+    }
+  }
+}
+
+// Runs part(state, a, b) for parts [a, b) of n planes on up to the processor's compute threads,
+// each part with its own state, made on the calling thread (whose processor's pool it draws on);
+// returns the states.
+template <class MakeState, class Part>
+auto on_plane_parts(std::int64_t n, MakeState&& make_state, Part&& part) {
+  const int parts =
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(compute_threads(), n)));
+  std::vector<decltype(make_state())> states;
+  states.reserve(parts);
+  for (int p = 0; p < parts; ++p) states.push_back(make_state());
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+#endif
+  for (int p = 0; p < parts; ++p) part(states[p], n * p / parts, n * (p + 1) / parts);
+  return states;
+}
+
+// Weight-gradient sums of taps (k0, k1, *) and input channel ci over rows [a, b) of one output
+// plane, output channels [first, first + 8), added lane by lane to `lanes` ([k2][c_in][c_out][L]).
+template <int K2>
+void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane,
+                 const float* grad_plane, std::int64_t k1, std::int64_t ci, std::int64_t first,
+                 std::int64_t a, std::int64_t b, float* lanes) {
+  V acc[K2][tile_channels];
+  for (int k = 0; k < K2; ++k)
+    for (int c = 0; c < tile_channels; ++c) acc[k][c] = Simd::zero();
+  // Rows [a, b) whose tap k1 reads inside the box, as pointers that advance by a fixed step.
+  const Taps& t = g.taps[1];
+  const std::int64_t first_read = t.origin + k1 * t.dilation;  // the box row o1 = 0 reads
+  a = std::max(a, ceil_div(-first_read, t.stride));
+  b = std::min(b, floor_div(g.in[1] - 1 - first_read, t.stride) + 1);
+  const float* x = plane + ((first_read + a * t.stride) * g.c_in + ci) * r.box.width + r.shift;
+  const float* go = grad_plane + (a * g.c_out + first) * r.outputs.width;
+  for (std::int64_t o1 = a; o1 < b; ++o1) {
+    for (std::int64_t v = 0; v < r.vectors; ++v) {
+      V xv[K2];
+      for (int k = 0; k < K2; ++k) xv[k] = Simd::load(x + v * L + k * r.dilation);
+#pragma GCC unroll 8
+      for (int c = 0; c < tile_channels; ++c) {
+        V gv = Simd::load(go + c * r.outputs.width + v * L);
+        Simd::keep_in_register(gv);  // loaded once for its K2 uses, not once per use
+        for (int k = 0; k < K2; ++k) acc[k][c] = Simd::fma(xv[k], gv, acc[k][c]);
+      }
+    }
+    x += t.stride * g.c_in * r.box.width;
+    go += g.c_out * r.outputs.width;
+  }
+  for (int k = 0; k < K2; ++k)
+    for (int c = 0; c < tile_channels; ++c) {
+      float* to = lanes + ((k * g.c_in + ci) * g.c_out + first + c) * L;
+      Simd::store(to, Simd::add(Simd::load(to), acc[k][c]));
+    }
+}
+
+// Rows of an output plane per weight tile: long enough that a tile's setup and its sums' update
+// cost little beside its multiply-adds, short enough that the rows stay in the second-level cache
+// while every tap and input channel passes over them (128 KiB: 79% of the FMA peak at 64^3 and
+// 128^3, 8 channels, 2 AVX-512 cores; 20 KiB, in the first-level cache: 66%).
+inline std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
+  const std::int64_t bytes_per_row =
+      4 * std::min<std::int64_t>(g.c_out, tile_channels) * r.outputs.width;
+  return std::max<std::int64_t>(1, (std::int64_t{128} << 10) / bytes_per_row);
+}
+
+template <int K2>
+void weight_plane(const ConvGeometry& g, const RowGeometry& r,
+                  const std::vector<const float*>& planes, const float* grad_plane, float* lanes) {
+  const std::int64_t block = weight_block_rows(g, r);
+  const std::int64_t tap_size = K2 * g.c_in * g.c_out * L;
+  for (std::int64_t a = 0; a < g.out[1]; a += block)
+    for (std::int64_t first = 0; first < g.c_out; first += tile_channels)
+      for (std::int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
+        if (!planes[k0]) continue;
+        for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
+          for (std::int64_t ci = 0; ci < g.c_in; ++ci)
+            weight_tile<K2>(g, r, planes[k0], grad_plane, k1, ci, first, a,
+                            std::min(g.out[1], a + block),
+                            lanes + (k0 * g.kernel[1] + k1) * tap_size);
+      }
+}
+
+// What a thread of the weight gradient keeps: its planes, the output gradient's plane in planar
+// form, and its sums lane by lane (float; each lane sums a block's rows in registers first).
+struct WeightState {
+  PlanarPlanes planes;
+  Buffer<float> grad_plane;
+  Buffer<float> lanes;
+};
+
+template <int K2>
+void weight_planes(const ConvGeometry& g, const float* input, const float* grad_output,
+                   std::int64_t a, std::int64_t b, WeightState& state) {
+  const RowGeometry r = row_geometry(g);
+  const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out;
+  for (std::int64_t q = a; q < b; ++q) {
+    const auto read = state.planes.read_by(input, q / g.out[0], q % g.out[0]);
+    to_planar(grad_output + q * out_plane, g.out[1], g.out[2], g.c_out, r.outputs,
+              state.grad_plane.data());
+    weight_plane<K2>(g, r, read, state.grad_plane.data(), state.lanes.data());
+  }
+}
+
+}  // namespace detail
+
+/// Whether these kernels run the shapes they fit: yes unless MESHTENSOR_ROW_KERNELS=off (to compare
+/// with the kernels that would run instead).
+inline bool enabled() {
+  static const bool on = [] {
+    const char* set = std::getenv("MESHTENSOR_ROW_KERNELS");
+    const std::string value = set ? set : "on";
+    if (value != "on" && value != "off")
+      throw std::invalid_argument("MESHTENSOR_ROW_KERNELS=" + value + ": expected on or off");
+    return value == "on";
+  }();
+  return on;
+}
+
+/// Whether the forward kernel takes `g` (and the input gradient's, the reversed `g`): ordinary
+/// taps, a tile's worth of output channels, few input channels, rows of at least a vector.
+inline bool fits_forward(const ConvGeometry& g) {
+  return simd_available && enabled() && detail::ordinary(g) &&
+         g.c_out % detail::tile_channels == 0 && std::min(g.c_in, g.c_out) <= 8 &&
+         g.kernel[0] * g.kernel[1] * g.kernel[2] > 1 && g.out[2] >= detail::L &&
+         g.batch * g.out[0] * g.out[1] > 0;
+}
+
+inline bool fits_backward_input(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.taps[d].stride != 1 && g.kernel[d] > 1) return false;
+  ConvGeometry reversed = g;
+  std::swap(reversed.c_in, reversed.c_out);
+  reversed.out[2] = g.in[2];
+  return fits_forward(reversed);
+}
+
+inline bool fits_backward_weight(const ConvGeometry& g) {
+  return fits_forward(g) && g.kernel[2] <= 3;
+}
+
+/// output = the convolution of input with weight, for shapes fits_forward(g) takes.
+inline void conv_forward(const ConvGeometry& g, const float* input, const float* weight,
+                         float* output) {
+  using namespace detail;
+  const RowFormat format = row_geometry(g).box;
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        forward_planes(g, input, weight, output, a, b, planes);
+      });
+}
+
+/// grad_input (over the box) = the gradient of the forward pass's output with respect to its
+/// input, for shapes fits_backward_input(g) takes: the forward pass of the reversed convolution,
+/// which reads the output gradient through the taps flipped and the channels swapped.
+inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
+                                const float* weight, float* grad_input) {
+  ConvGeometry r = g;
+  r.in = g.out;
+  r.out = g.in;
+  std::swap(r.c_in, r.c_out);
+  for (int d = 0; d < 3; ++d) {
+    const std::int64_t dilation = g.kernel[d] > 1 ? g.taps[d].dilation : 1;
+    r.taps[d] = Taps{false, -g.taps[d].origin - (g.kernel[d] - 1) * dilation, 1, dilation};
+  }
+  const std::int64_t taps = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  Buffer<float> reversed(static_cast<std::size_t>(taps * g.c_in * g.c_out));
+  for (std::int64_t k = 0; k < taps; ++k)
+    for (std::int64_t ci = 0; ci < g.c_in; ++ci)
+      for (std::int64_t co = 0; co < g.c_out; ++co)
+        reversed[((taps - 1 - k) * g.c_out + co) * g.c_in + ci] =
+            weight[(k * g.c_in + ci) * g.c_out + co];
+  conv_forward(r, grad_output, reversed.data(), grad_input);
+}
+
+/// grad_weight += the gradient of the forward pass's output with respect to the weight, for
+/// shapes fits_backward_weight(g) takes.
+inline void conv_backward_weight(const ConvGeometry& g, const float* input,
+                                 const float* grad_output, double* grad_weight) {
+  using namespace detail;
+  const RowGeometry r = row_geometry(g);
+  const std::size_t size =
+      static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out);
+  auto states = on_plane_parts(
+      g.batch * g.out[0],
+      [&] {
+        const std::int64_t grad_plane = g.out[1] * g.c_out * r.outputs.width;
+        return WeightState{PlanarPlanes(g, r.box),
+                           Buffer<float>(static_cast<std::size_t>(grad_plane)),
+                           Buffer<float>(size * L, 0.0f)};
+      },
+      [&](WeightState& state, std::int64_t a, std::int64_t b) {
+        if (g.kernel[2] == 1) return weight_planes<1>(g, input, grad_output, a, b, state);
+        if (g.kernel[2] == 2) return weight_planes<2>(g, input, grad_output, a, b, state);
+        weight_planes<3>(g, input, grad_output, a, b, state);
+      });
+  // The parts' sums in a fixed order: the same bits on every run.
+  for (const WeightState& state : states)
+    for (std::size_t i = 0; i < size; ++i) {
+      double sum = 0;
+      for (int lane = 0; lane < L; ++lane) sum += state.lanes[i * L + lane];
+      grad_weight[i] += sum;
+    }
+}
+
+}  // namespace meshtensor::kernels::rows

@@ -1,0 +1,83 @@
+#pragma once
+// Channels-last rows turned channel by channel, for kernels that run along a row: a plane
+// [n1][n2][c] becomes [n1][c][width], each channel's row starting `before` zeros in and padded with
+// zeros to `width` (a whole number of vectors), so that the kernels read whole vectors with no
+// bounds to check. The results go back the other way, a tile of vectors at a time.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "meshtensor/kernels/cpu/rows/simd.hpp"
+
+namespace meshtensor::kernels::rows {
+
+struct RowFormat {
+  std::int64_t before = 0;  // zeros before box index 0
+  std::int64_t width = 0;   // floats per channel row
+};
+
+inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+namespace detail {
+
+// Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
+// rows `out` (channel ch's row at out + ch * width), through registers.
+inline void eight_to_planar(const float* row, std::int64_t i, std::int64_t c, std::int64_t first,
+                            std::int64_t width, float* out) {
+  constexpr int L = Simd::lanes;
+  alignas(64) float positions[L * 8];
+  const float* from = row + i * c + first;
+  if (c != 8) {
+    for (int p = 0; p < L; ++p) std::memcpy(positions + 8 * p, from + p * c, 8 * sizeof(float));
+    from = positions;
+  }
+  Simd::V in[8], rows[8];
+  for (int v = 0; v < 8; ++v) in[v] = Simd::load(from + v * L);
+  Simd::to_channels(in, rows);
+  for (int ch = 0; ch < 8; ++ch) Simd::store(out + (first + ch) * width + i, rows[ch]);
+}
+
+}  // namespace detail
+
+/// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`.
+inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
+                      const RowFormat& format, float* out) {
+  const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
+  // Whole vectors of positions through registers where the channels come in eights.
+  const std::int64_t whole = c % 8 == 0 && simd_available ? n2 / Simd::lanes * Simd::lanes : 0;
+  for (std::int64_t r = 0; r < n1; ++r) {
+    const float* row = in + r * n2 * c;
+    float* rows = out + r * c * format.width;
+    for (std::int64_t first = 0; first < c && whole > 0; first += 8)
+      for (std::int64_t i = 0; i < whole; i += Simd::lanes)
+        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      float* to = rows + ch * format.width;
+      std::fill(to, to + format.before, 0.0f);
+      for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
+      std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
+    }
+  }
+}
+
+/// Eight channels' vectors of positions [0, n) (n at most a vector) into the channels-last row
+/// `out` (c channels per position, these from channel `first` on).
+inline void store_positions(const Simd::V (&rows)[8], std::int64_t n, std::int64_t c,
+                            std::int64_t first, float* out) {
+  constexpr int L = Simd::lanes;
+  Simd::V by_position[8];
+  Simd::to_positions(rows, by_position);
+  if (c == 8 && n == L) {
+    for (int v = 0; v < 8; ++v) Simd::store(out + v * L, by_position[v]);
+    return;
+  }
+  alignas(64) float positions[L * 8];
+  for (int v = 0; v < 8; ++v) Simd::store(positions + v * L, by_position[v]);
+  for (std::int64_t p = 0; p < n; ++p)
+    std::memcpy(out + p * c + first, positions + 8 * p, 8 * sizeof(float));
+}
+
+}  // namespace meshtensor::kernels::rows
