@@ -33,7 +33,13 @@
 namespace meshtensor::kernels::rows {
 namespace detail {
 
-constexpr int tile_channels = 8;  // output channels per register tile
+constexpr int tile_channels = 8;  // output channels the kernels take at a time (c_out a multiple)
+// Output channels per register tile. Forward: NB vectors of positions times this many
+// accumulators, NB inputs and a weight fit the registers (AVX-512: 3 x 8 of 32; AVX2: 2 x 4 of
+// 16). Weight gradient: 3 taps along the row times weight_channels, 3 inputs and a gradient
+// (AVX2: 3 x 2; 3 x 4 already spills).
+constexpr int register_channels = Simd::registers >= 32 ? 8 : 4;
+constexpr int weight_channels = Simd::registers >= 32 ? 8 : 4;
 constexpr int L = Simd::lanes;
 using V = Simd::V;
 
@@ -139,30 +145,50 @@ inline void tap_reads(const ConvGeometry& g, const RowGeometry& r,
   }
 }
 
-// Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + 8), into `out` (channels last).
+// A register tile's channels' vectors of positions [v*L, v*L + n) (rows of `planar`) into the
+// channels-last row `out`, from channel `first` on.
+template <int TC>
+void store_vector(const float (&planar)[TC][L], std::int64_t v, std::int64_t n, std::int64_t c,
+                  std::int64_t first, float* out) {
+  if constexpr (TC == 8) {
+    V rows[8];
+    for (int ch = 0; ch < 8; ++ch) rows[ch] = Simd::load(planar[ch]);
+    store_positions(rows, n, c, first, out + v * L * c);
+  } else {
+    for (std::int64_t p = 0; p < n; ++p)
+      for (int ch = 0; ch < TC; ++ch) out[(v * L + p) * c + first + ch] = planar[ch][p];
+  }
+}
+
+// Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + register_channels), into `out`
+// (channels last).
 template <int NB>
 void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std::int64_t v0,
                   std::int64_t first, float* out) {
-  V acc[NB][tile_channels];
+  V acc[NB][register_channels];
   for (int b = 0; b < NB; ++b)
-    for (int c = 0; c < tile_channels; ++c) acc[b][c] = Simd::zero();
+    for (int c = 0; c < register_channels; ++c) acc[b][c] = Simd::zero();
   for (const TapRead& read : reads) {
     V xv[NB];
     for (int b = 0; b < NB; ++b) xv[b] = Simd::load(read.x + (v0 + b) * L);
 #pragma GCC unroll 8
-    for (int c = 0; c < tile_channels; ++c) {
+    for (int c = 0; c < register_channels; ++c) {
       const V wv = Simd::broadcast(read.w + first + c);
       for (int b = 0; b < NB; ++b) acc[b][c] = Simd::fma(xv[b], wv, acc[b][c]);
     }
   }
+  // Through memory, by value: a loop whose accumulators have their address taken keeps them in
+  // memory too (GCC 12 with AVX2 stores them on every pass).
+  alignas(64) float planar[NB][register_channels][L];
+  for (int b = 0; b < NB; ++b)
+    for (int c = 0; c < register_channels; ++c) Simd::store(planar[b][c], acc[b][c]);
   for (int b = 0; b < NB; ++b) {
     const std::int64_t v = v0 + b, n = std::min<std::int64_t>(L, g.out[2] - v * L);
-    if (n > 0) store_positions(acc[b], n, g.c_out, first, out + v * L * g.c_out);
+    if (n > 0) store_vector<register_channels>(planar[b], v, n, g.c_out, first, out);
   }
 }
 
-// Vectors per forward tile: 8 channels times NB vectors of accumulators, and room for the inputs.
-constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 1;
+constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 2;  // vectors of positions a tile
 
 // A row in tiles of NB vectors; a last tile of one vector (whose broadcasts outnumber its
 // multiply-adds' other operands) is avoided by ending on two tiles of two.
@@ -190,7 +216,7 @@ inline void forward_planes(const ConvGeometry& g, const float* input, const floa
         std::fill(out, out + g.out[2] * g.c_out, 0.0f);
         continue;
       }
-      for (std::int64_t first = 0; first < g.c_out; first += tile_channels)
+      for (std::int64_t first = 0; first < g.c_out; first += register_channels)
         forward_row<forward_vectors>(g, r, reads, first, out);
     }
   }
@@ -214,14 +240,15 @@ auto on_plane_parts(std::int64_t n, MakeState&& make_state, Part&& part) {
 }
 
 // Weight-gradient sums of taps (k0, k1, *) and input channel ci over rows [a, b) of one output
-// plane, output channels [first, first + 8), added lane by lane to `lanes` ([k2][c_in][c_out][L]).
+// plane, output channels [first, first + weight_channels), added lane by lane to `lanes`
+// ([k2][c_in][c_out][L]).
 template <int K2>
 void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane,
                  const float* grad_plane, std::int64_t k1, std::int64_t ci, std::int64_t first,
                  std::int64_t a, std::int64_t b, float* lanes) {
-  V acc[K2][tile_channels];
+  V acc[K2][weight_channels];
   for (int k = 0; k < K2; ++k)
-    for (int c = 0; c < tile_channels; ++c) acc[k][c] = Simd::zero();
+    for (int c = 0; c < weight_channels; ++c) acc[k][c] = Simd::zero();
   // Rows [a, b) whose tap k1 reads inside the box, as pointers that advance by a fixed step.
   const Taps& t = g.taps[1];
   const std::int64_t first_read = t.origin + k1 * t.dilation;  // the box row o1 = 0 reads
@@ -234,7 +261,7 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane
       V xv[K2];
       for (int k = 0; k < K2; ++k) xv[k] = Simd::load(x + v * L + k * r.dilation);
 #pragma GCC unroll 8
-      for (int c = 0; c < tile_channels; ++c) {
+      for (int c = 0; c < weight_channels; ++c) {
         V gv = Simd::load(go + c * r.outputs.width + v * L);
         Simd::keep_in_register(gv);  // loaded once for its K2 uses, not once per use
         for (int k = 0; k < K2; ++k) acc[k][c] = Simd::fma(xv[k], gv, acc[k][c]);
@@ -244,7 +271,7 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane
     go += g.c_out * r.outputs.width;
   }
   for (int k = 0; k < K2; ++k)
-    for (int c = 0; c < tile_channels; ++c) {
+    for (int c = 0; c < weight_channels; ++c) {
       float* to = lanes + ((k * g.c_in + ci) * g.c_out + first + c) * L;
       Simd::store(to, Simd::add(Simd::load(to), acc[k][c]));
     }
@@ -256,7 +283,7 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane
 // 128^3, 8 channels, 2 AVX-512 cores; 20 KiB, in the first-level cache: 66%).
 inline std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
   const std::int64_t bytes_per_row =
-      4 * std::min<std::int64_t>(g.c_out, tile_channels) * r.outputs.width;
+      4 * std::min<std::int64_t>(g.c_out, weight_channels) * r.outputs.width;
   return std::max<std::int64_t>(1, (std::int64_t{128} << 10) / bytes_per_row);
 }
 
@@ -266,7 +293,7 @@ void weight_plane(const ConvGeometry& g, const RowGeometry& r,
   const std::int64_t block = weight_block_rows(g, r);
   const std::int64_t tap_size = K2 * g.c_in * g.c_out * L;
   for (std::int64_t a = 0; a < g.out[1]; a += block)
-    for (std::int64_t first = 0; first < g.c_out; first += tile_channels)
+    for (std::int64_t first = 0; first < g.c_out; first += weight_channels)
       for (std::int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
         if (!planes[k0]) continue;
         for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1)

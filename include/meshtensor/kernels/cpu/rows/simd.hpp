@@ -12,7 +12,9 @@ namespace meshtensor::kernels::rows {
 #if defined(__AVX512F__)
 inline constexpr bool simd_available = true;
 struct Simd {
-  using V = __m512;
+  // A vector type without __m512's may_alias: the compiler may keep accumulators in registers
+  // across loops that load floats (which may alias an __m512 in memory).
+  typedef float V __attribute__((vector_size(64)));
   static constexpr int lanes = 16;
   static constexpr int registers = 32;
   static V zero() { return _mm512_setzero_ps(); }
@@ -78,7 +80,7 @@ struct Simd {
 #elif defined(__AVX2__) && defined(__FMA__)
 inline constexpr bool simd_available = true;
 struct Simd {
-  using V = __m256;
+  typedef float V __attribute__((vector_size(32)));  // as for AVX-512
   static constexpr int lanes = 8;
   static constexpr int registers = 16;
   static V zero() { return _mm256_setzero_ps(); }
