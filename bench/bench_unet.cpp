@@ -126,6 +126,45 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps) {
   return times[times.size() / 2];
 }
 
+// Where a step's time goes, per processor (the largest over processors): each kernel family's
+// seconds (every call timed, kernels/timing.hpp) and the convolutions' by pass, over `steps` more
+// steps; the rest of the step is halo exchange, waiting and the ops' own work. Timing each call
+// costs a little, so these steps are not the ones step_s is the median of.
+template <typename Step>
+void print_breakdown(mt::Mesh& mesh, Step& step, int steps, double step_s, double halo_s) {
+  namespace kernels = mt::kernels;
+  kernels::KernelTimes& times = kernels::kernel_times();
+  times.on = true;
+  mesh.world().barrier();
+  times.restart();
+  for (int s = 0; s < steps; ++s) step();
+  times.on = false;
+  std::string families, passes;
+  double all = 0;
+  for (std::size_t f = 0; f < times.seconds.size(); ++f) {
+    const double seconds = largest(mesh, times.seconds[f] / steps);
+    all += times.seconds[f] / steps;
+    families += std::string(families.empty() ? "" : ",") + "\"" +
+                kernels::plan::family_name(kernels::plan::Family(f)) +
+                "\":" + std::to_string(seconds);
+  }
+  std::array<double, kernels::plan::ConvClass::passes> by_pass{};
+  for (std::size_t c = 0; c < times.conv_seconds.size(); ++c)
+    by_pass[kernels::plan::ConvClass::pass_of(c)] += times.conv_seconds[c] / steps;
+  const char* names[] = {"forward", "backward_input", "backward_weight"};
+  for (int p = 0; p < kernels::plan::ConvClass::passes; ++p)
+    passes += std::string(p ? "," : "") + "\"" + names[p] +
+              "\":" + std::to_string(largest(mesh, by_pass[p]));
+  const double kernels_s = largest(mesh, all);
+  if (mesh.processor() == 0)
+    std::printf(
+        "{\"bench\":\"unet_step_breakdown\",\"processors\":%d,\"step_s\":%.4f,"
+        "\"kernels_s\":%.4f,\"halo_s\":%.4f,\"rest_s\":%.4f,\"kernel_s\":{%s},"
+        "\"conv_pass_s\":{%s}}\n",
+        mesh.num_processors(), step_s, kernels_s, halo_s, step_s - kernels_s - halo_s,
+        families.c_str(), passes.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,5 +250,6 @@ int main(int argc, char** argv) {
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
           parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib,
           conv_gflop, conv_gflop / step_s);
+    print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

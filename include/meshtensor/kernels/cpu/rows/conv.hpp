@@ -160,6 +160,16 @@ void store_vector(const float (&planar)[TC][L], std::int64_t v, std::int64_t n, 
   }
 }
 
+// Which taps k1 of output row o1 read inside the box, as bits (the first 64).
+inline std::uint64_t taps_inside(const ConvGeometry& g, std::int64_t o1) {
+  std::uint64_t bits = 0;
+  for (std::int64_t k1 = 0; k1 < std::min<std::int64_t>(g.kernel[1], 64); ++k1) {
+    const std::int64_t i1 = g.taps[1].reads(o1, k1);
+    if (i1 >= 0 && i1 < g.in[1]) bits |= std::uint64_t{1} << k1;
+  }
+  return bits;
+}
+
 // Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + register_channels), into `out`
 // (channels last).
 template <int NB>
@@ -207,11 +217,20 @@ inline void forward_planes(const ConvGeometry& g, const float* input, const floa
                            float* output, std::int64_t a, std::int64_t b, PlanarPlanes& planes) {
   const RowGeometry r = row_geometry(g);
   std::vector<TapRead> reads;
+  const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
   for (std::int64_t q = a; q < b; ++q) {
     const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
+    std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
     for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
       float* out = output + (q * g.out[1] + o1) * g.out[2] * g.c_out;
-      tap_reads(g, r, read, o1, weight, reads);
+      // A row whose taps read inside the box as the previous row's did reads the same list a
+      // row further on.
+      const std::uint64_t now = taps_inside(g, o1);
+      if (now == reading && o1 > 0 && g.kernel[1] <= 64)
+        for (TapRead& tap : reads) tap.x += row_step;
+      else
+        tap_reads(g, r, read, o1, weight, reads);
+      reading = now;
       if (reads.empty()) {
         std::fill(out, out + g.out[2] * g.c_out, 0.0f);
         continue;
