@@ -132,9 +132,11 @@ inline Batch make_batch(mt::Mesh& mesh, const mt::Layout& layout, std::uint64_t 
   }
   const mt::Shape shape{mt::Dim("batch", batch), mt::Dim("x", size[0]), mt::Dim("y", size[1]),
                         mt::Dim("z", size[2])};
+  // By position (batch, x, y, z lead both tensors' shapes): looking dims up by name for every
+  // voxel cost as much as drawing it.
   auto voxel_at = [&](const mt::Index& i) {
-    const std::int64_t b = i["batch"];
-    const std::array<std::int64_t, 3> at{i["x"], i["y"], i["z"]};
+    const std::int64_t b = i[std::size_t{0}];
+    const std::array<std::int64_t, 3> at{i[std::size_t{1}], i[std::size_t{2}], i[std::size_t{3}]};
     // The noise is a function of the volume and the voxel only.
     const mt::RandomStream noise(seeds[b], "noise");
     const std::uint64_t linear = (std::uint64_t(at[0]) * size[1] + at[1]) * size[2] + at[2];
