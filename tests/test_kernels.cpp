@@ -107,7 +107,8 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     const ConvGeometry& g = check.g;
     INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << rc.c.c_in
                 << " -> " << rc.c.c_out);
-    REQUIRE(rows::fits_forward(g));
+    REQUIRE(rows::takes(g));
+    REQUIRE(rows::fits_forward(g) == (g.c_out == 8 || g.c_in < 8));
     REQUIRE(rows::fits_backward_weight(g) == (g.kernel[2] <= 3));
     REQUIRE(rows::fits_backward_input(g) == rc.input_gradient);
     std::vector<float> y(check.out_n, -1.0f), dx(check.in_n, -1.0f);
@@ -130,7 +131,7 @@ TEST_CASE("row kernels turn down transposed convolutions, strided rows and short
                 << c.c_out << (c.transposed ? " transposed" : ""));
     const bool short_rows = g.out[2] < rows::Simd::lanes;
     if (c.transposed || c.stride[2] > 1 || short_rows || !rows::simd_available)
-      CHECK_FALSE(rows::fits_forward(g));
+      CHECK_FALSE(rows::takes(g));
   }
   ConvGeometry many = geometry(row_cases.front().c);
   many.c_in = many.c_out = 16;  // the other kernels run faster there
