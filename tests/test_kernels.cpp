@@ -13,7 +13,9 @@
 #include <meshtensor/kernels/common/strided.hpp>
 #include <meshtensor/kernels/cpu/blocked/conv.hpp>
 #include <meshtensor/kernels/cpu/copy.hpp>
+#include <meshtensor/kernels/cpu/elementwise.hpp>
 #include <meshtensor/kernels/cpu/loops.hpp>
+#include <meshtensor/kernels/cpu/reference/fold.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
 #include <meshtensor/kernels/cpu/rows/conv.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
@@ -136,6 +138,11 @@ TEST_CASE("row kernels turn down transposed convolutions, strided rows and short
   ConvGeometry many = geometry(row_cases.front().c);
   many.c_in = many.c_out = 16;  // the other kernels run faster there
   CHECK_FALSE(rows::fits_forward(many));
+  ConvGeometry strided_rows = geometry(row_cases.front().c);  // one tap along rows, stride 2
+  strided_rows.kernel[2] = 1;
+  strided_rows.taps[2] = Taps{false, 0, 2, 1};
+  strided_rows.in[2] = 2 * strided_rows.out[2];
+  CHECK_FALSE(rows::takes(strided_rows));
 }
 
 #ifdef MESHTENSOR_WITH_ONEDNN
@@ -197,6 +204,35 @@ TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
   }
 }
 #endif
+
+TEST_CASE("a row repeated over a block (a bias) and a block's sums per channel are exact") {
+  for (const std::int64_t channels : {1, 3, 8, 16, 64}) {
+    const std::int64_t positions = 1000 + channels;  // blocks of 64 values and a remainder
+    INFO(channels << " channels, " << positions << " positions");
+    std::vector<float> x(positions * channels), row(channels), out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * i));
+    for (std::int64_t c = 0; c < channels; ++c) row[c] = float(c + 1);
+    const Sizes sizes{positions, channels};
+    const std::array<Strides, 3> bias_second{Strides{channels, 1}, Strides{0, 1},
+                                             Strides{channels, 1}};
+    const auto minus = [](float a, float b) { return a - b; };
+    cpu::zip(minus, sizes, bias_second, x.data(), row.data(), out.data());
+    bool exact = true;
+    for (std::size_t i = 0; i < x.size(); ++i) exact = exact && out[i] == x[i] - row[i % channels];
+    CHECK(exact);
+    const std::array<Strides, 3> bias_first{Strides{0, 1}, Strides{channels, 1},
+                                            Strides{channels, 1}};
+    cpu::zip(minus, sizes, bias_first, row.data(), x.data(), out.data());
+    for (std::size_t i = 0; i < x.size(); ++i) exact = exact && out[i] == row[i % channels] - x[i];
+    CHECK(exact);
+    // The gradient of such a bias: each channel summed over the positions, in double.
+    FoldOperand<float> operand{x.data(), {1}, {channels}};
+    std::vector<double> sums(channels), expected(channels, 0.0);
+    reference::parallel_sum<double, float, 1>({channels}, {positions}, {operand}, sums.data(), 2);
+    for (std::size_t i = 0; i < x.size(); ++i) expected[i % channels] += x[i];
+    CHECK(relative_gap(expected, sums) < 1e-12);
+  }
+}
 
 TEST_CASE("runs of a strided box visit every index once, however the threads cut them") {
   // Three operands: row-major, transposed in its last two dims (nothing merges with it), and

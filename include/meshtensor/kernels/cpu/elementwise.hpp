@@ -48,10 +48,39 @@ void zip_run(const F& f, const T* x, const T* y, T* out, std::int64_t n,
   }
 }
 
+// f of a (contiguous, `rows` rows of n) and b (one row of n, the same for every row) into out (as
+// a): a bias added to each position's channels. The row of b repeated to a whole number of
+// vectors makes one long loop of the block, not a short run per row.
+template <class T, class F, bool b_repeats>
+void zip_repeated_row(const F& f, const T* a, const T* b, T* out, std::int64_t rows,
+                      std::int64_t n) {
+  constexpr std::int64_t chunk = 64;  // values per pass of the inner loop: whole rows of n
+  T row[chunk];
+  for (std::int64_t j = 0; j < chunk; ++j) row[j] = b[j % n];
+  const std::int64_t total = rows * n, whole = total / chunk * chunk;
+  parallel_for(whole / chunk, compute_threads(), [&](std::int64_t c) {
+    const T* x = a + c * chunk;
+    T* o = out + c * chunk;
+    for (std::int64_t j = 0; j < chunk; ++j)
+      o[j] = static_cast<T>(b_repeats ? f(x[j], row[j]) : f(row[j], x[j]));
+  });
+  for (std::int64_t i = whole; i < total; ++i)
+    out[i] = static_cast<T>(b_repeats ? f(a[i], b[i % n]) : f(b[i % n], a[i]));
+}
+
 /// f of a and b at each index of `sizes` into out (strides: a's, b's, out's).
 template <class T, class F>
 void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, const T* a,
          const T* b, T* out) {
+  const auto [merged, walk] = merge_dims<3>(sizes, strides);
+  if (merged.size() == 2 && merged[1] <= 64 && 64 % merged[1] == 0) {
+    const std::int64_t n = merged[1];
+    const bool rows_along = walk[2][0] == n && walk[2][1] == 1;  // out contiguous
+    if (rows_along && walk[0] == walk[2] && walk[1][0] == 0 && walk[1][1] == 1)
+      return zip_repeated_row<T, F, true>(f, a, b, out, merged[0], n);
+    if (rows_along && walk[1] == walk[2] && walk[0][0] == 0 && walk[0][1] == 1)
+      return zip_repeated_row<T, F, false>(f, b, a, out, merged[0], n);
+  }
   parallel_for_each_run<3>(sizes, strides, compute_threads(),
                            [&](const std::array<std::int64_t, 3>& at, std::int64_t n,
                                const std::array<std::int64_t, 3>& step) {

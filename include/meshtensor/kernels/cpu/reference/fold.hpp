@@ -132,6 +132,57 @@ inline void add_run(const std::array<FoldOperand<T>, N>& operands, const Axis<N>
   if (last.strides[N] == 0) acc[at[N]] += total;
 }
 
+// `positions` runs of n contiguous values (a channels-last block's channels) summed into
+// acc[0, n), in lanes holding a whole number of runs (16 values: two runs of 8), so that the loop
+// is a plain vector loop rather than one short run at a time.
+template <int n, class Acc, class T>
+void sum_runs(const T* x, std::int64_t positions, Acc* acc) {
+  constexpr int lanes = n >= 16 ? n : 16;
+  static_assert(lanes % n == 0);
+  Acc sums[lanes] = {};
+  const std::int64_t total = positions * n;
+  std::int64_t i = 0;
+  for (; i + lanes <= total; i += lanes)
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int j = 0; j < lanes; ++j) sums[j] += static_cast<Acc>(x[i + j]);
+  for (std::int64_t j = 0; i + j < total; ++j) sums[j] += static_cast<Acc>(x[i + j]);
+  for (int j = 0; j < lanes; ++j) acc[j % n] += sums[j];
+}
+
+// sum_runs for a run length it is made for (a power of two up to 64); false for others.
+template <class Acc, class T>
+bool sum_runs_of(std::int64_t n, const T* x, std::int64_t positions, Acc* acc) {
+  switch (n) {
+    case 1:
+      return sum_runs<1>(x, positions, acc), true;
+    case 2:
+      return sum_runs<2>(x, positions, acc), true;
+    case 4:
+      return sum_runs<4>(x, positions, acc), true;
+    case 8:
+      return sum_runs<8>(x, positions, acc), true;
+    case 16:
+      return sum_runs<16>(x, positions, acc), true;
+    case 32:
+      return sum_runs<32>(x, positions, acc), true;
+    case 64:
+      return sum_runs<64>(x, positions, acc), true;
+    default:
+      return false;
+  }
+}
+
+// Whether the loops are one contiguous block of runs summed per run position: the innermost axis
+// walks the operand and the output alike, the one loop around it the next runs, output fixed.
+template <std::size_t N>
+bool runs_summed_alike(const Sizes& sizes, const std::array<Strides, N + 1>& strides,
+                       const Axis<N>& last) {
+  return N == 1 && sizes.size() == 1 && last.strides[0] == 1 && last.strides[N] == 1 &&
+         strides[0][0] == last.size && strides[N][0] == 0;
+}
+
 }  // namespace sum_detail
 
 /**
@@ -154,7 +205,14 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
   const auto last = sum_detail::memory_order<T, N>(outer, inner, operands, sizes, strides);
   std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
   int used = 1;
-  if (sizes.empty()) {
+  if (sum_detail::runs_summed_alike<N>(sizes, strides, last) && last.size <= 64 &&
+      (last.size & (last.size - 1)) == 0) {
+    used = for_each_part<N + 1>(
+        sizes, strides, threads,
+        [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
+          sum_detail::sum_runs_of(last.size, operands[0].data + base[0], sub[0], sums[p].data());
+        });
+  } else if (sizes.empty()) {
     sum_detail::add_run<Acc, T, N>(operands, last, {}, sums[0].data());
   } else {
     used = for_each_part<N + 1>(

@@ -38,17 +38,18 @@ constexpr int tile_channels = 8;  // output channels the kernels take at a time 
 // Output channels per register tile. Forward: NB vectors of positions times this many
 // accumulators, NB inputs and a weight fit the registers (AVX-512: 3 x 8 of 32; AVX2: 2 x 4 of
 // 16). Weight gradient: 3 taps along the row times weight_channels, 3 inputs and a gradient
-// (AVX2: 3 x 2; 3 x 4 already spills).
+// (AVX2: 3 x 4, where the loads then bound it, at about 45% of the peak; 3 x 2 is no faster).
 constexpr int register_channels = Simd::registers >= 32 ? 8 : 4;
 constexpr int weight_channels = Simd::registers >= 32 ? 8 : 4;
 constexpr int L = Simd::lanes;
 using V = Simd::V;
 
-// Ordinary taps (a transposed dim with one tap and stride 1 reads as an ordinary one).
+// Ordinary taps (a transposed dim with one tap and stride 1 reads as an ordinary one), stride 1
+// along the rows.
 inline bool ordinary(const ConvGeometry& g) {
   for (int d = 0; d < 3; ++d)
     if (g.taps[d].transposed && (g.kernel[d] > 1 || g.taps[d].stride != 1)) return false;
-  return g.taps[2].stride == 1 || g.kernel[2] == 1;
+  return g.taps[2].stride == 1;
 }
 
 // Vectors of outputs along the last dim, and the format of the box's rows they read: output o
