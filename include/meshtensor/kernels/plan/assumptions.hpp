@@ -1,10 +1,11 @@
 #pragma once
 // What a plan assumes where a real run decides at run time. A plan's kernels allocate no
 // workspace. meshtensor's blocked and reference CPU kernels need none, so there the plan's peaks
-// are a real run's; oneDNN's passes may copy operands into the formats they prefer (reorder
-// buffers, at most an eighth of an operand per call on slabs) and ask for a scratchpad, both from
-// the pool — and which formats run is chosen by MESHTENSOR_ONEDNN_FORMATS, by default timed at a
-// shape's first use. The report says which of these holds for the program that planned.
+// are a real run's; its row kernels (few channels) take a few planes of their input per compute
+// thread for the length of a call; oneDNN's passes may copy operands into the formats they prefer
+// (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a scratchpad,
+// both from the pool — and which formats run is chosen by MESHTENSOR_ONEDNN_FORMATS, by default
+// timed at a shape's first use. The report says which of these holds for the program that planned.
 
 #include <cstdlib>
 #include <string>
@@ -24,9 +25,11 @@ inline std::string assumed_kernels() {
                         : "MESHTENSOR_ONEDNN_FORMATS=" + formats;
   return "oneDNN convolutions with no workspace; a real run's formats are " + chosen +
          ", and a pass on formats other than channels-last adds reorder buffers and oneDNN's "
-         "scratchpad (and first use, the timing's copies), which the peaks leave out";
+         "scratchpad (and first use, the timing's copies), and meshtensor's row kernels (few "
+         "channels) a few planes of their input per thread, which the peaks leave out";
 #else
-  return "meshtensor's blocked CPU kernels, which take no workspace: the peaks are a real run's";
+  return "meshtensor's blocked and row CPU kernels; the row kernels (few channels) take a few "
+         "planes of their input per thread, which the peaks leave out";
 #endif
 }
 
