@@ -234,6 +234,47 @@ TEST_CASE("a row repeated over a block (a bias) and a block's sums per channel a
   }
 }
 
+TEST_CASE("a value per row repeated along it (a softmax's) and folds over short rows are exact") {
+  for (const std::int64_t classes : {1, 3, 8}) {
+    const std::int64_t positions = 3000 + classes;
+    INFO(classes << " classes, " << positions << " positions");
+    std::vector<float> x(positions * classes), per_row(positions), out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.61 * i));
+    for (std::int64_t p = 0; p < positions; ++p) per_row[p] = float(std::cos(0.3 * p));
+    const Sizes sizes{positions, classes};
+    const auto over = [](float a, float b) { return a / b; };
+    cpu::zip(over, sizes, {Strides{classes, 1}, Strides{1, 0}, Strides{classes, 1}}, x.data(),
+             per_row.data(), out.data());
+    bool exact = true;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      exact = exact && out[i] == x[i] / per_row[i / classes];
+    CHECK(exact);
+    cpu::zip(over, sizes, {Strides{1, 0}, Strides{classes, 1}, Strides{classes, 1}}, per_row.data(),
+             x.data(), out.data());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      exact = exact && out[i] == per_row[i / classes] / x[i];
+    CHECK(exact);
+    // The sum and the maximum over each row's classes, in the order a plain loop takes.
+    FoldOperand<float> operand{x.data(), {classes}, {1}};
+    std::vector<float> sums(positions), largest(positions);
+    reference::parallel_fold<float, float, 1>(
+        {positions}, {classes}, {operand}, sums.data(), 0.0f,
+        [](float a, float b) { return a + b; }, 2);
+    reference::parallel_fold<float, float, 1>(
+        {positions}, {classes}, {operand}, largest.data(), -1e30f,
+        [](float a, float b) { return std::max(a, b); }, 2);
+    for (std::int64_t p = 0; p < positions; ++p) {
+      float sum = 0.0f, most = -1e30f;
+      for (std::int64_t c = 0; c < classes; ++c) {
+        sum += x[p * classes + c];
+        most = std::max(most, x[p * classes + c]);
+      }
+      exact = exact && sums[p] == sum && largest[p] == most;
+    }
+    CHECK(exact);
+  }
+}
+
 TEST_CASE("runs of a strided box visit every index once, however the threads cut them") {
   // Three operands: row-major, transposed in its last two dims (nothing merges with it), and
   // broadcast along the middle dim. Big enough to be cut among threads in the middle of rows.

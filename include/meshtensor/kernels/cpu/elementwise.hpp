@@ -3,6 +3,7 @@
 // operands' elements with the same index (either one broadcast), a gradient times a derivative,
 // and a sum added in place.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -68,6 +69,24 @@ void zip_repeated_row(const F& f, const T* a, const T* b, T* out, std::int64_t r
     out[i] = static_cast<T>(b_repeats ? f(a[i], b[i % n]) : f(b[i % n], a[i]));
 }
 
+// f of a (contiguous, `rows` rows of n) and b (one value per row, repeated along it) into out (as
+// a): a softmax's maximum or sum taken off each position's classes. Rows in a plain loop, not
+// one short run at a time.
+template <class T, class F, bool b_repeats>
+void zip_repeated_column(const F& f, const T* a, const T* b, T* out, std::int64_t rows,
+                         std::int64_t n) {
+  constexpr std::int64_t chunk = 1024;  // rows per call
+  parallel_for((rows + chunk - 1) / chunk, compute_threads(), [&](std::int64_t c) {
+    for (std::int64_t r = c * chunk; r < std::min(rows, (c + 1) * chunk); ++r) {
+      const T v = b[r];
+      const T* x = a + r * n;
+      T* o = out + r * n;
+      for (std::int64_t j = 0; j < n; ++j)
+        o[j] = static_cast<T>(b_repeats ? f(x[j], v) : f(v, x[j]));
+    }
+  });
+}
+
 /// f of a and b at each index of `sizes` into out (strides: a's, b's, out's).
 template <class T, class F>
 void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, const T* a,
@@ -80,6 +99,14 @@ void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, 
       return zip_repeated_row<T, F, true>(f, a, b, out, merged[0], n);
     if (rows_along && walk[1] == walk[2] && walk[0][0] == 0 && walk[0][1] == 1)
       return zip_repeated_row<T, F, false>(f, b, a, out, merged[0], n);
+  }
+  if (merged.size() == 2 && merged[1] <= 64) {
+    const std::int64_t n = merged[1];
+    const bool rows_along = walk[2][0] == n && walk[2][1] == 1;
+    if (rows_along && walk[0] == walk[2] && walk[1][0] == 1 && walk[1][1] == 0)
+      return zip_repeated_column<T, F, true>(f, a, b, out, merged[0], n);
+    if (rows_along && walk[1] == walk[2] && walk[0][0] == 1 && walk[0][1] == 0)
+      return zip_repeated_column<T, F, false>(f, b, a, out, merged[0], n);
   }
   parallel_for_each_run<3>(sizes, strides, compute_threads(),
                            [&](const std::array<std::int64_t, 3>& at, std::int64_t n,

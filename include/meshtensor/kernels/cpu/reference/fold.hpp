@@ -27,6 +27,22 @@ void fold(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T
     inner_strides[k] = operands[k].inner_strides;
   }
   std::int64_t o = 0;
+  const auto [inner_merged, inner_walk] = merge_dims<N>(inner, inner_strides);
+  if (inner_merged.size() == 1) {
+    // One run per output (a softmax's classes at each position): a plain loop, in the same order.
+    const std::int64_t n = inner_merged[0];
+    for_each_offset<N>(outer, outer_strides, [&](const std::array<std::int64_t, N>& base) {
+      Acc acc = init;
+      for (std::int64_t i = 0; i < n; ++i) {
+        Acc product = static_cast<Acc>(operands[0].data[base[0] + i * inner_walk[0][0]]);
+        for (std::size_t k = 1; k < N; ++k)
+          product *= static_cast<Acc>(operands[k].data[base[k] + i * inner_walk[k][0]]);
+        acc = combine(acc, product);
+      }
+      out[o++] = static_cast<Out>(acc);
+    });
+    return;
+  }
   for_each_offset<N>(outer, outer_strides, [&](const std::array<std::int64_t, N>& base) {
     Acc acc = init;
     for_each_offset<N>(inner, inner_strides, [&](const std::array<std::int64_t, N>& offset) {
