@@ -27,14 +27,12 @@
 namespace meshtensor::kernels {
 #if defined(MESHTENSOR_REFERENCE_KERNELS)
 inline constexpr bool reference_kernels = true;
-#else
-inline constexpr bool reference_kernels = false;
-#endif
-#if defined(MESHTENSOR_REFERENCE_KERNELS)
 namespace cpu_conv = reference;
 #elif defined(MESHTENSOR_WITH_ONEDNN)
+inline constexpr bool reference_kernels = false;
 namespace cpu_conv = onednn;
 #else
+inline constexpr bool reference_kernels = false;
 namespace cpu_conv = blocked;
 #endif
 

@@ -91,22 +91,21 @@ void zip_repeated_column(const F& f, const T* a, const T* b, T* out, std::int64_
 template <class T, class F>
 void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, const T* a,
          const T* b, T* out) {
+  // A block of short rows (out contiguous) with one operand walking it and the other repeating a
+  // row (a bias) or a value per row (a softmax's maximum): loops over the block, not per row.
   const auto [merged, walk] = merge_dims<3>(sizes, strides);
-  if (merged.size() == 2 && merged[1] <= 64 && 64 % merged[1] == 0) {
-    const std::int64_t n = merged[1];
-    const bool rows_along = walk[2][0] == n && walk[2][1] == 1;  // out contiguous
-    if (rows_along && walk[0] == walk[2] && walk[1][0] == 0 && walk[1][1] == 1)
-      return zip_repeated_row<T, F, true>(f, a, b, out, merged[0], n);
-    if (rows_along && walk[1] == walk[2] && walk[0][0] == 0 && walk[0][1] == 1)
-      return zip_repeated_row<T, F, false>(f, b, a, out, merged[0], n);
-  }
-  if (merged.size() == 2 && merged[1] <= 64) {
-    const std::int64_t n = merged[1];
-    const bool rows_along = walk[2][0] == n && walk[2][1] == 1;
-    if (rows_along && walk[0] == walk[2] && walk[1][0] == 1 && walk[1][1] == 0)
-      return zip_repeated_column<T, F, true>(f, a, b, out, merged[0], n);
-    if (rows_along && walk[1] == walk[2] && walk[0][0] == 1 && walk[0][1] == 0)
-      return zip_repeated_column<T, F, false>(f, b, a, out, merged[0], n);
+  if (merged.size() == 2 && merged[1] <= 64 && walk[2] == Strides{merged[1], 1}) {
+    const std::int64_t rows = merged[0], n = merged[1];
+    const Strides row{0, 1}, column{1, 0};
+    const bool whole_rows = 64 % n == 0;  // zip_repeated_row's 64 values hold whole rows
+    if (walk[0] == walk[2] && walk[1] == row && whole_rows)
+      return zip_repeated_row<T, F, true>(f, a, b, out, rows, n);
+    if (walk[1] == walk[2] && walk[0] == row && whole_rows)
+      return zip_repeated_row<T, F, false>(f, b, a, out, rows, n);
+    if (walk[0] == walk[2] && walk[1] == column)
+      return zip_repeated_column<T, F, true>(f, a, b, out, rows, n);
+    if (walk[1] == walk[2] && walk[0] == column)
+      return zip_repeated_column<T, F, false>(f, b, a, out, rows, n);
   }
   parallel_for_each_run<3>(sizes, strides, compute_threads(),
                            [&](const std::array<std::int64_t, 3>& at, std::int64_t n,

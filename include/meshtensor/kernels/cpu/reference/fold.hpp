@@ -167,36 +167,36 @@ void sum_runs(const T* x, std::int64_t positions, Acc* acc) {
   for (int j = 0; j < lanes; ++j) acc[j % n] += sums[j];
 }
 
-// sum_runs for a run length it is made for (a power of two up to 64); false for others.
+// sum_runs for a run length runs_summed_alike() accepts.
 template <class Acc, class T>
-bool sum_runs_of(std::int64_t n, const T* x, std::int64_t positions, Acc* acc) {
+void sum_runs_of(std::int64_t n, const T* x, std::int64_t positions, Acc* acc) {
   switch (n) {
     case 1:
-      return sum_runs<1>(x, positions, acc), true;
+      return sum_runs<1>(x, positions, acc);
     case 2:
-      return sum_runs<2>(x, positions, acc), true;
+      return sum_runs<2>(x, positions, acc);
     case 4:
-      return sum_runs<4>(x, positions, acc), true;
+      return sum_runs<4>(x, positions, acc);
     case 8:
-      return sum_runs<8>(x, positions, acc), true;
+      return sum_runs<8>(x, positions, acc);
     case 16:
-      return sum_runs<16>(x, positions, acc), true;
+      return sum_runs<16>(x, positions, acc);
     case 32:
-      return sum_runs<32>(x, positions, acc), true;
-    case 64:
-      return sum_runs<64>(x, positions, acc), true;
+      return sum_runs<32>(x, positions, acc);
     default:
-      return false;
+      return sum_runs<64>(x, positions, acc);
   }
 }
 
 // Whether the loops are one contiguous block of runs summed per run position: the innermost axis
-// walks the operand and the output alike, the one loop around it the next runs, output fixed.
+// walks the operand and the output alike, the one loop around it the next runs, output fixed;
+// runs of a power of two up to 64 (what sum_runs_of takes).
 template <std::size_t N>
 bool runs_summed_alike(const Sizes& sizes, const std::array<Strides, N + 1>& strides,
                        const Axis<N>& last) {
+  const std::int64_t n = last.size;
   return N == 1 && sizes.size() == 1 && last.strides[0] == 1 && last.strides[N] == 1 &&
-         strides[0][0] == last.size && strides[N][0] == 0;
+         strides[0][0] == n && strides[N][0] == 0 && n <= 64 && (n & (n - 1)) == 0;
 }
 
 }  // namespace sum_detail
@@ -221,8 +221,7 @@ void parallel_sum(const Sizes& outer, const Sizes& inner,
   const auto last = sum_detail::memory_order<T, N>(outer, inner, operands, sizes, strides);
   std::vector<std::vector<Acc>> sums(threads, std::vector<Acc>(outputs, Acc(0)));
   int used = 1;
-  if (sum_detail::runs_summed_alike<N>(sizes, strides, last) && last.size <= 64 &&
-      (last.size & (last.size - 1)) == 0) {
+  if (sum_detail::runs_summed_alike<N>(sizes, strides, last)) {
     used = for_each_part<N + 1>(
         sizes, strides, threads,
         [&](int p, const Sizes& sub, const std::array<std::int64_t, N + 1>& base) {
