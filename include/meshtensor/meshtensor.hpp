@@ -4,6 +4,7 @@
 
 #include "meshtensor/version.hpp"
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/block.hpp"
 #include "meshtensor/core/byte_size.hpp"
 #include "meshtensor/core/dim.hpp"
@@ -48,6 +49,7 @@
 #include "meshtensor/autodiff/recompute.hpp"
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/cast.hpp"
 
 #include "meshtensor/nn/init.hpp"
 #include "meshtensor/nn/layers.hpp"

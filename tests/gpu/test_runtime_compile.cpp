@@ -24,7 +24,8 @@ TEST_CASE("every kernel source compiles for Turing to Hopper") {
   const std::vector<std::pair<const cuda::KernelSource*, std::vector<std::string>>> sources{
       {&kernels::gpu::elementwise_source(),
        {"map_f32", "map_f64", "times_derivative_f32", "times_derivative_f64", "zip_f32", "zip_f64",
-        "copy_4_bytes", "copy_8_bytes", "accumulate_f32", "accumulate_f64"}},
+        "copy_2_bytes", "copy_4_bytes", "copy_8_bytes", "convert_f32_bf16", "convert_bf16_f32",
+        "accumulate_f32", "accumulate_f64"}},
       {&kernels::gpu::sum_source(),
        {"sum_per_output_f32", "sum_per_output_f64", "sum_chunk_f32", "sum_chunk_f64", "add_chunks",
         "extreme_per_output_f32", "extreme_per_output_f64", "extreme_chunk_f32",

@@ -3,11 +3,16 @@
 // gradient. All processors run the same ops in the same order (SPMD), so their tapes match, and
 // replaying them in reverse meets the same collectives on every processor.
 
+#include <array>
 #include <functional>
 #include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -67,7 +72,7 @@ class NoGrad {
  */
 template <class T, class Backward>
 void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backward) {
-  if constexpr (!std::is_floating_point_v<T>) {
+  if constexpr (!is_floating_v<T>) {
     return;
   } else {
     Tape& steps = tape(out.mesh());
@@ -99,6 +104,58 @@ void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backw
       if (!out_node->keep) out_node->grad = Tensor<T>();
     });
   }
+}
+
+}  // namespace meshtensor::autodiff
+
+namespace meshtensor::detail {
+// Adds each returned gradient to its input's node (where it has one and the gradient is defined).
+template <class Nodes, class Layouts, class Grads, std::size_t... i>
+void accumulate_each(const Nodes& nodes, const Layouts& layouts, Grads& grads,
+                     std::index_sequence<i...>) {
+  auto one = [](const auto& node, const TensorLayout& layout, const auto& grad) {
+    if (!node || !grad.defined()) return;
+    if (grad.layout() != layout)
+      throw Error("internal: a backward step returned a gradient of layout " +
+                  grad.layout().to_string() + " for an input of layout " + layout.to_string());
+    std::decay_t<decltype(grad)>::accumulate(node->grad, grad);
+  };
+  (one(std::get<i>(nodes), std::get<i>(layouts), std::get<i>(grads)), ...);
+}
+}  // namespace meshtensor::detail
+
+namespace meshtensor::autodiff {
+
+/**
+ * record() for inputs of different element types (a bfloat16 activation with its fp32 weight, a
+ * cast): `backward(grad_out, needed)` returns a tuple with one gradient per input, each of its
+ * input's type and layout (an empty Tensor where not needed).
+ */
+template <class T, class... In, class Backward>
+void record_mixed(Tensor<T>& out, const std::tuple<Tensor<In>...>& inputs, Backward backward) {
+  constexpr std::size_t n = sizeof...(In);
+  Tape& steps = tape(out.mesh());
+  if (!steps.recording()) return;
+  auto nodes = std::apply([](const auto&... t) { return std::make_tuple(t.node()...); }, inputs);
+  auto layouts =
+      std::apply([](const auto&... t) { return std::make_tuple(t.layout()...); }, inputs);
+  const bool any =
+      std::apply([](const auto&... node) { return (... || (node != nullptr)); }, nodes);
+  if (!any) return;
+  auto out_node = out.make_node();
+  steps.push([out_node, nodes, layouts, backward = std::move(backward)]() {
+    if (!out_node->grad.defined()) return;
+    std::array<bool, n> needed{};
+    std::apply(
+        [&](const auto&... node) {
+          std::size_t i = 0;
+          ((needed[i++] = node != nullptr), ...);
+        },
+        nodes);
+    auto grads = backward(out_node->grad, needed);
+    meshtensor::detail::accumulate_each(nodes, layouts, grads, std::make_index_sequence<n>{});
+    if (!out_node->keep) out_node->grad = Tensor<T>();
+  });
 }
 
 }  // namespace meshtensor::autodiff

@@ -3,8 +3,8 @@
 // on all of them, so that no processor waits for a partner that has given up.
 
 #include <cstdint>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtensor/comm/collectives.hpp"

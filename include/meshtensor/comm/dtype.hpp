@@ -6,9 +6,11 @@
 #include <string>
 #include <type_traits>
 
+#include "meshtensor/core/bfloat16.hpp"
+
 namespace meshtensor {
 
-enum class DType { f32, f64, i32, i64, u8 };
+enum class DType { f32, f64, i32, i64, u8, bf16 };
 enum class ReduceOp { sum, max, min };
 
 template <class T>
@@ -23,6 +25,8 @@ constexpr DType dtype_of() {
     return DType::i64;
   else if constexpr (std::is_same_v<T, std::uint8_t>)
     return DType::u8;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return DType::bf16;
   else
     static_assert(sizeof(T) == 0, "meshtensor: unsupported element type");
 }
@@ -39,6 +43,8 @@ inline std::size_t dtype_size(DType type) {
       return 8;
     case DType::u8:
       return 1;
+    case DType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -55,6 +61,8 @@ inline std::string to_string(DType type) {
       return "int64";
     case DType::u8:
       return "uint8";
+    case DType::bf16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -87,6 +95,8 @@ decltype(auto) visit_dtype(DType type, F&& f) {
       return f(std::int64_t{});
     case DType::u8:
       return f(std::uint8_t{});
+    case DType::bf16:
+      return f(bfloat16{});
   }
   return f(std::uint8_t{});
 }

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/mpi/communicator.hpp>
 #include <boost/mpi/environment.hpp>
 #include <climits>
@@ -40,11 +41,35 @@ inline MPI_Datatype mpi_type(DType type) {
       return MPI_INT64_T;
     case DType::u8:
       return MPI_UINT8_T;
+    case DType::bf16:
+      return MPI_UINT16_T;  // the bits; bf16_op() combines them as values
   }
   return MPI_BYTE;
 }
 
-inline MPI_Op mpi_op(ReduceOp op) {
+// MPI has no bfloat16: its reductions are user ops over the 16-bit words, combined in float and
+// rounded once per pair, as the threads transport combines them.
+template <ReduceOp op>
+void combine_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const bfloat16*>(in);
+  auto* b = static_cast<bfloat16*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = meshtensor::detail::combine(op, b[i], a[i]);
+}
+
+inline MPI_Op bf16_op(ReduceOp op) {
+  // Created once per process, on first use (after MPI_Init), and left for MPI_Finalize.
+  static const std::array<MPI_Op, 3> ops = [] {
+    std::array<MPI_Op, 3> made{};
+    MPI_Op_create(&combine_bf16<ReduceOp::sum>, /*commute=*/1, &made[0]);
+    MPI_Op_create(&combine_bf16<ReduceOp::max>, 1, &made[1]);
+    MPI_Op_create(&combine_bf16<ReduceOp::min>, 1, &made[2]);
+    return made;
+  }();
+  return ops[static_cast<std::size_t>(op)];
+}
+
+inline MPI_Op mpi_op(ReduceOp op, DType type) {
+  if (type == DType::bf16) return bf16_op(op);
   switch (op) {
     case ReduceOp::sum:
       return MPI_SUM;
@@ -204,7 +229,7 @@ class MpiCommunicator final : public Communicator {
     auto* p = static_cast<char*>(data);
     for_each_chunk(count * element, [&](std::size_t offset, int n) {
       detail::check(MPI_Allreduce(MPI_IN_PLACE, p + offset, n / static_cast<int>(element),
-                                  detail::mpi_type(type), detail::mpi_op(op), native()),
+                                  detail::mpi_type(type), detail::mpi_op(op, type), native()),
                     "MPI_Allreduce");
     });
   }
@@ -233,7 +258,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> int_counts;
     for (auto n : counts) int_counts.push_back(detail::as_int(n, "a reduce_scatter block"));
     detail::check(MPI_Reduce_scatter(send, recv, int_counts.data(), detail::mpi_type(type),
-                                     detail::mpi_op(op), native()),
+                                     detail::mpi_op(op, type), native()),
                   "MPI_Reduce_scatter");
   }
 

@@ -46,6 +46,8 @@ inline ncclDataType_t nccl_type(DType type) {
       return ncclInt64;
     case DType::u8:
       return ncclUint8;
+    case DType::bf16:
+      return ncclBfloat16;
   }
   return ncclUint8;
 }

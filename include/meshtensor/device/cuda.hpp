@@ -40,4 +40,12 @@ inline void finish_queued_work() {
   check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
 }
 
+/// Waits for everything queued on the GPU, the communicators' streams included (halo messages in
+/// flight while the processor computes): a CPU loop run in a GPU kernel's place may touch pages
+/// that a transfer still reads or writes.
+inline void finish_all_work() {
+  if (!computes_on_gpu()) return;
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 }  // namespace meshtensor::cuda

@@ -29,6 +29,14 @@ inline void wait_for_device() {
 #endif
 }
 
+/// wait_for_device(), and the transfers the processor's communicators queued on their own streams:
+/// before a CPU loop runs in place of a GPU kernel, while messages may be in flight.
+inline void wait_for_all_device_work() {
+#if defined(MESHTENSOR_WITH_CUDA)
+  cuda::finish_all_work();
+#endif
+}
+
 /// A block as the host sees it: an xtensor array over the block's memory, row-major in its shape.
 /// It keeps alive what its keeper holds (a tensor's block), so it may outlive the tensor.
 template <class T>

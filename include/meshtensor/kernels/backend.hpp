@@ -30,7 +30,8 @@ inline Backend current_backend() {
 /**
  * One kernel call on the current backend: a plan counts it (`plan`), a GPU runs `on_gpu` (which
  * returns false for what its kernels cannot run: an operand type, a function the user wrote), and
- * the CPU runs `on_cpu` — on a GPU processor, after the work queued there, whose memory the CPU
+ * the CPU runs `on_cpu` — on a GPU processor, after the work queued there (messages in flight
+ * included), whose memory the CPU
  * loop then reads and writes (managed memory), and timed where kernel timing is on
  * (kernels/timing.hpp). What a kernel allocates counts as workspace.
  */
@@ -43,7 +44,7 @@ void dispatch(Plan&& plan, [[maybe_unused]] Gpu&& on_gpu, Cpu&& on_cpu) {
       return;
     case Backend::cuda:
       if (on_gpu()) return;
-      wait_for_device();
+      wait_for_all_device_work();
       break;
     case Backend::cpu:
       break;

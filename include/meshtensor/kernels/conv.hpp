@@ -4,8 +4,9 @@
 // kernels are chosen at compile time: oneDNN when the program links meshtensor::onednn
 // (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference loops with
 // MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
-// run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512. A GPU runs
-// cuDNN's, and the CPU's for what cuDNN cannot run (double). A plan counts a multiply-add per
+// run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512; bfloat16
+// blocks on the float kernels, widened for the call. A GPU runs cuDNN's, and the CPU's for what
+// cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per
 // (output, tap) pair that reads the box.
 
 #include <cstdint>
@@ -73,44 +74,91 @@ inline std::int64_t conv_input_size(const ConvGeometry& g) {
   return g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
 }
 
+inline std::int64_t conv_weight_size(const ConvGeometry& g) {
+  return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
+}
+
 namespace detail {
+// bfloat16 operands on the CPU: widened to float for the float kernels, whose result is rounded
+// once. (The blocks rest in bfloat16; the widened copies live only for the call.)
+inline Buffer<float> widened(const bfloat16* data, std::int64_t n) {
+  Buffer<float> out(static_cast<std::size_t>(n));
+  cpu::convert(data, n, out.data());
+  return out;
+}
+
 // The row kernels where they fit (float, few channels), else the CPU family's.
 template <class T>
 void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
-  if constexpr (std::is_same_v<T, float> && !reference_kernels)
-    if (rows::fits_forward(g)) return rows::conv_forward(g, input, weight, output);
-  cpu_conv::conv_forward(g, input, weight, output);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Buffer<float> out(static_cast<std::size_t>(conv_output_size(g)));
+    cpu_forward(g, widened(input, conv_input_size(g)).data(),
+                widened(weight, conv_weight_size(g)).data(), out.data());
+    cpu::convert(out.data(), conv_output_size(g), output);
+  } else {
+    if constexpr (std::is_same_v<T, float> && !reference_kernels)
+      if (rows::fits_forward(g)) return rows::conv_forward(g, input, weight, output);
+    cpu_conv::conv_forward(g, input, weight, output);
+  }
 }
 template <class T>
 void cpu_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                         T* grad_input) {
-  if constexpr (std::is_same_v<T, float> && !reference_kernels)
-    if (rows::fits_backward_input(g))
-      return rows::conv_backward_input(g, grad_output, weight, grad_input);
-  cpu_conv::conv_backward_input(g, grad_output, weight, grad_input);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Buffer<float> grad(static_cast<std::size_t>(conv_input_size(g)));
+    cpu_backward_input(g, widened(grad_output, conv_output_size(g)).data(),
+                       widened(weight, conv_weight_size(g)).data(), grad.data());
+    cpu::convert(grad.data(), conv_input_size(g), grad_input);
+  } else {
+    if constexpr (std::is_same_v<T, float> && !reference_kernels)
+      if (rows::fits_backward_input(g))
+        return rows::conv_backward_input(g, grad_output, weight, grad_input);
+    cpu_conv::conv_backward_input(g, grad_output, weight, grad_input);
+  }
 }
 template <class T>
 void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                          double* grad_weight) {
-  if constexpr (std::is_same_v<T, float> && !reference_kernels)
-    if (rows::fits_backward_weight(g))
-      return rows::conv_backward_weight(g, input, grad_output, grad_weight);
-  cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    cpu_backward_weight(g, widened(input, conv_input_size(g)).data(),
+                        widened(grad_output, conv_output_size(g)).data(), grad_weight);
+  } else {
+    if constexpr (std::is_same_v<T, float> && !reference_kernels)
+      if (rows::fits_backward_weight(g))
+        return rows::conv_backward_weight(g, input, grad_output, grad_weight);
+    cpu_conv::conv_backward_weight(g, input, grad_output, grad_weight);
+  }
 }
 
-template <class T, class Cudnn>
-bool on_cudnn([[maybe_unused]] Cudnn&& run) {
-  if constexpr (std::is_same_v<T, float>) return run();
+#if defined(MESHTENSOR_WITH_CUDA)
+// cuDNN's passes for float; false for the types it does not run (double, bfloat16).
+template <class T>
+bool cudnn_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
+  if constexpr (std::is_same_v<T, float>) return cudnn::conv_forward(g, input, weight, output);
   return false;
 }
+template <class T>
+bool cudnn_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                          T* grad_input) {
+  if constexpr (std::is_same_v<T, float>)
+    return cudnn::conv_backward_input(g, grad_output, weight, grad_input);
+  return false;
+}
+template <class T>
+bool cudnn_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                           double* grad_weight) {
+  if constexpr (std::is_same_v<T, float>)
+    return cudnn::conv_backward_weight(g, input, grad_output, grad_weight);
+  return false;
+}
+#endif
 }  // namespace detail
 
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
   dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
-           MESHTENSOR_ON_GPU(
-               detail::on_cudnn<T>([&] { return cudnn::conv_forward(g, input, weight, output); })),
+           MESHTENSOR_ON_GPU(detail::cudnn_forward(g, input, weight, output)),
            [&] { detail::cpu_forward(g, input, weight, output); });
 }
 
@@ -119,8 +167,7 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
                          T* grad_input) {
   if (conv_is_empty(g)) return fill_values(grad_input, conv_input_size(g), T(0));
   dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
-           MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
-               [&] { return cudnn::conv_backward_input(g, grad_output, weight, grad_input); })),
+           MESHTENSOR_ON_GPU(detail::cudnn_backward_input(g, grad_output, weight, grad_input)),
            [&] { detail::cpu_backward_input(g, grad_output, weight, grad_input); });
 }
 
@@ -130,8 +177,7 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   if (conv_is_empty(g)) return;  // adds nothing
   dispatch(
       [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
-      MESHTENSOR_ON_GPU(detail::on_cudnn<T>(
-          [&] { return cudnn::conv_backward_weight(g, input, grad_output, grad_weight); })),
+      MESHTENSOR_ON_GPU(detail::cudnn_backward_weight(g, input, grad_output, grad_weight)),
       [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
 }
 

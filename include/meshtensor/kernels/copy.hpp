@@ -1,8 +1,9 @@
 #pragma once
 // The copy family: copies between strided boxes — packing and unpacking halos and messages,
-// slicing, broadcasting, reordering a block's dims for a kernel — and flat copies and fills of a
-// processor's memory. On a GPU they run there: done by the host, they would move every page of a
-// block in GPU memory to the host, and the next kernel would move it back. A plan counts no FLOPs
+// slicing, broadcasting, reordering a block's dims for a kernel — flat copies and fills of a
+// processor's memory, and conversions between float and bfloat16. On a GPU they run there: done
+// by the host, they would move every page of a block in GPU memory to the host, and the next
+// kernel would move it back. A plan counts no FLOPs
 // for them (memory traffic only).
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/copy.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/elementwise.hpp"
@@ -69,6 +71,15 @@ void compact_box(const Sizes& box, T* array, std::int64_t offset, const Strides&
 template <class T>
 void copy_values(const T* from, std::int64_t n, T* to) {
   if (n > 0) copy_box(Sizes{n}, from, Strides{1}, to, Strides{1});
+}
+
+/// to[i] = from[i] in another element type (float <-> bfloat16: cpu/convert.hpp's rounding), for
+/// i < n.
+template <class From, class To>
+void convert_values(const From* from, std::int64_t n, To* to) {
+  if (n <= 0) return;
+  dispatch([&] { plan::count_copy(double(n)); }, MESHTENSOR_ON_GPU(gpu::convert(from, n, to)),
+           [&] { cpu::convert(from, n, to); });
 }
 
 /// to[i] = value for i < n.

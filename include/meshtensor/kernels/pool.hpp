@@ -2,7 +2,8 @@
 // The pooling family: max and average pooling and their gradients on one block
 // (kernels/common/pool_geometry.hpp). The CPU's kernels are chosen at compile time as for
 // convolutions (kernels/conv.hpp): oneDNN when the program links meshtensor::onednn, else — and
-// with MESHTENSOR_REFERENCE_KERNELS — the reference loops. A GPU runs meshtensor's CUDA kernels,
+// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; bfloat16 average pooling on the float
+// kernels. A GPU runs meshtensor's CUDA kernels,
 // and the CPU's for windows they cannot run; its max pooling workspace then starts with a tag
 // saying whose format it holds, so that backward reads it the way forward wrote it. A plan counts
 // an operation per (output, tap) pair.
@@ -10,10 +11,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
+#include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/reference/pool.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/pool.hpp"
@@ -59,6 +62,39 @@ inline double pool_flops(const PoolGeometry& g) {
   double n = double(g.batch) * double(g.channels);
   for (int d = 0; d < 3; ++d) n *= double(g.out[d]) * double(g.kernel[d]);
   return n;
+}
+
+inline std::int64_t pool_input_size(const PoolGeometry& g) {
+  return g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
+}
+inline std::int64_t pool_output_size(const PoolGeometry& g) {
+  return g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
+}
+
+// Average pooling of bfloat16 blocks runs on the float kernels, widened for the call: a window's
+// sum in float, rounded once. (Max pooling needs no arithmetic: it runs on bfloat16 as it is.)
+template <class T>
+void cpu_avg_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Buffer<float> in(std::size_t(pool_input_size(g))), out(std::size_t(pool_output_size(g)));
+    cpu::convert(input, pool_input_size(g), in.data());
+    cpu_pool::avg_pool_forward(g, in.data(), out.data(), count_padding);
+    cpu::convert(out.data(), pool_output_size(g), output);
+  } else {
+    cpu_pool::avg_pool_forward(g, input, output, count_padding);
+  }
+}
+template <class T>
+void cpu_avg_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
+                      bool count_padding) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    Buffer<float> out(std::size_t(pool_output_size(g))), in(std::size_t(pool_input_size(g)));
+    cpu::convert(grad_output, pool_output_size(g), out.data());
+    cpu_pool::avg_pool_backward(g, out.data(), in.data(), count_padding);
+    cpu::convert(in.data(), pool_input_size(g), grad_input);
+  } else {
+    cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding);
+  }
 }
 }  // namespace detail
 
@@ -117,7 +153,7 @@ template <class T>
 void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::avg_pool_forward(g, input, output, count_padding)),
-           [&] { cpu_pool::avg_pool_forward(g, input, output, count_padding); });
+           [&] { detail::cpu_avg_forward(g, input, output, count_padding); });
 }
 
 /// grad_input (the box) = grad_output spread evenly over each window.
@@ -126,7 +162,7 @@ void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
                        bool count_padding) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::avg_pool_backward(g, grad_output, grad_input, count_padding)),
-           [&] { cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding); });
+           [&] { detail::cpu_avg_backward(g, grad_output, grad_input, count_padding); });
 }
 
 }  // namespace meshtensor::kernels

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -30,6 +31,20 @@ Tensor<T> sum_to(const Tensor<T>& t, const TensorLayout& target) {
   if (t.layout() == target) return t;
   return detail::relayout_to(einsum({t}, DimNames(target.shape())), target);
 }
+
+namespace detail {
+/// sum_to for a gradient (no history) kept in another element type: a bfloat16 gradient summed in
+/// double onto an fp32 parameter, rounded once into fp32.
+template <class Out, class T>
+Tensor<Out> sum_to_as(const Tensor<T>& t, const TensorLayout& target) {
+  if constexpr (std::is_same_v<Out, T>) {
+    return sum_to(t, target);
+  } else {
+    return relayout_to(einsum_values<Out>(std::vector<Tensor<T>>{t}, DimNames(target.shape())),
+                       target);
+  }
+}
+}  // namespace detail
 
 /**
  * `t` repeated over the dims of `target` it lacks, laid out as `target`. Each processor fills its

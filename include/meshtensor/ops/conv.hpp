@@ -15,6 +15,8 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -200,8 +202,21 @@ void for_each_box_slab(const kernels::ConvGeometry& g, const SavedBox<T>& saved,
   }
 }
 
-template <class T>
-ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& window,
+// The weight in kernel order and in the activations' type T (a bfloat16 convolution computes with
+// its fp32 weight rounded once per call).
+template <class T, class W>
+Array<T> weight_in_kernel_order(const Array<W>& w, const std::vector<std::size_t>& order) {
+  if constexpr (std::is_same_v<T, W>) {
+    return to_kernel_order(w, order);
+  } else {
+    Array<T> rounded = Array<T>::from_shape(w.shape());
+    kernels::convert_values(w.data(), std::int64_t(w.size()), rounded.data());
+    return to_kernel_order(std::move(rounded), order);
+  }
+}
+
+template <class T, class W>
+ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& window,
                       const std::string& channels, const ConvDims& dims, const Layout& layout,
                       bool transposed) {
   const Shape& in_shape = x.shape();
@@ -215,7 +230,7 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<T>& w, const Window& wind
   for (const auto& k : dims.kernel_names) c.w_order.push_back(w_shape.position(k));
   c.w_order.push_back(w_shape.position(channels));
   c.w_order.push_back(w_shape.position(dims.out_channels.name));
-  c.w_kernel = to_kernel_order(w.array(), c.w_order);
+  c.w_kernel = weight_in_kernel_order<T>(w.array(), c.w_order);
   kernels::ConvGeometry& g = c.geometry;
   g.batch = c.plan.pass_size;
   g.c_in = x.block().ranges[in_shape.position(channels)].size();
@@ -296,9 +311,11 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
 
 // A convolution's backward: the input's gradient by the kernels' input pass and the adjoint halo
 // exchange, the weight's by their weight pass and an all-reduce over the axes that split batch and
-// space.
-template <class T>
+// space — in the weight's type W (fp32 for a bfloat16 convolution's master weight).
+template <class T, class W>
 struct ConvBackward {
+  using Grads = std::tuple<Tensor<T>, Tensor<W>>;
+
   ConvCall<T> call;
   SavedBox<T> saved;
   std::vector<std::size_t> box_sizes;
@@ -306,10 +323,10 @@ struct ConvBackward {
   Dim out_channels;
   TensorLayout input_layout, weight_layout, aligned_weight;
 
-  std::vector<Tensor<T>> operator()(const Tensor<T>& g, const std::vector<bool>& need) const {
+  Grads operator()(const Tensor<T>& g, const std::array<bool, 2>& need) const {
     const Tensor<T> g_aligned = relayout_to(g, call.plan.output_layout);
     const KernelOrderView<T> g_kernel(g_aligned.array(), call.plan.to_kernel_order);
-    std::vector<Tensor<T>> grads(2);
+    Grads grads;
     if (call.by_rows)
       by_rows(g.mesh(), g_kernel.data(), need, grads);
     else
@@ -319,18 +336,18 @@ struct ConvBackward {
 
  private:
   // The weight's gradient accumulates in double, in the processor's memory (its device's, where
-  // it computes on one), and is rounded to T there.
+  // it computes on one), and is rounded to W there, before the all-reduce.
   Buffer<double> zero_accumulator() const {
     Buffer<double> acc(call.w_kernel.size());
     kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
     return acc;
   }
-  Tensor<T> weight_gradient_from(Mesh& mesh, const Buffer<double>& acc) const {
-    Array<T> dw = Array<T>::from_shape(call.w_kernel.shape());
+  Tensor<W> weight_gradient_from(Mesh& mesh, const Buffer<double>& acc) const {
+    Array<W> dw = Array<W>::from_shape(call.w_kernel.shape());
     kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
     complete_partial_sums(mesh, axes_splitting(call.plan.input_layout, summed), dw);
     return relayout_to(
-        Tensor<T>(mesh, aligned_weight, from_kernel_order(std::move(dw), call.w_order)),
+        Tensor<W>(mesh, aligned_weight, from_kernel_order(std::move(dw), call.w_order)),
         weight_layout);
   }
   Tensor<T> input_gradient_from(Mesh& mesh, Array<T>&& own) const {
@@ -341,22 +358,21 @@ struct ConvBackward {
   // The halo rows' gradient goes back to their owners first and travels while the weight's
   // gradient and the own rows' are computed — each from the own block in place, so that backward
   // holds no box-sized copy.
-  void by_rows(Mesh& mesh, const T* g, const std::vector<bool>& need,
-               std::vector<Tensor<T>>& grads) const {
+  void by_rows(Mesh& mesh, const T* g, const std::array<bool, 2>& need, Grads& grads) const {
     const RowsOfBox rows_of(call.plan, call.first_spatial);
     if (!need[0]) {
-      if (need[1]) grads[1] = weight_gradient_by_rows(mesh, rows_of, g);
+      if (need[1]) std::get<1>(grads) = weight_gradient_by_rows(mesh, rows_of, g);
       return;
     }
     Array<T> own =
         windowed_overlapped_gradient(call.plan, mesh, halo_rows_gradient(rows_of, g), [&] {
-          if (need[1]) grads[1] = weight_gradient_by_rows(mesh, rows_of, g);
+          if (need[1]) std::get<1>(grads) = weight_gradient_by_rows(mesh, rows_of, g);
           Array<T> own_rows = Array<T>::from_shape(to_xshape(call.plan.halo.own().sizes()));
           input_rows(call.geometry, g, call.w_kernel.data(), own_rows.data(), rows_of.own_lo,
                      rows_of.own_hi);
           return own_rows;
         });
-    grads[0] = input_gradient_from(mesh, std::move(own));
+    std::get<0>(grads) = input_gradient_from(mesh, std::move(own));
   }
 
   // The gradient of each halo piece the forward read, to go back to its owner.
@@ -372,7 +388,7 @@ struct ConvBackward {
     return halo_gradient;
   }
 
-  Tensor<T> weight_gradient_by_rows(Mesh& mesh, const RowsOfBox& rows_of, const T* g) const {
+  Tensor<W> weight_gradient_by_rows(Mesh& mesh, const RowsOfBox& rows_of, const T* g) const {
     const kernels::ConvGeometry& geometry = call.geometry;
     Buffer<double> acc = zero_accumulator();
     Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
@@ -385,7 +401,7 @@ struct ConvBackward {
     return weight_gradient_from(mesh, acc);
   }
 
-  Tensor<T> weight_gradient(Mesh& mesh, const T* g) const {
+  Tensor<W> weight_gradient(Mesh& mesh, const T* g) const {
     Buffer<double> acc = zero_accumulator();
     if (call.plan.empty()) return weight_gradient_from(mesh, acc);
     if (saved.in_pieces() && call.plan.pass_size == 1) {
@@ -413,9 +429,9 @@ struct ConvBackward {
   // The input's gradient goes back through the halo while the weight's is computed — first, where
   // no halo travels (windowed_input_gradient) or where backward recomputes the input block: that
   // block and the box's gradient are not held at once (memory before overlap).
-  void on_box(Mesh& mesh, const T* g, std::vector<bool> need, std::vector<Tensor<T>>& grads) const {
+  void on_box(Mesh& mesh, const T* g, std::array<bool, 2> need, Grads& grads) const {
     if (need[1] && (!need[0] || saved.own().recomputed())) {
-      grads[1] = weight_gradient(mesh, g);
+      std::get<1>(grads) = weight_gradient(mesh, g);
       need[1] = false;
     }
     if (!need[0]) return;
@@ -425,9 +441,9 @@ struct ConvBackward {
           kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box);
         },
         [&] {
-          if (need[1]) grads[1] = weight_gradient(mesh, g);
+          if (need[1]) std::get<1>(grads) = weight_gradient(mesh, g);
         });
-    grads[0] = input_gradient_from(mesh, std::move(own));
+    std::get<0>(grads) = input_gradient_from(mesh, std::move(own));
   }
 };
 
@@ -445,10 +461,14 @@ Tensor<T> complete_output(Mesh& mesh, const TensorLayout& input, const std::stri
   return Tensor<T>(mesh, output, std::move(partial));
 }
 
-template <class T>
-Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T>& weight,
+template <class T, class W>
+Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
                    const Window& window, const std::string& channels, bool transposed) {
-  check_same_mesh<T>(op, {&input, &weight});
+  static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
+                "a convolution's weight has its input's element type, or fp32 for bfloat16 input");
+  if (&input.mesh() != &weight.mesh())
+    throw LayoutError(op + ": operands " + input.to_string() + " and " + weight.to_string() +
+                      " live on different meshes");
   const ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
   const Layout layout = conv_layout(input.layout(), weight.layout(), dims.kernel_names);
   Mesh& mesh = input.mesh();
@@ -468,17 +488,19 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
   std::vector<std::string> summed;
   for (const auto& dim : input.shape())
     if (dim.name != channels) summed.push_back(dim.name);
-  autodiff::record(
-      result, {input, weight},
-      ConvBackward<T>{std::move(call), std::move(saved), std::move(box_sizes), std::move(summed),
-                      dims.out_channels, input.layout(), weight.layout(), w.layout()});
+  autodiff::record_mixed(
+      result, std::make_tuple(input, weight),
+      ConvBackward<T, W>{std::move(call), std::move(saved), std::move(box_sizes), std::move(summed),
+                         dims.out_channels, input.layout(), weight.layout(), w.layout()});
   return result;
 }
 
 }  // namespace detail
 
 /**
- * Convolution of `input` with `weight` over the window's spatial dims, on any layout.
+ * Convolution of `input` with `weight` over the window's spatial dims, on any layout. A bfloat16
+ * input takes a bfloat16 weight or an fp32 one (a master weight: rounded for the call, its
+ * gradient summed in fp32).
  *
  * ```cpp
  * // input [batch, x, y, z, channels=8], weight [kx=3, ky=3, kz=3, channels=8, features=16]
@@ -486,8 +508,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<T
  * features=16]
  * ```
  */
-template <class T>
-Tensor<T> conv(const Tensor<T>& input, const Tensor<T>& weight, const Window& window,
+template <class T, class W>
+Tensor<T> conv(const Tensor<T>& input, const Tensor<W>& weight, const Window& window,
                const std::string& channels = "channels") {
   return detail::convolve("conv", input, weight, window, channels, /*transposed=*/false);
 }
@@ -497,8 +519,8 @@ Tensor<T> conv(const Tensor<T>& input, const Tensor<T>& weight, const Window& wi
  * output o receives input i through tap k where o = i*stride - pad_before + k*dilation. With
  * kernel 2, stride 2 and "valid" padding it doubles each spatial size (the U-Net's up-sampling).
  */
-template <class T>
-Tensor<T> conv_transpose(const Tensor<T>& input, const Tensor<T>& weight, const Window& window,
+template <class T, class W>
+Tensor<T> conv_transpose(const Tensor<T>& input, const Tensor<W>& weight, const Window& window,
                          const std::string& channels = "channels") {
   return detail::convolve("conv_transpose", input, weight, window, channels, /*transposed=*/true);
 }

@@ -169,16 +169,11 @@ inline Shape einsum_output_shape(const Shape& all, const DimNames& output) {
 
 }  // namespace detail
 
-/**
- * Sum over the dims the output omits of the product of the operands, all aligned by dim name.
- *
- * ```cpp
- * auto y = einsum({x, w}, "batch, hidden");      // x [batch, features], w [features, hidden]
- * auto g = einsum({x, dy}, "features, hidden");  // weight gradient: sums over batch, all-reduced
- * ```
- */
-template <class T>
-Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
+namespace detail {
+// The einsum's value in the element type Out (T, or fp32 for a bfloat16 gradient summed onto an
+// fp32 parameter): accumulated and all-reduced in the accumulator type, rounded once into Out.
+template <class Out, class T>
+Tensor<Out> einsum_values(const std::vector<Tensor<T>>& given, const DimNames& output) {
   using Acc = kernels::accumulator_t<T>;
   if (given.empty()) throw ShapeError("einsum needs at least one operand");
   std::vector<const Tensor<T>*> operands;
@@ -189,17 +184,17 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
     shapes.push_back(&t.shape());
     layouts.push_back(&t.layout());
   }
-  detail::check_same_mesh<T>("einsum", operands);
-  const Shape all = detail::merged_shape("einsum", shapes);
-  const Shape out_shape = detail::einsum_output_shape(all, output);
+  check_same_mesh<T>("einsum", operands);
+  const Shape all = merged_shape("einsum", shapes);
+  const Shape out_shape = einsum_output_shape(all, output);
   Mesh& mesh = given.front().mesh();
-  const Layout common = detail::common_layout(layouts);
+  const Layout common = common_layout(layouts);
   const auto aligned = detail::aligned<T>(operands, common);
   const TensorLayout common_all(all, mesh.shape(), common);
   const Block all_block = common_all.block(mesh.coord());
-  Buffer<Acc> result = detail::contract_chain<T, Acc>(
-      aligned, output,
-      [&](const std::string& name) { return all_block.ranges[all.position(name)].size(); });
+  Buffer<Acc> result = contract_chain<T, Acc>(aligned, output, [&](const std::string& name) {
+    return all_block.ranges[all.position(name)].size();
+  });
 
   // Summed dims that were split leave partial sums on each processor of their mesh axes.
   AxisSet partial_axes = 0;
@@ -209,9 +204,23 @@ Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
   if (partial_axes) all_reduce(mesh.group(partial_axes), result, ReduceOp::sum);
 
   TensorLayout out_layout(out_shape, mesh.shape(), common);
-  Array<T> out = detail::new_block<T>(mesh, out_layout, out_layout.block(mesh.coord()));
-  detail::narrow(result, out.data());
-  Tensor<T> product(mesh, std::move(out_layout), std::move(out));
+  Array<Out> out = new_block<Out>(mesh, out_layout, out_layout.block(mesh.coord()));
+  narrow(result, out.data());
+  return Tensor<Out>(mesh, std::move(out_layout), std::move(out));
+}
+}  // namespace detail
+
+/**
+ * Sum over the dims the output omits of the product of the operands, all aligned by dim name.
+ *
+ * ```cpp
+ * auto y = einsum({x, w}, "batch, hidden");      // x [batch, features], w [features, hidden]
+ * auto g = einsum({x, dy}, "features, hidden");  // weight gradient: sums over batch, all-reduced
+ * ```
+ */
+template <class T>
+Tensor<T> einsum(const std::vector<Tensor<T>>& given, const DimNames& output) {
+  Tensor<T> product = detail::einsum_values<T>(given, output);
   autodiff::record(product, given, [given](const Tensor<T>& g, const std::vector<bool>& needed) {
     return detail::einsum_gradients(given, g, needed);
   });

@@ -7,6 +7,8 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -18,6 +20,7 @@
 #include "meshtensor/kernels/elementwise.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/cast.hpp"
 #include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -146,9 +149,40 @@ Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>* a_consumed) {
 }
 }  // namespace detail
 
+namespace detail {
+// A bfloat16 tensor plus an fp32 one (a bias or shift kept in fp32): added in bfloat16, b rounded
+// once; b's gradient summed in double and rounded once into fp32.
+template <class T, class W>
+Tensor<T> add_mixed(const Tensor<T>& a, const Tensor<W>& b, Tensor<T>* a_consumed) {
+  auto out =
+      zip_values(a, converted<T>(b), binary_op<detail::BinaryOp::add, T>(), "add", a_consumed);
+  autodiff::record_mixed(
+      out, std::make_tuple(a, b),
+      [la = a.layout(), lb = b.layout()](const Tensor<T>& g, const std::array<bool, 2>& need) {
+        return std::make_tuple(need[0] ? sum_to(g, la) : Tensor<T>(),
+                               need[1] ? sum_to_as<W>(g, lb) : Tensor<W>());
+      });
+  return out;
+}
+template <class T, class W>
+using if_bf16_with_fp32 =
+    std::enable_if_t<std::is_same_v<T, bfloat16> && std::is_same_v<W, float>, int>;
+}  // namespace detail
+
 template <class T>
 Tensor<T> operator+(const Tensor<T>& a, const Tensor<T>& b) {
   return detail::add<T>(a, b, nullptr);
+}
+
+/// bfloat16 + fp32 (activations plus a parameter kept in fp32): a bfloat16 result, the fp32
+/// operand's gradient in fp32.
+template <class T, class W, detail::if_bf16_with_fp32<T, W> = 0>
+Tensor<T> operator+(const Tensor<T>& a, const Tensor<W>& b) {
+  return detail::add_mixed(a, b, nullptr);
+}
+template <class T, class W, detail::if_bf16_with_fp32<T, W> = 0>
+Tensor<T> operator+(Tensor<T>&& a, const Tensor<W>& b) {
+  return detail::add_mixed(a, b, &a);
 }
 
 /// a + b into a's block when a is an rvalue nothing else holds (`std::move(y) + bias`).

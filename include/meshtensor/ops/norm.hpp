@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -118,16 +119,17 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   return st;
 }
 
-template <class T>
-void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<T>* moments) {
+// The statistics in their own type S (fp32 for bfloat16 activations).
+template <class S, class T>
+void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<S>* moments) {
   if (!moments) return;
   TensorLayout stats_layout(Shape(st.kept_dims), x.mesh().shape(), x.layout().layout());
-  const std::vector<T> mean(st.mean.begin(), st.mean.end()),
+  const std::vector<S> mean(st.mean.begin(), st.mean.end()),
       variance(st.variance.begin(), st.variance.end());
-  Array<T> m = array_from_host(mean, to_xshape(st.kept_sizes));
-  Array<T> v = array_from_host(variance, to_xshape(st.kept_sizes));
-  moments->mean = Tensor<T>(x.mesh(), stats_layout, std::move(m));
-  moments->variance = Tensor<T>(x.mesh(), stats_layout, std::move(v));
+  Array<S> m = array_from_host(mean, to_xshape(st.kept_sizes));
+  Array<S> v = array_from_host(variance, to_xshape(st.kept_sizes));
+  moments->mean = Tensor<S>(x.mesh(), stats_layout, std::move(m));
+  moments->variance = Tensor<S>(x.mesh(), stats_layout, std::move(v));
   moments->count = st.count;
 }
 
@@ -187,18 +189,20 @@ namespace detail {
  * recomputed from x); backward is one pass for the sums, one for dx:
  *   g' = g masked by the ReLU, dbeta = sum g', dgamma = sum g' x̂,
  *   dx = gamma inv_std (g' - dbeta / n - x̂ dgamma / n).
+ * gamma, beta and the statistics have the parameters' type W: T, or fp32 for bfloat16 x (their
+ * gradients summed in double and rounded once into fp32).
  */
-template <class T>
-Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Tensor<T>& gamma,
-                           const Tensor<T>& beta, double epsilon, Moments<T>* moments,
+template <class T, class W>
+Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>& gamma,
+                           const Tensor<W>& beta, double epsilon, Moments<W>* moments,
                            Activation activation) {
   const auto st = norm_statistics(x, reduced, epsilon, "batch_norm");
   store_moments(st, x, moments);
   Mesh& mesh = x.mesh();
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
-  auto scale_of = [&](const Tensor<T>& t) {
+  auto scale_of = [&](const Tensor<W>& t) {
     const auto here = relayout_to(t, stats_layout);
-    const std::vector<T> values = to_host_vector(here.array());
+    const std::vector<W> values = to_host_vector(here.array());
     return std::vector<double>(values.begin(), values.end());
   };
   const auto g_scale = scale_of(gamma), shift = scale_of(beta);
@@ -221,11 +225,11 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   y.set_recipe(std::move(recipe));
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
-  autodiff::record(
-      y, {x, gamma, beta},
+  autodiff::record_mixed(
+      y, std::make_tuple(x, gamma, beta),
       [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, st, g_scale,
        stats_layout, gamma_layout = gamma.layout(),
-       beta_layout = beta.layout()](const Tensor<T>& g, const std::vector<bool>& needed) {
+       beta_layout = beta.layout()](const Tensor<T>& g, const std::array<bool, 3>& needed) {
         const T* pg = g.array().data();
         const T* px = x.array().data();
         const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
@@ -234,7 +238,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
         std::vector<double> sums = kernels::norm_gradient_sums(  // of g' and g' x̂, per key
             st.sizes, st.key_strides, pg, px, st.inv_std, shift, mask);
         if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
-        std::vector<Tensor<T>> grads(3);
+        std::tuple<Tensor<T>, Tensor<W>, Tensor<W>> grads;
         if (needed[0]) {
           // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
           std::vector<double> p_key(st.keys), q_key(st.keys), r_key(st.keys);
@@ -248,25 +252,25 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
           Array<T> dx = Array<T>::from_shape(g.array().shape());
           kernels::norm_input_gradient(st.sizes, st.key_strides, pg, px, mask, p_key, q_key, r_key,
                                        dx.data());
-          grads[0] = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
+          std::get<0>(grads) = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }
         auto per_key = [&](int which, const TensorLayout& layout) {
-          std::vector<T> values(st.keys);
-          for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<T>(sums[2 * k + which]);
-          Array<T> v = array_from_host(values, to_xshape(st.kept_sizes));
-          return relayout_to(Tensor<T>(g.mesh(), stats_layout, std::move(v)), layout);
+          std::vector<W> values(st.keys);
+          for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<W>(sums[2 * k + which]);
+          Array<W> v = array_from_host(values, to_xshape(st.kept_sizes));
+          return relayout_to(Tensor<W>(g.mesh(), stats_layout, std::move(v)), layout);
         };
-        if (needed[1]) grads[1] = per_key(1, gamma_layout);
-        if (needed[2]) grads[2] = per_key(0, beta_layout);
+        if (needed[1]) std::get<1>(grads) = per_key(1, gamma_layout);
+        if (needed[2]) std::get<2>(grads) = per_key(0, beta_layout);
         return grads;
       });
   return y;
 }
 
 // gamma and beta have exactly the dims the statistics are kept per, in that order.
-template <class T>
-bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<T>& gamma,
-                    const Tensor<T>& beta) {
+template <class T, class W>
+bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>& gamma,
+                    const Tensor<W>& beta) {
   std::vector<Dim> kept;
   for (const auto& dim : x.shape())
     if (!reduced.contains(dim.name)) kept.push_back(dim);
@@ -278,20 +282,30 @@ bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<T>
 /**
  * Batch norm in training mode: statistics over every dim but `channels`, then gamma * x̂ + beta
  * (gamma and beta have just the `channels` dim), then `activation` — all in one pass each way.
- * `moments` receives the batch statistics.
+ * `moments` receives the batch statistics. bfloat16 x takes fp32 gamma and beta (the statistics
+ * and the parameters' gradients in fp32), or bfloat16 ones.
  */
-template <class T>
-Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
+template <class T, class W>
+Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>& beta,
                      const std::string& channels = "channels", double epsilon = 1e-5,
-                     std::common_type_t<Moments<T>>* moments = nullptr,
+                     std::common_type_t<Moments<W>>* moments = nullptr,
                      Activation activation = Activation::none) {
+  static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
+                "batch_norm's gamma and beta have x's element type, or fp32 for bfloat16 x");
   std::vector<std::string> reduced;
   for (const auto& dim : x.shape())
     if (dim.name != channels) reduced.push_back(dim.name);
   if (detail::affine_per_key(x, reduced, gamma, beta))
     return detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation);
-  auto y = normalize(x, reduced, epsilon, moments) * gamma + beta;
-  return activation == Activation::relu ? relu(y) : y;
+  if constexpr (!std::is_same_v<T, W>) {
+    throw ShapeError(
+        "batch_norm: with fp32 gamma and beta for bfloat16 x, gamma and beta must be " +
+        detail::quote(channels) + " alone; they are " + gamma.shape().to_string() + " and " +
+        beta.shape().to_string());
+  } else {
+    auto y = normalize(x, reduced, epsilon, moments) * gamma + beta;
+    return activation == Activation::relu ? relu(y) : y;
+  }
 }
 
 /// Instance norm: statistics over the spatial dims, per batch entry and channel.

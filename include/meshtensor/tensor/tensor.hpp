@@ -13,6 +13,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/comm/mesh.hpp"
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
@@ -176,7 +177,7 @@ class Tensor {
 
   /// Marks a leaf (a parameter, an input) whose gradient backward() should fill.
   Tensor& set_requires_grad(bool required = true) {
-    static_assert(std::is_floating_point_v<T>, "only floating-point tensors have gradients");
+    static_assert(is_floating_v<T>, "only floating-point tensors have gradients");
     if (!required) {
       state().node.reset();
     } else if (!state().node) {

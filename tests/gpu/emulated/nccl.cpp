@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,10 +60,10 @@ bool mpi_type(ncclDataType_t type, MPI_Datatype* mpi, std::size_t* size) {
     MPI_Datatype mpi;
     std::size_t size;
   };
-  const Type types[] = {{ncclInt8, MPI_INT8_T, 1},   {ncclUint8, MPI_UINT8_T, 1},
-                        {ncclInt32, MPI_INT32_T, 4}, {ncclUint32, MPI_UINT32_T, 4},
-                        {ncclInt64, MPI_INT64_T, 8}, {ncclUint64, MPI_UINT64_T, 8},
-                        {ncclFloat32, MPI_FLOAT, 4}, {ncclFloat64, MPI_DOUBLE, 8}};
+  const Type types[] = {
+      {ncclInt8, MPI_INT8_T, 1},     {ncclUint8, MPI_UINT8_T, 1},  {ncclInt32, MPI_INT32_T, 4},
+      {ncclUint32, MPI_UINT32_T, 4}, {ncclInt64, MPI_INT64_T, 8},  {ncclUint64, MPI_UINT64_T, 8},
+      {ncclFloat32, MPI_FLOAT, 4},   {ncclFloat64, MPI_DOUBLE, 8}, {ncclBfloat16, MPI_UINT16_T, 2}};
   for (const Type& t : types)
     if (t.nccl == type) {
       *mpi = t.mpi;
@@ -72,7 +73,45 @@ bool mpi_type(ncclDataType_t type, MPI_Datatype* mpi, std::size_t* size) {
   return false;
 }
 
-bool mpi_op(ncclRedOp_t op, MPI_Op* mpi) {
+// bfloat16 reduced as NCCL does, through float: user ops over the 16-bit words.
+float widened(std::uint16_t bits) {
+  const std::uint32_t wide = std::uint32_t(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof value);
+  return value;
+}
+std::uint16_t narrowed(float value) {
+  std::uint32_t u;
+  std::memcpy(&u, &value, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);
+  return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+template <ncclRedOp_t op>
+void combine_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *count; ++i) {
+    const float x = widened(a[i]), y = widened(b[i]);
+    const float r = op == ncclSum    ? x + y
+                    : op == ncclProd ? x * y
+                    : op == ncclMax  ? (x < y ? y : x)
+                                     : (y < x ? y : x);
+    b[i] = narrowed(r);
+  }
+}
+bool bf16_op(ncclRedOp_t op, MPI_Op* mpi) {
+  static MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_User_function* functions[4] = {&combine_bf16<ncclSum>, &combine_bf16<ncclProd>,
+                                     &combine_bf16<ncclMax>, &combine_bf16<ncclMin>};
+  const int k = op == ncclSum ? 0 : op == ncclProd ? 1 : op == ncclMax ? 2 : op == ncclMin ? 3 : -1;
+  if (k < 0) return false;
+  if (ops[k] == MPI_OP_NULL) MPI_Op_create(functions[k], 1, &ops[k]);
+  *mpi = ops[k];
+  return true;
+}
+
+bool mpi_op(ncclRedOp_t op, ncclDataType_t type, MPI_Op* mpi) {
+  if (type == ncclBfloat16) return bf16_op(op, mpi);
   switch (op) {
     case ncclSum:
       *mpi = MPI_SUM;
@@ -361,7 +400,8 @@ ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDa
   std::size_t size;
   if (const auto r = check_call("ncclAllReduce", comm, {send, receive}, type, &mpi, &size))
     return r;
-  if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclAllReduce: unsupported op");
+  if (!mpi_op(op, type, &reduce))
+    return refuse(ncclInvalidArgument, "ncclAllReduce: unsupported op");
   return issue(stream, comm, [=](Posted& posted) {
     residency::to_gpu(send, count * size);
     residency::to_gpu(receive, count * size);
@@ -392,7 +432,8 @@ ncclResult_t ncclReduceScatter(const void* send, void* receive, size_t count, nc
   std::size_t size;
   if (const auto r = check_call("ncclReduceScatter", comm, {send, receive}, type, &mpi, &size))
     return r;
-  if (!mpi_op(op, &reduce)) return refuse(ncclInvalidArgument, "ncclReduceScatter: unsupported op");
+  if (!mpi_op(op, type, &reduce))
+    return refuse(ncclInvalidArgument, "ncclReduceScatter: unsupported op");
   return issue(stream, comm, [=](Posted& posted) {
     // In place, NCCL keeps this rank's block where it is in the input, and MPI's in-place form
     // does not: the input is copied then.

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/norm_formulas.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
@@ -180,13 +181,14 @@ void for_each_value(const KeyedBlock& st, F&& f) {
 // the chunks are combined in double (Chan et al.).
 template <class T>
 std::vector<Partial> lane_moments(const KeyedBlock& st, const T* in) {
+  using C = compute_t<T>;  // the lanes' sums: float for bfloat16 data
   const KeyLanes lanes(std::int64_t(st.keys));
   const std::size_t keys = st.keys, width = std::size_t(lanes.width());
   std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
   const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
     // Per lane, what the values are taken from: the chunk's first row for the sum, then its mean
     // for the squared deviations.
-    std::vector<T> lane_sum(width), centre(width), lane_m2(width);
+    std::vector<C> lane_sum(width), centre(width), lane_m2(width);
     std::vector<double> sum(keys), mean(keys), m2(keys);
     for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
       const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
@@ -196,36 +198,36 @@ std::vector<Partial> lane_moments(const KeyedBlock& st, const T* in) {
       // and Chan's combination the variance with them).
       const T* first = in + c0 * std::int64_t(keys);
       for (std::size_t j = 0; j < width; ++j) centre[j] = first[j % keys];
-      std::fill(lane_sum.begin(), lane_sum.end(), T(0));
-      T* acc = lane_sum.data();
-      const T* shift = centre.data();  // (the same buffer, the mean, further down)
+      std::fill(lane_sum.begin(), lane_sum.end(), C(0));
+      C* acc = lane_sum.data();
+      const C* shift = centre.data();  // (the same buffer, the mean, further down)
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
 #ifdef _OPENMP
 #pragma omp simd
 #endif
-        for (std::int64_t j = 0; j < w; ++j) acc[j] += in[at + j] - shift[j];
+        for (std::int64_t j = 0; j < w; ++j) acc[j] += C(in[at + j]) - shift[j];
       });
       std::fill(sum.begin(), sum.end(), 0.0);
       lanes.add_to_keys(acc, sum.data());
       for (std::size_t k = 0; k < keys; ++k) mean[k] = double(first[k]) + sum[k] / n;
-      for (std::size_t j = 0; j < width; ++j) centre[j] = static_cast<T>(mean[j % keys]);
-      std::fill(lane_m2.begin(), lane_m2.end(), T(0));
-      T* dev2 = lane_m2.data();
+      for (std::size_t j = 0; j < width; ++j) centre[j] = static_cast<C>(mean[j % keys]);
+      std::fill(lane_m2.begin(), lane_m2.end(), C(0));
+      C* dev2 = lane_m2.data();
       lanes.for_groups(c0, c1, [&](std::int64_t at, auto w) {
 #ifdef _OPENMP
 #pragma omp simd
 #endif
         for (std::int64_t j = 0; j < w; ++j) {
-          const T d = in[at + j] - shift[j];
+          const C d = C(in[at + j]) - shift[j];
           dev2[j] += d * d;
         }
       });
       std::fill(m2.begin(), m2.end(), 0.0);
       lanes.add_to_keys(dev2, m2.data());
       for (std::size_t k = 0; k < keys; ++k) {
-        // The deviations were taken from the mean rounded to T: sum (x - m~)^2 exceeds
+        // The deviations were taken from the mean rounded to C: sum (x - m~)^2 exceeds
         // sum (x - m)^2 by n (m - m~)^2.
-        const double off = mean[k] - double(static_cast<T>(mean[k]));
+        const double off = mean[k] - double(static_cast<C>(mean[k]));
         parts[p][k] =
             combine_moments(parts[p][k], {n, mean[k], std::max(0.0, m2[k] - n * off * off)});
       }
@@ -275,10 +277,12 @@ void norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
                  const std::vector<double>& scale, const std::vector<double>& shift, T floor,
                  T* out) {
   using namespace norm_detail;
+  using C = compute_t<T>;  // per-key coefficients and arithmetic: float for bfloat16 data
   const KeyedBlock st(sizes, key_strides, scale.size());
-  const auto a = indexed<T>(st, scale), b = indexed<T>(st, shift);
+  const auto a = indexed<C>(st, scale), b = indexed<C>(st, shift);
+  const C low = C(floor);
   for_each_value(st, [&](std::int64_t at, std::int64_t i) {
-    out[at] = affine_floor(a[i], x[at], b[i], floor);
+    out[at] = T(affine_floor(a[i], C(x[at]), b[i], low));
   });
 }
 
@@ -288,27 +292,28 @@ namespace norm_detail {
 // applies or not (from v and zeros where there is no ReLU): loops the compiler vectorises.
 template <class T>
 struct Masked {
-  std::vector<T> a, b;
+  using C = compute_t<T>;
+  std::vector<C> a, b;
   const T *g, *x;
-  T floor;
+  C floor;
   bool relu;
   Masked(const KeyedBlock& st, const T* g_, const T* v, const ReluMask<T>& mask)
       : g(g_),
         x(mask.x ? mask.x : v),
-        floor(mask.x ? T(0) : -std::numeric_limits<T>::infinity()),
+        floor(mask.x ? C(0) : -std::numeric_limits<C>::infinity()),
         relu(mask.x != nullptr) {
     const std::vector<double> zeros(st.keys, 0.0);
-    a = indexed<T>(st, relu ? *mask.scale : zeros);
-    b = indexed<T>(st, relu ? *mask.shift : zeros);
+    a = indexed<C>(st, relu ? *mask.scale : zeros);
+    b = indexed<C>(st, relu ? *mask.shift : zeros);
   }
   // (The floor a variable, as the forward pass's: a constant 0 lets the compiler fold the mask
   // into a branch, and the loop no longer vectorises.)
   auto at() const {
     return [g = g, x = x, pa = a.data(), pb = b.data(), floor = floor, relu = relu](
                std::int64_t at, std::int64_t i) {
-      const T value = g[at];
-      const bool keep = (affine_floor(pa[i], x[at], pb[i], floor) > T(0)) | !relu;
-      return keep ? value : T(0);
+      const C value = C(g[at]);
+      const bool keep = (affine_floor(pa[i], C(x[at]), pb[i], floor) > C(0)) | !relu;
+      return keep ? value : C(0);
     };
   }
 };
@@ -323,13 +328,14 @@ std::vector<double> norm_gradient_sums(const Sizes& sizes, const Strides& key_st
                                        const std::vector<double>& shift, const ReluMask<T>& mask) {
   using namespace norm_detail;
   const KeyedBlock st(sizes, key_strides, scale.size());
+  using C = compute_t<T>;
   const Masked<T> mask_of(st, g, v, mask);
   const auto masked = mask_of.at();
-  const auto s = indexed<T>(st, scale), h = indexed<T>(st, shift);
-  const T *ps = s.data(), *ph = h.data();
-  return sum_keys<T, 2>(st, [=](std::int64_t at, std::int64_t i) {
-    const T gm = masked(at, i);
-    return std::array<T, 2>{gm, gm * (ps[i] * v[at] + ph[i])};
+  const auto s = indexed<C>(st, scale), h = indexed<C>(st, shift);
+  const C *ps = s.data(), *ph = h.data();
+  return sum_keys<C, 2>(st, [=](std::int64_t at, std::int64_t i) {
+    const C gm = masked(at, i);
+    return std::array<C, 2>{gm, gm * (ps[i] * C(v[at]) + ph[i])};
   });
 }
 
@@ -340,12 +346,13 @@ void norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T
                          const std::vector<double>& q, const std::vector<double>& r, T* dx) {
   using namespace norm_detail;
   const KeyedBlock st(sizes, key_strides, p.size());
+  using C = compute_t<T>;
   const Masked<T> mask_of(st, g, v, mask);
   const auto masked = mask_of.at();
-  const auto pk = indexed<T>(st, p), qk = indexed<T>(st, q), rk = indexed<T>(st, r);
-  const T *pp = pk.data(), *pq = qk.data(), *pr = rk.data();
+  const auto pk = indexed<C>(st, p), qk = indexed<C>(st, q), rk = indexed<C>(st, r);
+  const C *pp = pk.data(), *pq = qk.data(), *pr = rk.data();
   for_each_value(st, [=](std::int64_t at, std::int64_t i) {
-    dx[at] = affine_input_gradient(pp[i], masked(at, i), pq[i], v[at], pr[i]);
+    dx[at] = T(affine_input_gradient(pp[i], masked(at, i), pq[i], C(v[at]), pr[i]));
   });
 }
 

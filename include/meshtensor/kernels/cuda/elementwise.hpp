@@ -17,6 +17,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/common/elementwise_formulas.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/cuda/launch.hpp"
@@ -110,12 +111,30 @@ extern "C" __global__ void zip_f64(int code, Walk w, const double* a, const doub
                                    double* out, long long n) {
   zip_values(code, w, a, b, out, n);
 }
+extern "C" __global__ void copy_2_bytes(Walk w, const unsigned short* from, unsigned short* to,
+                                        long long n) {
+  copy_walk(w, from, to, n);
+}
 extern "C" __global__ void copy_4_bytes(Walk w, const unsigned* from, unsigned* to, long long n) {
   copy_walk(w, from, to, n);
 }
 extern "C" __global__ void copy_8_bytes(Walk w, const unsigned long long* from,
                                         unsigned long long* to, long long n) {
   copy_walk(w, from, to, n);
+}
+// float -> bfloat16 as VCVTNEPS2BF16 rounds (kernels/cpu/convert.hpp), and back.
+extern "C" __global__ void convert_f32_bf16(const unsigned* from, unsigned short* to, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) {
+    unsigned u = from[i];
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+      to[i] = (unsigned short)((u >> 16) | 0x40u);
+    else
+      to[i] = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+extern "C" __global__ void convert_bf16_f32(const unsigned short* from, unsigned* to, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) to[i] = (unsigned)from[i] << 16;
 }
 extern "C" __global__ void accumulate_f32(float* into, const float* add, long long n) {
   accumulate(into, add, n);
@@ -216,12 +235,13 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
 }
 
 /// to[i * to_strides] = from[i * from_strides] for every index i of `box`, on the GPU, as
-/// kernels/cpu/reference/copy_box.hpp: for elements of 4 or 8 bytes; false when it cannot run
+/// kernels/cpu/reference/copy_box.hpp: for elements of 2, 4 or 8 bytes; false when it cannot run
 /// there.
 template <class T>
 bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* to,
               const Strides& to_strides) {
-  if constexpr ((sizeof(T) != 4 && sizeof(T) != 8) || !std::is_trivially_copyable_v<T>) {
+  if constexpr ((sizeof(T) != 2 && sizeof(T) != 4 && sizeof(T) != 8) ||
+                !std::is_trivially_copyable_v<T>) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
@@ -231,9 +251,28 @@ bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
     std::array<std::int64_t, 3> spans{};
     if (!detail::walk_of(box, {from_strides, Strides(box.size(), 0), to_strides}, &walk, &spans))
       return false;
-    run_kernel(elementwise_source(), sizeof(T) == 4 ? "copy_4_bytes" : "copy_8_bytes", n,
-               {operand(from, spans[0]), operand(to, spans[2])}, walk,
-               static_cast<const void*>(from), static_cast<void*>(to), static_cast<long long>(n));
+    const char* kernel = sizeof(T) == 2   ? "copy_2_bytes"
+                         : sizeof(T) == 4 ? "copy_4_bytes"
+                                          : "copy_8_bytes";
+    run_kernel(elementwise_source(), kernel, n, {operand(from, spans[0]), operand(to, spans[2])},
+               walk, static_cast<const void*>(from), static_cast<void*>(to),
+               static_cast<long long>(n));
+    return true;
+  }
+}
+
+/// to[i] = from[i] between float and bfloat16, on the GPU; false for other pairs.
+template <class From, class To>
+bool convert(const From* from, std::int64_t n, To* to) {
+  constexpr bool narrows = std::is_same_v<From, float> && std::is_same_v<To, bfloat16>;
+  constexpr bool widens = std::is_same_v<From, bfloat16> && std::is_same_v<To, float>;
+  if constexpr (!narrows && !widens) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    run_kernel(elementwise_source(), narrows ? "convert_f32_bf16" : "convert_bf16_f32", n,
+               {operand(from, n), operand(to, n)}, static_cast<const void*>(from),
+               static_cast<void*>(to), static_cast<long long>(n));
     return true;
   }
 }

@@ -93,7 +93,7 @@ inline std::int64_t window_count(const PoolGeometry& g, std::int64_t o0, std::in
 /// counted), which has nothing to average: not 0 / 0, whose NaN differs between processors.
 template <class T>
 T mean_of(T sum, std::int64_t count) {
-  return count == 0 ? T(0) : sum / T(count);
+  return count == 0 ? T(0) : T(sum / T(count));
 }
 
 /// output = mean over each window (padding counted or not).

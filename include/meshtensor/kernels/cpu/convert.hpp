@@ -1,0 +1,87 @@
+#pragma once
+// Conversions between float and bfloat16 on the compute threads. Rounding is the hardware's
+// (VCVTNEPS2BF16): to nearest, ties to even, NaN quietened, and denormal inputs taken as zero, in
+// every path — AVX512_BF16's instruction, its AVX-512F emulation and the scalar loop — so a
+// tensor rounds alike on every CPU. Widening is exact.
+
+#include <cstdint>
+#include <cstring>
+
+#include "meshtensor/core/bfloat16.hpp"
+#include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/cpu/loops.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace meshtensor::kernels::cpu {
+
+/// VCVTNEPS2BF16 on one value: a denormal rounds as zero of its sign.
+inline bfloat16 to_bf16_flushed(float value) {
+  std::uint32_t u;
+  std::memcpy(&u, &value, sizeof u);
+  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+  float flushed;
+  std::memcpy(&flushed, &u, sizeof u);
+  return bfloat16(flushed);
+}
+
+inline void to_bf16_run(const float* from, bfloat16* to, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_loadu_ps(from + i));
+    std::memcpy(to + i, &rounded, sizeof rounded);
+  }
+#elif defined(__AVX512F__)
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000), sign = _mm512_set1_epi32(int(0x80000000));
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x00400000);
+  for (; i + 16 <= n; i += 16) {
+    __m512i u = _mm512_castps_si512(_mm512_loadu_ps(from + i));
+    const __mmask16 denormal = _mm512_testn_epi32_mask(u, exponent);
+    u = _mm512_mask_and_epi32(u, denormal, u, sign);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_epi32(u, magnitude), exponent);
+    const __m512i lsb = _mm512_and_epi32(_mm512_srli_epi32(u, 16), one);
+    __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, lsb));
+    rounded = _mm512_mask_or_epi32(rounded, nan, u, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
+  }
+#endif
+  for (; i < n; ++i) to[i] = to_bf16_flushed(from[i]);
+}
+
+inline void to_float_run(const bfloat16* from, float* to, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    // The zero-masking forms: GCC 12 warns of the plain ones' undefined source operand.
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i));
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, bits);
+    _mm512_storeu_ps(to + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wide, 16)));
+  }
+#endif
+  for (; i < n; ++i) to[i] = float(from[i]);
+}
+
+/// to[i] = from[i] converted, for i < n, on the compute threads.
+template <class From, class To>
+void convert(const From* from, std::int64_t n, To* to) {
+  parallel_for_each_run<2>(
+      Sizes{n}, {Strides{1}, Strides{1}}, compute_threads(),
+      [&](const std::array<std::int64_t, 2>& at, std::int64_t count,
+          const std::array<std::int64_t, 2>&) {
+        if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>)
+          to_bf16_run(from + at[0], to + at[1], count);
+        else if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>)
+          to_float_run(from + at[0], to + at[1], count);
+        else
+          for (std::int64_t i = 0; i < count; ++i)
+            to[at[1] + i] = To(compute_t<From>(from[at[0] + i]));
+      });
+}
+
+}  // namespace meshtensor::kernels::cpu
