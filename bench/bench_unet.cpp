@@ -3,7 +3,7 @@
 // object per line, figures per processor (the largest over processors).
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
-//              [--layouts "x:a; y:b | channels:a"]
+//              [--precision fp32|bf16] [--layouts "x:a; y:b | channels:a"]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 
 #include <algorithm>
@@ -31,6 +31,7 @@ struct Options {
   int channels = 8;
   int depth = 3;
   bool recompute = false;
+  std::string precision = "fp32";  // or bf16
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
 };
 
@@ -54,11 +55,15 @@ Options parse(int argc, char** argv) {
       o.recompute = value == "1" || value == "true";
     else if (flag == "--layouts")
       o.layouts = value;
+    else if (flag == "--precision" && (value == "fp32" || value == "bf16"))
+      o.precision = value;
+    else if (flag == "--precision")
+      throw mt::Error("--precision " + value + ": valid values are fp32 and bf16");
     else
       throw mt::Error(
           "unknown flag " + flag +
-          "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute and "
-          "--layouts");
+          "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute, "
+          "--precision and --layouts");
   }
   return o;
 }
@@ -192,6 +197,7 @@ int main(int argc, char** argv) {
     config.channels = o.channels;
     config.depth = o.depth;
     config.recompute = o.recompute;
+    config.precision = o.precision;
     config.layouts = layouts;
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
@@ -237,7 +243,8 @@ int main(int argc, char** argv) {
     if (mesh.processor() == 0)
       std::printf(
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
-          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"step_s\":%.4f,\"halo_s\":%"
+          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
+          "\"step_s\":%.4f,\"halo_s\":%"
           ".4f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
@@ -246,10 +253,10 @@ int main(int argc, char** argv) {
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
           "\"conv_gflops\":%.2f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
-          o.channels, o.depth, o.recompute ? "true" : "false", step_s, halo_s, halo_bytes,
-          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
-          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib,
-          conv_gflop, conv_gflop / step_s);
+          o.channels, o.depth, o.recompute ? "true" : "false", o.precision.c_str(), step_s, halo_s,
+          halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak,
+          pool_in_use_peak, parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
+          misses, fresh_mib, conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

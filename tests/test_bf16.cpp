@@ -228,3 +228,74 @@ TEST_CASE("the U-Net's ops in bfloat16 are their fp32 values within bfloat16's r
   });
   CHECK(why == "");
 }
+
+namespace {
+// A convolution's three passes on bfloat16 blocks (run a slab of rows at a time, each widened)
+// against the float kernels on the same values, widened whole: `why` names the first pass off.
+std::string bf16_passes_match_float(const kernels::ConvGeometry& g) {
+  const std::int64_t n_in = kernels::conv_input_size(g), n_out = kernels::conv_output_size(g),
+                     n_w = kernels::conv_weight_size(g);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto draw = [&](std::int64_t n) {
+    std::vector<bf16> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = bf16(uniform(rng));
+    return v;
+  };
+  auto wide = [](const std::vector<bf16>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const auto x = draw(n_in), w = draw(n_w), go = draw(n_out);
+  // Within a rounding step of the float result, relative to the largest magnitude (sums of a few
+  // hundred products in another order, then rounded once).
+  auto close = [](const auto& got, const std::vector<float>& want, double rtol) {
+    double largest = 0;
+    for (float v : want) largest = std::max(largest, double(std::abs(v)));
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (std::abs(double(got[i]) - double(want[i])) > rtol * largest) return false;
+    return true;
+  };
+  return on_one_processor([&](Mesh&) -> std::string {
+    std::vector<bf16> y(static_cast<std::size_t>(n_out)), gx(static_cast<std::size_t>(n_in));
+    std::vector<double> gw(static_cast<std::size_t>(n_w), 0.0), gw_float(gw);
+    std::vector<float> y_float(y.size()), gx_float(gx.size());
+    kernels::conv_forward(g, x.data(), w.data(), y.data());
+    kernels::conv_forward(g, wide(x).data(), wide(w).data(), y_float.data());
+    if (!close(y, y_float, 1.0 / 128)) return "forward";
+    kernels::conv_backward_input(g, go.data(), w.data(), gx.data());
+    kernels::conv_backward_input(g, wide(go).data(), wide(w).data(), gx_float.data());
+    if (!close(gx, gx_float, 1.0 / 128)) return "input gradient";
+    kernels::conv_backward_weight(g, x.data(), go.data(), gw.data());
+    kernels::conv_backward_weight(g, wide(x).data(), wide(go).data(), gw_float.data());
+    if (!close(gw, std::vector<float>(gw_float.begin(), gw_float.end()), 1e-4))
+      return "weight gradient";
+    return "";
+  });
+}
+
+kernels::ConvGeometry geometry(std::array<std::int64_t, 3> in, std::array<std::int64_t, 3> out,
+                               std::int64_t kernel, kernels::Taps taps, std::int64_t batch) {
+  kernels::ConvGeometry g;
+  g.batch = batch;
+  g.c_in = g.c_out = 8;
+  g.in = in;
+  g.out = out;
+  g.kernel = {kernel, kernel, kernel};
+  g.taps = {taps, taps, taps};
+  return g;
+}
+}  // namespace
+
+TEST_CASE("bfloat16 convolution kernels run in slabs of rows as the float kernels do") {
+  // Rows of 96 x 96 x 8 values: a few MiB of widened rows hold 14 of them, so these blocks run in
+  // several slabs, each reading the rows around it; batch 2 runs entry by entry.
+  kernels::Taps same;
+  same.origin = -1;
+  CHECK(bf16_passes_match_float(geometry({24, 96, 96}, {24, 96, 96}, 3, same, 1)) == "");
+  kernels::Taps strided;
+  strided.stride = 2;
+  CHECK(bf16_passes_match_float(geometry({31, 96, 96}, {15, 47, 47}, 3, strided, 1)) == "");
+  kernels::Taps up;
+  up.transposed = true;
+  up.stride = 2;
+  CHECK(bf16_passes_match_float(geometry({15, 48, 48}, {30, 96, 96}, 2, up, 1)) == "");
+  CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 3, same, 2)) == "");
+}

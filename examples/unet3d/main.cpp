@@ -391,6 +391,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_flag("--recompute", f.options.recompute,
                "keep only each level's input and output for backward and compute the "
                "rest again (less memory, about a third more compute)");
+  cmd.add_option("--precision", f.options.precision,
+                 "fp32, or bf16: activations, halos and the weights used in compute in "
+                 "bfloat16 (half the memory); master weights, Adam, normalisation statistics, "
+                 "the loss and weight-gradient sums in fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd.add_option("--steps", f.options.steps, "training steps")->check(CLI::PositiveNumber);
   cmd.add_option("--stop-after", f.options.stop_after,
                  "end this run after so many steps, checkpointed, to --resume later (job time "

@@ -30,7 +30,8 @@ struct ModelConfig {
   int classes = 3;
   int inputs = 1;  // input channels: CT alone, or several modalities (BraTS: 4 MRI sequences)
   std::uint64_t seed = 1;
-  bool recompute = false;      // levels recomputed in backward instead of keeping their activations
+  bool recompute = false;  // levels recomputed in backward instead of keeping their activations
+  std::string precision = "fp32";  // or "bf16": activations in bfloat16, parameters in fp32
   mt::LayoutSchedule layouts;  // per level (encoder and decoder alike); empty: the input's layout
 };
 
@@ -55,7 +56,8 @@ class DoubleConv {
 
   // x is taken by value and replaced: the convolution keeps what backward needs of its input, so
   // a level's input (the decoder's concatenation) is freed as soon as its first convolution ran.
-  mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
+  template <class A>
+  mt::Tensor<A> operator()(mt::Tensor<A> x, bool training) {
     x = norm1_(conv1_(x), training, mt::Activation::relu);
     return norm2_(conv2_(x), training, mt::Activation::relu);
   }
@@ -95,9 +97,21 @@ class UNet {
                   layout(0));
   }
 
-  /// Logits [batch, x, y, z, classes] for a batch [batch, x, y, z, channels] of prepared scans.
+  /// Logits [batch, x, y, z, classes] for a batch [batch, x, y, z, channels] of prepared scans,
+  /// computed in the config's precision (in bf16 the scans enter and the logits leave as fp32).
   mt::Tensor<float> operator()(mt::Tensor<float> x, bool training) {
-    std::vector<mt::Tensor<float>> skips;
+    if (config_.precision == "bf16")
+      return mt::cast<float>(forward(mt::cast<mt::bf16>(x), training));
+    return forward(std::move(x), training);
+  }
+
+  nn::Parameters<float>& parameters() { return params_; }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  template <class A>
+  mt::Tensor<A> forward(mt::Tensor<A> x, bool training) {
+    std::vector<mt::Tensor<A>> skips;
     for (std::size_t level = 0; level < down_.size(); ++level) {
       x = run(down_[level], enter(level, std::move(x)), training);
       skips.push_back(x);
@@ -113,10 +127,6 @@ class UNet {
     return mt::rename((*head_)(x), "channels", "classes");
   }
 
-  nn::Parameters<float>& parameters() { return params_; }
-  const ModelConfig& config() const { return config_; }
-
- private:
   // The layout of a level's tensors and parameters: the schedule's, or none of its own (parameters
   // replicated, activations left where the input put them).
   mt::Layout layout(std::size_t level) const {
@@ -124,15 +134,17 @@ class UNet {
   }
 
   // A tensor entering `level`, moved into the level's layout (gradients move back).
-  mt::Tensor<float> enter(std::size_t level, mt::Tensor<float> x) const {
+  template <class A>
+  mt::Tensor<A> enter(std::size_t level, mt::Tensor<A> x) const {
     return config_.layouts.empty() ? x : mt::relayout(x, config_.layouts.at(level));
   }
 
   // A level's two convolutions, recomputed in backward when the config says so.
-  mt::Tensor<float> run(DoubleConv& level, mt::Tensor<float> x, bool training) {
+  template <class A>
+  mt::Tensor<A> run(DoubleConv& level, mt::Tensor<A> x, bool training) {
     if (!config_.recompute || !training) return level(std::move(x), training);
-    return mt::autodiff::recompute<float>(
-        [&level](const std::vector<mt::Tensor<float>>& in) { return level(in[0], true); }, {x});
+    return mt::autodiff::recompute<A>(
+        [&level](const std::vector<mt::Tensor<A>>& in) { return level(in[0], true); }, {x});
   }
 
   ModelConfig config_;

@@ -33,7 +33,8 @@ struct TrainOptions {
   int depth = 3;
   int channels = 8;
   std::string norm = "batch";
-  bool recompute = false;  // keep only each level's input and output; recompute the rest
+  bool recompute = false;          // keep only each level's input and output; recompute the rest
+  std::string precision = "fp32";  // or "bf16": activations in bfloat16, parameters in fp32
   std::int64_t steps = 600;
   std::int64_t stop_after =
       0;  // stop (with a checkpoint) after this many steps of this run: 0 = never

@@ -43,6 +43,7 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   summary["channels"] = o.channels;
   summary["norm"] = o.norm;
   summary["recompute"] = o.recompute;
+  summary["precision"] = o.precision;
   if (per_level) summary["layouts"] = o.layouts.to_string();
   if (pricing) {
     const mt::MachineModel machine = machine_for(mesh.num_processors(), *pricing);

@@ -33,6 +33,7 @@ inline ModelConfig model_config(const TrainOptions& o) {
   config.classes = int(o.task.num_classes());
   config.inputs = int(o.task.num_channels());
   config.recompute = o.recompute;
+  config.precision = o.precision;
   config.layouts = o.layouts;
   return config;
 }

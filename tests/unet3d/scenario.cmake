@@ -97,6 +97,20 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${level_logs})
+  # In bfloat16 the same losses on every mesh within bfloat16's rounding (partial sums rounded
+  # before they meet: 2x2x2's halo gradients, channel splits' partial outputs); 1.4e-3 measured.
+  set(bf16 ${UNET3D} train ${small} --steps 5 --precision bf16)
+  ok(${bf16} --threads 1 --out ${here}/bf16_one)
+  ok(${bf16} --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --out ${here}/bf16_eight)
+  ok(${bf16} --threads 4 --layouts "x:p | channels:p" --out ${here}/bf16_levels)
+  set(bf16_logs ${here}/bf16_one/metrics.jsonl ${here}/bf16_eight/metrics.jsonl
+      ${here}/bf16_levels/metrics.jsonl)
+  if(MPIEXEC)
+    ok(${MPIEXEC} ${NP_FLAG} 4 ${bf16} --mesh "rows:2, cols:2" --layout "x:rows, y:cols"
+       --out ${here}/bf16_mpi)
+    list(APPEND bf16_logs ${here}/bf16_mpi/metrics.jsonl)
+  endif()
+  ok(${CHECK} losses 5e-3 ${bf16_logs})
   # Augmented (flips, 90-degree turns, intensities): the same volumes on every mesh, flipped and
   # turned across split dims, so the same losses; and not those of the unaugmented run.
   set(augmented ${UNET3D} train ${small} --steps 5 --augment all)
@@ -255,6 +269,7 @@ elseif(SCENARIO STREQUAL "auto_layout")
           --memory-per-processor 64MiB --out ${here}/mpi2)
   endif()
 elseif(SCENARIO STREQUAL "bad_flags")
+  fails("--precision: fp16 not in \\{fp32,bf16\\}" ${UNET3D} train ${small} --precision fp16 --out ${here}/o)
   fails("cannot parse mesh shape" ${UNET3D} train ${small} --mesh "rows:2,,cols" --out ${here}/o)
   fails("maps dim \"x\" to two mesh axes" ${UNET3D} train ${small} --mesh "rows:1, cols:1" --layout "x:rows, x:cols" --out ${here}/o)
   fails("names mesh axis \"cols\"" ${UNET3D} train ${small} --mesh "rows:1" --layout "x:cols" --out ${here}/o)

@@ -5,10 +5,11 @@
 // (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference loops with
 // MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
 // run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512; bfloat16
-// blocks on the float kernels, widened for the call. A GPU runs cuDNN's, and the CPU's for what
-// cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per
-// (output, tap) pair that reads the box.
+// blocks on the float kernels, a slab of rows widened at a time. A GPU runs cuDNN's, and the CPU's
+// for what cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per (output, tap) pair
+// that reads the box.
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -79,22 +80,98 @@ inline std::int64_t conv_weight_size(const ConvGeometry& g) {
 }
 
 namespace detail {
-// bfloat16 operands on the CPU: widened to float for the float kernels, whose result is rounded
-// once. (The blocks rest in bfloat16; the widened copies live only for the call.)
-inline Buffer<float> widened(const bfloat16* data, std::int64_t n) {
-  Buffer<float> out(static_cast<std::size_t>(n));
-  cpu::convert(data, n, out.data());
-  return out;
+template <class T>
+void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output);
+template <class T>
+void cpu_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                        T* grad_input);
+template <class T>
+void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                         double* grad_weight);
+
+// bfloat16 operands on the CPU run the float kernels a slab of rows at a time (rows along the
+// first dim, per batch entry), each slab widened for its call and its result rounded once: the
+// float copies stay a few MiB whatever the block, so bfloat16 keeps its halved memory.
+constexpr std::int64_t widened_slab_bytes = std::int64_t(4) << 20;
+
+inline std::int64_t rows_per_slab(std::int64_t row_size) {
+  return std::max<std::int64_t>(
+      1, widened_slab_bytes / std::int64_t(sizeof(float)) / std::max<std::int64_t>(1, row_size));
+}
+
+inline void widen_into(const bfloat16* data, std::int64_t n, Buffer<float>& into) {
+  into.resize(static_cast<std::size_t>(n));
+  cpu::convert(data, n, into.data());
+}
+
+// f(entry, first, last): the row slabs [first, last) of `rows` rows of each batch entry.
+template <class F>
+void for_each_row_slab(std::int64_t batch, std::int64_t rows, std::int64_t row_size, F&& f) {
+  const std::int64_t step = rows_per_slab(row_size);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t a = 0; a < rows; a += step) f(b, a, std::min(rows, a + step));
+}
+
+inline ConvGeometry one_entry(ConvGeometry g) {
+  g.batch = 1;
+  return g;
+}
+
+inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
+                         bfloat16* output) {
+  Buffer<float> w, in, out;
+  widen_into(weight, conv_weight_size(g), w);
+  const ConvGeometry one = one_entry(g);
+  const std::int64_t in_row = input_row_size(g), out_row = output_row_size(g);
+  for_each_row_slab(g.batch, g.out[0], std::max(in_row, out_row), [&](auto b, auto a, auto e) {
+    const RowSlab slab = output_rows(one, a, e);
+    bfloat16* to = output + (b * g.out[0] + a) * out_row;
+    const std::int64_t n = (e - a) * out_row;
+    if (conv_is_empty(slab.geometry)) return std::fill(to, to + n, bfloat16(0.0f));
+    widen_into(input + (b * g.in[0] + slab.r0) * in_row, (slab.r1 - slab.r0) * in_row, in);
+    out.resize(static_cast<std::size_t>(n));
+    cpu_forward(slab.geometry, in.data(), w.data(), out.data());
+    cpu::convert(out.data(), n, to);
+  });
+}
+
+inline void bf16_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
+                                const bfloat16* weight, bfloat16* grad_input) {
+  Buffer<float> w, go, gi;
+  widen_into(weight, conv_weight_size(g), w);
+  const ConvGeometry one = one_entry(g);
+  const std::int64_t in_row = input_row_size(g), out_row = output_row_size(g);
+  for_each_row_slab(g.batch, g.in[0], std::max(in_row, out_row), [&](auto b, auto r0, auto r1) {
+    const InputSlab slab = input_rows(one, r0, r1);
+    bfloat16* to = grad_input + (b * g.in[0] + r0) * in_row;
+    const std::int64_t n = (r1 - r0) * in_row;
+    if (conv_is_empty(slab.geometry)) return std::fill(to, to + n, bfloat16(0.0f));
+    widen_into(grad_output + (b * g.out[0] + slab.o0) * out_row, (slab.o1 - slab.o0) * out_row, go);
+    gi.resize(static_cast<std::size_t>(n));
+    cpu_backward_input(slab.geometry, go.data(), w.data(), gi.data());
+    cpu::convert(gi.data(), n, to);
+  });
+}
+
+inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
+                                 const bfloat16* grad_output, double* grad_weight) {
+  Buffer<float> in, go;
+  const ConvGeometry one = one_entry(g);
+  const std::int64_t in_row = input_row_size(g), out_row = output_row_size(g);
+  for_each_row_slab(g.batch, g.out[0], std::max(in_row, out_row), [&](auto b, auto a, auto e) {
+    const RowSlab slab = output_rows(one, a, e);
+    if (conv_is_empty(slab.geometry)) return;  // adds nothing
+    widen_into(input + (b * g.in[0] + slab.r0) * in_row, (slab.r1 - slab.r0) * in_row, in);
+    widen_into(grad_output + (b * g.out[0] + a) * out_row, (e - a) * out_row, go);
+    cpu_backward_weight(slab.geometry, in.data(), go.data(), grad_weight);
+  });
 }
 
 // The row kernels where they fit (float, few channels), else the CPU family's.
 template <class T>
 void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    Buffer<float> out(static_cast<std::size_t>(conv_output_size(g)));
-    cpu_forward(g, widened(input, conv_input_size(g)).data(),
-                widened(weight, conv_weight_size(g)).data(), out.data());
-    cpu::convert(out.data(), conv_output_size(g), output);
+    bf16_forward(g, input, weight, output);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_forward(g)) return rows::conv_forward(g, input, weight, output);
@@ -105,10 +182,7 @@ template <class T>
 void cpu_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                         T* grad_input) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    Buffer<float> grad(static_cast<std::size_t>(conv_input_size(g)));
-    cpu_backward_input(g, widened(grad_output, conv_output_size(g)).data(),
-                       widened(weight, conv_weight_size(g)).data(), grad.data());
-    cpu::convert(grad.data(), conv_input_size(g), grad_input);
+    bf16_backward_input(g, grad_output, weight, grad_input);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_backward_input(g))
@@ -120,8 +194,7 @@ template <class T>
 void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                          double* grad_weight) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    cpu_backward_weight(g, widened(input, conv_input_size(g)).data(),
-                        widened(grad_output, conv_output_size(g)).data(), grad_weight);
+    bf16_backward_weight(g, input, grad_output, grad_weight);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_backward_weight(g))

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshtensor/autodiff/recompute.hpp"
@@ -13,6 +14,7 @@
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/nn/init.hpp"
 #include "meshtensor/nn/parameters.hpp"
+#include "meshtensor/ops/cast.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
@@ -62,7 +64,10 @@ class Conv {
           params.add(name + "/bias", zeros<T>(mesh, Shape{Dim(output_name_, out.size)}, layout));
   }
 
-  Tensor<T> operator()(const Tensor<T>& x) const {
+  /// The layer on activations of type A: T, or bfloat16 with fp32 parameters (rounded for the
+  /// call; their gradients summed into fp32).
+  template <class A>
+  Tensor<A> operator()(const Tensor<A>& x) const {
     auto y = transposed_ ? conv_transpose(x, weight_, window_, channels_)
                          : conv(x, weight_, window_, channels_);
     y = rename(std::move(y), out_name_, output_name_);  // both in place: y is ours alone
@@ -121,8 +126,10 @@ class Norm {
                   " channels do not split into " + std::to_string(groups_) + " groups");
   }
 
-  /// The normalised x, then `activation` (fused into batch norm's passes).
-  Tensor<T> operator()(const Tensor<T>& x, bool training,
+  /// The normalised x, then `activation` (fused into batch norm's passes). x may be bfloat16 with
+  /// fp32 parameters: batch statistics, gamma and beta and their gradients stay fp32.
+  template <class A>
+  Tensor<A> operator()(const Tensor<A>& x, bool training,
                        Activation activation = Activation::none) {
     if (kind_ == NormKind::batch && training) return batch_statistics(x, activation);
     auto y = normalized(x, training);
@@ -130,19 +137,28 @@ class Norm {
   }
 
  private:
-  Tensor<T> normalized(const Tensor<T>& x, bool training) {
+  template <class A>
+  Tensor<A> normalized(const Tensor<A>& x, bool training) {
+    // Instance and group norm of bfloat16 x take gamma and beta rounded to bfloat16 (their
+    // gradients come back through the cast, summed in bfloat16).
     switch (kind_) {
       case NormKind::none:
         return x;
       case NormKind::instance:
-        return instance_norm(x, gamma_, beta_, spatial_, epsilon_);
+        return instance_norm(x, cast<A>(gamma_), cast<A>(beta_), spatial_, epsilon_);
       case NormKind::group:
-        return group_norm(x, gamma_, beta_, groups_, spatial_, channels_, epsilon_);
+        return group_norm(x, cast<A>(gamma_), cast<A>(beta_), groups_, spatial_, channels_,
+                          epsilon_);
       case NormKind::batch:
         break;
     }
     if (training) return batch_statistics(x, Activation::none);
-    return (x - running_mean_) * (inverse_std() * gamma_) + beta_;
+    if constexpr (std::is_same_v<A, T>) {
+      return (x - running_mean_) * (inverse_std() * gamma_) + beta_;
+    } else {  // x * scale + shift, the per-channel coefficients computed in fp32, then rounded
+      const Tensor<T> scale = inverse_std() * gamma_;
+      return x * cast<A>(scale) + cast<A>(beta_ - running_mean_ * scale);
+    }
   }
 
   // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
@@ -155,7 +171,8 @@ class Norm {
   }
 
   // Batch norm on the batch's statistics, which also update the running ones.
-  Tensor<T> batch_statistics(const Tensor<T>& x, Activation activation) {
+  template <class A>
+  Tensor<A> batch_statistics(const Tensor<A>& x, Activation activation) {
     Moments<T> moments;
     auto y = batch_norm(x, gamma_, beta_, channels_, epsilon_, &moments, activation);
     if (autodiff::recomputing(x.mesh())) return y;  // the statistics were taken the first time

@@ -75,7 +75,7 @@ inline RowSlab output_rows(const ConvGeometry& g, std::int64_t a, std::int64_t b
   return slab;
 }
 
-/// Box rows [r0, r1) of a convolution (not transposed) with one pass-through index, as a box of
+/// Box rows [r0, r1) of a convolution (transposed or not) with one pass-through index, as a box of
 /// their own for the input gradient: read by output rows [o0, o1) (empty if none reads them).
 struct InputSlab {
   std::int64_t o0 = 0, o1 = 0;
@@ -88,6 +88,18 @@ inline InputSlab input_rows(const ConvGeometry& g, std::int64_t r0, std::int64_t
   // Output o reads rows origin + o*stride + [0, reach]: the first output whose reads reach r0 and
   // the last whose reads start before r1.
   InputSlab slab;
+  if (t.transposed) {
+    // Row r is read by outputs r*stride - origin + k*dilation: from k = 0 for r0 to the last tap
+    // for r1 - 1.
+    slab.o0 = std::clamp<std::int64_t>(r0 * t.stride - t.origin, 0, g.out[0]);
+    slab.o1 =
+        std::clamp<std::int64_t>((r1 - 1) * t.stride - t.origin + reach + 1, slab.o0, g.out[0]);
+    slab.geometry = g;
+    slab.geometry.in[0] = r1 - r0;
+    slab.geometry.out[0] = slab.o1 - slab.o0;
+    slab.geometry.taps[0].origin = t.origin + slab.o0 - r0 * t.stride;
+    return slab;
+  }
   slab.o0 = std::max<std::int64_t>(0, ceil_div(r0 - t.origin - reach, t.stride));
   slab.o1 = std::max(slab.o0,
                      std::min<std::int64_t>(g.out[0], floor_div(r1 - 1 - t.origin, t.stride) + 1));
