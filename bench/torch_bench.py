@@ -1,12 +1,14 @@
 """PyTorch baselines for bench/run.sh, same shapes and thread count as the C++ benchmarks.
 
   python torch_bench.py conv --channels 8,16 --sizes 32,64 --threads 2
-  python torch_bench.py unet --size 64 --threads 2
+  python torch_bench.py unet --size 64 --threads 2 [--precision bf16]
 
 Prints one JSON object per line. `unet` builds the same network as examples/unet3d (3x3x3 conv +
 bias, batch norm, ReLU twice per level, 2x2x2 max pooling, 2x2x2 stride-2 transposed convolutions,
 skip concatenation, 1x1 head; weighted cross-entropy + tumour soft Dice; Adam) and reports its
 training step time and memory: peak RSS minus RSS before the model is built, as for meshtensor.
+With --precision bf16 the forward pass and the loss run under torch.autocast("cpu", bfloat16), as
+PyTorch's mixed precision trains (fp32 master weights and optimiser).
 """
 import argparse
 import os
@@ -90,7 +92,9 @@ def unet(args):
 
     def step():
         t0 = time.perf_counter()
-        loss = segmentation_loss(net(x), labels, weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = net(x)
+        loss = segmentation_loss(logits.float(), labels, weights)
         loss.backward()
         adam.step()
         adam.zero_grad(set_to_none=True)
@@ -101,7 +105,8 @@ def unet(args):
     peak = status_mib("VmHWM")
     print(json.dumps({"bench": "unet_step", "impl": "pytorch-" + torch.__version__,
                       "threads": args.threads, "size": s, "channels": args.channels,
-                      "depth": args.depth, "step_s": statistics.median(times),
+                      "depth": args.depth, "precision": args.precision,
+                      "step_s": statistics.median(times),
                       "rss_before_model_mib": rss_before_model, "rss_peak_mib": peak,
                       "step_memory_mib": peak - rss_before_model}), flush=True)
 
@@ -118,6 +123,7 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.what == "conv":
