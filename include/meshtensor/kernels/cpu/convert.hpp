@@ -44,11 +44,13 @@ inline void to_bf16_run(const float* from, bfloat16* to, std::int64_t n) {
     const __mmask16 denormal = _mm512_testn_epi32_mask(u, exponent);
     u = _mm512_mask_and_epi32(u, denormal, u, sign);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_epi32(u, magnitude), exponent);
-    const __m512i lsb = _mm512_and_epi32(_mm512_srli_epi32(u, 16), one);
+    // The zero-masking forms throughout: GCC 12 warns of the plain ones' undefined operand.
+    const __m512i lsb = _mm512_and_epi32(_mm512_maskz_srli_epi32(0xffff, u, 16), one);
     __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, lsb));
     rounded = _mm512_mask_or_epi32(rounded, nan, u, quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i),
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(to + i),
+        _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, rounded, 16)));
   }
 #endif
   for (; i < n; ++i) to[i] = to_bf16_flushed(from[i]);
