@@ -27,9 +27,9 @@ done
 ((${#kinds[@]})) || kinds=(asan tsan)
 
 # The CI subset: under asan the values and parsers that hostile input reaches, .npy files, the
-# memory pool, the collectives (also under MPI) and bfloat16's vector conversions; under tsan the threads transport's own tests
+# memory pool and the collectives (also under MPI); under tsan the threads transport's own tests
 # (rendezvous, sends, failures, halos), tensors and the pool.
-ci_asan_tests=(test_core_values test_tensor_layout test_npy test_memory test_collectives test_bf16)
+ci_asan_tests=(test_core_values test_tensor_layout test_npy test_memory test_collectives)
 ci_tsan_tests=(test_collectives test_failures test_halo test_tensor test_memory)
 
 jobs=$(nproc 2>/dev/null || echo 2)
