@@ -38,10 +38,12 @@ struct bfloat16 {
   bfloat16& operator*=(float x) { return *this = float(*this) * x; }
   bfloat16& operator/=(float x) { return *this = float(*this) / x; }
 
-  /// The nearest bfloat16's bits, ties to even; NaN stays NaN (quietened), infinities stay.
+  /// The nearest bfloat16's bits, ties to even; NaN stays NaN (quietened), infinities stay, a
+  /// denormal rounds as zero of its sign (as VCVTNEPS2BF16 does, so every path rounds alike).
   static std::uint16_t round(float value) {
     std::uint32_t u;
     std::memcpy(&u, &value, sizeof u);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
     if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return std::uint16_t(u >> 16);
