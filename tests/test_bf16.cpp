@@ -6,9 +6,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "support/op_check.hpp"
@@ -272,30 +275,94 @@ std::string bf16_passes_match_float(const kernels::ConvGeometry& g) {
 }
 
 kernels::ConvGeometry geometry(std::array<std::int64_t, 3> in, std::array<std::int64_t, 3> out,
-                               std::int64_t kernel, kernels::Taps taps, std::int64_t batch) {
+                               std::int64_t kernel, kernels::Taps taps, std::int64_t batch,
+                               std::int64_t c_in = 8, std::int64_t c_out = 8) {
   kernels::ConvGeometry g;
   g.batch = batch;
-  g.c_in = g.c_out = 8;
+  g.c_in = c_in;
+  g.c_out = c_out;
   g.in = in;
   g.out = out;
   g.kernel = {kernel, kernel, kernel};
   g.taps = {taps, taps, taps};
   return g;
 }
+
+// MESHTENSOR_BF16_CONV set to `value` while it lives.
+class Bf16Kernels {
+ public:
+  explicit Bf16Kernels(const char* value) { setenv("MESHTENSOR_BF16_CONV", value, 1); }
+  ~Bf16Kernels() { unsetenv("MESHTENSOR_BF16_CONV"); }
+};
 }  // namespace
 
 TEST_CASE("bfloat16 convolution kernels run in slabs of rows as the float kernels do") {
   // Rows of 96 x 96 x 8 values: a few MiB of widened rows hold 14 of them, so these blocks run in
-  // several slabs, each reading the rows around it; batch 2 runs entry by entry.
+  // several slabs, each reading the rows around it; batch 2 runs entry by entry. Each on the
+  // widened float kernels, on oneDNN's bf16 ones (where it has none, widened), and as timed.
+  for (const char* kernels_setting : {"widened", "native", "auto"}) {
+    INFO("MESHTENSOR_BF16_CONV=" << kernels_setting);
+    const Bf16Kernels setting(kernels_setting);
+    kernels::Taps same;
+    same.origin = -1;
+    CHECK(bf16_passes_match_float(geometry({24, 96, 96}, {24, 96, 96}, 3, same, 1)) == "");
+    kernels::Taps strided;
+    strided.stride = 2;
+    CHECK(bf16_passes_match_float(geometry({31, 96, 96}, {15, 47, 47}, 3, strided, 1)) == "");
+    kernels::Taps up;
+    up.transposed = true;
+    up.stride = 2;
+    CHECK(bf16_passes_match_float(geometry({15, 48, 48}, {30, 96, 96}, 2, up, 1)) == "");
+    CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 3, same, 2)) == "");
+    // The U-Net's other channel counts: its first layer, a wider level, up-sampling from it.
+    CHECK(bf16_passes_match_float(geometry({12, 40, 40}, {12, 40, 40}, 3, same, 1, 1, 8)) == "");
+    CHECK(bf16_passes_match_float(geometry({12, 20, 20}, {12, 20, 20}, 3, same, 1, 32, 16)) == "");
+    CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {12, 20, 20}, 2, up, 1, 32, 16)) == "");
+  }
+}
+
+TEST_CASE("MESHTENSOR_BF16_CONV takes auto, native or widened") {
+  const Bf16Kernels setting("fast");
   kernels::Taps same;
   same.origin = -1;
-  CHECK(bf16_passes_match_float(geometry({24, 96, 96}, {24, 96, 96}, 3, same, 1)) == "");
-  kernels::Taps strided;
-  strided.stride = 2;
-  CHECK(bf16_passes_match_float(geometry({31, 96, 96}, {15, 47, 47}, 3, strided, 1)) == "");
-  kernels::Taps up;
-  up.transposed = true;
-  up.stride = 2;
-  CHECK(bf16_passes_match_float(geometry({15, 48, 48}, {30, 96, 96}, 2, up, 1)) == "");
-  CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 3, same, 2)) == "");
+  const kernels::ConvGeometry g = geometry({4, 16, 16}, {4, 16, 16}, 3, same, 1);
+  std::vector<bf16> x(static_cast<std::size_t>(kernels::conv_input_size(g))),
+      w(static_cast<std::size_t>(kernels::conv_weight_size(g))),
+      y(static_cast<std::size_t>(kernels::conv_output_size(g)));
+  const std::string error = on_one_processor([&](Mesh&) -> std::string {
+    try {
+      kernels::conv_forward(g, x.data(), w.data(), y.data());
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  });
+#if defined(MESHTENSOR_WITH_ONEDNN)
+  CHECK(error == "MESHTENSOR_BF16_CONV=fast: expected auto, native or widened");
+#else
+  CHECK(error == "");  // only the widened kernels: nothing to choose
+#endif
+}
+
+TEST_CASE("bfloat16 weight gradients on oneDNN keep its scratchpad small") {
+  // AMX's bf16 weight gradient asks a scratchpad of 2.3 MiB per row of 128 x 128 (9x the
+  // activations); slabs of rows keep it under 16 MiB. 24 rows whole: about 55 MiB.
+  const Bf16Kernels setting("native");
+  kernels::Taps same;
+  same.origin = -1;
+  const kernels::ConvGeometry g = geometry({24, 128, 128}, {24, 128, 128}, 3, same, 1);
+  std::vector<bf16> x(static_cast<std::size_t>(kernels::conv_input_size(g)), bf16(0.5f)),
+      go(static_cast<std::size_t>(kernels::conv_output_size(g)), bf16(0.25f));
+  std::vector<double> gw(static_cast<std::size_t>(kernels::conv_weight_size(g)), 0.0);
+  const double added_mib = on_one_processor([&](Mesh&) {
+    kernels::conv_backward_weight(g, x.data(), go.data(), gw.data());  // primitives built
+    const auto before = memory_stats();
+    memory_pool().reset_peak();
+    kernels::conv_backward_weight(g, x.data(), go.data(), gw.data());
+    return double(memory_stats().peak_in_use - before.in_use) / (1 << 20);
+  });
+  CHECK(added_mib <= 20.0);
+  // Every weight sums 0.5 * 0.25 over the outputs whose tap reads inside the box, twice.
+  const double inside_corner = 2 * 0.125 * 23 * 127 * 127;  // tap (0, 0, 0)
+  CHECK(gw[0] == Approx(inside_corner).epsilon(1e-3));
 }

@@ -4,13 +4,19 @@
 // kernels are chosen at compile time: oneDNN when the program links meshtensor::onednn
 // (MESHTENSOR_WITH_ONEDNN), else the register-blocked ones; the plain reference loops with
 // MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
-// run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512; bfloat16
-// blocks on the float kernels, a slab of rows widened at a time. A GPU runs cuDNN's, and the CPU's
-// for what cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per (output, tap) pair
-// that reads the box.
+// run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512. bfloat16
+// blocks run on oneDNN's bf16 kernels (AMX or AVX512_BF16) or on the float kernels a slab of rows
+// widened at a time, whichever runs the shape faster (bf16_kernels). A GPU runs cuDNN's, and the
+// CPU's for what cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per (output,
+// tap) pair that reads the box.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "meshtensor/kernels/backend.hpp"
@@ -167,11 +173,98 @@ inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
   });
 }
 
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+// Which kernels run a bfloat16 pass: oneDNN's bf16 ones ("native"; each slab it has none for
+// runs widened) or the float ones on widened slabs. MESHTENSOR_BF16_CONV=native|widened forces
+// one; by default (auto) each shape and pass is timed at its first call on a processor and runs
+// the faster: AMX's bf16 kernels beat the float ones 2-4x from 8 channels on, while at 1 -> 8 the
+// float row kernels run twice as fast as oneDNN's bf16 ones.
+inline std::string bf16_kernels_setting() {
+  const char* set = std::getenv("MESHTENSOR_BF16_CONV");
+  const std::string value = set ? set : "auto";
+  if (value != "auto" && value != "native" && value != "widened")
+    throw std::invalid_argument("MESHTENSOR_BF16_CONV=" + value +
+                                ": expected auto, native or widened");
+  return value;
+}
+
+struct Bf16Choice {
+  bool native = true;
+};
+
+// Runs run(native, trial) as the setting or the shape's timing says. A timing runs each variant
+// once to build and warm it, then once timed, with trial = true (a pass that adds into its result,
+// the weight gradient, then adds into scratch), and the chosen one last, for real.
+template <class Run>
+void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
+  const std::string setting = bf16_kernels_setting();
+  if (setting != "auto") return run(setting == "native", false);
+  std::vector<std::int64_t> key = onednn::detail::key_of(g, dnnl::memory::data_type::bf16);
+  key.push_back(pass);
+  auto& choice = onednn::detail::cache_of<Bf16Choice>()[key];
+  if (!choice) {
+    const auto seconds = [&](bool native) {
+      const auto start = std::chrono::steady_clock::now();
+      run(native, true);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    seconds(true), seconds(false);
+    const double widened = seconds(false), native = seconds(true);
+    choice = std::make_unique<Bf16Choice>(Bf16Choice{native <= widened});
+  }
+  run(choice->native, false);
+}
+
+inline void bf16_forward_faster(const ConvGeometry& g, const bfloat16* input,
+                                const bfloat16* weight, bfloat16* output) {
+  bf16_kernels(g, 0, [&](bool native, bool) {
+    if (native) return onednn::conv_forward_or(g, input, weight, output, &bf16_forward);
+    bf16_forward(g, input, weight, output);
+  });
+}
+
+inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* grad_output,
+                                       const bfloat16* weight, bfloat16* grad_input) {
+  bf16_kernels(g, 1, [&](bool native, bool) {
+    if (native)
+      return onednn::conv_backward_input_or(g, grad_output, weight, grad_input,
+                                            &bf16_backward_input);
+    bf16_backward_input(g, grad_output, weight, grad_input);
+  });
+}
+
+inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* input,
+                                        const bfloat16* grad_output, double* grad_weight) {
+  Buffer<double> scratch;
+  bf16_kernels(g, 2, [&](bool native, bool trial) {
+    if (trial && scratch.empty())  // its sums are discarded
+      scratch = Buffer<double>(static_cast<std::size_t>(conv_weight_size(g)), 0.0);
+    double* into = trial ? scratch.data() : grad_weight;
+    if (native)
+      return onednn::conv_backward_weight_or(g, input, grad_output, into, &bf16_backward_weight);
+    bf16_backward_weight(g, input, grad_output, into);
+  });
+}
+#else
+inline void bf16_forward_faster(const ConvGeometry& g, const bfloat16* input,
+                                const bfloat16* weight, bfloat16* output) {
+  bf16_forward(g, input, weight, output);
+}
+inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* grad_output,
+                                       const bfloat16* weight, bfloat16* grad_input) {
+  bf16_backward_input(g, grad_output, weight, grad_input);
+}
+inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* input,
+                                        const bfloat16* grad_output, double* grad_weight) {
+  bf16_backward_weight(g, input, grad_output, grad_weight);
+}
+#endif
+
 // The row kernels where they fit (float, few channels), else the CPU family's.
 template <class T>
 void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    bf16_forward(g, input, weight, output);
+    bf16_forward_faster(g, input, weight, output);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_forward(g)) return rows::conv_forward(g, input, weight, output);
@@ -182,7 +275,7 @@ template <class T>
 void cpu_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                         T* grad_input) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    bf16_backward_input(g, grad_output, weight, grad_input);
+    bf16_backward_input_faster(g, grad_output, weight, grad_input);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_backward_input(g))
@@ -194,7 +287,7 @@ template <class T>
 void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                          double* grad_weight) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    bf16_backward_weight(g, input, grad_output, grad_weight);
+    bf16_backward_weight_faster(g, input, grad_output, grad_weight);
   } else {
     if constexpr (std::is_same_v<T, float> && !reference_kernels)
       if (rows::fits_backward_weight(g))

@@ -21,6 +21,9 @@
 // Transposed convolutions run on oneDNN's deconvolution; boxes that are not exactly a
 // convolution's read range go to the blocked kernels. Each processor runs oneDNN on
 // compute_threads() OpenMP threads.
+//
+// bfloat16 blocks run on oneDNN's bf16 kernels (AMX or AVX512_BF16 instructions, f32 sums, the
+// weight gradient in f32) where it has optimised ones; elsewhere on the caller's fallback.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -33,9 +36,11 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
@@ -95,8 +100,16 @@ inline bool supported(const ConvGeometry& g) {
   return g.batch > 0 && g.out[0] * g.out[1] * g.out[2] > 0 && g.in[0] * g.in[1] * g.in[2] > 0;
 }
 
-inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
-  std::vector<std::int64_t> key{transposed(g), g.batch, g.c_in, g.c_out};
+// The type oneDNN stores a block of T in: f32 or bf16 (a weight gradient is f32 either way).
+template <class T>
+constexpr memory::data_type data_type_of() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bfloat16>);
+  return std::is_same_v<T, float> ? memory::data_type::f32 : memory::data_type::bf16;
+}
+
+inline std::vector<std::int64_t> key_of(const ConvGeometry& g, memory::data_type type) {
+  std::vector<std::int64_t> key{static_cast<std::int64_t>(type), transposed(g), g.batch, g.c_in,
+                                g.c_out};
   for (int d = 0; d < 3; ++d)
     for (auto v :
          {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation, g.taps[d].origin})
@@ -106,30 +119,35 @@ inline std::vector<std::int64_t> key_of(const ConvGeometry& g) {
 
 struct Descriptors {
   memory::desc src, weights, dst;
+  // The same with f32 weights (a weight gradient's type), in the same format.
+  Descriptors f32_weights() const {
+    const bool any = weights.data.format_kind == dnnl_format_kind_any;  // (else dhwio)
+    return {src, memory::desc(weights.dims(), memory::data_type::f32, any ? tag::any : tag::dhwio),
+            dst};
+  }
 };
 
-// The primitives of one shape from one family (convolution or deconvolution): each pass on
-// channels-last activations if `channels_last` and oneDNN has an optimised kernel there, else on
-// the formats oneDNN prefers.
+// The primitives of one shape from one family (convolution or deconvolution) on activations and
+// weights of `type`: each pass on channels-last activations if `channels_last` and oneDNN has an
+// optimised kernel there, else on the formats oneDNN prefers.
 template <class Forward, class BackwardData, class BackwardWeights>
-Primitives build_family(const ConvGeometry& g, bool channels_last_first,
-                        dnnl::algorithm algorithm) {
+Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::algorithm algorithm,
+                        memory::data_type type) {
   Context& c = context();
-  const auto f32 = memory::data_type::f32;
   // Weights are [kernel..., c_in, c_out] (dhwio) for both families: oneDNN's deconvolution
   // weights are (output channels, input channels, kernel) in its own terms too.
   const memory::dims src_dims{g.batch, g.c_in, g.in[0], g.in[1], g.in[2]},
       weight_dims{g.c_out, g.c_in, g.kernel[0], g.kernel[1], g.kernel[2]},
       dst_dims{g.batch, g.c_out, g.out[0], g.out[1], g.out[2]};
-  const Descriptors plain{memory::desc(src_dims, f32, tag::ndhwc),
-                          memory::desc(weight_dims, f32, tag::dhwio),
-                          memory::desc(dst_dims, f32, tag::ndhwc)};
-  const Descriptors free_choice{memory::desc(src_dims, f32, tag::any),
-                                memory::desc(weight_dims, f32, tag::any),
-                                memory::desc(dst_dims, f32, tag::any)};
+  const Descriptors plain{memory::desc(src_dims, type, tag::ndhwc),
+                          memory::desc(weight_dims, type, tag::dhwio),
+                          memory::desc(dst_dims, type, tag::ndhwc)};
+  const Descriptors free_choice{memory::desc(src_dims, type, tag::any),
+                                memory::desc(weight_dims, type, tag::any),
+                                memory::desc(dst_dims, type, tag::any)};
   const Descriptors channels_last =
       channels_last_first
-          ? Descriptors{plain.src, memory::desc(weight_dims, f32, tag::any), plain.dst}
+          ? Descriptors{plain.src, memory::desc(weight_dims, type, tag::any), plain.dst}
           : free_choice;
   memory::dims strides, dilates, pad_before, pad_after;
   for (int k = 0; k < 3; ++k) {
@@ -156,7 +174,8 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first,
   };
   auto backward_data = backward_data_on(channels_last);
   if (!optimised(backward_data)) backward_data = backward_data_on(free_choice);
-  auto backward_weights_on = [&](const Descriptors& d) {
+  auto backward_weights_on = [&](const Descriptors& with_weights) {
+    const Descriptors d = with_weights.f32_weights();
     return typename BackwardWeights::primitive_desc(
         {algorithm, d.src, d.weights, d.dst, strides, dilates, pad_before, pad_after}, attr,
         c.engine, forward);
@@ -178,17 +197,17 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first,
            {plain.src, backward_data.diff_src_desc()}),
       pass(backward_weights, [](const auto& pd) { return BackwardWeights(pd); },
            {plain.src, backward_weights.src_desc()}, {plain.dst, backward_weights.diff_dst_desc()},
-           {plain.weights, backward_weights.diff_weights_desc()})};
+           {plain.f32_weights().weights, backward_weights.diff_weights_desc()})};
 }
 
-inline Primitives build(const ConvGeometry& g, bool channels_last_first) {
+inline Primitives build(const ConvGeometry& g, bool channels_last_first, memory::data_type type) {
   if (transposed(g))
     return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
                         dnnl::deconvolution_backward_weights>(
-        g, channels_last_first, dnnl::algorithm::deconvolution_direct);
+        g, channels_last_first, dnnl::algorithm::deconvolution_direct, type);
   return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                      dnnl::convolution_backward_weights>(g, channels_last_first,
-                                                          dnnl::algorithm::convolution_direct);
+                      dnnl::convolution_backward_weights>(
+      g, channels_last_first, dnnl::algorithm::convolution_direct, type);
 }
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
@@ -229,13 +248,14 @@ inline ConvGeometry timing_slab(const ConvGeometry& g) {
 
 // `channels_last` with each pass that runs faster on the blocked formats taken from `blocked`,
 // timed on timing_slab(g).
-inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last,
-                                 Primitives blocked) {
+inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
+                                 Primitives channels_last, Primitives blocked) {
   const ConvGeometry probe = timing_slab(g);
-  if (key_of(probe) == key_of(g))
+  if (key_of(probe, type) == key_of(g, type))
     return choose_faster(std::move(channels_last), std::move(blocked));
-  const Primitives probe_channels_last = build(probe, true);  // handles: copies share the kernels
-  const Primitives timed = choose_faster(probe_channels_last, build(probe, false));
+  // (Handles: copies share the kernels.)
+  const Primitives probe_channels_last = build(probe, true, type);
+  const Primitives timed = choose_faster(probe_channels_last, build(probe, false, type));
   Primitives chosen = channels_last;
   if (!same_formats(timed.forward, probe_channels_last.forward)) chosen.forward = blocked.forward;
   if (!same_formats(timed.backward_data, probe_channels_last.backward_data))
@@ -245,8 +265,8 @@ inline Primitives choose_formats(const ConvGeometry& g, Primitives channels_last
   return chosen;
 }
 
-inline Primitives& primitives(const ConvGeometry& g) {
-  auto& slot = cache()[key_of(g)];
+inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
+  auto& slot = cache()[key_of(g, type)];
   if (slot) return *slot;
   // MESHTENSOR_ONEDNN_FORMATS: auto (default: the faster per pass, timed once per shape),
   // channels_last, blocked, or by_channels: the rule bench/RESULTS.md suggests, channels-last
@@ -254,15 +274,16 @@ inline Primitives& primitives(const ConvGeometry& g) {
   const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
   const std::string formats = forced ? forced : "auto";
   if (formats == "auto") {
-    Primitives channels_last = build(g, true);
+    Primitives channels_last = build(g, true, type);
     const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
     // A shape the blocked kernels run (not usable) has nothing to time.
     slot = std::make_unique<Primitives>(
-        channels_last.usable() ? choose_formats(g, channels_last, build(g, false)) : channels_last);
+        channels_last.usable() ? choose_formats(g, type, channels_last, build(g, false, type))
+                               : channels_last);
   } else if (formats == "channels_last" || formats == "blocked")
-    slot = std::make_unique<Primitives>(build(g, formats == "channels_last"));
+    slot = std::make_unique<Primitives>(build(g, formats == "channels_last", type));
   else if (formats == "by_channels")
-    slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16));
+    slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16, type));
   else
     throw std::invalid_argument("MESHTENSOR_ONEDNN_FORMATS=" + formats +
                                 ": expected auto, by_channels, channels_last or blocked");
@@ -272,7 +293,10 @@ inline Primitives& primitives(const ConvGeometry& g) {
 // Per pass, the variant that runs faster on this shape (reorders included), timed on zeros; passes
 // whose variants use the same formats are not timed.
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
-  const auto count = [](const Operand& o) { return o.plain.get_size() / sizeof(float); };
+  // Zeros of any element type, in floats.
+  const auto count = [](const Operand& o) {
+    return (o.plain.get_size() + sizeof(float) - 1) / sizeof(float);
+  };
   const Pass& f = channels_last.forward;
   Buffer<float> src(count(f.first), 0.0f), weights(count(f.second), 0.0f),
       dst(count(f.result), 0.0f);
@@ -309,18 +333,19 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
   return chosen;
 }
 
-// The shape's primitives, or null where meshtensor's blocked kernels run it instead.
-inline const Primitives* fast_path(const ConvGeometry& g) {
+// The shape's primitives, or null where another kernel runs it instead.
+inline const Primitives* fast_path(const ConvGeometry& g, memory::data_type type) {
   if (!supported(g)) return nullptr;
-  const Primitives& p = primitives(g);
+  const Primitives& p = primitives(g, type);
   return p.usable() ? &p : nullptr;
 }
 
-// grad_weight += the weight gradient of `g`, in one call: oneDNN's kernel, else the 2-D one per
-// tap, else the blocked kernels.
-inline void weight_gradient(const ConvGeometry& g, const float* input, const float* grad_output,
-                            double* grad_weight) {
-  const Primitives* p = fast_path(g);
+// grad_weight += the weight gradient of `g`, in one call: oneDNN's kernel, else (float) the 2-D
+// one per tap, else `fallback`.
+template <class T, class Fallback>
+void weight_gradient(const ConvGeometry& g, const T* input, const T* grad_output,
+                     double* grad_weight, Fallback&& fallback) {
+  const Primitives* p = fast_path(g, data_type_of<T>());
   if (p && p->backward_weights.optimised) {
     Buffer<float> result(
         static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out));
@@ -329,10 +354,11 @@ inline void weight_gradient(const ConvGeometry& g, const float* input, const flo
     for (std::size_t i = 0; i < result.size(); ++i) grad_weight[i] += result[i];
     return;
   }
-  if (p &&
-      weight_gradient_by_planes(g, {padding(g, 1), padding(g, 2)}, input, grad_output, grad_weight))
-    return;
-  blocked::conv_backward_weight(g, input, grad_output, grad_weight);
+  if constexpr (std::is_same_v<T, float>)
+    if (p && weight_gradient_by_planes(g, {padding(g, 1), padding(g, 2)}, input, grad_output,
+                                       grad_weight))
+      return;
+  fallback(g, input, grad_output, grad_weight);
 }
 
 // Rows of the first dim per oneDNN call (output rows for forward and the weight gradient, input
@@ -351,7 +377,8 @@ inline std::int64_t& min_slab_floats() {               // tests lower it to cut 
   return floats;
 }
 
-inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass) {
+inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
+                                  memory::data_type type) {
   const std::int64_t whole = std::max(g.in[0], g.out[0]);
   if (transposed(g) || g.batch != 1 || !supported(g)) return whole;
   const std::int64_t per_row =
@@ -362,11 +389,19 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass)
   if (rows >= whole) return whole;  // small enough: no need to look at the pass
   // A pass that runs optimised on the activations in place has no copies to bound: whole, it
   // needs no more primitives (a one-off prediction pays for each one it builds).
-  const Pass& p = primitives(g).*pass;
+  const Pass& p = primitives(g, type).*pass;
   const bool activations_copied =
       p.first.reordered() ||
       (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
-  return p.optimised && !activations_copied ? whole : rows;
+  if (!p.optimised || activations_copied) return rows;
+  // Unless its scratchpad holds copies: AMX's bf16 weight gradient takes 2.3 MiB per row of
+  // 128 x 128, 9x the activations whole. Slabs keep it under 16 MiB or an eighth of the largest
+  // operand (in proportion to their rows; 4 rows of 128 x 128 run as fast as the whole).
+  const double scratch = double(p.step.scratchpad.get_size());
+  const double budget =
+      std::max(double(16 << 20), double(largest) * double(memory::data_type_size(type)) / 8);
+  if (scratch <= budget) return whole;
+  return std::max<std::int64_t>(1, std::int64_t(double(whole) * budget / scratch));
 }
 
 // The blocked kernels (single-threaded) on the processor's compute threads: each thread takes a
@@ -404,66 +439,95 @@ inline void blocked_backward_data(const ConvGeometry& g, const float* grad_outpu
   });
 }
 
-inline void forward(const ConvGeometry& g, const float* input, const float* weight, float* output) {
-  const Primitives* p = fast_path(g);
-  if (!p || !p->forward.optimised) return blocked_forward(g, input, weight, output);
+template <class T, class Fallback>
+void forward(const ConvGeometry& g, const T* input, const T* weight, T* output,
+             Fallback&& fallback) {
+  const Primitives* p = fast_path(g, data_type_of<T>());
+  if (!p || !p->forward.optimised) return fallback(g, input, weight, output);
   run(p->forward, forward_args, input, weight, output);
 }
 
-inline void backward_data(const ConvGeometry& g, const float* grad_output, const float* weight,
-                          float* grad_input) {
-  const Primitives* p = fast_path(g);
-  if (!p || !p->backward_data.optimised)
-    return blocked_backward_data(g, grad_output, weight, grad_input);
+template <class T, class Fallback>
+void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight, T* grad_input,
+                   Fallback&& fallback) {
+  const Primitives* p = fast_path(g, data_type_of<T>());
+  if (!p || !p->backward_data.optimised) return fallback(g, grad_output, weight, grad_input);
   run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
 }
 
 }  // namespace detail
 
+/// The passes on oneDNN for float or bfloat16 blocks, slab by slab (detail::rows_per_call), each
+/// slab oneDNN has no optimised kernel for on `fallback` (a kernel of the same pass and contract).
+template <class T, class Fallback>
+void conv_forward_or(const ConvGeometry& g, const T* input, const T* weight, T* output,
+                     Fallback&& fallback) {
+  const std::int64_t rows =
+      detail::rows_per_call(g, &detail::Primitives::forward, detail::data_type_of<T>());
+  if (rows >= g.out[0]) return detail::forward(g, input, weight, output, fallback);
+  for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+    const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+    detail::forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
+                    output + a * output_row_size(g), fallback);
+  }
+}
+
+template <class T, class Fallback>
+void conv_backward_input_or(const ConvGeometry& g, const T* grad_output, const T* weight,
+                            T* grad_input, Fallback&& fallback) {
+  const std::int64_t rows =
+      detail::rows_per_call(g, &detail::Primitives::backward_data, detail::data_type_of<T>());
+  auto slab = [&](const ConvGeometry& s, const T* go, const T* w, T* gi) {
+    detail::backward_data(s, go, w, gi, fallback);
+  };
+  if (rows >= g.in[0]) return slab(g, grad_output, weight, grad_input);
+  for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows)
+    reference::input_gradient_rows(g, r0, std::min(g.in[0], r0 + rows), grad_output, weight,
+                                   grad_input + r0 * input_row_size(g), slab);
+}
+
+template <class T, class Fallback>
+void conv_backward_weight_or(const ConvGeometry& g, const T* input, const T* grad_output,
+                             double* grad_weight, Fallback&& fallback) {
+  const std::int64_t rows =
+      detail::rows_per_call(g, &detail::Primitives::backward_weights, detail::data_type_of<T>());
+  if (rows >= g.out[0])
+    return detail::weight_gradient(g, input, grad_output, grad_weight, fallback);
+  for (std::int64_t a = 0; a < g.out[0]; a += rows) {
+    const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
+    if (slab.r0 < slab.r1)  // else every read is padding
+      detail::weight_gradient(slab.geometry, input + slab.r0 * input_row_size(g),
+                              grad_output + a * output_row_size(g), grad_weight, fallback);
+  }
+}
+
+/// The passes for float blocks (oneDNN, else meshtensor's blocked kernels) and the blocked kernels
+/// for other types.
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return blocked::conv_forward(g, input, weight, output);
-  } else {
-    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::forward);
-    if (rows >= g.out[0]) return detail::forward(g, input, weight, output);
-    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
-      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
-      detail::forward(slab.geometry, input + slab.r0 * input_row_size(g), weight,
-                      output + a * output_row_size(g));
-    }
-  }
+  if constexpr (std::is_same_v<T, float>)
+    conv_forward_or(g, input, weight, output, &detail::blocked_forward);
+  else
+    blocked::conv_forward(g, input, weight, output);
 }
 
 template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return blocked::conv_backward_input(g, grad_output, weight, grad_input);
-  } else {
-    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_data);
-    if (rows >= g.in[0]) return detail::backward_data(g, grad_output, weight, grad_input);
-    for (std::int64_t r0 = 0; r0 < g.in[0]; r0 += rows)
-      reference::input_gradient_rows(g, r0, std::min(g.in[0], r0 + rows), grad_output, weight,
-                                     grad_input + r0 * input_row_size(g), &detail::backward_data);
-  }
+  if constexpr (std::is_same_v<T, float>)
+    conv_backward_input_or(g, grad_output, weight, grad_input, &detail::blocked_backward_data);
+  else
+    blocked::conv_backward_input(g, grad_output, weight, grad_input);
 }
 
 template <class T>
 void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                           double* grad_weight) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return blocked::conv_backward_weight(g, input, grad_output, grad_weight);
-  } else {
-    const std::int64_t rows = detail::rows_per_call(g, &detail::Primitives::backward_weights);
-    if (rows >= g.out[0]) return detail::weight_gradient(g, input, grad_output, grad_weight);
-    for (std::int64_t a = 0; a < g.out[0]; a += rows) {
-      const RowSlab slab = output_rows(g, a, std::min(g.out[0], a + rows));
-      if (slab.r0 < slab.r1)  // else every read is padding
-        detail::weight_gradient(slab.geometry, input + slab.r0 * input_row_size(g),
-                                grad_output + a * output_row_size(g), grad_weight);
-    }
-  }
+  if constexpr (std::is_same_v<T, float>)
+    conv_backward_weight_or(g, input, grad_output, grad_weight,
+                            &blocked::conv_backward_weight<float>);
+  else
+    blocked::conv_backward_weight(g, input, grad_output, grad_weight);
 }
 
 }  // namespace meshtensor::kernels::onednn

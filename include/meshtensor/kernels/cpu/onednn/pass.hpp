@@ -30,7 +30,7 @@ struct Pass {
 
 // The memory a primitive reads for `o`: the user's data, reordered if the primitive wants another
 // format.
-inline memory read(CallMemory& call, const Operand& o, const float* data) {
+inline memory read(CallMemory& call, const Operand& o, const void* data) {
   memory user = call.wrap(o.plain, data);
   if (!o.reordered()) return user;
   memory chosen = call.fresh(o.chosen);
@@ -39,19 +39,20 @@ inline memory read(CallMemory& call, const Operand& o, const float* data) {
 }
 
 // The memory a primitive writes for `o`; finish() copies a reordered result back.
-inline memory write(CallMemory& call, const Operand& o, float* data) {
+inline memory write(CallMemory& call, const Operand& o, void* data) {
   return o.reordered() ? call.fresh(o.chosen) : call.wrap(o.plain, data);
 }
 
-inline void finish(CallMemory& call, const Operand& o, memory written, float* data) {
+inline void finish(CallMemory& call, const Operand& o, memory written, void* data) {
   if (!o.reordered()) return;
   memory user = call.wrap(o.plain, data);
   dnnl::reorder(written, user).execute(context().stream, written, user);
 }
 
-// Runs a pass on the caller's plain arrays: reads `first` and `second`, writes `result`.
-inline void run(const Pass& pass, const std::array<int, 3>& args, const float* first,
-                const float* second, float* result) {
+// Runs a pass on the caller's plain arrays (of the element types the pass was built for): reads
+// `first` and `second`, writes `result`.
+inline void run(const Pass& pass, const std::array<int, 3>& args, const void* first,
+                const void* second, void* result) {
   CallMemory call;
   auto written = write(call, pass.result, result);
   execute(pass.step, call,
