@@ -220,6 +220,40 @@ TEST_CASE("the U-Net's other ops in bfloat16 match one processor on every layout
             spatial_cases()) == "");
 }
 
+namespace {
+// Max and average pooling on bfloat16 activations (windows of 2; of 3 with stride 1 and "same"
+// padding, counting it and not): outputs and the input's gradient. `T` = float: the reference.
+template <class T>
+std::vector<Tensor<float>> pools(Mesh& m, const Layout& l) {
+  auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
+  const Tensor<T> h = cast<T>(x);
+  const Window halves = Window("x, y, z").kernel(2).padding("same");
+  const Window neighbours = Window("x, y, z").kernel(3).padding("same");
+  const std::vector<Tensor<float>> pooled{
+      cast<float>(max_pool(h, halves)), cast<float>(avg_pool(h, halves)),
+      cast<float>(avg_pool(h, neighbours)), cast<float>(avg_pool(h, neighbours, false))};
+  Tensor<float> loss = reduce_sum(pooled[0] * test_input(m, pooled[0].shape(), l, 2));
+  for (std::size_t k = 1; k < pooled.size(); ++k)
+    loss = loss + reduce_sum(pooled[k] * test_input(m, pooled[k].shape(), l, 2 + int(k)));
+  backward(loss);
+  std::vector<Tensor<float>> results = pooled;
+  results.push_back(x.grad());
+  return results;
+}
+}  // namespace
+
+TEST_CASE("bfloat16 pooling matches one processor on every layout and fp32 within rounding") {
+  CHECK(compare_with_one_processor(pools<bf16>, bf16_rtol, spatial_cases()) == "");
+  const auto why = on_one_processor([](Mesh& m) {
+    const auto reduced = pools<bf16>(m, Layout{}), full = pools<float>(m, Layout{});
+    std::string first;
+    for (std::size_t k = 0; k < full.size() && first.empty(); ++k)
+      first = mismatch(local_block(reduced[k]), local_block(full[k]).data, bf16_rtol);
+    return first;
+  });
+  CHECK(why == "");
+}
+
 TEST_CASE("the U-Net's ops in bfloat16 are their fp32 values within bfloat16's rounding") {
   const auto why = on_one_processor([](Mesh& m) {
     const auto reduced = unet_ops<bf16>(m, Layout{}), full = unet_ops<float>(m, Layout{});

@@ -2,8 +2,8 @@
 // The pooling family: max and average pooling and their gradients on one block
 // (kernels/common/pool_geometry.hpp). The CPU's kernels are chosen at compile time as for
 // convolutions (kernels/conv.hpp): oneDNN when the program links meshtensor::onednn, else — and
-// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; bfloat16 average pooling on the float
-// kernels. A GPU runs meshtensor's CUDA kernels,
+// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; bfloat16 average pooling where oneDNN
+// does not run it on the float kernels. A GPU runs meshtensor's CUDA kernels,
 // and the CPU's for windows they cannot run; its max pooling workspace then starts with a tag
 // saying whose format it holds, so that backward reads it the way forward wrote it. A plan counts
 // an operation per (output, tap) pair.
@@ -71,30 +71,41 @@ inline std::int64_t pool_output_size(const PoolGeometry& g) {
   return g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
 }
 
-// Average pooling of bfloat16 blocks runs on the float kernels, widened for the call: a window's
-// sum in float, rounded once. (Max pooling needs no arithmetic: it runs on bfloat16 as it is.)
+// Average pooling of bfloat16 blocks runs on oneDNN's bf16 kernels, or where they do not run it
+// on the float kernels, widened for the call: a window's sum in float, rounded once either way.
+// (Max pooling needs no arithmetic: it runs on bfloat16 as it is.)
+template <class T>
+bool widened_avg(const PoolGeometry& g, bool count_padding) {
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+  return !onednn::detail::runs_avg<T>(g, count_padding);
+#else
+  (void)g, (void)count_padding;
+  return true;
+#endif
+}
+
 template <class T>
 void cpu_avg_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    Buffer<float> in(std::size_t(pool_input_size(g))), out(std::size_t(pool_output_size(g)));
-    cpu::convert(input, pool_input_size(g), in.data());
-    cpu_pool::avg_pool_forward(g, in.data(), out.data(), count_padding);
-    cpu::convert(out.data(), pool_output_size(g), output);
-  } else {
-    cpu_pool::avg_pool_forward(g, input, output, count_padding);
-  }
+  if constexpr (std::is_same_v<T, bfloat16>)
+    if (widened_avg<T>(g, count_padding)) {
+      Buffer<float> in(std::size_t(pool_input_size(g))), out(std::size_t(pool_output_size(g)));
+      cpu::convert(input, pool_input_size(g), in.data());
+      cpu_pool::avg_pool_forward(g, in.data(), out.data(), count_padding);
+      return cpu::convert(out.data(), pool_output_size(g), output);
+    }
+  cpu_pool::avg_pool_forward(g, input, output, count_padding);
 }
 template <class T>
 void cpu_avg_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
                       bool count_padding) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    Buffer<float> out(std::size_t(pool_output_size(g))), in(std::size_t(pool_input_size(g)));
-    cpu::convert(grad_output, pool_output_size(g), out.data());
-    cpu_pool::avg_pool_backward(g, out.data(), in.data(), count_padding);
-    cpu::convert(in.data(), pool_input_size(g), grad_input);
-  } else {
-    cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding);
-  }
+  if constexpr (std::is_same_v<T, bfloat16>)
+    if (widened_avg<T>(g, count_padding)) {
+      Buffer<float> out(std::size_t(pool_output_size(g))), in(std::size_t(pool_input_size(g)));
+      cpu::convert(grad_output, pool_output_size(g), out.data());
+      cpu_pool::avg_pool_backward(g, out.data(), in.data(), count_padding);
+      return cpu::convert(in.data(), pool_input_size(g), grad_input);
+    }
+  cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding);
 }
 }  // namespace detail
 

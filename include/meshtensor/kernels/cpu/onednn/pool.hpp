@@ -5,8 +5,8 @@
 // where the window is small) instead of the reference kernel's eight-byte box offsets, and both
 // let the first maximum in window order win ties, so they route gradients alike.
 // Boxes that are not exactly the windows' read range (an overlapping pool whose box a split cut
-// unevenly), average pooling that leaves out padding, and types other than float run on the
-// reference kernels.
+// unevenly), average pooling that leaves out padding, and types other than float and bfloat16
+// (whose windows oneDNN sums in f32 and rounds once) run on the reference kernels.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
 #include "meshtensor/kernels/cpu/reference/pool.hpp"
 
@@ -45,18 +46,23 @@ inline bool has_padding(const PoolGeometry& g) {
   return false;
 }
 
-inline PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
+template <class T>
+constexpr bool pooled_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
+
+template <class T>
+PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
+  static_assert(pooled_type<T>);
   auto& cache = cache_of<PoolPrimitives>();
-  std::vector<std::int64_t> key{is_max, g.batch, g.channels};
+  std::vector<std::int64_t> key{is_max, std::is_same_v<T, float>, g.batch, g.channels};
   for (int d = 0; d < 3; ++d)
     for (auto v : {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride}) key.push_back(v);
   auto& slot = cache[key];
   if (slot) return *slot;
 
   Context& c = context();
-  const auto f32 = memory::data_type::f32;
-  const memory::desc src({g.batch, g.channels, g.in[0], g.in[1], g.in[2]}, f32, tag::ndhwc),
-      dst({g.batch, g.channels, g.out[0], g.out[1], g.out[2]}, f32, tag::ndhwc);
+  const auto type = std::is_same_v<T, float> ? memory::data_type::f32 : memory::data_type::bf16;
+  const memory::desc src({g.batch, g.channels, g.in[0], g.in[1], g.in[2]}, type, tag::ndhwc),
+      dst({g.batch, g.channels, g.out[0], g.out[1], g.out[2]}, type, tag::ndhwc);
   const memory::dims strides{g.taps[0].stride, g.taps[1].stride, g.taps[2].stride},
       kernel{g.kernel[0], g.kernel[1], g.kernel[2]}, no_padding{0, 0, 0};
   // No oneDNN padding, so "include padding" divides by the whole window, as the box's zeros do.
@@ -81,16 +87,16 @@ inline PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
 
 template <class T>
 bool runs_max(const PoolGeometry& g) {
-  return std::is_same_v<T, float> && supported(g);
+  return pooled_type<T> && supported(g);
 }
 
 template <class T>
 bool runs_avg(const PoolGeometry& g, bool count_padding) {
-  return std::is_same_v<T, float> && supported(g) && (count_padding || !has_padding(g));
+  return pooled_type<T> && supported(g) && (count_padding || !has_padding(g));
 }
 
-inline void pool(const Step& step, const memory::desc& from_desc, const float* from, int from_arg,
-                 const memory::desc& to_desc, float* to, int to_arg,
+inline void pool(const Step& step, const memory::desc& from_desc, const void* from, int from_arg,
+                 const memory::desc& to_desc, void* to, int to_arg,
                  const memory::desc& workspace_desc, const void* workspace) {
   CallMemory call;
   std::unordered_map<int, memory> args{{from_arg, call.wrap(from_desc, from)},
@@ -105,14 +111,14 @@ inline void pool(const Step& step, const memory::desc& from_desc, const float* f
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   if (!detail::runs_max<T>(g)) return reference::max_pool_workspace_bytes(g);
-  return detail::pool_primitives(g, true).workspace.get_size();
+  return detail::pool_primitives<T>(g, true).workspace.get_size();
 }
 
 template <class T>
 void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (detail::pooled_type<T>) {
     if (detail::runs_max<T>(g)) {
-      const auto& p = detail::pool_primitives(g, true);
+      const auto& p = detail::pool_primitives<T>(g, true);
       return detail::pool(p.forward, p.src, input, DNNL_ARG_SRC, p.dst, output, DNNL_ARG_DST,
                           p.workspace, workspace);
     }
@@ -123,9 +129,9 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
 template <class T>
 void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
                        T* grad_input) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (detail::pooled_type<T>) {
     if (detail::runs_max<T>(g)) {
-      const auto& p = detail::pool_primitives(g, true);
+      const auto& p = detail::pool_primitives<T>(g, true);
       return detail::pool(p.backward, p.dst, grad_output, DNNL_ARG_DIFF_DST, p.src, grad_input,
                           DNNL_ARG_DIFF_SRC, p.workspace, workspace);
     }
@@ -135,9 +141,9 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
 
 template <class T>
 void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (detail::pooled_type<T>) {
     if (detail::runs_avg<T>(g, count_padding)) {
-      const auto& p = detail::pool_primitives(g, false);
+      const auto& p = detail::pool_primitives<T>(g, false);
       return detail::pool(p.forward, p.src, input, DNNL_ARG_SRC, p.dst, output, DNNL_ARG_DST,
                           p.workspace, nullptr);
     }
@@ -148,9 +154,9 @@ void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
 template <class T>
 void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
                        bool count_padding) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (detail::pooled_type<T>) {
     if (detail::runs_avg<T>(g, count_padding)) {
-      const auto& p = detail::pool_primitives(g, false);
+      const auto& p = detail::pool_primitives<T>(g, false);
       return detail::pool(p.backward, p.dst, grad_output, DNNL_ARG_DIFF_DST, p.src, grad_input,
                           DNNL_ARG_DIFF_SRC, p.workspace, nullptr);
     }
