@@ -110,8 +110,9 @@ inline void pool(const Step& step, const memory::desc& from_desc, const void* fr
 
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
-  if (!detail::runs_max<T>(g)) return reference::max_pool_workspace_bytes(g);
-  return detail::pool_primitives<T>(g, true).workspace.get_size();
+  if constexpr (detail::pooled_type<T>)
+    if (detail::runs_max<T>(g)) return detail::pool_primitives<T>(g, true).workspace.get_size();
+  return reference::max_pool_workspace_bytes(g);
 }
 
 template <class T>
