@@ -194,7 +194,9 @@ struct Bf16Choice {
 
 // Runs run(native, trial) as the setting or the shape's timing says. A timing runs each variant
 // once to build and warm it, then once timed, with trial = true (a pass that adds into its result,
-// the weight gradient, then adds into scratch), and the chosen one last, for real.
+// the weight gradient, then adds into scratch), and the chosen one last, for real. The trials
+// allocate from scratch memory, given back when each ends: the processor's pool would otherwise
+// keep caching their buffers (both variants' at once) for the rest of the run.
 template <class Run>
 void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
   const std::string setting = bf16_kernels_setting();
@@ -204,6 +206,7 @@ void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
   auto& choice = onednn::detail::cache_of<Bf16Choice>()[key];
   if (!choice) {
     const auto seconds = [&](bool native) {
+      const ScratchMemory trial;
       const auto start = std::chrono::steady_clock::now();
       run(native, true);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -235,11 +238,10 @@ inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* gr
 
 inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* input,
                                         const bfloat16* grad_output, double* grad_weight) {
-  Buffer<double> scratch;
   bf16_kernels(g, 2, [&](bool native, bool trial) {
-    if (trial && scratch.empty())  // its sums are discarded
-      scratch = Buffer<double>(static_cast<std::size_t>(conv_weight_size(g)), 0.0);
-    double* into = trial ? scratch.data() : grad_weight;
+    // A trial's sums are discarded.
+    Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
+    double* into = trial ? discarded.data() : grad_weight;
     if (native)
       return onednn::conv_backward_weight_or(g, input, grad_output, into, &bf16_backward_weight);
     bf16_backward_weight(g, input, grad_output, into);

@@ -380,7 +380,10 @@ inline std::int64_t& min_slab_floats() {               // tests lower it to cut 
 inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
                                   memory::data_type type) {
   const std::int64_t whole = std::max(g.in[0], g.out[0]);
-  if (transposed(g) || g.batch != 1 || !supported(g)) return whole;
+  // A transposed convolution's weight gradient runs in slabs of output rows too (output_rows),
+  // where its scratchpad is large.
+  const bool weights = pass == &Primitives::backward_weights;
+  if ((transposed(g) && !weights) || g.batch != 1 || !supported(g)) return whole;
   const std::int64_t per_row =
       std::max<std::int64_t>({input_row_size(g) * g.taps[0].stride, output_row_size(g), 1});
   const std::int64_t largest = std::max(input_row_size(g) * g.in[0], output_row_size(g) * g.out[0]);
@@ -393,15 +396,21 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
   const bool activations_copied =
       p.first.reordered() ||
       (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
-  if (!p.optimised || activations_copied) return rows;
+  // (A transposed one's copies stay whole: the passes' slabs are output rows, which a transposed
+  // convolution's input gradient cannot take.)
+  if (!transposed(g) && (!p.optimised || activations_copied)) return rows;
+  if (!p.optimised) return whole;
   // Unless its scratchpad holds copies: AMX's bf16 weight gradient takes 2.3 MiB per row of
-  // 128 x 128, 9x the activations whole. Slabs keep it under 16 MiB or an eighth of the largest
-  // operand (in proportion to their rows; 4 rows of 128 x 128 run as fast as the whole).
+  // 128 x 128, 9x the activations whole (a transposed one from 64^3 x 16 channels: 208 MiB).
+  // Slabs keep it under 16 MiB or an eighth of the largest operand (in proportion to their rows;
+  // 4 rows of 128 x 128 run as fast as the whole), a transposed one's in whole strides, so that
+  // each slab reads whole input rows.
   const double scratch = double(p.step.scratchpad.get_size());
   const double budget =
       std::max(double(16 << 20), double(largest) * double(memory::data_type_size(type)) / 8);
   if (scratch <= budget) return whole;
-  return std::max<std::int64_t>(1, std::int64_t(double(whole) * budget / scratch));
+  const std::int64_t step = transposed(g) ? std::max<std::int64_t>(1, g.taps[0].stride) : 1;
+  return std::max<std::int64_t>(step, std::int64_t(double(whole) * budget / scratch) / step * step);
 }
 
 // The blocked kernels (single-threaded) on the processor's compute threads: each thread takes a
