@@ -54,6 +54,120 @@ TEST_CASE("cross-entropy and Dice are the same scalars, with the same gradients,
             1e-5, cases) == "");
 }
 
+namespace {
+const std::vector<LayoutCase> loss_cases = {
+    {"one processor", "p:1", ""},
+    {"x split 4 ways (uneven)", "p:4", "x:p"},
+    {"x and y on 2x2", "rows:2; cols:2", "x:rows; y:cols"},
+    {"classes split 3 ways (the ops' path)", "p:3", "classes:p"},
+    {"batch and y on 2x4", "rows:2; cols:4", "batch:rows; y:cols"},
+};
+
+// The fused loss with labels on another layout than the logits where `l` splits x alone (the op
+// moves them), and its gradient; with `by_ops`, the same loss written with the ops.
+std::vector<Tensor<float>> dice_ce(Mesh& m, const Layout& l, bool by_ops, DiceOptions options) {
+  auto logits = (test_input(m, logits_shape, l, 1) * 3.0f).set_requires_grad();
+  auto weights = full<float>(m, "classes:3", l, 1.0f) + test_input(m, "classes:3", l, 2) * 0.5f;
+  const Layout label_layout = l.to_string() == "x:p" ? Layout("y:p") : l;
+  auto labels = one_hot(m, label_layout);
+  Tensor<float> loss;
+  if (by_ops) {
+    const auto dice = soft_dice(softmax(logits, "classes"), relayout(labels, l), "classes",
+                                float(options.smooth));
+    const auto mean_dice = reduce_sum(crop(dice, "classes", options.first_class, 0)) *
+                           (1.0f / float(3 - options.first_class));
+    loss =
+        softmax_cross_entropy(logits, relayout(labels, l), "classes", weights) + (1.0f - mean_dice);
+  } else {
+    loss = dice_cross_entropy(logits, labels, "classes", weights, options);
+  }
+  backward(loss * 3.0f);
+  return {loss, logits.grad()};
+}
+}  // namespace
+
+TEST_CASE("the fused Dice + cross-entropy loss is the ops' loss, with the same gradient") {
+  for (const DiceOptions options : {DiceOptions{}, DiceOptions{0, 1e-3}}) {
+    INFO("first Dice class " << options.first_class << ", smoothing " << options.smooth);
+    CHECK(compare_with_one_processor(
+              [&](Mesh& m, const Layout& l) { return dice_ce(m, l, false, options); }, 1e-5,
+              loss_cases) == "");
+    const auto why = on_one_processor([&](Mesh& m) {
+      const auto fused = dice_ce(m, Layout{}, false, options),
+                 ops = dice_ce(m, Layout{}, true, options);
+      std::string first;
+      for (std::size_t k = 0; k < fused.size() && first.empty(); ++k)
+        first = mismatch(local_block(fused[k]), local_block(ops[k]).data, 1e-5);
+      return first;
+    });
+    CHECK(why == "");
+  }
+}
+
+TEST_CASE("the fused loss takes bfloat16 logits and labels and keeps nothing over the volume") {
+  const auto why = on_one_processor([](Mesh& m) {
+    auto logits = (test_input(m, logits_shape, Layout{}, 1) * 3.0f).set_requires_grad();
+    auto weights = full<float>(m, "classes:3", Layout{}, 1.0f);
+    const auto labels = one_hot(m, Layout{});
+    auto half = cast<bf16>(logits);
+    auto loss = dice_cross_entropy(half, cast<bf16>(labels), "classes", weights);
+    backward(loss);
+    const auto reduced = std::vector<Tensor<float>>{loss, logits.grad()};
+    auto again = cast<float>(cast<bf16>(logits.detach())).set_requires_grad();
+    auto reference = dice_cross_entropy(again, labels, "classes", weights);
+    backward(reference);
+    std::string first = mismatch(local_block(reduced[0]), local_block(reference).data, 1e-6);
+    if (first.empty())  // the gradient rounded once to bfloat16
+      first = mismatch(local_block(reduced[1]), local_block(again.grad()).data, 1.0 / 128);
+    return first;
+  });
+  CHECK(why == "");
+  // What backward keeps: the logits and labels it was given, nothing else the size of the volume.
+  const double kept_mib = on_one_processor([](Mesh& m) {
+    const Shape big("batch:1, x:64, y:64, z:32, classes:3");  // 1.5 MiB in fp32
+    auto logits = test_input(m, big, Layout{}, 1).set_requires_grad();
+    const auto labels = full<float>(m, big, Layout{}, 0.0f) + 1.0f;
+    auto weights = full<float>(m, "classes:3", Layout{}, 1.0f);
+    const auto before = memory_stats().in_use;
+    auto loss = dice_cross_entropy(logits, labels, "classes", weights);
+    return double(memory_stats().in_use - before) / (1 << 20);
+  });
+  CHECK(kept_mib < 0.1);
+}
+
+TEST_CASE("the fused loss names what is wrong with its arguments") {
+  const auto errors = on_one_processor([](Mesh& m) {
+    auto logits = test_input(m, logits_shape, Layout{}, 1);
+    auto weights = full<float>(m, "classes:3", Layout{}, 1.0f);
+    const auto labels = one_hot(m, Layout{});
+    std::vector<std::string> messages;
+    auto message = [&](auto&& f) {
+      try {
+        f();
+        messages.push_back("");
+      } catch (const Error& e) {
+        messages.push_back(e.what());
+      }
+    };
+    message([&] { dice_cross_entropy(logits, labels, "class", weights); });
+    message([&] {
+      dice_cross_entropy(logits, full<float>(m, "batch:2, x:9, y:6, classes:4", Layout{}, 0.0f),
+                         "classes", weights);
+    });
+    message([&] {
+      dice_cross_entropy(logits, labels, "classes", full<float>(m, "classes:2", Layout{}, 1.0f));
+    });
+    message([&] { dice_cross_entropy(logits, labels, "classes", weights, DiceOptions{3, 1.0}); });
+    return messages;
+  });
+  REQUIRE(errors.size() == 4);
+  CHECK_THAT(errors[0],
+             Catch::Contains("no class dim \"class\"") && Catch::Contains("\"classes\""));
+  CHECK_THAT(errors[1], Catch::Contains("must have the logits' shape"));
+  CHECK_THAT(errors[2], Catch::Contains("must be [classes=3]"));
+  CHECK_THAT(errors[3], Catch::Contains("give 0 to 2"));
+}
+
 TEST_CASE("the same seed gives the same random tensor and dropout mask on any layout") {
   CHECK(compare_with_one_processor(
             [](Mesh& m, const Layout& l) {

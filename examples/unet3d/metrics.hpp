@@ -26,16 +26,12 @@ inline double peak_rss_mib() {
 }
 
 /// loss = CE(logits, labels; class weights) + (1 - the mean soft Dice of the foreground classes,
-/// every class but the background, 0).
+/// every class but the background, 0), fused: it keeps no softmax over the volume.
 inline mt::Tensor<float> segmentation_loss(const mt::Tensor<float>& logits,
                                            const mt::Tensor<float>& labels,
                                            const mt::Tensor<float>& class_weights) {
-  const auto dice = mt::soft_dice(mt::softmax(logits, "classes"), labels, "classes");
-  const std::int64_t classes = logits.shape().dim("classes").size;
-  const auto foreground_dice =
-      mt::reduce_sum(mt::crop(dice, "classes", 1, 0)) * (1.0f / float(classes - 1));
-  return mt::softmax_cross_entropy(logits, labels, "classes", class_weights) +
-         (1.0f - foreground_dice);
+  return mt::dice_cross_entropy(logits, labels, "classes", class_weights,
+                                mt::DiceOptions{/*first_class=*/1, /*smooth=*/1.0});
 }
 
 /// Voxel counts per class for Dice: predicted and true, and their overlap.

@@ -1,0 +1,37 @@
+#pragma once
+// The fused Dice + cross-entropy loss's kernels (kernels/cpu/dice_cross_entropy.hpp says what they
+// compute). They run on the CPU; a GPU processor runs them there after its queued work. A plan
+// counts about ten operations per score in each pass.
+
+#include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/cpu/dice_cross_entropy.hpp"
+
+namespace meshtensor::kernels {
+
+template <class T, class L>
+void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labels,
+                             const float* weights, double* sums) {
+  dispatch(
+      [&] { plan::count(plan::Family::elementwise, 10.0 * double(b.positions() * b.classes)); },
+      [] { return false; },
+      [&] { cpu::dice_cross_entropy_sums(b, scores, labels, weights, sums); });
+}
+
+template <class T, class L>
+void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* labels,
+                                 const float* weights, const DiceCrossEntropyCoefficients& k,
+                                 const float* scale, T* grad) {
+  dispatch(
+      [&] { plan::count(plan::Family::elementwise, 10.0 * double(b.positions() * b.classes)); },
+      [] { return false; },
+      [&] { cpu::dice_cross_entropy_gradient(b, scores, labels, weights, k, *scale, grad); });
+}
+
+/// f() on the host, where the processor computes (not in a plan): for the few numbers a loss
+/// computes from its all-reduced sums.
+template <class F>
+void on_host(F&& f) {
+  dispatch([] { plan::count(plan::Family::elementwise, 0.0); }, [] { return false; }, f);
+}
+
+}  // namespace meshtensor::kernels
