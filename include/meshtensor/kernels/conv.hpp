@@ -195,7 +195,7 @@ struct Bf16Choice {
 // Runs run(native, trial) as the setting or the shape's timing says. A timing runs each variant
 // once to build and warm it, then once timed, with trial = true (a pass that adds into its result,
 // the weight gradient, then adds into scratch), and the chosen one last, for real. The trials
-// allocate from scratch memory, given back when each ends: the processor's pool would otherwise
+// allocate from scratch memory, given back when they end: the processor's pool would otherwise
 // keep caching their buffers (both variants' at once) for the rest of the run.
 template <class Run>
 void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
@@ -205,8 +205,9 @@ void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
   key.push_back(pass);
   auto& choice = onednn::detail::cache_of<Bf16Choice>()[key];
   if (!choice) {
+    // One scratch pool for all four runs: the timed ones reuse the warm-up's pages.
+    const ScratchMemory trials;
     const auto seconds = [&](bool native) {
-      const ScratchMemory trial;
       const auto start = std::chrono::steady_clock::now();
       run(native, true);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
