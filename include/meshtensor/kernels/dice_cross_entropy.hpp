@@ -1,12 +1,16 @@
 #pragma once
 // The fused Dice + cross-entropy loss's kernels (kernels/cpu/dice_cross_entropy.hpp says what they
-// compute). They run on the CPU; a GPU processor runs them there after its queued work. A plan
-// counts about ten operations per score in each pass.
+// compute). They run on the CPU: a GPU processor composes the loss from its element-wise and sum
+// kernels instead (fused_loss_kernels()), which keep the volume on the GPU. A plan counts about
+// ten operations per score in each pass.
 
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/cpu/dice_cross_entropy.hpp"
 
 namespace meshtensor::kernels {
+
+/// Whether this processor runs the fused loss's kernels (the CPU's; a plan counts them).
+inline bool fused_loss_kernels() { return current_backend() != Backend::cuda; }
 
 template <class T, class L>
 void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labels,

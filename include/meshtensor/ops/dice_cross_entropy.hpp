@@ -7,7 +7,8 @@
 // Forward sums what the loss needs on each block, all-reduces those 2 + 3 * classes numbers over
 // the mesh axes that split the volume, and computes the loss on every processor alike; backward
 // computes each score's gradient from its position's softmax, computed again. A class dim split
-// over processors runs the ops instead (the same loss).
+// over processors, or a processor whose kernels have no fused loss (a GPU's), runs the ops instead
+// (the same loss).
 
 #include <cstdint>
 #include <memory>
@@ -107,7 +108,7 @@ Tensor<float> dice_cross_entropy(const Tensor<T>& logits, const Tensor<L>& label
                                  const DiceOptions& options = {}) {
   detail::check_dice_cross_entropy(logits.shape(), labels.shape(), class_weights.shape(), classes,
                                    options);
-  if (logits.layout().is_split(classes))
+  if (logits.layout().is_split(classes) || !kernels::fused_loss_kernels())
     return detail::dice_cross_entropy_by_ops(logits, labels, classes, class_weights, options);
   Mesh& mesh = logits.mesh();
   const Tensor<L> truth = detail::relayout_to(labels, logits.layout());
