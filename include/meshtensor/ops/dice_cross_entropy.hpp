@@ -130,8 +130,20 @@ Tensor<float> dice_cross_entropy(const Tensor<T>& logits, const Tensor<L>& label
   Buffer<double> sums(static_cast<std::size_t>(order.size()));
   kernels::dice_cross_entropy_sums(block, logits.array().data(), truth.array().data(),
                                    weights.array().data(), sums.data());
-  if (const AxisSet axes = detail::axes_splitting(logits.layout(), volume))
-    all_reduce(mesh.group(axes), sums, ReduceOp::sum);
+  // All-reduced in the five pieces the ops' loss sends (two scalars, three per-class sums): the
+  // same collectives on every path, so that a plan, which cannot know whether a processor runs
+  // the fused kernels (a GPU composes the loss), counts what each sends.
+  if (const AxisSet axes = detail::axes_splitting(logits.layout(), volume)) {
+    Communicator& group = mesh.group(axes);
+    const std::int64_t pieces[][2] = {{order.log_likelihood, 1},
+                                      {order.weight, 1},
+                                      {order.overlap(0), block.classes},
+                                      {order.predicted(0), block.classes},
+                                      {order.truth(0), block.classes}};
+    for (const auto& [first, count] : pieces)
+      all_reduce(group, sums.data() + first, static_cast<std::size_t>(count), ReduceOp::sum,
+                 sums.space());
+  }
 
   auto coefficients = std::make_shared<kernels::DiceCrossEntropyCoefficients>();
   Array<float> value = Array<float>::from_shape(std::vector<std::size_t>{});
