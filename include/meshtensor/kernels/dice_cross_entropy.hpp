@@ -31,10 +31,10 @@ void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* 
       [&] { cpu::dice_cross_entropy_gradient(b, scores, labels, weights, k, *scale, grad); });
 }
 
-/// f() on the host, where the processor computes (not in a plan): for the few numbers a loss
-/// computes from its all-reduced sums.
+/// f() on the host, where the processor computes; skipped in a plan (where Tensor::on_host would
+/// refuse): for the few numbers a loss computes from its all-reduced sums.
 template <class F>
-void on_host(F&& f) {
+void host_step(F&& f) {
   dispatch([] { plan::count(plan::Family::elementwise, 0.0); }, [] { return false; }, f);
 }
 

@@ -147,7 +147,7 @@ Tensor<float> dice_cross_entropy(const Tensor<T>& logits, const Tensor<L>& label
 
   auto coefficients = std::make_shared<kernels::DiceCrossEntropyCoefficients>();
   Array<float> value = Array<float>::from_shape(std::vector<std::size_t>{});
-  kernels::on_host([&] {
+  kernels::host_step([&] {
     value.data()[0] =
         detail::dice_cross_entropy_value(sums.data(), block.classes, options, *coefficients);
   });
