@@ -2,7 +2,10 @@
 // tensors and dropout masks do not depend on the layout.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/kernels/cpu/vector_math.hpp>
 
 #include "support/op_check.hpp"
 #include "support/spatial_cases.hpp"
@@ -13,8 +16,8 @@ using namespace meshtensor::testing;
 namespace {
 const Shape logits_shape("batch:2, x:9, y:6, classes:3");
 
-Tensor<float> one_hot(Mesh& m, const Layout& l) {
-  return generate<float>(m, logits_shape, l, [](const Index& i) {
+Tensor<float> one_hot(Mesh& m, const Layout& l, const Shape& shape = logits_shape) {
+  return generate<float>(m, shape, l, [](const Index& i) {
     return float((i["x"] / 3 + i["y"] / 2 + i["batch"]) % 3 == i["classes"]);
   });
 }
@@ -65,11 +68,12 @@ const std::vector<LayoutCase> loss_cases = {
 
 // The fused loss with labels on another layout than the logits where `l` splits x alone (the op
 // moves them), and its gradient; with `by_ops`, the same loss written with the ops.
-std::vector<Tensor<float>> dice_ce(Mesh& m, const Layout& l, bool by_ops, DiceOptions options) {
-  auto logits = (test_input(m, logits_shape, l, 1) * 3.0f).set_requires_grad();
+std::vector<Tensor<float>> dice_ce(Mesh& m, const Layout& l, bool by_ops, DiceOptions options,
+                                   const Shape& shape = logits_shape) {
+  auto logits = (test_input(m, shape, l, 1) * 3.0f).set_requires_grad();
   auto weights = full<float>(m, "classes:3", l, 1.0f) + test_input(m, "classes:3", l, 2) * 0.5f;
   const Layout label_layout = l.to_string() == "x:p" ? Layout("y:p") : l;
-  auto labels = one_hot(m, label_layout);
+  auto labels = one_hot(m, label_layout, shape);
   Tensor<float> loss;
   if (by_ops) {
     const auto dice = soft_dice(softmax(logits, "classes"), relayout(labels, l), "classes",
@@ -87,21 +91,42 @@ std::vector<Tensor<float>> dice_ce(Mesh& m, const Layout& l, bool by_ops, DiceOp
 }  // namespace
 
 TEST_CASE("the fused Dice + cross-entropy loss is the ops' loss, with the same gradient") {
+  // Classes last (positions tiled in runs along the block) and in the middle (tiled per row).
+  const Shape classes_inside("batch:2, classes:3, x:9, y:6");
   for (const DiceOptions options : {DiceOptions{}, DiceOptions{0, 1e-3}}) {
     INFO("first Dice class " << options.first_class << ", smoothing " << options.smooth);
     CHECK(compare_with_one_processor(
               [&](Mesh& m, const Layout& l) { return dice_ce(m, l, false, options); }, 1e-5,
               loss_cases) == "");
-    const auto why = on_one_processor([&](Mesh& m) {
-      const auto fused = dice_ce(m, Layout{}, false, options),
-                 ops = dice_ce(m, Layout{}, true, options);
-      std::string first;
-      for (std::size_t k = 0; k < fused.size() && first.empty(); ++k)
-        first = mismatch(local_block(fused[k]), local_block(ops[k]).data, 1e-5);
-      return first;
-    });
-    CHECK(why == "");
+    for (const Shape& shape : {logits_shape, classes_inside}) {
+      INFO(shape.to_string());
+      const auto why = on_one_processor([&](Mesh& m) {
+        const auto fused = dice_ce(m, Layout{}, false, options, shape),
+                   ops = dice_ce(m, Layout{}, true, options, shape);
+        std::string first;
+        for (std::size_t k = 0; k < fused.size() && first.empty(); ++k)
+          first = mismatch(local_block(fused[k]), local_block(ops[k]).data, 1e-5);
+        return first;
+      });
+      CHECK(why == "");
+    }
   }
+}
+
+TEST_CASE("the loss's vectorizable exp and log are within 3e-7 of libm's") {
+  double worst_exp = 0, worst_log = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.001953125f) {  // 2^-9 steps, 89600 points
+    const double exact = std::exp(double(x));
+    worst_exp = std::max(worst_exp, std::abs(kernels::cpu::exp_approx(x) - exact) / exact);
+  }
+  for (float x = 1e-30f; x < 1e30f; x *= 1.0009765625f) {
+    const double exact = std::log(double(x));
+    const double error = std::abs(kernels::cpu::log_approx(x) - exact);
+    worst_log = std::max(worst_log, exact == 0 ? error : error / std::max(1.0, std::abs(exact)));
+  }
+  CHECK(worst_exp < 3e-7);
+  CHECK(worst_log < 3e-7);
+  CHECK(kernels::cpu::exp_approx(-200.0f) < 1e-37f);  // clamped, not wrapped around
 }
 
 TEST_CASE("the fused loss takes bfloat16 logits and labels and keeps nothing over the volume") {

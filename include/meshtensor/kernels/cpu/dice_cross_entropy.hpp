@@ -1,6 +1,6 @@
 #pragma once
-// The fused Dice + cross-entropy loss on one block of class scores, position by position: the
-// softmax of each position's scores is computed in registers, used, and dropped (never stored).
+// The fused Dice + cross-entropy loss on one block of class scores, a tile of positions at a time:
+// the tile's softmax is computed in a buffer of a few hundred bytes, used, and dropped.
 //   sums:      what the loss needs from the block (DiceCrossEntropySums), in double
 //   gradient:  d loss / d score from the scores, the labels and the loss's coefficients
 // Positions are split over the processor's compute threads; the parts' sums are added in a fixed
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/cpu/vector_math.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -59,30 +60,68 @@ int over_positions(std::int64_t n, Part&& part) {
   return parts;
 }
 
-// Position q's scores as probabilities into `p` and their logarithms into `log_p`.
-template <class T>
-void softmax_at(const ClassBlock& b, const T* scores, std::int64_t q, float* p, float* log_p) {
-  const std::int64_t o = q / b.inner, i = q % b.inner;
-  const T* at = scores + o * b.classes * b.inner + i;
-  float largest = -INFINITY;
-  for (std::int64_t c = 0; c < b.classes; ++c)
-    largest = std::max(largest, static_cast<float>(at[c * b.inner]));
-  float total = 0;
-  for (std::int64_t c = 0; c < b.classes; ++c) {
-    log_p[c] = static_cast<float>(at[c * b.inner]) - largest;
-    p[c] = std::exp(log_p[c]);
-    total += p[c];
+// Positions are taken a tile of up to `lanes` at a time, each step of the softmax a loop over the
+// tile's lanes (vectorized, with exp_approx and log_approx): one position at a time, the class
+// loops are too short to vectorize and libm's expf and logf run once per score.
+constexpr std::int64_t lanes = 16;
+
+// Positions whose class-c score sits at base + j * lane_stride + c * class_stride, j < n.
+struct Tile {
+  std::int64_t base = 0, n = 0, lane_stride = 1, class_stride = 1;
+  std::int64_t at(std::int64_t j, std::int64_t c) const {
+    return base + j * lane_stride + c * class_stride;
   }
-  const float log_total = std::log(total);
-  for (std::int64_t c = 0; c < b.classes; ++c) {
-    p[c] /= total;
-    log_p[c] -= log_total;
+};
+
+// Visits positions [first, last) of the block as tiles: runs of one outer index (class dim
+// not last), or of consecutive positions (class dim last: inner = 1).
+template <class Visit>
+void for_each_tile(const ClassBlock& b, std::int64_t first, std::int64_t last, Visit&& visit) {
+  for (std::int64_t q = first; q < last;) {
+    if (b.inner == 1) {
+      const std::int64_t n = std::min(lanes, last - q);
+      visit(Tile{q * b.classes, n, b.classes, 1});
+      q += n;
+      continue;
+    }
+    const std::int64_t o = q / b.inner, i = q % b.inner;
+    const std::int64_t n = std::min({lanes, last - q, b.inner - i});
+    visit(Tile{o * b.classes * b.inner + i, n, 1, b.inner});
+    q += n;
   }
 }
 
-inline std::int64_t element(const ClassBlock& b, std::int64_t q, std::int64_t c) {
-  return (q / b.inner * b.classes + c) * b.inner + q % b.inner;
-}
+// One tile's scores, labels and softmax, class-major ([c * lanes + j]), and per lane the
+// largest score and the softmax's normaliser.
+struct TileSoftmax {
+  std::vector<float> score, label, p;
+  float largest[lanes], total[lanes];
+
+  explicit TileSoftmax(std::int64_t classes)
+      : score(std::size_t(classes * lanes)), label(score.size()), p(score.size()) {}
+
+  template <class T, class L>
+  void compute(const ClassBlock& b, const T* scores, const L* labels, const Tile& t) {
+    const std::int64_t n = t.n;
+    std::fill(largest, largest + lanes, -INFINITY);
+    std::fill(total, total + lanes, 0.0f);
+    for (std::int64_t c = 0; c < b.classes; ++c)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float s = static_cast<float>(scores[t.at(j, c)]);
+        score[c * lanes + j] = s;
+        label[c * lanes + j] = static_cast<float>(labels[t.at(j, c)]);
+        largest[j] = std::max(largest[j], s);
+      }
+    for (std::int64_t c = 0; c < b.classes; ++c)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float e = exp_approx(score[c * lanes + j] - largest[j]);
+        p[c * lanes + j] = e;
+        total[j] += e;
+      }
+    for (std::int64_t c = 0; c < b.classes; ++c)
+      for (std::int64_t j = 0; j < n; ++j) p[c * lanes + j] /= total[j];
+  }
+};
 
 }  // namespace detail
 
@@ -90,29 +129,41 @@ inline std::int64_t element(const ClassBlock& b, std::int64_t q, std::int64_t c)
 template <class T, class L>
 void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labels,
                              const float* weights, double* sums) {
+  using detail::lanes;
   const DiceCrossEntropySums at{b.classes};
   const std::int64_t n = at.size();
+  // Each part sums lane by lane (lane_sums[k * lanes + j]), so the loops vectorize in double.
   std::vector<std::vector<double>> parts(static_cast<std::size_t>(compute_threads()),
-                                         std::vector<double>(static_cast<std::size_t>(n), 0.0));
+                                         std::vector<double>(std::size_t(n * lanes), 0.0));
   const int used = detail::over_positions(b.positions(), [&](int part, auto first, auto last) {
-    std::vector<double>& s = parts[static_cast<std::size_t>(part)];
-    std::vector<float> p(static_cast<std::size_t>(b.classes)), log_p(p.size());
-    for (std::int64_t q = first; q < last; ++q) {
-      detail::softmax_at(b, scores, q, p.data(), log_p.data());
+    double* s = parts[static_cast<std::size_t>(part)].data();
+    detail::TileSoftmax tile(b.classes);
+    detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
+      tile.compute(b, scores, labels, t);
+      float log_total[lanes];
+      for (std::int64_t j = 0; j < t.n; ++j) log_total[j] = log_approx(tile.total[j]);
       for (std::int64_t c = 0; c < b.classes; ++c) {
-        const float y = static_cast<float>(labels[detail::element(b, q, c)]);
-        const double weighted = double(weights[c]) * double(y);
-        s[at.log_likelihood] += weighted * double(log_p[c]);
-        s[at.weight] += weighted;
-        s[at.overlap(c)] += double(p[c]) * double(y);
-        s[at.predicted(c)] += double(p[c]);
-        s[at.truth(c)] += double(y);
+        const double w = weights[c];
+        const float* score = &tile.score[std::size_t(c * lanes)];
+        const float* y = &tile.label[std::size_t(c * lanes)];
+        const float* p = &tile.p[std::size_t(c * lanes)];
+        for (std::int64_t j = 0; j < t.n; ++j) {
+          const float log_p = score[j] - tile.largest[j] - log_total[j];
+          const double weighted = w * double(y[j]);
+          s[at.log_likelihood * lanes + j] += weighted * double(log_p);
+          s[at.weight * lanes + j] += weighted;
+          s[at.overlap(c) * lanes + j] += double(p[j]) * double(y[j]);
+          s[at.predicted(c) * lanes + j] += double(p[j]);
+          s[at.truth(c) * lanes + j] += double(y[j]);
+        }
       }
-    }
+    });
   });
   for (std::int64_t k = 0; k < n; ++k) {
     double total = 0;
-    for (int part = 0; part < used; ++part) total += parts[std::size_t(part)][std::size_t(k)];
+    for (int part = 0; part < used; ++part)
+      for (std::int64_t j = 0; j < lanes; ++j)
+        total += parts[std::size_t(part)][std::size_t(k * lanes + j)];
     sums[k] = total;
   }
 }
@@ -123,25 +174,37 @@ template <class T, class L>
 void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* labels,
                                  const float* weights, const DiceCrossEntropyCoefficients& k,
                                  double scale, T* grad) {
+  using detail::lanes;
   detail::over_positions(b.positions(), [&](int, auto first, auto last) {
-    std::vector<float> p(static_cast<std::size_t>(b.classes)), log_p(p.size()), y(p.size()),
-        h(p.size());
-    for (std::int64_t q = first; q < last; ++q) {
-      detail::softmax_at(b, scores, q, p.data(), log_p.data());
-      double weight = 0, p_dot_h = 0;
+    detail::TileSoftmax tile(b.classes);
+    std::vector<float> h(tile.p.size());
+    detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
+      tile.compute(b, scores, labels, t);
+      double weight[lanes] = {}, p_dot_h[lanes] = {};
       for (std::int64_t c = 0; c < b.classes; ++c) {
-        y[c] = static_cast<float>(labels[detail::element(b, q, c)]);
-        weight += double(weights[c]) * double(y[c]);
-        h[c] = static_cast<float>(k.dice_label[c] * y[c] + k.dice_constant[c]);
-        p_dot_h += double(p[c]) * double(h[c]);
+        const double w = weights[c], label_term = k.dice_label[c], constant = k.dice_constant[c];
+        const float* y = &tile.label[std::size_t(c * lanes)];
+        const float* p = &tile.p[std::size_t(c * lanes)];
+        float* hc = &h[std::size_t(c * lanes)];
+        for (std::int64_t j = 0; j < t.n; ++j) {
+          weight[j] += w * double(y[j]);
+          hc[j] = static_cast<float>(label_term * y[j] + constant);
+          p_dot_h[j] += double(p[j]) * double(hc[j]);
+        }
       }
       for (std::int64_t c = 0; c < b.classes; ++c) {
-        const double cross_entropy =
-            (double(p[c]) * weight - double(weights[c]) * double(y[c])) * k.inverse_weight;
-        const double dice = double(p[c]) * (double(h[c]) - p_dot_h);
-        grad[detail::element(b, q, c)] = T(static_cast<float>(scale * (cross_entropy + dice)));
+        const double w = weights[c];
+        const float* y = &tile.label[std::size_t(c * lanes)];
+        const float* p = &tile.p[std::size_t(c * lanes)];
+        const float* hc = &h[std::size_t(c * lanes)];
+        for (std::int64_t j = 0; j < t.n; ++j) {
+          const double cross_entropy =
+              (double(p[j]) * weight[j] - w * double(y[j])) * k.inverse_weight;
+          const double dice = double(p[j]) * (double(hc[j]) - p_dot_h[j]);
+          grad[t.at(j, c)] = T(static_cast<float>(scale * (cross_entropy + dice)));
+        }
       }
-    }
+    });
   });
 }
 
