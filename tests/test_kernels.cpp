@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <meshtensor/kernels/common/input_gradient_as_forward.hpp>
 #include <meshtensor/kernels/common/strided.hpp>
 #include <meshtensor/kernels/cpu/blocked/conv.hpp>
 #include <meshtensor/kernels/cpu/copy.hpp>
@@ -37,12 +38,25 @@ struct Implementation {
   void (*backward_weight)(const ConvGeometry&, const float*, const float*, double*);
 };
 
+#ifdef MESHTENSOR_WITH_ONEDNN
+// oneDNN's input gradient as a forward convolution wherever it runs one (else as its first call's
+// timing chooses).
+void onednn_input_gradient_as_forward(const ConvGeometry& g, const float* grad_output,
+                                      const float* weight, float* grad_input) {
+  onednn::detail::forced_as_forward() = true;
+  onednn::conv_backward_input<float>(g, grad_output, weight, grad_input);
+  onednn::detail::forced_as_forward().reset();
+}
+#endif
+
 const std::vector<Implementation> implementations{
     {"blocked", blocked::conv_forward<float>, blocked::conv_backward_input<float>,
      blocked::conv_backward_weight<float>},
 #ifdef MESHTENSOR_WITH_ONEDNN
     {"onednn", onednn::conv_forward<float>, onednn::conv_backward_input<float>,
      onednn::conv_backward_weight<float>},
+    {"onednn, input gradient as a forward convolution", onednn::conv_forward<float>,
+     onednn_input_gradient_as_forward, onednn::conv_backward_weight<float>},
 #endif
 };
 
@@ -79,6 +93,26 @@ TEST_CASE("fast and reference convolution kernels agree") {
         CHECK(relative_gap(check.dw_ref, dw) < 1e-4);
       }
   }
+}
+
+TEST_CASE("a stride-1 convolution's input gradient is the forward convolution of flipped weights") {
+  int stride_one = 0;
+  for (const auto& c : conv_cases()) {
+    const ConvCheck check(c);
+    const auto f = input_gradient_as_forward(check.g);
+    const bool strided = c.stride != std::array<std::int64_t, 3>{1, 1, 1};
+    CHECK(f.has_value() == (!c.transposed && !strided));
+    if (!f) continue;
+    ++stride_one;
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                << c.c_out);
+    CHECK((f->in == check.g.out && f->out == check.g.in && f->c_in == c.c_out));
+    std::vector<float> flipped(check.w.size()), dx(check.in_n);
+    flip_weights(check.g, check.w.data(), flipped.data());
+    conv_forward(*f, check.dy.data(), flipped.data(), dx.data());
+    CHECK(relative_gap(widen(check.dx_ref), widen(dx)) < 1e-5);
+  }
+  CHECK(stride_one >= 5);
 }
 
 // Shapes the row kernels take: rows of at least a vector, 8 output channels a tile (or 16: two).

@@ -81,10 +81,6 @@ inline std::int64_t conv_input_size(const ConvGeometry& g) {
   return g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
 }
 
-inline std::int64_t conv_weight_size(const ConvGeometry& g) {
-  return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
-}
-
 namespace detail {
 template <class T>
 void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output);

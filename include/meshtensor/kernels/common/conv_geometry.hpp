@@ -29,6 +29,10 @@ struct ConvGeometry {
   std::array<Taps, 3> taps{};
 };
 
+inline std::int64_t conv_weight_size(const ConvGeometry& g) {
+  return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
+}
+
 /// Integer division rounded down and up (for negative numerators too: taps reaching before row 0).
 inline std::int64_t floor_div(std::int64_t p, std::int64_t q) {
   return p >= 0 ? p / q : -((-p + q - 1) / q);

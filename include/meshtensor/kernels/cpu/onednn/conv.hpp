@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -42,6 +43,7 @@
 
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/common/input_gradient_as_forward.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
 #include "meshtensor/kernels/cpu/onednn/pass.hpp"
@@ -265,14 +267,18 @@ inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
   return chosen;
 }
 
+inline std::string formats_setting() {
+  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
+  return forced ? forced : "auto";
+}
+
 inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
   auto& slot = cache()[key_of(g, type)];
   if (slot) return *slot;
   // MESHTENSOR_ONEDNN_FORMATS: auto (default: the faster per pass, timed once per shape),
   // channels_last, blocked, or by_channels: the rule bench/RESULTS.md suggests, channels-last
   // (2.3-2.8x faster at 8 channels, about even at 16) up to 16 channels, blocked from 32.
-  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
-  const std::string formats = forced ? forced : "auto";
+  const std::string formats = formats_setting();
   if (formats == "auto") {
     Primitives channels_last = build(g, true, type);
     const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
@@ -456,12 +462,65 @@ void forward(const ConvGeometry& g, const T* input, const T* weight, T* output,
   run(p->forward, forward_args, input, weight, output);
 }
 
+// Whether a shape's input gradient runs as a forward convolution (input_gradient_as_forward).
+struct AsForward {
+  bool faster = false;
+};
+
+// Tests force the choice: true, as a forward convolution wherever oneDNN runs one; false, never.
+inline std::optional<bool>& forced_as_forward() {
+  static std::optional<bool> forced;
+  return forced;
+}
+
+// Runs `direct` or `as_forward` (each writes the same result), the faster on this shape: timed
+// once, at its first call, both ways on the call's own arrays.
+template <class Direct, class AsForwardRun>
+void run_faster(const std::vector<std::int64_t>& key, Direct&& direct, AsForwardRun&& as_forward) {
+  auto& choice = cache_of<AsForward>()[key];
+  if (!choice) {
+    const auto seconds = [](auto&& pass) {
+      const auto start = std::chrono::steady_clock::now();
+      pass();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    as_forward(), direct();  // warm-up
+    const double forward_seconds = seconds(as_forward), direct_seconds = seconds(direct);
+    choice = std::make_unique<AsForward>(AsForward{forward_seconds < direct_seconds});
+    if (!choice->faster) return;  // the last run was the direct one
+  }
+  choice->faster ? as_forward() : direct();
+}
+
+// The input gradient on oneDNN: its backward-data pass, or for a stride-1 convolution its forward
+// pass on flipped weights where that runs faster (like the formats, chosen only under
+// MESHTENSOR_ONEDNN_FORMATS=auto: the two round differently) — and where it copies no activations
+// the direct pass does not (rows_per_call bounds those).
 template <class T, class Fallback>
 void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight, T* grad_input,
                    Fallback&& fallback) {
-  const Primitives* p = fast_path(g, data_type_of<T>());
+  const memory::data_type type = data_type_of<T>();
+  const Primitives* p = fast_path(g, type);
   if (!p || !p->backward_data.optimised) return fallback(g, grad_output, weight, grad_input);
-  run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
+  const auto direct = [&] {
+    run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
+  };
+  const std::optional<bool> forced = forced_as_forward();
+  const std::optional<ConvGeometry> f = input_gradient_as_forward(g);
+  if (!f || forced == false || (!forced && formats_setting() != "auto")) return direct();
+  const Primitives* q = fast_path(*f, type);
+  const auto copies = [](const Pass& pass) {
+    return pass.first.reordered() || pass.result.reordered();
+  };
+  if (!q || !q->forward.optimised || (!forced && copies(q->forward) && !copies(p->backward_data)))
+    return direct();
+  Buffer<T> flipped(static_cast<std::size_t>(conv_weight_size(g)));
+  flip_weights(g, weight, flipped.data());
+  const auto as_forward = [&] {
+    run(q->forward, forward_args, grad_output, flipped.data(), grad_input);
+  };
+  if (forced) return as_forward();
+  run_faster(key_of(g, type), direct, as_forward);
 }
 
 }  // namespace detail
