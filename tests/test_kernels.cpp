@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <meshtensor/core/bfloat16.hpp>
 #include <meshtensor/kernels/common/input_gradient_as_forward.hpp>
 #include <meshtensor/kernels/common/strided.hpp>
 #include <meshtensor/kernels/cpu/blocked/conv.hpp>
@@ -374,4 +375,30 @@ TEST_CASE("a box moved to the front of the array that holds it keeps every eleme
                      float(offset + a * strides[0] + b * strides[1] + c * strides[2] + e);
     CHECK(wrong == 0);
   }
+}
+
+TEST_CASE("a box copied into every place of a wider one (a concatenation) lands whole") {
+  // Rows of 1 to 40 elements (16, 32, 64 and 128 bytes among them) into rows of `width + 3`, at
+  // column 2, for float and bfloat16; on 2 threads. Everything outside the box stays untouched.
+  const auto check = [](auto zero) {
+    using T = decltype(zero);
+    int wrong = 0;
+    for (std::int64_t width = 1; width <= 40; ++width) {
+      const Sizes box{3, 5, width};
+      const std::int64_t wide = width + 3;
+      std::vector<T> from(std::size_t(15 * width)), to(std::size_t(15 * wide), T(-1.0f));
+      for (std::size_t i = 0; i < from.size(); ++i) from[i] = T(float(i % 250));
+      meshtensor::kernels::cpu::copy_box(box, from.data() + 0, row_major_strides(box),
+                                         to.data() + 2, Strides{5 * wide, wide, 1});
+      for (std::int64_t r = 0; r < 15; ++r)
+        for (std::int64_t c = 0; c < wide; ++c) {
+          const bool inside = c >= 2 && c < 2 + width;
+          const float expected = inside ? float((r * width + c - 2) % 250) : -1.0f;
+          wrong += float(to[std::size_t(r * wide + c)]) != expected;
+        }
+    }
+    return wrong;
+  };
+  CHECK(check(0.0f) == 0);
+  CHECK(check(meshtensor::bfloat16(0.0f)) == 0);
 }
