@@ -11,7 +11,6 @@
 // tap) pair that reads the box.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -204,9 +203,7 @@ void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
     // One scratch pool for all four runs: the timed ones reuse the warm-up's pages.
     const ScratchMemory trials;
     const auto seconds = [&](bool native) {
-      const auto start = std::chrono::steady_clock::now();
-      run(native, true);
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return onednn::detail::seconds_of([&] { run(native, true); });
     };
     seconds(true), seconds(false);
     const double widened = seconds(false), native = seconds(true);

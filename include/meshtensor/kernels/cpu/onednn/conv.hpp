@@ -214,6 +214,14 @@ inline Primitives build(const ConvGeometry& g, bool channels_last_first, memory:
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);
 
+// The wall-clock seconds one call of `run` takes.
+template <class Run>
+double seconds_of(Run&& run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Whether two variants of a pass run on the same formats (then there is nothing to time).
 inline bool same_formats(const Pass& a, const Pass& b) {
   return a.optimised == b.optimised && a.result.chosen == b.result.chosen &&
@@ -306,11 +314,6 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
   const Pass& f = channels_last.forward;
   Buffer<float> src(count(f.first), 0.0f), weights(count(f.second), 0.0f),
       dst(count(f.result), 0.0f);
-  auto seconds = [](auto&& run_once) {
-    const auto start = std::chrono::steady_clock::now();
-    run_once();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   // Warm-up runs, then the best of two interleaved runs each: one slow moment on a shared
   // machine should not decide.
   auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
@@ -325,8 +328,8 @@ inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
     with(other)();
     double mine = 1e300, theirs = 1e300;
     for (int round = 0; round < 2; ++round) {
-      mine = std::min(mine, seconds(with(chosen)));
-      theirs = std::min(theirs, seconds(with(other)));
+      mine = std::min(mine, seconds_of(with(chosen)));
+      theirs = std::min(theirs, seconds_of(with(other)));
     }
     if (theirs < mine) chosen = other;
   };
@@ -462,9 +465,10 @@ void forward(const ConvGeometry& g, const T* input, const T* weight, T* output,
   run(p->forward, forward_args, input, weight, output);
 }
 
-// Whether a shape's input gradient runs as a forward convolution (input_gradient_as_forward).
+// A shape's input gradient as a forward convolution (input_gradient_as_forward): its primitives,
+// or null where it does not run that way.
 struct AsForward {
-  bool faster = false;
+  const Primitives* forward = nullptr;
 };
 
 // Tests force the choice: true, as a forward convolution wherever oneDNN runs one; false, never.
@@ -473,30 +477,29 @@ inline std::optional<bool>& forced_as_forward() {
   return forced;
 }
 
-// Runs `direct` or `as_forward` (each writes the same result), the faster on this shape: timed
-// once, at its first call, both ways on the call's own arrays.
-template <class Direct, class AsForwardRun>
-void run_faster(const std::vector<std::int64_t>& key, Direct&& direct, AsForwardRun&& as_forward) {
-  auto& choice = cache_of<AsForward>()[key];
-  if (!choice) {
-    const auto seconds = [](auto&& pass) {
-      const auto start = std::chrono::steady_clock::now();
-      pass();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
-    as_forward(), direct();  // warm-up
-    const double forward_seconds = seconds(as_forward), direct_seconds = seconds(direct);
-    choice = std::make_unique<AsForward>(AsForward{forward_seconds < direct_seconds});
-    if (!choice->faster) return;  // the last run was the direct one
-  }
-  choice->faster ? as_forward() : direct();
+// The primitives that run g's input gradient as a forward convolution, or null where oneDNN has
+// no optimised forward kernel for it or (`bounded`) it would take more memory than the direct
+// pass: a copy of activations the direct one does not make (rows_per_call bounds those), or a
+// larger scratchpad (a 1 x 1 x 1 convolution to 3 classes at 128^3: 32 MiB forward, 0.04 direct).
+inline const Primitives* as_forward_primitives(const ConvGeometry& g, memory::data_type type,
+                                               const Pass& direct, bool bounded) {
+  const std::optional<ConvGeometry> f = input_gradient_as_forward(g);
+  const Primitives* q = f ? fast_path(*f, type) : nullptr;
+  if (!q || !q->forward.optimised) return nullptr;
+  if (!bounded) return q;
+  const auto copies = [](const Pass& pass) {
+    return pass.first.reordered() || pass.result.reordered();
+  };
+  const auto scratch = [](const Pass& pass) { return pass.step.scratchpad.get_size(); };
+  const bool costs_memory = (copies(q->forward) && !copies(direct)) ||
+                            scratch(q->forward) > std::max(scratch(direct), std::size_t(1) << 20);
+  return costs_memory ? nullptr : q;
 }
 
 // The input gradient on oneDNN: its backward-data pass, or for a stride-1 convolution its forward
-// pass on flipped weights where that runs faster (like the formats, chosen only under
-// MESHTENSOR_ONEDNN_FORMATS=auto: the two round differently) — and where it takes no more memory:
-// no copy of activations the direct pass does not make (rows_per_call bounds those), no larger
-// scratchpad.
+// pass on flipped weights where that takes no more memory and runs faster — timed once per shape,
+// at its first call, both ways on the call's own arrays. Like the formats, chosen only under
+// MESHTENSOR_ONEDNN_FORMATS=auto: the two round differently.
 template <class T, class Fallback>
 void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight, T* grad_input,
                    Fallback&& fallback) {
@@ -507,26 +510,33 @@ void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight,
     run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
   };
   const std::optional<bool> forced = forced_as_forward();
-  const std::optional<ConvGeometry> f = input_gradient_as_forward(g);
-  if (!f || forced == false || (!forced && formats_setting() != "auto")) return direct();
-  const Primitives* q = fast_path(*f, type);
-  if (!q || !q->forward.optimised) return direct();
-  const auto copies = [](const Pass& pass) {
-    return pass.first.reordered() || pass.result.reordered();
-  };
-  // (A 1 x 1 x 1 convolution to 3 classes at 128^3: 32 MiB of scratchpad forward, 0.04 direct.)
-  const auto scratch = [](const Pass& pass) { return pass.step.scratchpad.get_size(); };
-  const bool costs_memory =
-      (copies(q->forward) && !copies(p->backward_data)) ||
-      scratch(q->forward) > std::max(scratch(p->backward_data), std::size_t(1) << 20);
-  if (!forced && costs_memory) return direct();
+  if (forced == false) return direct();
+  const Primitives* q = nullptr;
+  AsForward* first_call = nullptr;  // where the shape's choice goes, on its first call
+  if (forced) {
+    q = as_forward_primitives(g, type, p->backward_data, /*bounded=*/false);
+  } else {
+    auto& choice = cache_of<AsForward>()[key_of(g, type)];
+    if (!choice) {
+      choice = std::make_unique<AsForward>(AsForward{
+          formats_setting() == "auto" ? as_forward_primitives(g, type, p->backward_data, true)
+                                      : nullptr});
+      first_call = choice.get();
+    }
+    q = choice->forward;
+  }
+  if (!q) return direct();
   Buffer<T> flipped(static_cast<std::size_t>(conv_weight_size(g)));
   flip_weights(g, weight, flipped.data());
   const auto as_forward = [&] {
     run(q->forward, forward_args, grad_output, flipped.data(), grad_input);
   };
-  if (forced) return as_forward();
-  run_faster(key_of(g, type), direct, as_forward);
+  if (!first_call) return as_forward();
+  as_forward(), direct();  // warm-up, then one timed run each; the faster runs last
+  if (seconds_of(as_forward) < seconds_of(direct))
+    as_forward();
+  else
+    first_call->forward = nullptr;
 }
 
 }  // namespace detail
