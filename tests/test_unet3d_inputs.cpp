@@ -2,7 +2,8 @@
 // byte-order mark, quoted fields, CRLF), Decathlon dataset.json files and the task flags checked
 // against them, and checkpoint manifests against their schema (every key, type and range; file
 // names inside the checkpoint; `latest` beside it). And numbers that go
-// bad in a step: the first non-finite one is named on every processor.
+// bad in a step: the first non-finite one is named on every processor. And the phantom batches a
+// data loader's worker draws: each processor's blocks are the volume's, on any mesh.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "dataset.hpp"
 #include "finite.hpp"
+#include "loader.hpp"
 #include "manifest.hpp"
 #include "support/spmd.hpp"
 #include "task_flags.hpp"
@@ -381,4 +383,58 @@ TEST_CASE("a manifest file that nests deep, a latest with a NUL, a manifest that
              Catch::Contains("manifest.json: missing; the checkpoint is incomplete or corrupted"));
   CHECK_THAT(read_manifest_error("checkpoint-000001", "<directory>"),
              Catch::Contains("manifest.json: missing; the checkpoint is incomplete or corrupted"));
+}
+
+namespace {
+
+// Checks a gathered batch against the volumes' voxels, drawn one by one; counts the voxels of each
+// class, so that a test can tell it saw more than background.
+void check_batch_is_volumes(const xt::xarray<float>& input, const xt::xarray<float>& labels,
+                            const unet3d::PhantomVolumes& volumes, std::array<int, 3>& seen) {
+  for (std::size_t b = 0; b < input.shape()[0]; ++b)
+    for (std::size_t x = 0; x < input.shape()[1]; ++x)
+      for (std::size_t y = 0; y < input.shape()[2]; ++y)
+        for (std::size_t z = 0; z < input.shape()[3]; ++z) {
+          const auto v =
+              volumes.at(std::int64_t(b), {std::int64_t(x), std::int64_t(y), std::int64_t(z)});
+          REQUIRE(input(b, x, y, z, 0) == unet3d::network_input(v.hu));
+          for (int c = 0; c < unet3d::num_classes; ++c)
+            REQUIRE(labels(b, x, y, z, std::size_t(c)) == (v.label == c ? 1.0f : 0.0f));
+          ++seen[std::size_t(v.label)];
+        }
+}
+
+}  // namespace
+
+TEST_CASE("phantom batches: the loader's worker draws each processor's blocks of the volumes") {
+  using namespace meshtensor;
+  const std::array<std::int64_t, 3> size{16, 12, 8};
+  const std::int64_t batch = 2, steps = 3;
+  for (const auto& [mesh, layout] :
+       {std::pair{"rows:2; cols:2", "x:rows; y:cols"}, std::pair{"p:2", "batch:p"},
+        std::pair{"p:3", "classes:p"}, std::pair{"p:1", ""}}) {
+    CAPTURE(mesh, layout);
+    // Steps 0, 1, 2 in turn, drawn a step ahead; then a run resumed at step 2 (drawn in line).
+    const auto gathered = testing::on_mesh(mesh, [&](Mesh& m) {
+      std::vector<std::pair<xt::xarray<float>, xt::xarray<float>>> batches;
+      unet3d::PhantomLoader loader(m, layout, 7, batch, size, steps);
+      for (std::int64_t step = 0; step < steps; ++step) {
+        const auto b = loader.batch(step);
+        batches.emplace_back(gather(b.input), gather(b.labels));
+      }
+      unet3d::PhantomLoader resumed(m, layout, 7, batch, size, steps);
+      const auto b = resumed.batch(2);
+      batches.emplace_back(gather(b.input), gather(b.labels));
+      return batches;
+    });
+    std::array<int, 3> seen{};
+    for (const auto& batches : gathered)
+      for (std::size_t k = 0; k < batches.size(); ++k) {
+        const std::int64_t step = k < std::size_t(steps) ? std::int64_t(k) : 2;
+        check_batch_is_volumes(batches[k].first, batches[k].second,
+                               unet3d::PhantomVolumes(7, "train", step * batch, batch, size), seen);
+      }
+    CHECK(seen[unet3d::organ] > 0);
+    CHECK(seen[unet3d::background] > 0);
+  }
 }

@@ -1,7 +1,8 @@
 #pragma once
-// What unet3d prints as it goes. --quiet silences it; errors, warnings and each command's closing
-// JSON summary still print.
+// What unet3d prints as it goes, and the seconds it reports. --quiet silences it; errors, warnings
+// and each command's closing JSON summary still print.
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 
@@ -25,6 +26,10 @@ say(const char* format, ...) {
   std::vprintf(format, args);
   va_end(args);
   std::fflush(stdout);
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace unet3d

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xarray.hpp>
+
 #include <meshtensor/meshtensor.hpp>
 
 #include "task.hpp"
@@ -109,53 +111,134 @@ inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
 /// 1], the phantoms' one CT channel.
 inline float network_input(float hu) { return windowed(hu, soft_tissue_window); }
 
-/// A batch of volumes: the CT [batch, x, y, z, channels=1] (network input, windowed), the one-hot
-/// labels [batch, x, y, z, classes] and the HU values (for pictures), on `layout`.
-struct Batch {
-  mt::Tensor<float> input, labels;
-};
-
 inline std::uint64_t volume_seed(std::uint64_t seed, const std::string& purpose,
                                  std::int64_t index) {
   return mt::RandomStream(seed, purpose).bits(static_cast<std::uint64_t>(index));
 }
 
-/// Volumes `first .. first + batch - 1` of the stream `purpose` ("train", "validation") of `seed`.
+/// Volumes `first .. first + batch - 1` of the stream `purpose` ("train", "validation") of `seed`,
+/// voxel by voxel.
+class PhantomVolumes {
+ public:
+  PhantomVolumes(std::uint64_t seed, const std::string& purpose, std::int64_t first,
+                 std::int64_t batch, const std::array<std::int64_t, 3>& size)
+      : size_(size) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::uint64_t volume = volume_seed(seed, purpose, first + b);
+      anatomy_.emplace_back(volume, size);
+      noise_.emplace_back(volume, "noise");
+    }
+  }
+
+  /// The voxel at `at` of volume `b`; its noise is a function of the volume and the voxel only.
+  Voxel at(std::int64_t b, const std::array<std::int64_t, 3>& at) const {
+    const std::uint64_t linear = (std::uint64_t(at[0]) * size_[1] + at[1]) * size_[2] + at[2];
+    return voxel(anatomy_[std::size_t(b)], size_, at, noise_[std::size_t(b)].normal(linear));
+  }
+
+  /// The voxels of a block's batch, x, y and z ranges (its first four dims), row-major.
+  std::vector<Voxel> block(const mt::Block& block) const {
+    const auto& r = block.ranges;
+    std::vector<Voxel> voxels;
+    voxels.reserve(std::size_t(r[0].size() * r[1].size() * r[2].size() * r[3].size()));
+    for (std::int64_t b = r[0].begin; b < r[0].end; ++b)
+      for (std::int64_t x = r[1].begin; x < r[1].end; ++x)
+        for (std::int64_t y = r[2].begin; y < r[2].end; ++y)
+          for (std::int64_t z = r[3].begin; z < r[3].end; ++z) voxels.push_back(at(b, {x, y, z}));
+    return voxels;
+  }
+
+ private:
+  std::array<std::int64_t, 3> size_;
+  std::vector<Anatomy> anatomy_;
+  std::vector<mt::RandomStream> noise_;
+};
+
+/// The global shape of a batch's tensor: [batch, x, y, z, `last`] (channels or classes).
+inline mt::Shape batch_shape(std::int64_t batch, const std::array<std::int64_t, 3>& size,
+                             const mt::Dim& last) {
+  return mt::Shape{mt::Dim("batch", batch), mt::Dim("x", size[0]), mt::Dim("y", size[1]),
+                   mt::Dim("z", size[2]), last};
+}
+
+/// Where a batch's input [batch, x, y, z, channels:1] and one-hot labels [..., classes] lie.
+struct BatchLayouts {
+  mt::TensorLayout input, labels;
+
+  BatchLayouts(const mt::MeshShape& mesh, const mt::Layout& layout, std::int64_t batch,
+               const std::array<std::int64_t, 3>& size)
+      : input(batch_shape(batch, size, mt::Dim("channels", 1)), mesh, layout),
+        labels(batch_shape(batch, size, mt::Dim("classes", num_classes)), mesh, layout) {}
+
+  /// Throws naming the tensor where this processor's block of either is over the limit on one
+  /// block: before anything is drawn.
+  void check_fits(const mt::Mesh& mesh) const {
+    mt::check_block_fits<float>(mesh, input);
+    mt::check_block_fits<float>(mesh, labels);
+  }
+};
+
+/// One processor's blocks of a batch, as the host holds them before they become tensors.
+struct BatchBlocks {
+  BatchLayouts layouts;
+  xt::xarray<float> input, labels;
+};
+
+/// Processor `me`'s blocks of volumes `first .. first + batch - 1`: the CT (windowed) and the
+/// one-hot labels, each voxel drawn once for both. It touches no mesh, only the host's memory, so
+/// a data loader's worker thread can draw the next batch while a step runs (loader.hpp).
+inline BatchBlocks draw_batch_blocks(const mt::MeshShape& mesh, const mt::MeshCoord& me,
+                                     const mt::Layout& layout, std::uint64_t seed,
+                                     const std::string& purpose, std::int64_t first,
+                                     std::int64_t batch, const std::array<std::int64_t, 3>& size) {
+  BatchBlocks out{BatchLayouts(mesh, layout, batch, size), {}, {}};
+  // The two blocks share their batch, x, y and z ranges: a layout splits a dim by its name.
+  const mt::Block in_block = out.layouts.input.block(me),
+                  label_block = out.layouts.labels.block(me);
+  const std::vector<Voxel> voxels =
+      PhantomVolumes(seed, purpose, first, batch, size).block(in_block);
+  auto sizes = [](const mt::Block& b) {
+    const auto s = b.sizes();
+    return std::vector<std::size_t>(s.begin(), s.end());
+  };
+  out.input = xt::xarray<float>::from_shape(sizes(in_block));
+  out.labels = xt::xarray<float>::from_shape(sizes(label_block));
+  const std::int64_t channels = in_block.ranges[4].size();
+  const mt::Range classes = label_block.ranges[4];
+  for (std::size_t v = 0; v < voxels.size(); ++v) {
+    for (std::int64_t c = 0; c < channels; ++c)
+      out.input.data()[v * channels + c] = network_input(voxels[v].hu);
+    for (std::int64_t c = classes.begin; c < classes.end; ++c)
+      out.labels.data()[v * classes.size() + (c - classes.begin)] =
+          voxels[v].label == c ? 1.0f : 0.0f;
+  }
+  return out;
+}
+
+/// A batch of volumes: the CT [batch, x, y, z, channels=1] (network input, windowed) and the
+/// one-hot labels [batch, x, y, z, classes], on `layout`.
+struct Batch {
+  mt::Tensor<float> input, labels;
+};
+
+/// The tensors of a processor's blocks, in the processor's memory.
+inline Batch to_batch(mt::Mesh& mesh, const BatchBlocks& blocks) {
+  return {mt::Tensor<float>(mesh, blocks.layouts.input, blocks.input),
+          mt::Tensor<float>(mesh, blocks.layouts.labels, blocks.labels)};
+}
+
+/// Volumes `first .. first + batch - 1` of the stream `purpose` ("train", "validation") of `seed`:
+/// each processor draws its own blocks. A plan's blocks hold no values, so nothing is drawn.
 inline Batch make_batch(mt::Mesh& mesh, const mt::Layout& layout, std::uint64_t seed,
                         const std::string& purpose, std::int64_t first, std::int64_t batch,
                         const std::array<std::int64_t, 3>& size) {
-  std::vector<Anatomy> anatomy;
-  std::vector<std::uint64_t> seeds;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    seeds.push_back(volume_seed(seed, purpose, first + b));
-    anatomy.emplace_back(seeds.back(), size);
-  }
-  const mt::Shape shape{mt::Dim("batch", batch), mt::Dim("x", size[0]), mt::Dim("y", size[1]),
-                        mt::Dim("z", size[2])};
-  // By position (batch, x, y, z lead both tensors' shapes): looking dims up by name for every
-  // voxel cost as much as drawing it.
-  auto voxel_at = [&](const mt::Index& i) {
-    const std::int64_t b = i[std::size_t{0}];
-    const std::array<std::int64_t, 3> at{i[std::size_t{1}], i[std::size_t{2}], i[std::size_t{3}]};
-    // The noise is a function of the volume and the voxel only.
-    const mt::RandomStream noise(seeds[b], "noise");
-    const std::uint64_t linear = (std::uint64_t(at[0]) * size[1] + at[1]) * size[2] + at[2];
-    return voxel(anatomy[b], size, at, noise.normal(linear));
-  };
-  std::vector<mt::Dim> with_channel = shape.dims();
-  with_channel.emplace_back("channels", 1);
-  Batch out;
-  out.input = mt::generate<float>(mesh, mt::Shape(with_channel), layout, [&](const mt::Index& i) {
-    return network_input(voxel_at(i).hu);
-  });
-  // Each voxel's label drawn once, then one-hot against the class numbers: a generate over the
-  // classes would draw the voxel once per class.
-  const auto labels = mt::generate<float>(
-      mesh, shape, layout, [&](const mt::Index& i) { return float(voxel_at(i).label); });
-  const auto classes = mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", num_classes)}, layout,
-                                           [](const mt::Index& i) { return float(i["classes"]); });
-  out.labels = mt::relayout(mt::equal(labels, classes), layout);
-  return out;
+  const BatchLayouts layouts(mesh.shape(), layout, batch, size);
+  layouts.check_fits(mesh);
+  if (mesh.device().is_plan())
+    return {mt::zeros<float>(mesh, layouts.input.shape(), layout),
+            mt::zeros<float>(mesh, layouts.labels.shape(), layout)};
+  return to_batch(mesh, draw_batch_blocks(mesh.shape(), mesh.coord(), layout, seed, purpose, first,
+                                          batch, size));
 }
 
 }  // namespace unet3d

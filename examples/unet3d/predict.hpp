@@ -21,6 +21,7 @@
 #include <meshtensor/meshtensor.hpp>
 
 #include "checkpoint.hpp"
+#include "console.hpp"
 #include "dataset.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
@@ -52,10 +53,6 @@ struct PredictTimes {
     return *this;
   }
 };
-
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 /// One scan to predict: its channel files, and where its labels (and probabilities) go.
 struct PredictJob {

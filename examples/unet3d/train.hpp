@@ -18,8 +18,10 @@
 #include <meshtensor/meshtensor.hpp>
 
 #include "checkpoint.hpp"
+#include "console.hpp"
 #include "dataset.hpp"
 #include "finite.hpp"
+#include "loader.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -161,9 +163,11 @@ class Progress {
     });
   }
 
-  void step(std::int64_t step, double seconds, double loss, const Overlap& train, double voxels,
-            double lr) {
+  // `data_seconds`: the part of the step that waited for its batch.
+  void step(std::int64_t step, double seconds, double data_seconds, double loss,
+            const Overlap& train, double voxels, double lr) {
     step_times_.push_back(seconds);
+    data_times_.push_back(data_seconds);
     final_loss_ = loss;
     losses_.push_back(loss);
     if (!speaker_) return;
@@ -174,6 +178,7 @@ class Progress {
                {"loss", loss},
                {"dice", dice_json(train)},
                {"step_time_s", seconds},
+               {"data_time_s", data_seconds},
                {"lr", lr}});
   }
 
@@ -216,7 +221,8 @@ class Progress {
         {"final_loss", final_loss_},
         {"dice", held_out ? dice_json(last_validation_) : json()},
         {"mean_dice", held_out ? json(last_validation_.mean_foreground_dice()) : json()},
-        {"step_time_s", median_step_time()},
+        {"step_time_s", median(step_times_)},
+        {"data_time_s", median(data_times_)},
         {"peak_rss_mib", peak},
         {"peak_processor_memory_mib", processor_peak},
         {"mesh", mesh_.shape().to_string()},
@@ -263,8 +269,7 @@ class Progress {
     std::nth_element(recent.begin(), recent.begin() + recent.size() / 2, recent.end());
     return duration_text(recent[recent.size() / 2] * double(end_ - step - 1));
   }
-  double median_step_time() const {
-    std::vector<double> sorted = step_times_;
+  static double median(std::vector<double> sorted) {
     std::sort(sorted.begin(), sorted.end());
     return sorted.empty() ? 0 : sorted[sorted.size() / 2];
   }
@@ -281,7 +286,7 @@ class Progress {
   std::int64_t end_;
   bool speaker_;
   std::ofstream log_;
-  std::vector<double> step_times_, losses_;
+  std::vector<double> step_times_, data_times_, losses_;
   std::vector<std::pair<int, std::vector<double>>> dice_curve_;
   double final_loss_ = 0;
   Overlap last_validation_;
@@ -335,14 +340,18 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   const auto weights = class_weights(mesh, o);
   announce(mesh, o, layout, net.parameters().count(), volumes_text(o, held_out_scans));
 
+  // Phantoms are drawn a step ahead, while the step before trains; scans are read in line.
+  std::optional<PhantomLoader> phantoms;
+  if (!scans) phantoms.emplace(mesh, layout, o.seed, o.batch, o.size, end);
   for (std::int64_t step = start; step < end; ++step) {
     const auto begin = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
     adam.set_learning_rate(lr);
     const auto batch =
         augment(scans ? scan_batch(mesh, dataset.for_step(step), o.task, layout, o.preprocessing)
-                      : make_batch(mesh, layout, o.seed, "train", step * o.batch, o.batch, o.size),
+                      : phantoms->batch(step),
                 o.augment, o.seed, step);
+    const double data_seconds = seconds_since(begin);
     const auto [logits, loss] = forward_backward(net, batch, weights);
     // Checked before the optimiser applies it: a NaN never reaches the weights or a checkpoint.
     const std::string bad = first_nonfinite(loss, net.parameters());
@@ -353,10 +362,9 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                       " is not finite (NaN or infinity); training stopped before the optimiser "
                       "applied it, so no weight or checkpoint holds it. Lower --lr, or pass "
                       "--on-nonfinite skip-step to skip such steps");
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double seconds = seconds_since(begin);
     if (bad.empty())
-      progress.step(step, seconds, loss.item(), overlap(logits, batch.labels),
+      progress.step(step, seconds, data_seconds, loss.item(), overlap(logits, batch.labels),
                     double(batch.input.shape().num_elements()), lr);
     else
       progress.skipped(step, bad);

@@ -90,6 +90,15 @@ Tensor<T> zeros(Mesh& mesh, const Shape& shape, const Layout& layout = {}) {
   return full<T>(mesh, shape, layout, T(0));
 }
 
+/// Throws the error that making a tensor of T laid out as `layout` would throw where this
+/// processor's block is over the limit on one block (MESHTENSOR_MAX_BLOCK_BYTES), naming the
+/// tensor: for a caller that fills a block on the host (a data loader's worker) before the tensor
+/// is made from it.
+template <class T>
+void check_block_fits(const Mesh& mesh, const TensorLayout& layout) {
+  detail::check_block_fits<T>(mesh, layout, layout.block(mesh.coord()));
+}
+
 /// A tensor filled from a full global array that every processor holds (tests, small data):
 /// each processor keeps its block. `global` is any row-major xtensor container.
 template <class Container, class T = typename Container::value_type>
