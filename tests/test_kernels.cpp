@@ -70,6 +70,25 @@ const std::vector<std::int64_t> slab_budgets{0};
 void use_slab_budget(std::int64_t) {}
 #endif
 
+#ifdef MESHTENSOR_WITH_ONEDNN
+// A shape's first input gradient times both ways (direct, and as a forward convolution), and the
+// two round differently: that call must give what the way it keeps gives on every later call.
+// Which way wins is the machine's, so many fresh shapes (each call pair is its shape's first).
+TEST_CASE("oneDNN: a shape's first input gradient, timed both ways, is what later calls give") {
+  for (const std::array<std::int64_t, 3>& out : {std::array<std::int64_t, 3>{5, 4, 6}, {6, 5, 4}})
+    for (std::int64_t c_in : {8, 16, 24})
+      for (std::int64_t c_out : {8, 16, 24}) {
+        const ConvCheck check(
+            Case{out, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, c_in, c_out, false, false, 1});
+        std::vector<float> first(check.in_n), later(check.in_n);
+        onednn::conv_backward_input<float>(check.g, check.dy.data(), check.w.data(), first.data());
+        onednn::conv_backward_input<float>(check.g, check.dy.data(), check.w.data(), later.data());
+        INFO(out[0] << "x" << out[1] << "x" << out[2] << ", " << c_in << " -> " << c_out);
+        CHECK(first == later);
+      }
+}
+#endif
+
 TEST_CASE("fast and reference convolution kernels agree") {
   for (const auto& c : conv_cases()) {
     const ConvCheck check(c);

@@ -532,8 +532,13 @@ void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight,
     run(q->forward, forward_args, grad_output, flipped.data(), grad_input);
   };
   if (!first_call) return as_forward();
-  as_forward(), direct();  // warm-up, then one timed run each; the faster runs last
-  if (seconds_of(as_forward) < seconds_of(direct))
+  // Warm-up, then one timed run each, in this order (the operands of < are unsequenced): the
+  // result must come from the way chosen, which later calls take, so a faster as_forward runs
+  // again.
+  as_forward(), direct();
+  const double as_forward_s = seconds_of(as_forward);
+  const double direct_s = seconds_of(direct);
+  if (as_forward_s < direct_s)
     as_forward();
   else
     first_call->forward = nullptr;
