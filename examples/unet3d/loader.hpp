@@ -22,14 +22,11 @@ class PhantomLoader {
   PhantomLoader(mt::Mesh& mesh, const mt::Layout& layout, std::uint64_t seed, std::int64_t batch,
                 const std::array<std::int64_t, 3>& size, std::int64_t end)
       : mesh_(mesh),
-        mesh_shape_(mesh.shape()),
+        layouts_(mesh.shape(), layout, batch, size),
         me_(mesh.coord()),
-        layout_(layout),
         seed_(seed),
-        batch_(batch),
-        size_(size),
         end_(end) {
-    BatchLayouts(mesh_shape_, layout_, batch_, size_).check_fits(mesh);
+    layouts_.check_fits(mesh);
   }
 
   PhantomLoader(const PhantomLoader&) = delete;
@@ -39,7 +36,6 @@ class PhantomLoader {
   Batch batch(std::int64_t step) {
     // The first step, or one after a resume, draws in line.
     BatchBlocks blocks = next_.valid() && next_step_ == step ? next_.get() : draw(step);
-    if (next_.valid()) next_.wait();  // a batch nobody asked for: its worker ends before another
     if (step + 1 < end_) {
       next_step_ = step + 1;
       next_ = std::async(std::launch::async, [this, next = step + 1] { return draw(next); });
@@ -49,17 +45,14 @@ class PhantomLoader {
 
  private:
   BatchBlocks draw(std::int64_t step) const {
-    return draw_batch_blocks(mesh_shape_, me_, layout_, seed_, "train", step * batch_, batch_,
-                             size_);
+    const std::int64_t batch = layouts_.input.shape()[0].size;
+    return draw_batch_blocks(layouts_, me_, seed_, "train", step * batch);
   }
 
   mt::Mesh& mesh_;
-  const mt::MeshShape mesh_shape_;  // copies: the worker reads them while the step runs
+  const BatchLayouts layouts_;  // copies: the worker reads them while the step runs
   const mt::MeshCoord me_;
-  const mt::Layout layout_;
   const std::uint64_t seed_;
-  const std::int64_t batch_;
-  const std::array<std::int64_t, 3> size_;
   const std::int64_t end_;
   std::future<BatchBlocks> next_;
   std::int64_t next_step_ = -1;

@@ -184,19 +184,21 @@ struct BatchBlocks {
   xt::xarray<float> input, labels;
 };
 
-/// Processor `me`'s blocks of volumes `first .. first + batch - 1`: the CT (windowed) and the
-/// one-hot labels, each voxel drawn once for both. It touches no mesh, only the host's memory, so
-/// a data loader's worker thread can draw the next batch while a step runs (loader.hpp).
-inline BatchBlocks draw_batch_blocks(const mt::MeshShape& mesh, const mt::MeshCoord& me,
-                                     const mt::Layout& layout, std::uint64_t seed,
-                                     const std::string& purpose, std::int64_t first,
-                                     std::int64_t batch, const std::array<std::int64_t, 3>& size) {
-  BatchBlocks out{BatchLayouts(mesh, layout, batch, size), {}, {}};
+/// Processor `me`'s blocks of volumes `first ..` of the stream `purpose` of `seed`, as many as
+/// `layouts` hold: the CT (windowed) and the one-hot labels, each voxel drawn once for both. It
+/// touches no mesh, only the host's memory, so a data loader's worker thread can draw the next
+/// batch while a step runs (loader.hpp).
+inline BatchBlocks draw_batch_blocks(const BatchLayouts& layouts, const mt::MeshCoord& me,
+                                     std::uint64_t seed, const std::string& purpose,
+                                     std::int64_t first) {
+  BatchBlocks out{layouts, {}, {}};
+  const mt::Shape& shape = layouts.input.shape();
+  const std::array<std::int64_t, 3> size{shape[1].size, shape[2].size, shape[3].size};
   // The two blocks share their batch, x, y and z ranges: a layout splits a dim by its name.
   const mt::Block in_block = out.layouts.input.block(me),
                   label_block = out.layouts.labels.block(me);
   const std::vector<Voxel> voxels =
-      PhantomVolumes(seed, purpose, first, batch, size).block(in_block);
+      PhantomVolumes(seed, purpose, first, shape[0].size, size).block(in_block);
   auto sizes = [](const mt::Block& b) {
     const auto s = b.sizes();
     return std::vector<std::size_t>(s.begin(), s.end());
@@ -237,8 +239,7 @@ inline Batch make_batch(mt::Mesh& mesh, const mt::Layout& layout, std::uint64_t 
   if (mesh.device().is_plan())
     return {mt::zeros<float>(mesh, layouts.input.shape(), layout),
             mt::zeros<float>(mesh, layouts.labels.shape(), layout)};
-  return to_batch(mesh, draw_batch_blocks(mesh.shape(), mesh.coord(), layout, seed, purpose, first,
-                                          batch, size));
+  return to_batch(mesh, draw_batch_blocks(layouts, mesh.coord(), seed, purpose, first));
 }
 
 }  // namespace unet3d
