@@ -2,12 +2,16 @@
 // convolutions and transposed convolutions of many shapes: strides, dilations, channel counts the
 // blocks divide and ones they do not. So do the row kernels on the shapes they take (few channels,
 // rows of a vector or more), and they turn down the others. oneDNN's pooling agrees with the
-// reference pooling, ties (as after a ReLU) routed to the same window position.
+// reference pooling, ties (as after a ReLU) routed to the same window position. oneDNN's
+// convolutions created on many processors (threads) at once each compute their own.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
+#include <thread>
 #include <vector>
 
 #include <meshtensor/core/bfloat16.hpp>
@@ -86,6 +90,72 @@ TEST_CASE("oneDNN: a shape's first input gradient, timed both ways, is what late
         INFO(out[0] << "x" << out[1] << "x" << out[2] << ", " << c_in << " -> " << c_out);
         CHECK(first == later);
       }
+}
+#endif
+
+#ifdef MESHTENSOR_WITH_ONEDNN
+// Processors that are threads of one process build their oneDNN convolutions at the same time,
+// one processor float ones and another bfloat16 ones (a bfloat16 run's first layer runs widened
+// to float): each result must be its own convolution's. (oneDNN 2.6 shares a brgemm blocking
+// setting between threads while it creates a primitive: unserialised, every one of 8 runs of this
+// test had 1 to 7 of its 384 results wrong on an AMX Xeon.) Every round is a fresh processor per
+// thread, so each round creates every shape again.
+TEST_CASE("oneDNN: convolution primitives made on many processors at once compute their own") {
+  std::vector<Case> cases;
+  for (std::int64_t rows : {1, 2, 4, 5})
+    for (std::int64_t c_in : {1, 3})
+      cases.push_back({{rows, 6, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, c_in, 4, false, false, 1});
+  std::vector<ConvCheck> checks(cases.begin(), cases.end());
+  // bfloat16 operands, and the reference on them (widened) to compare with.
+  struct Rounded {
+    std::vector<meshtensor::bfloat16> x, w;
+    std::vector<float> y_ref;
+  };
+  std::vector<Rounded> rounded;
+  for (const ConvCheck& c : checks) {
+    Rounded r{{c.x.begin(), c.x.end()}, {c.w.begin(), c.w.end()}, std::vector<float>(c.out_n)};
+    const std::vector<float> x(r.x.begin(), r.x.end()), w(r.w.begin(), r.w.end());
+    reference::conv_forward(c.g, x.data(), w.data(), r.y_ref.data());
+    rounded.push_back(std::move(r));
+  }
+  constexpr int processors = 8, rounds = 6;
+  // Without oneDNN's cache of primitives every round builds them anew, not only the first.
+  const int cached = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+  std::atomic<int> wrong{0}, native_bf16{0};
+  const auto run = [&](int t) {
+    for (int round = 0; round < rounds; ++round) {
+      const meshtensor::LocalProcessor fresh;
+      for (std::size_t k = 0; k < checks.size(); ++k) {
+        const ConvCheck& c = checks[k];
+        double gap = 0;
+        if (t % 2 == 0) {
+          std::vector<float> y(c.out_n);
+          onednn::conv_forward<float>(c.g, c.x.data(), c.w.data(), y.data());
+          gap = relative_gap(widen(c.y_ref), widen(y));
+        } else {
+          bool fell_back = false;
+          std::vector<meshtensor::bfloat16> y(c.out_n);
+          onednn::conv_forward_or(c.g, rounded[k].x.data(), rounded[k].w.data(), y.data(),
+                                  [&](auto&&...) { fell_back = true; });
+          if (fell_back) continue;  // no oneDNN bfloat16 kernel on this machine
+          ++native_bf16;
+          gap =
+              relative_gap(widen(rounded[k].y_ref), widen(std::vector<float>(y.begin(), y.end())));
+        }
+        if (gap > (t % 2 == 0 ? 1e-4 : 1.0 / 64)) ++wrong;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < processors; ++t) threads.emplace_back(run, t);
+  for (auto& thread : threads) thread.join();
+  dnnl::set_primitive_cache_capacity(cached);
+  if (native_bf16 == 0)
+    std::cout << "oneDNN has no bfloat16 convolution kernel on this machine: float ones only\n";
+  INFO(wrong << " of " << processors * rounds * checks.size() << " results wrong (" << native_bf16
+             << " bfloat16 ones on oneDNN)");
+  CHECK(wrong == 0);
 }
 #endif
 

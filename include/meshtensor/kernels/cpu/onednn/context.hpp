@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,17 @@ std::map<std::vector<std::int64_t>, std::unique_ptr<Primitive>>& cache_of() {
     std::map<std::vector<std::int64_t>, std::unique_ptr<Primitive>> by_shape;
   };
   return current_processor().state<Cache>().by_shape;
+}
+
+// Held while a convolution's primitives are created: the processors of a process (threads) take
+// turns. oneDNN 2.6 sizes a brgemm convolution's blocking through a static that every thread shares
+// (brg_blocking_t::last_ic_block_size, set while the primitive descriptor is made): a processor
+// creating a bfloat16 convolution while another created a float one could build its kernel on
+// the other's blocking and compute a wrong block (test_kernels: "convolution primitives made on
+// many processors at once"). Each shape is created once per processor, so the wait is short.
+inline std::unique_lock<std::mutex> convolution_creation_lock() {
+  static std::mutex creating;
+  return std::unique_lock<std::mutex>(creating);
 }
 
 // Whether to run `pd` on the formats asked for, or let oneDNN choose. Its reference kernels are a

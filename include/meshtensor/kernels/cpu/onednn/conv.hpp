@@ -160,6 +160,7 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::a
   }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const auto creating = convolution_creation_lock();
 
   auto forward_on = [&](const Descriptors& d) {
     return typename Forward::primitive_desc(

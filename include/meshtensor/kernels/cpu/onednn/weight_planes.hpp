@@ -52,6 +52,7 @@ inline const Pass& plane_pass(const ConvGeometry& g, std::int64_t batch,
       pad_before{padding[0][0], padding[1][0]}, pad_after{padding[0][1], padding[1][1]};
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const auto creating = convolution_creation_lock();
   const dnnl::convolution_forward::primitive_desc hint(
       {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, weights_any,
        dst, strides, dilates, pad_before, pad_after},
