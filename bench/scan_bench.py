@@ -145,57 +145,16 @@ def run(args):
     print("\n".join(lines))
 
 
-def torch_state(checkpoint):
-    """meshtensor's checkpoint (global .npy arrays named by parameter) as the PyTorch model's
-    state dict (weights [kx, ky, kz, in, out] to [out, in, kx, ky, kz], [in, out, ...] for the
-    transposed ones), and the flags it was trained with."""
-    import torch
-    name = open(os.path.join(checkpoint, "latest")).read().strip()
-    where = os.path.join(checkpoint, name)
-    manifest = json.load(open(os.path.join(where, "manifest.json")))
-    arrays = {t["name"]: np.load(os.path.join(where, t["file"])) for t in manifest["tensors"]}
-    depth = manifest["flags"]["depth"]
-    state = {}
-
-    def conv(ours, theirs, transposed=False):
-        w = arrays[ours + "/weight"]
-        state[theirs + ".weight"] = torch.from_numpy(
-            np.ascontiguousarray(w.transpose((3, 4, 0, 1, 2) if transposed else (4, 3, 0, 1, 2))))
-        state[theirs + ".bias"] = torch.from_numpy(arrays[ours + "/bias"])
-
-    def norm(ours, theirs):
-        for a, b in (("gamma", "weight"), ("beta", "bias"), ("running_mean", "running_mean"),
-                     ("running_var", "running_var")):
-            state[theirs + "." + b] = torch.from_numpy(arrays[ours + "/" + a])
-
-    def double(ours, theirs):
-        conv(ours + "/conv1", theirs + ".0")
-        norm(ours + "/norm1", theirs + ".1")
-        conv(ours + "/conv2", theirs + ".3")
-        norm(ours + "/norm2", theirs + ".4")
-
-    for level in range(depth):
-        double(f"down{level}", f"down.{level}")
-        conv(f"up{level}/transposed", f"up.{depth - 1 - level}", transposed=True)
-        double(f"up{level}", f"merge.{depth - 1 - level}")
-    double("bottom", "bottom")
-    conv("head", "head")
-    return state, manifest["flags"]
-
-
 def monai(args):
     import nibabel as nib
     import torch
     from monai.inferers import sliding_window_inference
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from torch_bench import UNet
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from to_pytorch import UNet3D, convert
     torch.set_num_threads(args.threads)
-    state, flags = torch_state(args.checkpoint)
-    model = UNet(flags["channels"], flags["depth"])
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # Only batch norm's step counters have no meshtensor counterpart.
-    assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), (
-        missing, unexpected)
+    state, config, _, _ = convert(args.checkpoint, "latest")
+    model = UNet3D(**config)
+    model.load_state_dict(state)
     model.eval()
     image = nib.load(args.scan)
     # The network sees the canonical (RAS) volume, windowed as meshtensor does.

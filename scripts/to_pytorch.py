@@ -39,30 +39,39 @@ def norm_layer(kind, channels):
 
 
 class DoubleConv(nn.Sequential):
-    def __init__(self, inputs, outputs, norm):
-        super().__init__(nn.Conv3d(inputs, outputs, 3, padding=1), norm_layer(norm, outputs),
-                         nn.ReLU(inplace=True), nn.Conv3d(outputs, outputs, 3, padding=1),
+    def __init__(self, inputs, outputs, norm, bias):
+        super().__init__(nn.Conv3d(inputs, outputs, 3, padding=1, bias=bias),
+                         norm_layer(norm, outputs), nn.ReLU(inplace=True),
+                         nn.Conv3d(outputs, outputs, 3, padding=1, bias=bias),
                          norm_layer(norm, outputs), nn.ReLU(inplace=True))
+
+
+def biased_before_norm(norm, biases_before_norm):
+    """Whether the convolutions a norm follows have biases: unet3d drops those a batch or instance
+    norm cancels (its checkpoints' flags say "biases_before_norm": false; older ones have them)."""
+    return biases_before_norm or norm not in ("batch", "instance")
 
 
 class UNet3D(nn.Module):
     """Logits [N, classes, X, Y, Z] of prepared inputs [N, inputs, X, Y, Z]; X, Y, Z multiples of
     2**depth."""
 
-    def __init__(self, depth=3, channels=8, classes=3, inputs=1, norm="batch"):
+    def __init__(self, depth=3, channels=8, classes=3, inputs=1, norm="batch",
+                 biases_before_norm=True):
         super().__init__()
+        bias = biased_before_norm(norm, biases_before_norm)
         self.down = nn.ModuleList()
         width = inputs
         for level in range(depth):
-            self.down.append(DoubleConv(width, channels << level, norm))
+            self.down.append(DoubleConv(width, channels << level, norm, bias))
             width = channels << level
-        self.bottom = DoubleConv(width, channels << depth, norm)
+        self.bottom = DoubleConv(width, channels << depth, norm, bias)
         self.up = nn.ModuleList()
         self.merge = nn.ModuleList()
         for level in reversed(range(depth)):
             width = channels << level
             self.up.append(nn.ConvTranspose3d(2 * width, width, 2, stride=2))
-            self.merge.append(DoubleConv(2 * width, width, norm))
+            self.merge.append(DoubleConv(2 * width, width, norm, bias))
         self.head = nn.Conv3d(channels, classes, 1)
 
     def forward(self, x):
@@ -109,7 +118,9 @@ def convert(checkpoint, pick="best"):
     flags = manifest["flags"]
     task = task_of(flags)
     config = {"depth": flags["depth"], "channels": flags["channels"], "norm": flags["norm"],
-              "classes": len(task["classes"]), "inputs": len(task["inputs"])}
+              "classes": len(task["classes"]), "inputs": len(task["inputs"]),
+              "biases_before_norm": flags.get("biases_before_norm", True)}
+    bias = biased_before_norm(config["norm"], config["biases_before_norm"])
     tensors = {t["name"]: np.load(os.path.join(where, t["file"]))
                for t in manifest["tensors"] if t["kind"] != "optimizer"}
     state = {}
@@ -117,7 +128,8 @@ def convert(checkpoint, pick="best"):
     def double_conv(prefix, ours):
         for k, conv, norm in ((1, 0, 1), (2, 3, 4)):
             state[f"{prefix}.{conv}.weight"] = conv_weight(tensors[f"{ours}/conv{k}/weight"], False)
-            state[f"{prefix}.{conv}.bias"] = torch.from_numpy(tensors[f"{ours}/conv{k}/bias"])
+            if bias:
+                state[f"{prefix}.{conv}.bias"] = torch.from_numpy(tensors[f"{ours}/conv{k}/bias"])
             if config["norm"] == "none":
                 continue
             state[f"{prefix}.{norm}.weight"] = torch.from_numpy(tensors[f"{ours}/norm{k}/gamma"])

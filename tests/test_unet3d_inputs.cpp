@@ -19,6 +19,7 @@
 #include "finite.hpp"
 #include "loader.hpp"
 #include "manifest.hpp"
+#include "predict.hpp"
 #include "support/spmd.hpp"
 #include "task_flags.hpp"
 
@@ -228,6 +229,9 @@ TEST_CASE("a manifest as the checkpoint writes it passes its schema") {
   older["optimizer"].erase("steps");  // written before Adam's step count was kept
   older["flags"].erase("class_weights");
   CHECK(manifest_error(older) == "no error");
+  json unbiased = good_manifest();  // convolutions without the biases a norm cancels
+  unbiased["flags"]["biases_before_norm"] = false;
+  CHECK(manifest_error(unbiased) == "no error");
   // A task of its own: named classes, MRI inputs and a CT input with its window.
   json task = good_manifest();
   task["flags"]["classes"] = {"background", "edema", "tumour", "necrosis"};
@@ -268,6 +272,8 @@ TEST_CASE("a manifest off its schema names the file, the key and what would be v
       {"/flags/class_weights", json::array({1.0, 3.0}),
        "flags.class_weights is [1.0,3.0]; it must be an array of 3"},
       {"/flags/classes", 4, "flags.classes is 4; it must be an integer from 3 to 3"},
+      {"/flags/biases_before_norm", "no",
+       "flags.biases_before_norm is \"no\"; it must be true or false"},
       {"/flags/classes", json::array({"background"}),
        "flags.classes is [\"background\"]; it must be a list of 2 to 1000 class names"},
       {"/flags/classes", json::array({"background", ""}), "flags.classes[1] is \"\""},
@@ -437,4 +443,45 @@ TEST_CASE("phantom batches: the loader's worker draws each processor's blocks of
     CHECK(seen[unet3d::organ] > 0);
     CHECK(seen[unet3d::background] > 0);
   }
+}
+
+// Checkpoints from before the convolutions a batch norm follows lost their biases keep them: such
+// a checkpoint, its flags without "biases_before_norm", predicts as the model that wrote it did.
+// (Dropped, each bias would shift its channel by bias / sqrt(running variance).)
+TEST_CASE("a checkpoint whose convolutions have biases before the norms predicts as it did") {
+  using namespace meshtensor;
+  const fs::path dir = fs::temp_directory_path() / "meshtensor-test-biased-checkpoint";
+  fs::remove_all(dir);
+  const auto same = testing::on_mesh("p:2", [&](Mesh& m) {
+    unet3d::ModelConfig biased;
+    biased.depth = 1;
+    biased.channels = 2;
+    biased.biases_before_norm = true;
+    unet3d::UNet net(m, biased);
+    // Biases and running statistics away from their starting values, as training leaves them.
+    for (const auto& entry : net.parameters().entries()) {
+      const bool bias =
+          entry.name.size() > 5 && entry.name.substr(entry.name.size() - 5) == "/bias";
+      const bool mean = entry.name.find("running_mean") != std::string::npos;
+      if (!bias && !mean) continue;
+      auto tensor = entry.tensor;
+      tensor.set_block(
+          full(m, tensor.shape(), tensor.layout().layout(), bias ? 0.25f : 0.1f).release_local());
+    }
+    nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
+    json flags{{"depth", 1}, {"channels", 2}, {"norm", "batch"}, {"seed", 1}};
+    unet3d::save_checkpoint(m, dir.string(), 1, net, adam, flags);
+    const auto [manifest, where] = unet3d::read_manifest(dir.string());
+    unet3d::UNet restored(m, unet3d::config_from(manifest["flags"]));
+    unet3d::restore_checkpoint(m, manifest, where, restored, nullptr);
+    // Today's model of the same flags has 16 fewer parameters: the 4 convolutions' biases.
+    unet3d::ModelConfig unbiased = biased;
+    unbiased.biases_before_norm = false;
+    const std::int64_t dropped =
+        restored.parameters().count() - unet3d::UNet(m, unbiased).parameters().count();
+    const auto input = unet3d::make_batch(m, Layout("x:p"), 3, "validation", 0, 1, {8, 8, 8}).input;
+    return dropped == 16 && restored(input, false).local() == net(input, false).local();
+  });
+  for (const bool s : same) CHECK(s);
+  fs::remove_all(dir);
 }

@@ -162,6 +162,9 @@ inline void check_model_flags(const ManifestSchema& s, const nlohmann::json& fla
     s.array(v, w, classes, [&](const auto& e, const std::string& we) { s.positive(e, we); });
   });
   optional("data", [&](const auto& v, const std::string& w) { s.text(v, w); });
+  optional("biases_before_norm", [&](const auto& v, const std::string& w) {
+    if (!v.is_boolean()) s.refuse(w, v, "true or false");
+  });
   optional("augment", [&](const auto& v, const std::string& w) { s.text(v, w); });
   optional("spacing", [&](const auto& v, const std::string& w) {  // 0: each scan's own
     s.array(v, w, 3, [&](const auto& e, const std::string& we) {

@@ -33,7 +33,17 @@ struct ModelConfig {
   bool recompute = false;  // levels recomputed in backward instead of keeping their activations
   std::string precision = "fp32";  // or "bf16": activations in bfloat16, parameters in fp32
   mt::LayoutSchedule layouts;  // per level (encoder and decoder alike); empty: the input's layout
+  // Biases in the convolutions a batch or instance norm follows. The norm subtracts each channel's
+  // mean, bias included, so they change nothing but cost a pass over the activations each way;
+  // checkpoints from before they were dropped have them (their flags lack "biases_before_norm").
+  bool biases_before_norm = false;
 };
+
+/// Whether the convolutions that `config.norm` follows have biases: not where the norm cancels
+/// them.
+inline bool biased_before_norm(const ModelConfig& config) {
+  return config.biases_before_norm || (config.norm != "batch" && config.norm != "instance");
+}
 
 inline const mt::DimNames spatial{"x", "y", "z"};
 
@@ -46,11 +56,11 @@ class DoubleConv {
   DoubleConv(mt::Mesh& mesh, nn::Parameters<float>& params, const std::string& name,
              std::int64_t in, std::int64_t out, const ModelConfig& config, const mt::Layout& layout)
       : conv1_(mesh, params, name + "/conv1", channels(in), channels(out), three_cubed(),
-               config.seed, /*transposed=*/false, /*bias=*/true, layout),
+               config.seed, /*transposed=*/false, biased_before_norm(config), layout),
         norm1_(mesh, params, name + "/norm1", nn::parse_norm(config.norm), channels(out), spatial,
                /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout),
         conv2_(mesh, params, name + "/conv2", channels(out), channels(out), three_cubed(),
-               config.seed, /*transposed=*/false, /*bias=*/true, layout),
+               config.seed, /*transposed=*/false, biased_before_norm(config), layout),
         norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial,
                /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout) {}
 

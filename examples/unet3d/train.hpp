@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -321,16 +322,21 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   const Dataset* held_out_scans = scans ? &dataset : nullptr;
   const std::int64_t held_out =
       scans ? std::int64_t(dataset.validation.size()) : o.validation_volumes;
-  UNet net(mesh, model_config(o));
-  nn::Adam<float> adam(net.parameters().trainable(), o.lr);
-  const auto flags = model_flags(o);
-  std::int64_t start = 0;
+  ModelConfig config = model_config(o);
+  auto flags = model_flags(o);
+  std::optional<std::pair<nlohmann::json, fs::path>> resumed;
   if (o.resume) {
     if (o.checkpoint.empty()) throw mt::Error("--resume needs --checkpoint DIR");
-    const auto [manifest, where] = read_manifest(o.checkpoint);
-    check_same_flags(manifest["flags"], flags);
-    start = restore_checkpoint(mesh, manifest, where, net, &adam);
+    resumed = read_manifest(o.checkpoint);
+    check_same_flags(resumed->first["flags"], flags);
+    // A checkpoint from before the biases were dropped goes on with them.
+    config.biases_before_norm = resumed->first["flags"].value("biases_before_norm", true);
   }
+  flags["biases_before_norm"] = config.biases_before_norm;
+  UNet net(mesh, config);
+  nn::Adam<float> adam(net.parameters().trainable(), o.lr);
+  std::int64_t start = 0;
+  if (resumed) start = restore_checkpoint(mesh, resumed->first, resumed->second, net, &adam);
   const std::int64_t end = o.stop_after > 0 ? std::min(o.steps, start + o.stop_after) : o.steps;
   // The best validation so far: a resumed run goes on from its checkpoint's best.
   double best_dice = -1;
