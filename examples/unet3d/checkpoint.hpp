@@ -211,6 +211,12 @@ inline void restore_tensor(mt::Mesh& mesh, const json& manifest, const fs::path&
   throw mt::IoError(where.string() + ": the checkpoint has no tensor " + name);
 }
 
+/// Whether a checkpoint's model has biases in the convolutions a norm follows: its flags say so,
+/// and checkpoints from before they were dropped lack the key and have them.
+inline bool biases_before_norm(const json& flags) {
+  return flags.value("biases_before_norm", true);
+}
+
 /// Restores the model (and Adam, if given) from the manifest's checkpoint; returns its step.
 inline std::int64_t restore_checkpoint(mt::Mesh& mesh, const json& manifest, const fs::path& where,
                                        UNet& net, nn::Adam<float>* adam) {

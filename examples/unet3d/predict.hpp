@@ -37,7 +37,7 @@ inline ModelConfig config_from(const json& flags) {
   c.channels = flags.value("channels", 8);
   c.norm = flags.value("norm", std::string("batch"));
   c.seed = flags.value("seed", std::uint64_t(1));
-  c.biases_before_norm = flags.value("biases_before_norm", true);  // absent: an older checkpoint
+  c.biases_before_norm = biases_before_norm(flags);
   const Task task = Task::from_json(flags);
   c.classes = int(task.num_classes());
   c.inputs = int(task.num_channels());

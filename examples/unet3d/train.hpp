@@ -329,8 +329,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
     if (o.checkpoint.empty()) throw mt::Error("--resume needs --checkpoint DIR");
     resumed = read_manifest(o.checkpoint);
     check_same_flags(resumed->first["flags"], flags);
-    // A checkpoint from before the biases were dropped goes on with them.
-    config.biases_before_norm = resumed->first["flags"].value("biases_before_norm", true);
+    config.biases_before_norm = biases_before_norm(resumed->first["flags"]);
   }
   flags["biases_before_norm"] = config.biases_before_norm;
   UNet net(mesh, config);
