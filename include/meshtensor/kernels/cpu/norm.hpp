@@ -97,15 +97,28 @@ std::vector<T> indexed(const KeyedBlock& st, const std::vector<U>& per_key) {
 
 // acc[w * width + j] += term(at + j, j)[w] for the n lanes of one group: one vector per sum.
 template <std::size_t W, class N, class T, class Term>
-void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, Term& term) {
+void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, const Term& term) {
   // Two named streams, not a loop over w (a run-time stride the vectoriser gives up on); no `omp
   // simd` (it would keep each lane's array of terms in memory).
   static_assert(W == 2, "the normalisations' gradients sum two terms");
-  T* second = acc + width;
-  for (std::int64_t j = 0; j < n; ++j) {
-    const std::array<T, 2> t = term(at + j, j);
-    acc[j] += t[0];
-    second[j] += t[1];
+  // The terms go to arrays of this frame first, which alias nothing: stored straight to acc, a
+  // term reading four to six arrays of the same type needs more run-time overlap checks than GCC
+  // makes (ten), and the loop stays scalar wherever the caller is not inlined into acc's owner.
+  constexpr std::int64_t block = KeyLanes::wide;
+  alignas(64) T first[block], second[block];
+  for (std::int64_t j0 = 0; j0 < n; j0 += block) {
+    const std::int64_t lanes = std::min<std::int64_t>(block, n - j0);
+    for (std::int64_t j = 0; j < lanes; ++j) {
+      const std::array<T, 2> t = term(at + j0 + j, j0 + j);
+      first[j] = t[0];
+      second[j] = t[1];
+    }
+    T* sum = acc + j0;
+    T* sum_second = acc + width + j0;
+    for (std::int64_t j = 0; j < lanes; ++j) {
+      sum[j] += first[j];
+      sum_second[j] += second[j];
+    }
   }
 }
 
@@ -117,23 +130,14 @@ std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
   const std::size_t keys = st.keys, width = std::size_t(lanes.width());
   std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(W * keys, 0.0));
   const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
-    auto add_chunks = [&](T* acc) {
-      for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
-        std::fill(acc, acc + W * width, T(0));
-        lanes.for_groups(c0, std::min(end, c0 + lanes.chunk_rows()),
-                         [&](std::int64_t at, auto n) { add_terms<W>(at, n, width, acc, term); });
-        for (std::size_t w = 0; w < W; ++w)
-          lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
-      }
-    };
-    // Sums on the stack where they fit: the compiler then knows that they alias no operand, and
-    // vectorises without run-time overlap checks (a term reads up to six arrays).
-    if (width <= std::size_t(KeyLanes::wide)) {
-      alignas(64) T on_stack[W * KeyLanes::wide];
-      add_chunks(on_stack);
-    } else {
-      std::vector<T> on_heap(W * width);
-      add_chunks(on_heap.data());
+    std::vector<T> sums(W * width);
+    T* acc = sums.data();
+    for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+      std::fill(acc, acc + W * width, T(0));
+      lanes.for_groups(c0, std::min(end, c0 + lanes.chunk_rows()),
+                       [&](std::int64_t at, auto n) { add_terms<W>(at, n, width, acc, term); });
+      for (std::size_t w = 0; w < W; ++w)
+        lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
     }
   });
   for (int p = 1; p < used; ++p)
