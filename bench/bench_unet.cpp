@@ -5,6 +5,8 @@
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
 //              [--precision fp32|bf16] [--layouts "x:a; y:b | channels:a"]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
+// MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
+// "halo_overlap" field), to measure what the overlap hides.
 
 #include <algorithm>
 #include <chrono>
@@ -244,8 +246,7 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
-          "\"step_s\":%.4f,\"halo_s\":%"
-          ".4f,"
+          "\"halo_overlap\":%s,\"step_s\":%.4f,\"halo_s\":%.4f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
           "\"rss_start_mib\":%.1f,"
@@ -253,10 +254,11 @@ int main(int argc, char** argv) {
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
           "\"conv_gflops\":%.2f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
-          o.channels, o.depth, o.recompute ? "true" : "false", o.precision.c_str(), step_s, halo_s,
-          halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak,
-          pool_in_use_peak, parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
-          misses, fresh_mib, conv_gflop, conv_gflop / step_s);
+          o.channels, o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
+          mt::halo_overlap() ? "true" : "false", step_s, halo_s, halo_bytes,
+          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
+          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib,
+          conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

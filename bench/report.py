@@ -85,15 +85,20 @@ def scaling_section(rows):
              "says nothing per processor; under MPI the rank's peak RSS is shown too). Bound: "
              "1.15 x (1-processor peak / P) + parameters and Adam state. Halo share: time spent in "
              "halo exchanges per step that computation did not hide (posting, waiting, unpacking), "
+             "with the convolutions' overlap and without it (MESHTENSOR_HALO_OVERLAP=off: "
+             "exchanged before computing), "
              "and bytes sent per processor (mean) vs the analytic minimum (one plane each way per cut, per conv, forward "
              "and backward).", "",
              "| transport | P | threads/P | step (s) | speed-up | peak/processor (MiB) | bound | "
-             "within | rank RSS peak | halo share | halo bytes / minimum |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "within | rank RSS peak | halo share | without overlap | halo bytes / minimum |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for transport in ("threads", "mpi"):
-        latest = {r["processors"]: r for r in runs  # the scaling run, not the one-processor table's
-                  if r["transport"] == transport and r["size"] == size
-                  and not r.get("recompute")}
+        def scaling_runs(overlap):
+            # the scaling runs, not the one-processor table's
+            return {r["processors"]: r for r in runs
+                    if r["transport"] == transport and r["size"] == size
+                    and not r.get("recompute") and r.get("halo_overlap", True) == overlap}
+        latest, unhidden = scaling_runs(True), scaling_runs(False)
         series = [latest[p] for p in sorted(latest)]
         if not series or series[0]["processors"] != 1:
             continue
@@ -106,12 +111,15 @@ def scaling_section(rows):
             minimum = r["halo_bytes_minimum"]
             halo_ratio = f"{r['halo_bytes'] / minimum:.3f}" if minimum else "–"
             rss = f"{r['rss_peak_mib']:.0f}" if transport == "mpi" else "–"
+            off = unhidden.get(p)
+            without = f"{100 * off['halo_s'] / off['step_s']:.1f}%" if off else "–"
             lines.append(f"| {transport} | {p} | {r['threads']} | {r['step_s']:.3f} | "
                          f"{base['step_s'] / r['step_s']:.2f}x | {r['pool_peak_mib']:.0f} | "
                          f"{bound:.0f} | {within} | {rss} | "
-                         f"{100 * r['halo_s'] / r['step_s']:.1f}% | {halo_ratio} |")
+                         f"{100 * r['halo_s'] / r['step_s']:.1f}% | {without} | {halo_ratio} |")
     threads = {r["processors"]: r for r in runs
-               if r["transport"] == "threads" and r["size"] == size}
+               if r["transport"] == "threads" and r["size"] == size
+               and r.get("halo_overlap", True)}
     if 1 in threads and 2 in threads:
         one_by_two, two_by_one = threads[1], threads[2]
         lines += ["", f"2 processors x {two_by_one['threads']} thread vs 1 processor x "

@@ -65,6 +65,13 @@ for p in 1 2 4 8; do
     --mesh "p:$p" --steps 3 >> "$raw"
   MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" --oversubscribe --bind-to none \
     "$build/bench/bench_unet" --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
+  if [ "$p" -gt 1 ]; then  # the same without overlap: the halo time the overlap hides
+    MESHTENSOR_HALO_OVERLAP=off MESHTENSOR_THREADS_PER_PROCESSOR=$per "$build/bench/bench_unet" \
+      --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
+    MESHTENSOR_HALO_OVERLAP=off MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" \
+      --oversubscribe --bind-to none -x MESHTENSOR_HALO_OVERLAP \
+      "$build/bench/bench_unet" --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
+  fi
 done
 
 /usr/bin/python3 "$root/bench/report.py" "$raw" "$out/results.json" "$out/results.md"

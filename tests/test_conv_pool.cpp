@@ -349,3 +349,15 @@ TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") 
     CHECK_THAT(what[7], Contains("conv_transpose") && Contains("leaves no output"));
   }
 }
+
+TEST_CASE("MESHTENSOR_HALO_OVERLAP turns the convolutions' overlap on or off, naming a bad value") {
+  CHECK(halo_overlap_setting(nullptr));
+  CHECK(halo_overlap_setting("on"));
+  CHECK_FALSE(halo_overlap_setting("off"));
+  CHECK_THROWS_WITH(halo_overlap_setting("no"),
+                    Contains("MESHTENSOR_HALO_OVERLAP=no") && Contains("on (the default) or off"));
+  // ctest runs this file again with the overlap off (test_conv_pool_no_overlap): every case
+  // above then takes the exchange-first path.
+  const char* set = std::getenv("MESHTENSOR_HALO_OVERLAP");
+  CHECK(halo_overlap() == !(set && std::string(set) == "off"));
+}

@@ -37,6 +37,7 @@
 #include "meshtensor/ops/einsum.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo.hpp"
+#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/loss.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/pool.hpp"

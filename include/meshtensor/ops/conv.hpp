@@ -33,6 +33,7 @@
 #include "meshtensor/ops/detail/partial_sums.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
+#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -223,10 +224,12 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   const Shape& w_shape = w.shape();
   const auto& spatial = window.spatial();
   // Convolutions leave the zero padding to the kernels (no padded copy of the block) and overlap
-  // the halo with the rows that need none where they can.
+  // the halo with the rows that need none where they can (unless halo_overlap() is off).
+  const HaloForm form = transposed       ? HaloForm::padded
+                        : halo_overlap() ? HaloForm::pieces
+                                         : HaloForm::inside;
   ConvCall<T> c(plan_windowed(x.layout(), Shape(dims.output_dims), layout, spatial, channels,
-                              dims.windows, transposed, x.mesh().coord(),
-                              transposed ? HaloForm::padded : HaloForm::pieces));
+                              dims.windows, transposed, x.mesh().coord(), form));
   for (const auto& k : dims.kernel_names) c.w_order.push_back(w_shape.position(k));
   c.w_order.push_back(w_shape.position(channels));
   c.w_order.push_back(w_shape.position(dims.out_channels.name));
