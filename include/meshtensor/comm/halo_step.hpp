@@ -82,6 +82,16 @@ class HaloStep {
     for (auto& [box, piece] : take_received()) unpack(box, piece);
   }
 
+  /// Lets the step's messages advance without waiting for them: MPI moves a large message only
+  /// inside its calls, so a caller computing under the step calls this now and then.
+  void progress() {
+    if (!mesh_) return;
+    const auto start = std::chrono::steady_clock::now();
+    for (Request& request : requests_) request.test();
+    halo_profile(*mesh_).seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   /// Waits for the step; the received pieces.
   std::vector<Piece> take_received() {
     if (!mesh_) return {};
@@ -140,6 +150,11 @@ class HaloTransfer {
       for (std::size_t step = 0; step + 1 < steps; ++step)
         HaloStep<T>(mesh, plan, step, false, pack).finish(unpack);
     in_flight_ = HaloStep<T>(mesh, plan, steps - 1, adjoint, pack);
+  }
+
+  /// Lets the step in flight advance (HaloStep::progress).
+  void progress() {
+    if (plan_) in_flight_.progress();
   }
 
   /// Completes the step in flight, then (adjoint) the steps before it, last to first.

@@ -281,7 +281,13 @@ SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array
   const auto [lo, hi] = interior_rows(c.geometry, rows_of.own_lo, rows_of.own_hi);
   auto halo = windowed_overlapped(
       c.plan, x.mesh(), x.array(),
-      [&] { conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), lo, hi); },
+      [&](auto&& progress) {
+        // In parts, the messages advancing between them.
+        for_each_row_part(lo, hi, [&](std::int64_t a, std::int64_t b) {
+          conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), a, b);
+          progress();
+        });
+      },
       [&](const HaloPieces<T>& pieces) {
         rows_of.add_halo(rows, pieces);
         conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), 0, lo);

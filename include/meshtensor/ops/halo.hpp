@@ -81,6 +81,9 @@ class HaloExchange : public HaloPlan {
     bool adjoint = false;
     HaloBox<T> work;  // the array over work_box(form); the pieces form's received halo
     HaloTransfer<T> transfer;
+
+    /// Lets the messages in flight advance while the caller computes (HaloStep::progress).
+    void progress() { transfer.progress(); }
   };
 
   /// Starts sending the halo of `own` (this processor's block, in shape order) to whoever reads

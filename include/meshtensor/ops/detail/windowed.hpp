@@ -165,13 +165,14 @@ Array<T> windowed_box(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
   return to_kernel_order(plan.halo.exchange(mesh, plan.form, own, pad).array, plan.to_kernel_order);
 }
 
-// The overlapped strategy (HaloForm::pieces): interior() computes what needs no halo while the
-// halo travels, edges(halo) the rest once it is here. Returns the halo's pieces.
+// The overlapped strategy (HaloForm::pieces): interior(progress) computes what needs no halo while
+// the halo travels, calling progress() between its parts (MPI moves a large message only inside
+// its calls); edges(halo) the rest once it is here. Returns the halo's pieces.
 template <class T, class Interior, class Edges>
 HaloPieces<T> windowed_overlapped(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
                                   Interior&& interior, Edges&& edges) {
   auto pending = plan.halo.begin(mesh, HaloForm::pieces, own);
-  interior();
+  interior([&] { pending.progress(); });
   HaloPieces<T> halo = plan.halo.finish(mesh, std::move(pending)).pieces;
   edges(halo);
   return halo;
