@@ -2,8 +2,9 @@
 # Runs on a GPU machine from an unpacked scripts/gpu-bundle.sh bundle (it sits beside bin/, lib/
 # and ompi/): the GPU kernel tests, every MPI test on the nccl transport with one rank (started
 # without mpirun: the bundle carries no launcher, and NCCL needs a GPU per rank), a U-Net
-# training step over nccl next to mpi on the same machine, and a checkpoint written from the GPU
-# that predict then loads. Prints a summary; exits non-zero when anything failed.
+# training step over nccl next to mpi on the same machine (fp32 and bf16), and a checkpoint
+# written from the GPU that predict then loads. Prints a summary; exits non-zero when anything
+# failed.
 #   check-gpu-bundle.sh [log directory]      (default: ./gpu-check-logs)
 # CUDA_LIBRARY_DIRS (colon-separated) names where CUDA, cuDNN and NCCL live when they are not in
 # the toolkit's or PyTorch's usual places.
@@ -64,6 +65,13 @@ for size in 64 128; do
       --steps 10 --out "$logs/unet3d-$size-$backend" &&
       echo "  $(tail -n 1 "$logs/unet3d_${size}_$backend.log")"
   done
+done
+
+echo; echo "== U-Net training in bfloat16, one processor: nccl and mpi"
+for backend in nccl mpi; do
+  step "unet3d_64_bf16_$backend" timeout 300 ./unet3d train --backend "$backend" --size 64 \
+    --steps 10 --precision bf16 --out "$logs/unet3d-64-bf16-$backend" &&
+    echo "  $(tail -n 1 "$logs/unet3d_64_bf16_$backend.log")"
 done
 
 echo; echo "== a checkpoint written from the GPU's blocks, and predict from it on the GPU"
