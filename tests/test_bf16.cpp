@@ -269,7 +269,8 @@ TEST_CASE("the U-Net's ops in bfloat16 are their fp32 values within bfloat16's r
 namespace {
 // A convolution's three passes on bfloat16 blocks (run a slab of rows at a time, each widened)
 // against the float kernels on the same values, widened whole: `why` names the first pass off.
-std::string bf16_passes_match_float(const kernels::ConvGeometry& g) {
+// On `threads` compute threads where given.
+std::string bf16_passes_match_float(const kernels::ConvGeometry& g, int threads = 0) {
   const std::int64_t n_in = kernels::conv_input_size(g), n_out = kernels::conv_output_size(g),
                      n_w = kernels::conv_weight_size(g);
   std::mt19937 rng(11);
@@ -291,6 +292,7 @@ std::string bf16_passes_match_float(const kernels::ConvGeometry& g) {
     return true;
   };
   return on_one_processor([&](Mesh&) -> std::string {
+    if (threads > 0) current_processor().set_compute_threads(threads);
     std::vector<bf16> y(static_cast<std::size_t>(n_out)), gx(static_cast<std::size_t>(n_in));
     std::vector<double> gw(static_cast<std::size_t>(n_w), 0.0), gw_float(gw);
     std::vector<float> y_float(y.size()), gx_float(gx.size());
@@ -353,6 +355,22 @@ TEST_CASE("bfloat16 convolution kernels run in slabs of rows as the float kernel
     CHECK(bf16_passes_match_float(geometry({12, 20, 20}, {12, 20, 20}, 3, same, 1, 32, 16)) == "");
     CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {12, 20, 20}, 2, up, 1, 32, 16)) == "");
   }
+}
+
+TEST_CASE("a widened bfloat16 slab gives every compute thread a row") {
+  // Rows of 128 x 128 x 8 floats: 8 fit the slab's few MiB; 16 threads get 16 rows, and a block
+  // of 40 rows then runs in slabs of 16, 16 and 8, each matching the float kernels.
+  const auto rows = on_one_processor([](Mesh&) {
+    current_processor().set_compute_threads(1);
+    const std::int64_t one = kernels::detail::rows_per_slab(128 * 128 * 8);
+    current_processor().set_compute_threads(16);
+    return std::make_pair(one, kernels::detail::rows_per_slab(128 * 128 * 8));
+  });
+  CHECK(rows == std::make_pair(std::int64_t(8), std::int64_t(16)));
+  const Bf16Kernels setting("widened");
+  kernels::Taps same;
+  same.origin = -1;
+  CHECK(bf16_passes_match_float(geometry({40, 128, 128}, {40, 128, 128}, 3, same, 1), 16) == "");
 }
 
 TEST_CASE("MESHTENSOR_BF16_CONV takes auto, native or widened") {
