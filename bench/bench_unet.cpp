@@ -203,13 +203,7 @@ int main(int argc, char** argv) {
     config.layouts = layouts;
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
-    auto step = [&] {
-      const auto logits = net(batch.input, /*training=*/true);
-      const auto loss = unet3d::segmentation_loss(logits, batch.labels, weights);
-      mt::backward(loss);
-      adam.step();
-      adam.zero_grad();
-    };
+    auto step = [&] { unet3d::train_step(net, adam, batch, weights); };
     step();  // warm-up: primitives built, pool filled, optimiser state allocated
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);

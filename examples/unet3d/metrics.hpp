@@ -27,9 +27,9 @@ inline double peak_rss_mib() {
 
 /// loss = CE(logits, labels; class weights) + (1 - the mean soft Dice of the foreground classes,
 /// every class but the background, 0), fused: it keeps no softmax over the volume.
-inline mt::Tensor<float> segmentation_loss(const mt::Tensor<float>& logits,
-                                           const mt::Tensor<float>& labels,
-                                           const mt::Tensor<float>& class_weights) {
+template <class T>
+mt::Tensor<float> segmentation_loss(const mt::Tensor<T>& logits, const mt::Tensor<float>& labels,
+                                    const mt::Tensor<float>& class_weights) {
   return mt::dice_cross_entropy(logits, labels, "classes", class_weights,
                                 mt::DiceOptions{/*first_class=*/1, /*smooth=*/1.0});
 }

@@ -41,6 +41,12 @@ inline ModelConfig model_config(const TrainOptions& o) {
 /// Forward and backward on `batch`: the logits and the loss; the parameters hold their gradients.
 inline std::pair<mt::Tensor<float>, mt::Tensor<float>> forward_backward(
     UNet& net, const Batch& batch, const mt::Tensor<float>& weights) {
+  if (net.config().precision == "bf16") {  // the loss reads the bf16 logits: no fp32 copy kept
+    auto logits = net.bf16_logits(batch.input, /*training=*/true);
+    auto loss = segmentation_loss(logits, batch.labels, weights);
+    mt::backward(loss);
+    return {mt::cast<float>(logits.detach()), std::move(loss)};
+  }
   auto logits = net(batch.input, /*training=*/true);
   auto loss = segmentation_loss(logits, batch.labels, weights);
   mt::backward(loss);
