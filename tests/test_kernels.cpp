@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <meshtensor/kernels/cpu/copy.hpp>
 #include <meshtensor/kernels/cpu/elementwise.hpp>
 #include <meshtensor/kernels/cpu/loops.hpp>
+#include <meshtensor/kernels/cpu/pair_pool.hpp>
 #include <meshtensor/kernels/cpu/reference/fold.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
 #include <meshtensor/kernels/cpu/rows/conv.hpp>
@@ -328,6 +330,64 @@ TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
   }
 }
 #endif
+
+TEST_CASE("2 x 2 x 2 max pooling at stride 2 gives the reference kernels' results bit for bit") {
+  struct Case {
+    std::array<std::int64_t, 3> out;
+    std::int64_t batch, channels;
+  };
+  const std::vector<Case> cases{
+      {{8, 6, 4}, 1, 8}, {{3, 5, 4}, 2, 17}, {{4, 4, 2}, 1, 16}, {{1, 1, 1}, 1, 1}};
+  for (const auto& c : cases) {
+    PoolGeometry g;
+    g.batch = c.batch;
+    g.channels = c.channels;
+    g.out = c.out;
+    g.kernel = {2, 2, 2};
+    for (int d = 0; d < 3; ++d) {
+      g.taps[d] = Taps{false, 0, 2, 1};
+      g.in[d] = 2 * c.out[d];
+      g.inside_end[d] = g.in[d];
+    }
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", batch " << c.batch << ", "
+                << c.channels << " channels");
+    REQUIRE(cpu::pair_pool_fits(g));
+    const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
+    const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
+    // Half the inputs are ReLU's zeros (windows with several maxima), one a NaN.
+    std::vector<float> x(in_n), dy(out_n);
+    for (std::size_t i = 0; i < in_n; ++i) x[i] = std::max(0.0f, float(std::sin(0.7 * i + 0.3)));
+    x[in_n / 2] = std::nanf("");
+    for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+    const auto check = [&](const auto& input, const auto& grad_output) {
+      using T = typename std::decay_t<decltype(input)>::value_type;
+      std::vector<std::uint8_t> ws_ref(reference::max_pool_workspace_bytes(g)),
+          ws(cpu::pair_pool_workspace_bytes(g));  // a byte per output
+      std::vector<T> y_ref(out_n), y(out_n), dx_ref(in_n, T(7.0f)), dx(in_n, T(7.0f));
+      reference::max_pool_forward(g, input.data(), y_ref.data(), ws_ref.data());
+      reference::max_pool_backward(g, grad_output.data(), ws_ref.data(), dx_ref.data());
+      cpu::pair_max_pool_forward(g, input.data(), y.data(), ws.data());
+      cpu::pair_max_pool_backward(g, grad_output.data(), ws.data(), dx.data());
+      const auto bits = [](const std::vector<T>& v) {
+        std::vector<float> wide(v.begin(), v.end());
+        std::vector<std::uint32_t> out(wide.size());
+        std::memcpy(out.data(), wide.data(), wide.size() * sizeof(float));
+        return out;
+      };
+      CHECK(bits(y) == bits(y_ref));
+      CHECK(bits(dx) == bits(dx_ref));
+    };
+    check(x, dy);
+    check(std::vector<meshtensor::bfloat16>(x.begin(), x.end()),
+          std::vector<meshtensor::bfloat16>(dy.begin(), dy.end()));
+  }
+  PoolGeometry overlapping;
+  overlapping.kernel = {3, 3, 3};
+  overlapping.in = {5, 5, 5};
+  overlapping.out = {2, 2, 2};
+  for (auto& t : overlapping.taps) t.stride = 2;
+  CHECK_FALSE(cpu::pair_pool_fits(overlapping));
+}
 
 TEST_CASE("a row repeated over a block (a bias) and a block's sums per channel are exact") {
   for (const std::int64_t channels : {1, 3, 8, 16, 64}) {

@@ -2,11 +2,12 @@
 // The pooling family: max and average pooling and their gradients on one block
 // (kernels/common/pool_geometry.hpp). The CPU's kernels are chosen at compile time as for
 // convolutions (kernels/conv.hpp): oneDNN when the program links meshtensor::onednn, else — and
-// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; bfloat16 average pooling where oneDNN
-// does not run it on the float kernels. A GPU runs meshtensor's CUDA kernels,
-// and the CPU's for windows they cannot run; its max pooling workspace then starts with a tag
-// saying whose format it holds, so that backward reads it the way forward wrote it. A plan counts
-// an operation per (output, tap) pair.
+// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; max pooling of 2 x 2 x 2 windows at
+// stride 2 on meshtensor's own (cpu/pair_pool.hpp), faster than oneDNN's at few channels;
+// bfloat16 average pooling where oneDNN does not run it on the float kernels. A GPU runs
+// meshtensor's CUDA kernels, and the CPU's for windows they cannot run; its max pooling workspace
+// then starts with a tag saying whose format it holds, so that backward reads it the way forward
+// wrote it. A plan counts an operation per (output, tap) pair.
 
 #include <algorithm>
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
+#include "meshtensor/kernels/cpu/pair_pool.hpp"
 #include "meshtensor/kernels/cpu/reference/pool.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/pool.hpp"
@@ -84,6 +86,35 @@ bool widened_avg(const PoolGeometry& g, bool count_padding) {
 #endif
 }
 
+// Max pooling on the CPU: 2 x 2 x 2 windows at stride 2 on meshtensor's own kernels
+// (cpu/pair_pool.hpp), others on oneDNN's or the reference ones. The choice depends on the shape
+// and type alone, so that backward reads the workspace the way forward wrote it.
+template <class T>
+bool pair_pooled(const PoolGeometry& g) {
+#if defined(MESHTENSOR_REFERENCE_KERNELS)
+  (void)g;
+  return false;
+#else
+  return (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)&&cpu::pair_pool_fits(g);
+#endif
+}
+template <class T>
+std::size_t cpu_max_workspace_bytes(const PoolGeometry& g) {
+  return pair_pooled<T>(g) ? cpu::pair_pool_workspace_bytes(g)
+                           : cpu_pool::max_pool_workspace_bytes<T>(g);
+}
+template <class T>
+void cpu_max_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
+  if (pair_pooled<T>(g)) return cpu::pair_max_pool_forward(g, input, output, workspace);
+  cpu_pool::max_pool_forward(g, input, output, workspace);
+}
+template <class T>
+void cpu_max_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
+                      T* grad_input) {
+  if (pair_pooled<T>(g)) return cpu::pair_max_pool_backward(g, grad_output, workspace, grad_input);
+  cpu_pool::max_pool_backward(g, grad_output, workspace, grad_input);
+}
+
 template <class T>
 void cpu_avg_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
   if constexpr (std::is_same_v<T, bfloat16>)
@@ -112,7 +143,7 @@ void cpu_avg_backward(const PoolGeometry& g, const T* grad_output, T* grad_input
 /// Bytes of max pooling's workspace on this processor.
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
-  const std::size_t cpu = cpu_pool::max_pool_workspace_bytes<T>(g);
+  const std::size_t cpu = detail::cpu_max_workspace_bytes<T>(g);
 #if defined(MESHTENSOR_WITH_CUDA)
   if (current_backend() == Backend::cuda)
     return detail::tag_bytes + std::max(cpu, gpu::max_pool_workspace_bytes(g));
@@ -126,7 +157,7 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
   if (current_backend() != Backend::cuda)
     return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
                     [] { return false; },
-                    [&] { cpu_pool::max_pool_forward(g, input, output, workspace); });
+                    [&] { detail::cpu_max_forward(g, input, output, workspace); });
   void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
   bool on_gpu = false;
 #if defined(MESHTENSOR_WITH_CUDA)
@@ -134,7 +165,7 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
 #endif
   if (!on_gpu) {
     wait_for_device();
-    cpu_pool::max_pool_forward(g, input, output, formatted);
+    detail::cpu_max_forward(g, input, output, formatted);
   }
   detail::write_tag(workspace, on_gpu ? detail::gpu_format : detail::cpu_format);
 }
@@ -146,7 +177,7 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
   if (current_backend() != Backend::cuda)
     return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
                     [] { return false; },
-                    [&] { cpu_pool::max_pool_backward(g, grad_output, workspace, grad_input); });
+                    [&] { detail::cpu_max_backward(g, grad_output, workspace, grad_input); });
   const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
   const bool cpu_format = detail::read_tag(workspace) == detail::cpu_format;
 #if defined(MESHTENSOR_WITH_CUDA)
@@ -154,7 +185,7 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
 #endif
   wait_for_device();
   if (cpu_format)
-    cpu_pool::max_pool_backward(g, grad_output, formatted, grad_input);
+    detail::cpu_max_backward(g, grad_output, formatted, grad_input);
   else
     reference::max_pool_backward(g, grad_output, formatted, grad_input);  // the GPU's format
 }
