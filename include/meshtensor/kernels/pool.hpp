@@ -95,7 +95,8 @@ bool pair_pooled(const PoolGeometry& g) {
   (void)g;
   return false;
 #else
-  return (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)&&cpu::pair_pool_fits(g);
+  constexpr bool pooled_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
+  return pooled_type && cpu::pair_pool_fits(g);
 #endif
 }
 template <class T>
