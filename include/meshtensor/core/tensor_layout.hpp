@@ -66,6 +66,32 @@ inline Block intersect(const Block& a, const Block& b) {
   return out;
 }
 
+/// Whether `inner` (a block inside `box`) is one run of a row-major array over `box`: single
+/// positions along the dims before some dim, and the whole box along the dims after it.
+inline bool contiguous_in(const Block& box, const Block& inner) {
+  std::size_t d = 0;
+  while (d < inner.ranges.size() && inner.ranges[d].size() == 1) ++d;
+  for (std::size_t e = d + 1; e < inner.ranges.size(); ++e)
+    if (inner.ranges[e] != box.ranges[e]) return false;
+  return true;
+}
+
+/// `box` minus `inner` (a block inside it) as disjoint slabs: along dim d, the parts before and
+/// after inner's range, over inner's ranges in the dims before d and box's in the dims after.
+inline std::vector<Block> outside(const Block& box, const Block& inner) {
+  std::vector<Block> slabs;
+  for (std::size_t d = 0; d < inner.ranges.size(); ++d)
+    for (const Range along : {Range{box.ranges[d].begin, inner.ranges[d].begin},
+                              Range{inner.ranges[d].end, box.ranges[d].end}}) {
+      if (along.empty()) continue;
+      Block slab;
+      for (std::size_t e = 0; e < inner.ranges.size(); ++e)
+        slab.ranges.push_back(e < d ? inner.ranges[e] : e == d ? along : box.ranges[e]);
+      if (!slab.empty()) slabs.push_back(std::move(slab));
+    }
+  return slabs;
+}
+
 /**
  * A tensor's global shape placed on a mesh by a layout.
  *

@@ -250,27 +250,48 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   return c;
 }
 
-// Forward in slabs: the halo arrives as pieces (every split dim exchanged, no box), and each slab
-// of output rows reads the box rows it needs, copied together. Backward keeps the pieces;
-// `box_sizes` the box's shape.
+// Forward in slabs: the halo (of `halo`'s inside form) arrives as pieces (every split dim
+// exchanged, no box), and each slab of output rows along `first_spatial` reads the box rows it
+// needs, copied together. Backward keeps the pieces.
 template <class T>
-SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
-                                  std::vector<std::size_t>& box_sizes) {
-  const Block& box = c.plan.halo.inside();
-  const auto sizes = box.sizes();
-  box_sizes.assign(sizes.begin(), sizes.end());
+SavedBox<T> forward_by_slabs(const HaloExchange& halo, const kernels::ConvGeometry& g,
+                             std::size_t first_spatial, const Tensor<T>& x, const T* w, T* out) {
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, box, c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
-  const std::int64_t row_size = kernels::output_row_size(c.geometry);
-  for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
+      x, halo.inside(), halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
+  const std::int64_t row_size = kernels::output_row_size(g);
+  for_each_box_slab(g, saved, first_spatial, x.array().data(),
                     [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
-                      T* to = out.data() + a * row_size;
+                      T* to = out + a * row_size;
                       if (!rows)
                         kernels::fill_values(to, slab.geometry.out[0] * row_size, T(0));
                       else
-                        kernels::conv_forward(slab.geometry, rows, c.w_kernel.data(), to);
+                        kernels::conv_forward(slab.geometry, rows, w, to);
                     });
   return saved;
+}
+
+// The weight's gradient from a box kept as the input block and its halo (a split along several
+// dims), read a slab of rows at a time, never rebuilt whole.
+template <class T>
+void weight_gradient_by_slabs(const kernels::ConvGeometry& geometry, const SavedBox<T>& saved,
+                              std::size_t first_spatial, const T* g, double* acc) {
+  Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
+  for_each_box_slab(geometry, saved, first_spatial, saved.own().data(recomputed),
+                    [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
+                      if (rows)  // else its outputs read only padding
+                        kernels::conv_backward_weight(
+                            slab.geometry, rows, g + a * kernels::output_row_size(geometry), acc);
+                    });
+}
+
+// A convolution's forward in slabs; `box_sizes` the box's shape.
+template <class T>
+SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
+                                  std::vector<std::size_t>& box_sizes) {
+  const auto sizes = c.plan.halo.inside().sizes();
+  box_sizes.assign(sizes.begin(), sizes.end());
+  return forward_by_slabs(c.plan.halo, c.geometry, c.first_spatial, x, c.w_kernel.data(),
+                          out.data());
 }
 
 // Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
@@ -318,6 +339,37 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
   return SavedBox<T>::whole(std::move(box));
 }
 
+// The weight's gradient accumulates in double, in the processor's memory (its device's, where
+// it computes on one), and is rounded to W there, before the all-reduce over `axes` (those that
+// split what it sums over); it leaves in the weight's layout.
+template <class T>
+Buffer<double> zero_weight_accumulator(const Array<T>& w_kernel) {
+  Buffer<double> acc(w_kernel.size());
+  kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
+  return acc;
+}
+template <class W, class Sizes>
+Tensor<W> weight_gradient_of(Mesh& mesh, const Buffer<double>& acc, const Sizes& kernel_sizes,
+                             const std::vector<std::size_t>& w_order, AxisSet axes,
+                             const TensorLayout& aligned_weight,
+                             const TensorLayout& weight_layout) {
+  Array<W> dw = Array<W>::from_shape(kernel_sizes);
+  kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
+  complete_partial_sums(mesh, axes, dw);
+  return relayout_to(Tensor<W>(mesh, aligned_weight, from_kernel_order(std::move(dw), w_order)),
+                     weight_layout);
+}
+
+// A convolution's forward into `out` (in kernel order) by the call's strategy. Returns what
+// backward keeps; `box_sizes` the box's shape.
+template <class T>
+SavedBox<T> conv_forward(const ConvCall<T>& call, const Tensor<T>& x, Array<T>& out,
+                         std::vector<std::size_t>& box_sizes) {
+  if (call.by_rows) return conv_forward_by_rows(call, x, out);
+  if (call.by_slabs) return conv_forward_by_slabs(call, x, out, box_sizes);
+  return conv_forward_on_box(call, x, out, box_sizes);
+}
+
 // A convolution's backward: the input's gradient by the kernels' input pass and the adjoint halo
 // exchange, the weight's by their weight pass and an all-reduce over the axes that split batch and
 // space — in the weight's type W (fp32 for a bfloat16 convolution's master weight).
@@ -335,29 +387,25 @@ struct ConvBackward {
   Grads operator()(const Tensor<T>& g, const std::array<bool, 2>& need) const {
     const Tensor<T> g_aligned = relayout_to(g, call.plan.output_layout);
     const KernelOrderView<T> g_kernel(g_aligned.array(), call.plan.to_kernel_order);
+    return gradients(g.mesh(), g_kernel.data(), need);
+  }
+
+  /// The gradients from the output's, `g`: over the geometry's output, in kernel order.
+  Grads gradients(Mesh& mesh, const T* g, const std::array<bool, 2>& need) const {
     Grads grads;
     if (call.by_rows)
-      by_rows(g.mesh(), g_kernel.data(), need, grads);
+      by_rows(mesh, g, need, grads);
     else
-      on_box(g.mesh(), g_kernel.data(), need, grads);
+      on_box(mesh, g, need, grads);
     return grads;
   }
 
  private:
-  // The weight's gradient accumulates in double, in the processor's memory (its device's, where
-  // it computes on one), and is rounded to W there, before the all-reduce.
-  Buffer<double> zero_accumulator() const {
-    Buffer<double> acc(call.w_kernel.size());
-    kernels::fill_values(acc.data(), std::int64_t(acc.size()), 0.0);
-    return acc;
-  }
+  Buffer<double> zero_accumulator() const { return zero_weight_accumulator(call.w_kernel); }
   Tensor<W> weight_gradient_from(Mesh& mesh, const Buffer<double>& acc) const {
-    Array<W> dw = Array<W>::from_shape(call.w_kernel.shape());
-    kernels::narrow(acc.data(), dw.data(), std::int64_t(acc.size()));
-    complete_partial_sums(mesh, axes_splitting(call.plan.input_layout, summed), dw);
-    return relayout_to(
-        Tensor<W>(mesh, aligned_weight, from_kernel_order(std::move(dw), call.w_order)),
-        weight_layout);
+    return weight_gradient_of<W>(mesh, acc, call.w_kernel.shape(), call.w_order,
+                                 axes_splitting(call.plan.input_layout, summed), aligned_weight,
+                                 weight_layout);
   }
   Tensor<T> input_gradient_from(Mesh& mesh, Array<T>&& own) const {
     complete_partial_sums(mesh, axes_splitting(call.plan.output_layout, {out_channels.name}), own);
@@ -414,25 +462,12 @@ struct ConvBackward {
     Buffer<double> acc = zero_accumulator();
     if (call.plan.empty()) return weight_gradient_from(mesh, acc);
     if (saved.in_pieces() && call.plan.pass_size == 1) {
-      weight_gradient_by_slabs(g, acc.data());
+      weight_gradient_by_slabs(call.geometry, saved, call.first_spatial, g, acc.data());
     } else {
       Array<T> rebuilt = empty_array<T>();
       kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());
     }
     return weight_gradient_from(mesh, acc);
-  }
-
-  // A box kept as the input block and its halo (a split along several dims) is read a slab of
-  // rows at a time, never rebuilt whole.
-  void weight_gradient_by_slabs(const T* g, double* acc) const {
-    Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
-    for_each_box_slab(call.geometry, saved, call.first_spatial, saved.own().data(recomputed),
-                      [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
-                        if (rows)  // else its outputs read only padding
-                          kernels::conv_backward_weight(
-                              slab.geometry, rows, g + a * kernels::output_row_size(call.geometry),
-                              acc);
-                      });
   }
 
   // The input's gradient goes back through the halo while the weight's is computed — first, where
@@ -487,9 +522,7 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W
 
   Array<T> out = windowed_output<T>(call.plan);
   std::vector<std::size_t> box_sizes;
-  SavedBox<T> saved = call.by_rows    ? conv_forward_by_rows(call, x, out)
-                      : call.by_slabs ? conv_forward_by_slabs(call, x, out, box_sizes)
-                                      : conv_forward_on_box(call, x, out, box_sizes);
+  SavedBox<T> saved = conv_forward(call, x, out, box_sizes);
   out = from_kernel_order(std::move(out), call.plan.to_kernel_order);
   Tensor<T> result = complete_output(mesh, x.layout(), channels, call.plan.output_layout,
                                      dims.out_channels.name, std::move(out));

@@ -61,15 +61,16 @@ struct NormStatistics {
   std::vector<double> mean, inv_std, variance;
 };
 
+// The statistics of the block `data` (row-major) that `layout` gives this processor of `mesh`.
 template <class T>
-NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, double epsilon,
-                               const std::string& op) {
-  const Shape& shape = x.shape();
+NormStatistics norm_statistics(Mesh& mesh, const TensorLayout& layout, const T* data,
+                               const DimNames& reduced, double epsilon, const std::string& op) {
+  const Shape& shape = layout.shape();
   NormStatistics st;
   std::vector<std::string> reduced_names;
   for (const auto& name : reduced)
     if (!shape.contains(name))
-      throw ShapeError(op + ": tensor " + x.layout().to_string() + " has no dim " + quote(name));
+      throw ShapeError(op + ": tensor " + layout.to_string() + " has no dim " + quote(name));
   for (const auto& dim : shape) {
     if (reduced.contains(dim.name)) {
       reduced_names.push_back(dim.name);
@@ -78,8 +79,7 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
       st.kept_dims.push_back(dim);
     }
   }
-  Mesh& mesh = x.mesh();
-  st.sizes = x.block().sizes();
+  st.sizes = layout.block(mesh.coord()).sizes();
   // Blocks are visited in memory order (all statistics at once, so channels-last data streams
   // through once per pass), each element with its statistic's index.
   for (std::size_t d = 0; d < shape.rank(); ++d)
@@ -91,11 +91,11 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   st.keys = static_cast<std::size_t>(kernels::num_elements(st.kept_sizes));
 
   std::vector<Partial> partial =
-      kernels::norm_moments(st.sizes, st.key_strides, std::int64_t(st.keys), x.array().data());
+      kernels::norm_moments(st.sizes, st.key_strides, std::int64_t(st.keys), data);
 
   // The processors along the axes that split reduced dims hold parts of the same statistics.
   for (const auto& name : reduced_names)
-    if (auto axis = x.layout().mesh_axis_of(name)) st.axes |= AxisSet{1} << *axis;
+    if (auto axis = layout.mesh_axis_of(name)) st.axes |= AxisSet{1} << *axis;
   if (st.axes) {
     Communicator& group = mesh.group(st.axes);
     std::vector<double> mine;
@@ -119,17 +119,24 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   return st;
 }
 
+template <class T>
+NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, double epsilon,
+                               const std::string& op) {
+  return norm_statistics(x.mesh(), x.layout(), x.array().data(), reduced, epsilon, op);
+}
+
 // The statistics in their own type S (fp32 for bfloat16 activations).
-template <class S, class T>
-void store_moments(const NormStatistics& st, const Tensor<T>& x, Moments<S>* moments) {
+template <class S>
+void store_moments(const NormStatistics& st, Mesh& mesh, const Layout& layout,
+                   Moments<S>* moments) {
   if (!moments) return;
-  TensorLayout stats_layout(Shape(st.kept_dims), x.mesh().shape(), x.layout().layout());
+  TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), layout);
   const std::vector<S> mean(st.mean.begin(), st.mean.end()),
       variance(st.variance.begin(), st.variance.end());
   Array<S> m = array_from_host(mean, to_xshape(st.kept_sizes));
   Array<S> v = array_from_host(variance, to_xshape(st.kept_sizes));
-  moments->mean = Tensor<S>(x.mesh(), stats_layout, std::move(m));
-  moments->variance = Tensor<S>(x.mesh(), stats_layout, std::move(v));
+  moments->mean = Tensor<S>(mesh, stats_layout, std::move(m));
+  moments->variance = Tensor<S>(mesh, stats_layout, std::move(v));
   moments->count = st.count;
 }
 
@@ -144,7 +151,7 @@ template <class T>
 Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
                     Moments<T>* moments = nullptr) {
   const auto st = detail::norm_statistics(x, reduced, epsilon, "normalize");
-  detail::store_moments(st, x, moments);
+  detail::store_moments(st, x.mesh(), x.layout().layout(), moments);
   const T* in = x.array().data();
   Array<T> out = Array<T>::from_shape(x.array().shape());
   T* o = out.data();
@@ -183,6 +190,67 @@ enum class Activation { none, relu };
 
 namespace detail {
 
+// A per-key parameter (gamma or beta) as doubles, one per statistic of `st` on this processor.
+template <class W>
+std::vector<double> per_key_values(const Tensor<W>& t, const TensorLayout& stats_layout) {
+  const auto here = relayout_to(t, stats_layout);
+  const std::vector<W> values = to_host_vector(here.array());
+  return std::vector<double>(values.begin(), values.end());
+}
+
+// gamma * (x - mean) * inv_std + beta = a x + b per key.
+struct AffineOfKey {
+  std::vector<double> a, b;
+};
+inline AffineOfKey affine_of_key(const NormStatistics& st, const std::vector<double>& gamma,
+                                 const std::vector<double>& beta) {
+  AffineOfKey f{std::vector<double>(st.keys), std::vector<double>(st.keys)};
+  for (std::size_t k = 0; k < st.keys; ++k) {
+    f.a[k] = gamma[k] * st.inv_std[k];
+    f.b[k] = beta[k] - st.mean[k] * gamma[k] * st.inv_std[k];
+  }
+  return f;
+}
+
+// x̂ = inv_std x + shift per key.
+inline std::vector<double> standardising_shift(const NormStatistics& st) {
+  std::vector<double> shift(st.keys);
+  for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
+  return shift;
+}
+
+// The input gradient of gamma x̂ + beta from the sums S1 = sum g', S2 = sum g' x̂ (interleaved):
+// dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
+struct InputGradientTerms {
+  std::vector<double> p, q, r;
+};
+inline InputGradientTerms input_gradient_terms(const NormStatistics& st,
+                                               const std::vector<double>& gamma,
+                                               const std::vector<double>& sums) {
+  InputGradientTerms t{std::vector<double>(st.keys), std::vector<double>(st.keys),
+                       std::vector<double>(st.keys)};
+  for (std::size_t k = 0; k < st.keys; ++k) {
+    const double n = double(st.count), scale = gamma[k] * st.inv_std[k];
+    const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
+    t.p[k] = scale;
+    t.q[k] = -slope;
+    t.r[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
+  }
+  return t;
+}
+
+// Sums per key (`which` 0: of g', the beta's gradient; 1: of g' x̂, gamma's) as a tensor of the
+// parameter's `layout`.
+template <class W>
+Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const std::vector<double>& sums,
+                           int which, const TensorLayout& stats_layout,
+                           const TensorLayout& layout) {
+  std::vector<W> values(st.keys);
+  for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<W>(sums[2 * k + which]);
+  Array<W> v = array_from_host(values, to_xshape(st.kept_sizes));
+  return relayout_to(Tensor<W>(mesh, stats_layout, std::move(v)), layout);
+}
+
 /**
  * activation(gamma * (x - mean) * inv_std + beta) in one pass, for gamma and beta over exactly the
  * kept dims (batch norm's channels). It keeps x alone (not x̂, not the output: the ReLU's mask is
@@ -197,20 +265,12 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
                            const Tensor<W>& beta, double epsilon, Moments<W>* moments,
                            Activation activation) {
   const auto st = norm_statistics(x, reduced, epsilon, "batch_norm");
-  store_moments(st, x, moments);
+  store_moments(st, x.mesh(), x.layout().layout(), moments);
   Mesh& mesh = x.mesh();
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
-  auto scale_of = [&](const Tensor<W>& t) {
-    const auto here = relayout_to(t, stats_layout);
-    const std::vector<W> values = to_host_vector(here.array());
-    return std::vector<double>(values.begin(), values.end());
-  };
-  const auto g_scale = scale_of(gamma), shift = scale_of(beta);
-  std::vector<double> a_key(st.keys), b_key(st.keys);  // y = a x + b
-  for (std::size_t k = 0; k < st.keys; ++k) {
-    a_key[k] = g_scale[k] * st.inv_std[k];
-    b_key[k] = shift[k] - st.mean[k] * g_scale[k] * st.inv_std[k];
-  }
+  const auto g_scale = per_key_values(gamma, stats_layout);
+  const AffineOfKey affine = affine_of_key(st, g_scale, per_key_values(beta, stats_layout));
+  const std::vector<double>&a_key = affine.a, &b_key = affine.b;  // y = a x + b
   // The output is computed by its recipe, which stays with it: an op that saves it for backward
   // (the next convolution) keeps the recipe, and the output itself is freed after forward.
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
@@ -233,35 +293,22 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
         const T* pg = g.array().data();
         const T* px = x.array().data();
         const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
-        std::vector<double> shift(st.keys);  // x̂ = inv_std x + shift
-        for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
         std::vector<double> sums = kernels::norm_gradient_sums(  // of g' and g' x̂, per key
-            st.sizes, st.key_strides, pg, px, st.inv_std, shift, mask);
+            st.sizes, st.key_strides, pg, px, st.inv_std, standardising_shift(st), mask);
         if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
         std::tuple<Tensor<T>, Tensor<W>, Tensor<W>> grads;
         if (needed[0]) {
-          // dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
-          std::vector<double> p_key(st.keys), q_key(st.keys), r_key(st.keys);
-          for (std::size_t k = 0; k < st.keys; ++k) {
-            const double n = double(st.count), scale = g_scale[k] * st.inv_std[k];
-            const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
-            p_key[k] = scale;
-            q_key[k] = -slope;
-            r_key[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
-          }
+          const auto [p, q, r] = input_gradient_terms(st, g_scale, sums);
           Array<T> dx = Array<T>::from_shape(g.array().shape());
-          kernels::norm_input_gradient(st.sizes, st.key_strides, pg, px, mask, p_key, q_key, r_key,
-                                       dx.data());
+          kernels::norm_input_gradient(st.sizes, st.key_strides, pg, px, mask, p, q, r, dx.data());
           std::get<0>(grads) = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }
-        auto per_key = [&](int which, const TensorLayout& layout) {
-          std::vector<W> values(st.keys);
-          for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<W>(sums[2 * k + which]);
-          Array<W> v = array_from_host(values, to_xshape(st.kept_sizes));
-          return relayout_to(Tensor<W>(g.mesh(), stats_layout, std::move(v)), layout);
-        };
-        if (needed[1]) std::get<1>(grads) = per_key(1, gamma_layout);
-        if (needed[2]) std::get<2>(grads) = per_key(0, beta_layout);
+        if (needed[1])
+          std::get<1>(grads) =
+              per_key_gradient<W>(g.mesh(), st, sums, 1, stats_layout, gamma_layout);
+        if (needed[2])
+          std::get<2>(grads) =
+              per_key_gradient<W>(g.mesh(), st, sums, 0, stats_layout, beta_layout);
         return grads;
       });
   return y;

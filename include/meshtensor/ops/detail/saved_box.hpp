@@ -85,24 +85,14 @@ class SavedBox {
     SavedBox saved;
     saved.own_ = KeptBlock<T>(input);
     saved.box_ = box_block;
-    const Block& own = input.block();
     const auto box_strides = kernels::row_major_strides(box_block.sizes());
-    // Box minus own block as disjoint slabs: along dim d, the parts before and after the own
-    // range, over the own range in the dims before d and the whole box in the dims after.
-    for (std::size_t d = 0; d < own.ranges.size(); ++d)
-      for (const Range along : {Range{box_block.ranges[d].begin, own.ranges[d].begin},
-                                Range{own.ranges[d].end, box_block.ranges[d].end}}) {
-        if (along.empty()) continue;
-        Block slab;
-        for (std::size_t e = 0; e < own.ranges.size(); ++e)
-          slab.ranges.push_back(e < d ? own.ranges[e] : e == d ? along : box_block.ranges[e]);
-        if (slab.empty()) continue;
-        Buffer<T> data(slab.num_elements());
-        kernels::copy_box(slab.sizes(),
-                          box.data() + kernels::offset_of_box(slab, box_block, box_strides),
-                          box_strides, data.data(), kernels::row_major_strides(slab.sizes()));
-        saved.halo_.emplace_back(std::move(slab), std::move(data));
-      }
+    for (Block& slab : outside(box_block, input.block())) {
+      Buffer<T> data(slab.num_elements());
+      kernels::copy_box(slab.sizes(),
+                        box.data() + kernels::offset_of_box(slab, box_block, box_strides),
+                        box_strides, data.data(), kernels::row_major_strides(slab.sizes()));
+      saved.halo_.emplace_back(std::move(slab), std::move(data));
+    }
     return saved;
   }
 
@@ -142,7 +132,7 @@ class SavedBox {
     const auto box_strides = kernels::row_major_strides(box_.sizes());
     const Block& own = own_.block();
     T* own_in_box = scratch.data() + kernels::offset_of_box(own, box_, box_strides);
-    if (contiguous_in_box(own)) {
+    if (contiguous_in(box_, own)) {
       // Straight into the box (a recomputed block too): no second block-sized buffer at the
       // moment of backward's peak.
       own_.write_to(own_in_box);
@@ -159,16 +149,6 @@ class SavedBox {
   }
 
  private:
-  // Whether the own block is one run of the box's memory: single positions along the dims before
-  // some dim, and the whole box along the dims after it (a split of the outer dims only).
-  bool contiguous_in_box(const Block& own) const {
-    std::size_t d = 0;
-    while (d < own.ranges.size() && own.ranges[d].size() == 1) ++d;
-    for (std::size_t e = d + 1; e < own.ranges.size(); ++e)
-      if (own.ranges[e] != box_.ranges[e]) return false;
-    return true;
-  }
-
   Array<T> whole_ = empty_array<T>();
   KeptBlock<T> own_;
   Block box_;
