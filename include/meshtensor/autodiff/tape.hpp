@@ -152,7 +152,10 @@ void record_mixed(Tensor<T>& out, const std::tuple<Tensor<In>...>& inputs, Backw
           ((needed[i++] = node != nullptr), ...);
         },
         nodes);
-    auto grads = backward(out_node->grad, needed);
+    // Handed over where nothing keeps it: a backward that takes it by value may free it before
+    // it makes its inputs' gradients.
+    Tensor<T> grad = out_node->keep ? out_node->grad : std::move(out_node->grad);
+    auto grads = backward(std::move(grad), needed);
     meshtensor::detail::accumulate_each(nodes, layouts, grads, std::make_index_sequence<n>{});
     if (!out_node->keep) out_node->grad = Tensor<T>();
   });

@@ -27,6 +27,9 @@ struct Padding {
     return {Mode::explicit_sizes, std::move(sizes)};
   }
   /// "same" or "valid".
+  friend bool operator==(const Padding& a, const Padding& b) {
+    return a.mode == b.mode && a.sizes == b.sizes;
+  }
   static Padding parse(const std::string& name) {
     if (name == "same") return same();
     if (name == "valid") return valid();
@@ -111,6 +114,11 @@ class Window {
   Window& padding(const std::string& mode) { return padding(Padding::parse(mode)); }
 
   const std::vector<std::string>& spatial() const { return spatial_; }
+  friend bool operator==(const Window& a, const Window& b) {
+    return a.spatial_ == b.spatial_ && a.kernel_ == b.kernel_ && a.stride_ == b.stride_ &&
+           a.dilation_ == b.dilation_ && a.padding_ == b.padding_ &&
+           a.pool_default_stride_ == b.pool_default_stride_;
+  }
   const std::vector<std::int64_t>& kernel_sizes() const { return kernel_; }
   bool has_kernel() const { return !kernel_.empty(); }
   const std::vector<std::int64_t>& strides() const { return stride_; }

@@ -16,6 +16,7 @@
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/ops/cast.hpp"
 #include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/conv_norm_conv.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -76,6 +77,12 @@ class Conv {
 
   const Tensor<T>& weight() const { return weight_; }
   const Tensor<T>& bias() const { return bias_; }
+  const Window& window() const { return window_; }
+  bool transposed() const { return transposed_; }
+  /// The input's channel dim, the weight's output-channel dim and the name the output gives it.
+  const std::string& channels() const { return channels_; }
+  const std::string& weight_output_channels() const { return out_name_; }
+  const std::string& output_channels() const { return output_name_; }
 
  private:
   Window window_;
@@ -136,6 +143,31 @@ class Norm {
     return activation == Activation::relu ? relu(y) : y;
   }
 
+  NormKind kind() const { return kind_; }
+  const std::string& channels() const { return channels_; }
+  double epsilon() const { return epsilon_; }
+  const Tensor<T>& gamma() const { return gamma_; }
+  const Tensor<T>& beta() const { return beta_; }
+
+  /// Batch norm's running statistics moved towards a batch's `moments` (not while backward
+  /// recomputes a forward: the statistics were taken the first time).
+  void update_running(Mesh& mesh, const Moments<T>& moments) {
+    if (autodiff::recomputing(mesh)) return;
+    autodiff::NoGrad no_grad(mesh);
+    const T m = T(momentum_);
+    const double n = double(moments.count);
+    const T unbias = T(n > 1 ? n / (n - 1) : 1.0);
+    // Updated in place (the checkpoint holds these tensors), by ops: where the processor computes
+    // on a device the statistics stay in its memory.
+    auto update = [&](Tensor<T>& running, const Tensor<T>& batch, T weight) {
+      const auto next = running * (T(1) - m) + relayout(batch, running.layout().layout()) * weight;
+      kernels::copy_values(next.array().data(), std::int64_t(next.array().size()),
+                           running.array().data());
+    };
+    update(running_mean_, moments.mean, m);
+    update(running_var_, moments.variance, m * unbias);
+  }
+
  private:
   template <class A>
   Tensor<A> normalized(const Tensor<A>& x, bool training) {
@@ -175,20 +207,7 @@ class Norm {
   Tensor<A> batch_statistics(const Tensor<A>& x, Activation activation) {
     Moments<T> moments;
     auto y = batch_norm(x, gamma_, beta_, channels_, epsilon_, &moments, activation);
-    if (autodiff::recomputing(x.mesh())) return y;  // the statistics were taken the first time
-    autodiff::NoGrad no_grad(x.mesh());
-    const T m = T(momentum_);
-    const double n = double(moments.count);
-    const T unbias = T(n > 1 ? n / (n - 1) : 1.0);
-    // Updated in place (the checkpoint holds these tensors), by ops: where the processor computes
-    // on a device the statistics stay in its memory.
-    auto update = [&](Tensor<T>& running, const Tensor<T>& batch, T weight) {
-      const auto next = running * (T(1) - m) + relayout(batch, running.layout().layout()) * weight;
-      kernels::copy_values(next.array().data(), std::int64_t(next.array().size()),
-                           running.array().data());
-    };
-    update(running_mean_, moments.mean, m);
-    update(running_var_, moments.variance, m * unbias);
+    update_running(x.mesh(), moments);
     return y;
   }
 
@@ -199,5 +218,32 @@ class Norm {
   double momentum_, epsilon_;
   Tensor<T> gamma_, beta_, running_mean_, running_var_;
 };
+
+/**
+ * `first`, then `norm` (with `activation`), then `second`: a U-Net level's convolutions with the
+ * normalisation between them. With `deep_halo`, where the layers allow — batch norm in training,
+ * the first convolution without bias, the same window and channel dim throughout — one op whose
+ * convolutions share a deep halo exchange (conv_norm_conv); else the layers one after the other.
+ * The results are the same either way.
+ */
+template <class T, class A>
+Tensor<A> conv_norm_conv(const Conv<T>& first, Norm<T>& norm, const Conv<T>& second, Tensor<A> x,
+                         bool training, Activation activation, bool deep_halo) {
+  const std::string& c = first.channels();
+  const bool fits = norm.kind() == NormKind::batch && training && !first.bias().defined() &&
+                    !first.transposed() && !second.transposed() &&
+                    first.window() == second.window() && first.output_channels() == c &&
+                    norm.channels() == c && second.channels() == c;
+  if (!deep_halo || !fits) {
+    x = norm(first(x), training, activation);  // the input freed before the second runs
+    return second(x);
+  }
+  Moments<T> moments;
+  auto y = meshtensor::conv_norm_conv(x, first.weight(), norm.gamma(), norm.beta(), second.weight(),
+                                      first.window(), c, norm.epsilon(), &moments, activation);
+  norm.update_running(x.mesh(), moments);
+  y = rename(std::move(y), second.weight_output_channels(), second.output_channels());
+  return second.bias().defined() ? std::move(y) + second.bias() : y;
+}
 
 }  // namespace meshtensor::nn
