@@ -4,6 +4,7 @@
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
 //              [--precision fp32|bf16] [--layouts "x:a; y:b | channels:a"]
+//              [--deep-halos off|on|2,3]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 // MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
 // "halo_overlap" field), to measure what the overlap hides.
@@ -35,6 +36,7 @@ struct Options {
   bool recompute = false;
   std::string precision = "fp32";  // or bf16
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
+  std::string deep_halos = "off";  // levels sharing a deep halo: off, on, or a list such as 2,3
 };
 
 Options parse(int argc, char** argv) {
@@ -57,6 +59,8 @@ Options parse(int argc, char** argv) {
       o.recompute = value == "1" || value == "true";
     else if (flag == "--layouts")
       o.layouts = value;
+    else if (flag == "--deep-halos")
+      o.deep_halos = value;
     else if (flag == "--precision" && (value == "fp32" || value == "bf16"))
       o.precision = value;
     else if (flag == "--precision")
@@ -65,7 +69,7 @@ Options parse(int argc, char** argv) {
       throw mt::Error(
           "unknown flag " + flag +
           "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute, "
-          "--precision and --layouts");
+          "--precision, --layouts and --deep-halos");
   }
   return o;
 }
@@ -201,6 +205,7 @@ int main(int argc, char** argv) {
     config.recompute = o.recompute;
     config.precision = o.precision;
     config.layouts = layouts;
+    config.deep_halos = unet3d::deep_halo_levels(o.deep_halos, o.depth);
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
     auto step = [&] { unet3d::train_step(net, adam, batch, weights); };
@@ -215,6 +220,8 @@ int main(int argc, char** argv) {
     const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
     const double halo_bytes =
         mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
+    const double halo_exchanges =
+        largest(mesh, double(halo.exchanges - halo_before.exchanges) / o.steps);
     const double misses =
         largest(mesh, double(stats.system_allocations - pool_before.system_allocations) / o.steps);
     const double fresh_mib =
@@ -240,7 +247,8 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
-          "\"halo_overlap\":%s,\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"halo_exchanges\":%.0f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
           "\"rss_start_mib\":%.1f,"
@@ -249,10 +257,10 @@ int main(int argc, char** argv) {
           "\"conv_gflops\":%.2f}\n",
           mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
           o.channels, o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
-          mt::halo_overlap() ? "true" : "false", step_s, halo_s, halo_bytes,
-          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
-          parameters_mib, rss_start, rss_before_model, rss_peak, allocations, misses, fresh_mib,
-          conv_gflop, conv_gflop / step_s);
+          mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
+          step_s, halo_s, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
+          pool_peak, pool_step_peak, pool_in_use_peak, parameters_mib, rss_start, rss_before_model,
+          rss_peak, allocations, misses, fresh_mib, conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

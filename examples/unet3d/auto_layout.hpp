@@ -119,18 +119,65 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
 
 namespace unet3d {
 
-/// --layout auto in a job of several processes: processor 0 chooses (from the cached calibration)
-/// and tells the others, or they all fail with its error.
-inline mt::LayoutSchedule choose_on_first(mt::Mesh& mesh, const TrainOptions& o,
-                                          const AutoLayout& a) {
+/// A choice in a job of several processes: processor 0 makes it (`choose`, returning text, from
+/// the cached calibration) and tells the others, or they all fail with its error.
+template <class Choose>
+std::string chosen_on_first(mt::Mesh& mesh, Choose&& choose) {
   std::string chosen;
   std::string failure;
-  if (mesh.processor() == 0)
-    failure = mt::failure_of([&] { chosen = choose_schedule(o, mesh.shape(), a).to_string(); });
+  if (mesh.processor() == 0) failure = mt::failure_of([&] { chosen = choose(); });
   mt::agree_on(mesh, failure);
   std::vector<char> text(chosen.begin(), chosen.end());
   mt::broadcast(mesh.world(), text, 0);
-  return mt::LayoutSchedule(std::string(text.begin(), text.end()));
+  return std::string(text.begin(), text.end());
+}
+
+/// --layout auto in a job of several processes.
+inline mt::LayoutSchedule choose_on_first(mt::Mesh& mesh, const TrainOptions& o,
+                                          const AutoLayout& a) {
+  return mt::LayoutSchedule(
+      chosen_on_first(mesh, [&] { return choose_schedule(o, mesh.shape(), a).to_string(); }));
+}
+
+/// --deep-halos auto: starting from no level with a deep halo, each level's in turn, kept where
+/// the plans predict a faster step on `pricing`'s machine (the fewer exchanges against the rows
+/// computed twice). Returns the --deep-halos text.
+inline std::string choose_deep_halos(const TrainOptions& o, const mt::MeshShape& mesh,
+                                     const AutoLayout& pricing) {
+  const mt::MachineModel machine = machine_for(mesh.num_processors(), pricing);
+  const mt::Layout& data_layout = o.layouts.at(0);
+  auto predicted = [&](const std::vector<bool>& levels) {
+    TrainOptions planned = o;
+    planned.deep_halos = deep_halos_text(levels);
+    const mt::PlanReport report = mt::plan(mesh, data_layout, [&](mt::Mesh& m) {
+      model_and_two_steps(m, planned, data_layout, /*count_second_only=*/true);
+    });
+    return mt::predict_step(report, machine).seconds;
+  };
+  std::vector<bool> levels(std::size_t(o.depth + 1), false);
+  const double without = predicted(levels);
+  double best = without;
+  for (std::size_t level = 0; level < levels.size(); ++level) {
+    levels[level] = true;
+    const double with = predicted(levels);
+    if (with < best)
+      best = with;
+    else
+      levels[level] = false;
+  }
+  const std::string chosen = deep_halos_text(levels);
+  say("--deep-halos auto: %s (predicted step %.4f s; %.4f s without; network %s, kernels of "
+      "%s)\n",
+      chosen == "off" ? "none" : ("levels " + chosen).c_str(), best, without,
+      pricing.network.c_str(), machine.kernels.machine.c_str());
+  std::fflush(stdout);
+  return chosen;
+}
+
+/// The same in a job of several processes.
+inline std::string choose_deep_halos_on_first(mt::Mesh& mesh, const TrainOptions& o,
+                                              const AutoLayout& pricing) {
+  return chosen_on_first(mesh, [&] { return choose_deep_halos(o, mesh.shape(), pricing); });
 }
 
 }  // namespace unet3d

@@ -391,6 +391,11 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_flag("--recompute", f.options.recompute,
                "keep only each level's input and output for backward and compute the "
                "rest again (less memory, about a third more compute)");
+  cmd.add_option("--deep-halos", f.options.deep_halos,
+                 "levels whose two convolutions share one halo exchange as wide as both "
+                 "(computing the rows the second needs twice): off, on, auto (chosen by plans "
+                 "on --network and this machine's kernels) or levels such as 2,3; where unset, "
+                 "auto with --layout auto, else off");
   cmd.add_option("--precision", f.options.precision,
                  "fp32, or bf16: activations, halos and the weights used in compute in "
                  "bfloat16 (half the memory); master weights, Adam, normalisation statistics, "
@@ -557,6 +562,10 @@ void resolve_train_flags(TrainFlags& flags, const Placement& where) {
         "auto --size ...` and give its schedule as --layouts");
   if (train.data.empty() && !where.choose)
     unet3d::check_geometry(train.size, train.depth, where.mesh, where.layouts, train.batch);
+  if (train.deep_halos.empty()) train.deep_halos = where.choose ? "auto" : "off";
+  if (train.deep_halos != "auto")
+    train.deep_halos =
+        unet3d::deep_halos_text(unet3d::deep_halo_levels(train.deep_halos, train.depth));
   if (train.norm == "group" && train.channels % 4 != 0)
     throw mt::Error("--norm group needs --channels divisible by 4 groups, got " +
                     std::to_string(train.channels));
@@ -639,6 +648,11 @@ int main(int argc, char** argv) {
     }
     if (where.choose && (plan_cmd->parsed() || !mt::launcher_world_size()))
       use_layouts(flags, where, unet3d::choose_schedule(flags.options, where.mesh, *where.choose));
+    auto& deep_halos = flags.options.deep_halos;
+    const bool deep_halos_chosen = deep_halos == "auto";
+    if (deep_halos_chosen && !where.layouts.empty() &&
+        (plan_cmd->parsed() || !mt::launcher_world_size()))
+      deep_halos = unet3d::choose_deep_halos(flags.options, where.mesh, where.pricing);
     if (plan_cmd->parsed()) {
       const bool price = distribution.predict || where.choose || !distribution.network.empty() ||
                          distribution.calibrate || !distribution.kernels.empty();
@@ -648,10 +662,10 @@ int main(int argc, char** argv) {
     }
     if ((!distribution.network.empty() || distribution.calibrate ||
          !distribution.kernels.empty()) &&
-        !where.choose)
+        !where.choose && !deep_halos_chosen)
       throw mt::Error(
           "--network, --kernels and --calibrate price plans: give them to `unet3d "
-          "plan --predict` or with --layout auto");
+          "plan --predict` or with --layout auto or --deep-halos auto");
   } catch (const std::exception& e) {
     return mt::fail_before_run(argc, argv, e.what(), 2, "unet3d");
   }
@@ -660,6 +674,9 @@ int main(int argc, char** argv) {
       [&](mt::Mesh& mesh) {
         if (train_cmd->parsed() && where.layouts.empty())  // auto, under a launcher
           use_layouts(flags, where, unet3d::choose_on_first(mesh, flags.options, *where.choose));
+        if (train_cmd->parsed() && flags.options.deep_halos == "auto")  // under a launcher
+          flags.options.deep_halos =
+              unet3d::choose_deep_halos_on_first(mesh, flags.options, where.pricing);
         if (train_cmd->parsed())
           unet3d::train(mesh, flags.options, where.data_layout());
         else if (predict_cmd->parsed())

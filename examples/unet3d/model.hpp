@@ -37,6 +37,13 @@ struct ModelConfig {
   // mean, bias included, so they change nothing but cost a pass over the activations each way;
   // checkpoints from before they were dropped have them (their flags lack "biases_before_norm").
   bool biases_before_norm = false;
+  // Per level: whether its two convolutions share one exchange of a deep halo (the planner's
+  // choice under --layout auto, or --deep-halos). Empty: none do.
+  std::vector<bool> deep_halos;
+
+  bool deep_halo(int level) const {
+    return level < int(deep_halos.size()) && deep_halos[std::size_t(level)];
+  }
 };
 
 /// Whether the convolutions that `config.norm` follows have biases: not where the norm cancels
@@ -54,7 +61,8 @@ class DoubleConv {
  public:
   // The parameters are laid out as the level's activations (`layout`).
   DoubleConv(mt::Mesh& mesh, nn::Parameters<float>& params, const std::string& name,
-             std::int64_t in, std::int64_t out, const ModelConfig& config, const mt::Layout& layout)
+             std::int64_t in, std::int64_t out, const ModelConfig& config, const mt::Layout& layout,
+             bool deep_halo)
       : conv1_(mesh, params, name + "/conv1", channels(in), channels(out), three_cubed(),
                config.seed, /*transposed=*/false, biased_before_norm(config), layout),
         norm1_(mesh, params, name + "/norm1", nn::parse_norm(config.norm), channels(out), spatial,
@@ -62,14 +70,16 @@ class DoubleConv {
         conv2_(mesh, params, name + "/conv2", channels(out), channels(out), three_cubed(),
                config.seed, /*transposed=*/false, biased_before_norm(config), layout),
         norm2_(mesh, params, name + "/norm2", nn::parse_norm(config.norm), channels(out), spatial,
-               /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout) {}
+               /*groups=*/4, /*momentum=*/0.1, /*epsilon=*/1e-5, layout),
+        deep_halo_(deep_halo) {}
 
   // x is taken by value and replaced: the convolution keeps what backward needs of its input, so
   // a level's input (the decoder's concatenation) is freed as soon as its first convolution ran.
   template <class A>
   mt::Tensor<A> operator()(mt::Tensor<A> x, bool training) {
-    x = norm1_(conv1_(x), training, mt::Activation::relu);
-    return norm2_(conv2_(x), training, mt::Activation::relu);
+    x = nn::conv_norm_conv(conv1_, norm1_, conv2_, std::move(x), training, mt::Activation::relu,
+                           deep_halo_);
+    return norm2_(x, training, mt::Activation::relu);
   }
 
  private:
@@ -79,6 +89,7 @@ class DoubleConv {
   nn::Norm<float> norm1_;
   nn::Conv<float> conv2_;
   nn::Norm<float> norm2_;
+  bool deep_halo_;  // the two convolutions share one exchange of a deep halo
 };
 
 class UNet {
@@ -88,10 +99,11 @@ class UNet {
     std::int64_t in = config.inputs;
     for (int level = 0; level < config.depth; ++level) {
       down_.emplace_back(mesh, params_, "down" + std::to_string(level), in, c << level, config,
-                         layout(level));
+                         layout(level), config.deep_halo(level));
       in = c << level;
     }
-    bottom_.emplace(mesh, params_, "bottom", in, c << config.depth, config, layout(config.depth));
+    bottom_.emplace(mesh, params_, "bottom", in, c << config.depth, config, layout(config.depth),
+                    config.deep_halo(config.depth));
     for (int level = config.depth - 1; level >= 0; --level) {
       const std::int64_t width = c << level;
       // Up-sampling reads the level below, so its weights are laid out as that level.
@@ -100,7 +112,7 @@ class UNet {
                        mt::Window(spatial).kernel(2).stride(2), config.seed,
                        /*transposed=*/true, /*bias=*/true, layout(level + 1));
       merge_.emplace_back(mesh, params_, "up" + std::to_string(level), 2 * width, width, config,
-                          layout(level));
+                          layout(level), config.deep_halo(level));
     }
     head_.emplace(mesh, params_, "head", channels(c), channels(config.classes),
                   mt::Window(spatial).kernel(1), config.seed, /*transposed=*/false, /*bias=*/true,

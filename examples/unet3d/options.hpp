@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +56,36 @@ struct TrainOptions {
   std::string data;  // a folder of scans; empty: phantoms
   Preprocessing preprocessing;
   mt::LayoutSchedule layouts;  // per level (--layouts); empty: the data's layout at every level
+  // --deep-halos: the levels whose two convolutions share one exchange of a deep halo — "off",
+  // "on" (every level), a list such as "2,3", or "auto" (chosen by plans: resolved before the
+  // model is built); "" is auto under --layout auto, else off.
+  std::string deep_halos;
 };
+
+/// The levels of a U-Net of `depth` that --deep-halos `text` names (not "auto"), one flag each.
+inline std::vector<bool> deep_halo_levels(const std::string& text, int depth) {
+  std::vector<bool> levels(std::size_t(depth + 1), text == "on");
+  if (text.empty() || text == "off" || text == "on") return levels;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    char* end = nullptr;
+    const long level = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || level < 0 || level > depth)
+      throw mt::Error("--deep-halos \"" + text + "\": expected off, on, auto or levels 0 to " +
+                      std::to_string(depth) + " separated by commas, e.g. 2,3");
+    levels[std::size_t(level)] = true;
+  }
+  return levels;
+}
+
+/// The text --deep-halos takes for `levels`.
+inline std::string deep_halos_text(const std::vector<bool>& levels) {
+  std::string text;
+  for (std::size_t l = 0; l < levels.size(); ++l)
+    if (levels[l]) text += (text.empty() ? "" : ",") + std::to_string(l);
+  return text.empty() ? "off" : text;
+}
 
 struct PredictOptions {
   std::string checkpoint;

@@ -27,15 +27,15 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   });
   const bool per_level = o.layouts.size() > 1;
   say("unet3d plan: one training step, volumes %lldx%lldx%lld, batch %lld, depth %d, %d channels, "
-      "mesh %s, %s \"%s\": %zu processors (%d planned, the others like one of them) in "
-      "%.2f s\n"
+      "mesh %s, %s \"%s\", deep halos %s: %zu processors (%d planned, the others like one "
+      "of them) in %.2f s\n"
       "FLOPs and traffic are one step's; memory is each processor's peak over the first two "
       "steps, by use at that moment (real peaks were within 4%% of it at 64^3 and 128^3 with "
       "MESHTENSOR_ONEDNN_FORMATS=by_channels: bench/RESULTS.md)\n%s",
       (long long)o.size[0], (long long)o.size[1], (long long)o.size[2], (long long)o.batch, o.depth,
       o.channels, report.mesh.c_str(), per_level ? "layouts per level" : "layout",
-      per_level ? o.layouts.to_string().c_str() : report.layout.c_str(), report.processors.size(),
-      report.planned, report.seconds, report.table().c_str());
+      per_level ? o.layouts.to_string().c_str() : report.layout.c_str(), o.deep_halos.c_str(),
+      report.processors.size(), report.planned, report.seconds, report.table().c_str());
   auto summary = nlohmann::ordered_json::parse(report.json());
   summary["size"] = o.size;
   summary["batch"] = o.batch;
@@ -43,6 +43,7 @@ inline void plan_training(const TrainOptions& o, const mt::MeshShape& mesh,
   summary["channels"] = o.channels;
   summary["norm"] = o.norm;
   summary["recompute"] = o.recompute;
+  summary["deep_halos"] = o.deep_halos;
   summary["precision"] = o.precision;
   if (per_level) summary["layouts"] = o.layouts.to_string();
   if (pricing) {

@@ -35,6 +35,9 @@ inline ModelConfig model_config(const TrainOptions& o) {
   config.recompute = o.recompute;
   config.precision = o.precision;
   config.layouts = o.layouts;
+  if (o.deep_halos == "auto")
+    throw mt::Error("internal: --deep-halos auto must be chosen before the model is built");
+  config.deep_halos = deep_halo_levels(o.deep_halos, o.depth);
   return config;
 }
 

@@ -138,12 +138,13 @@ inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& la
   if (mesh.processor() != 0) return;
   const bool per_level = o.layouts.size() > 1;
   say("unet3d: %lld parameters, %d processors (%s) x %d compute threads each "
-      "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, %s \"%s\", %s, batch %lld%s%s\n",
+      "(MESHTENSOR_THREADS_PER_PROCESSOR), mesh %s, %s \"%s\", %s, batch %lld%s%s%s\n",
       (long long)parameters, mesh.num_processors(), mesh.transport().c_str(), mt::compute_threads(),
       mesh.shape().to_string().c_str(), per_level ? "layouts per level" : "layout",
       per_level ? o.layouts.to_string().c_str() : layout.to_string().c_str(), volumes.c_str(),
       (long long)o.batch, o.recompute ? ", levels recomputed in backward" : "",
-      o.precision == "bf16" ? ", bfloat16 activations" : "");
+      o.precision == "bf16" ? ", bfloat16 activations" : "",
+      o.deep_halos == "off" ? "" : (", deep halos at levels " + o.deep_halos).c_str());
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   if (mesh.transport() == "threads" && mesh.num_processors() * mt::compute_threads() > cores)
     std::fprintf(stderr,

@@ -97,14 +97,30 @@ if(SCENARIO STREQUAL "losses_equal")
     list(APPEND level_logs ${here}/mpi_levels/metrics.jsonl)
   endif()
   ok(${CHECK} losses 1e-3 ${level_logs})
+  # Deep halos at every level (each level's two convolutions on one exchange, the rows the
+  # second's halo needs computed twice): the same losses.
+  ok(${UNET3D} train ${small} --steps 5 --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c"
+     --deep-halos on --out ${here}/deep_eight)
+  ok(${UNET3D} train ${small} --steps 5 --threads 4 --layout x:p --deep-halos 0,2
+     --out ${here}/deep_levels)
+  set(deep_logs ${here}/one/metrics.jsonl ${here}/deep_eight/metrics.jsonl
+      ${here}/deep_levels/metrics.jsonl)
+  if(MPIEXEC)
+    ok(${MPIEXEC} ${NP_FLAG} 4 ${UNET3D} train ${small} --steps 5 --mesh "rows:2, cols:2"
+       --layout "x:rows, y:cols" --deep-halos on --out ${here}/deep_mpi)
+    list(APPEND deep_logs ${here}/deep_mpi/metrics.jsonl)
+  endif()
+  ok(${CHECK} losses 1e-3 ${deep_logs})
   # In bfloat16 the same losses on every mesh within bfloat16's rounding (partial sums rounded
   # before they meet: 2x2x2's halo gradients, channel splits' partial outputs); 1.4e-3 measured.
   set(bf16 ${UNET3D} train ${small} --steps 5 --precision bf16)
   ok(${bf16} --threads 1 --out ${here}/bf16_one)
   ok(${bf16} --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --out ${here}/bf16_eight)
   ok(${bf16} --threads 4 --layouts "x:p | channels:p" --out ${here}/bf16_levels)
+  ok(${bf16} --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c" --deep-halos on
+     --out ${here}/bf16_deep)
   set(bf16_logs ${here}/bf16_one/metrics.jsonl ${here}/bf16_eight/metrics.jsonl
-      ${here}/bf16_levels/metrics.jsonl)
+      ${here}/bf16_levels/metrics.jsonl ${here}/bf16_deep/metrics.jsonl)
   if(MPIEXEC)
     ok(${MPIEXEC} ${NP_FLAG} 4 ${bf16} --mesh "rows:2, cols:2" --layout "x:rows, y:cols"
        --out ${here}/bf16_mpi)
@@ -252,6 +268,10 @@ elseif(SCENARIO STREQUAL "auto_layout")
   ok_matching("chosen +\"x:p \\| .*runner-up" ${UNET3D} plan ${model} --mesh p:8 --layout auto
               --memory-per-processor 64MiB)
   ok_matching("\"predicted_step_s\":[0-9.]+" ${UNET3D} plan ${model} --mesh p:2 --predict)
+  # --deep-halos auto weighs each level's deep halo with plans and says what it chose.
+  ok_matching("--deep-halos auto: (none|levels [0-9,]+) \\(predicted step [0-9.]+ s; [0-9.]+ s without"
+              ${UNET3D} plan ${model} --mesh p:8 --layouts "x:p | x:p | channels:p"
+              --deep-halos auto --network ib-hdr)
   fails("no layout schedule fits 16.0 KiB per processor on mesh \\[p=2\\]: the least any needs is"
         ${UNET3D} plan ${model} --mesh p:2 --layout auto --memory-per-processor 16KiB)
   ok(${UNET3D} train ${model} --threads 1 --out ${here}/one)
@@ -287,6 +307,8 @@ elseif(SCENARIO STREQUAL "bad_flags")
   fails("--memory-per-processor \"2XB\": unknown unit \"XB\".*e.g. 2GiB"
         ${UNET3D} train ${small} --layout auto --memory-per-processor 2XB --out ${here}/o)
   fails("--layout auto needs --memory-per-processor" ${UNET3D} train ${small} --layout auto --out ${here}/o)
+  fails("--deep-halos \"1,5\": expected off, on, auto or levels 0 to 2"
+        ${UNET3D} train ${small} --deep-halos 1,5 --out ${here}/o)
   fails("--memory-per-processor is the budget --layout auto chooses within"
         ${UNET3D} train ${small} --memory-per-processor 1GiB --out ${here}/o)
   fails("network \"nope\" is not in .*networks.txt; its networks are shared-memory, ib-hdr"
