@@ -98,6 +98,8 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
   const auto step = [&](mt::Mesh& m, const mt::LayoutSchedule& layouts) {
     TrainOptions planned = o;
     planned.layouts = layouts;
+    // Layouts are weighed without deep halos; those are chosen for the schedule chosen.
+    if (planned.deep_halos == "auto") planned.deep_halos = "off";
     check_geometry(o.size, o.depth, m.shape(), layouts, o.batch);
     model_and_two_steps(m, planned, layouts.at(0), /*count_second_only=*/true);
   };
