@@ -250,48 +250,27 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   return c;
 }
 
-// Forward in slabs: the halo (of `halo`'s inside form) arrives as pieces (every split dim
-// exchanged, no box), and each slab of output rows along `first_spatial` reads the box rows it
-// needs, copied together. Backward keeps the pieces.
-template <class T>
-SavedBox<T> forward_by_slabs(const HaloExchange& halo, const kernels::ConvGeometry& g,
-                             std::size_t first_spatial, const Tensor<T>& x, const T* w, T* out) {
-  SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, halo.inside(), halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
-  const std::int64_t row_size = kernels::output_row_size(g);
-  for_each_box_slab(g, saved, first_spatial, x.array().data(),
-                    [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
-                      T* to = out + a * row_size;
-                      if (!rows)
-                        kernels::fill_values(to, slab.geometry.out[0] * row_size, T(0));
-                      else
-                        kernels::conv_forward(slab.geometry, rows, w, to);
-                    });
-  return saved;
-}
-
-// The weight's gradient from a box kept as the input block and its halo (a split along several
-// dims), read a slab of rows at a time, never rebuilt whole.
-template <class T>
-void weight_gradient_by_slabs(const kernels::ConvGeometry& geometry, const SavedBox<T>& saved,
-                              std::size_t first_spatial, const T* g, double* acc) {
-  Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
-  for_each_box_slab(geometry, saved, first_spatial, saved.own().data(recomputed),
-                    [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
-                      if (rows)  // else its outputs read only padding
-                        kernels::conv_backward_weight(
-                            slab.geometry, rows, g + a * kernels::output_row_size(geometry), acc);
-                    });
-}
-
-// A convolution's forward in slabs; `box_sizes` the box's shape.
+// Forward in slabs: the halo arrives as pieces (every split dim exchanged, no box), and each slab
+// of output rows reads the box rows it needs, copied together. Backward keeps the pieces;
+// `box_sizes` the box's shape.
 template <class T>
 SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
                                   std::vector<std::size_t>& box_sizes) {
-  const auto sizes = c.plan.halo.inside().sizes();
+  const Block& box = c.plan.halo.inside();
+  const auto sizes = box.sizes();
   box_sizes.assign(sizes.begin(), sizes.end());
-  return forward_by_slabs(c.plan.halo, c.geometry, c.first_spatial, x, c.w_kernel.data(),
-                          out.data());
+  SavedBox<T> saved = SavedBox<T>::own_and_halo(
+      x, box, c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
+  const std::int64_t row_size = kernels::output_row_size(c.geometry);
+  for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
+                    [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
+                      T* to = out.data() + a * row_size;
+                      if (!rows)
+                        kernels::fill_values(to, slab.geometry.out[0] * row_size, T(0));
+                      else
+                        kernels::conv_forward(slab.geometry, rows, c.w_kernel.data(), to);
+                    });
+  return saved;
 }
 
 // Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
@@ -462,12 +441,25 @@ struct ConvBackward {
     Buffer<double> acc = zero_accumulator();
     if (call.plan.empty()) return weight_gradient_from(mesh, acc);
     if (saved.in_pieces() && call.plan.pass_size == 1) {
-      weight_gradient_by_slabs(call.geometry, saved, call.first_spatial, g, acc.data());
+      weight_gradient_by_slabs(g, acc.data());
     } else {
       Array<T> rebuilt = empty_array<T>();
       kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());
     }
     return weight_gradient_from(mesh, acc);
+  }
+
+  // A box kept as the input block and its halo (a split along several dims) is read a slab of
+  // rows at a time, never rebuilt whole.
+  void weight_gradient_by_slabs(const T* g, double* acc) const {
+    Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
+    for_each_box_slab(call.geometry, saved, call.first_spatial, saved.own().data(recomputed),
+                      [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
+                        if (rows)  // else its outputs read only padding
+                          kernels::conv_backward_weight(
+                              slab.geometry, rows, g + a * kernels::output_row_size(call.geometry),
+                              acc);
+                      });
   }
 
   // The input's gradient goes back through the halo while the weight's is computed — first, where

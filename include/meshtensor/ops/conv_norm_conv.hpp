@@ -26,7 +26,6 @@
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
-#include "meshtensor/kernels/elementwise.hpp"
 #include "meshtensor/kernels/norm.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
