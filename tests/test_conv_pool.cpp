@@ -3,12 +3,14 @@
 // overlapping and halo-wider-than-a-block cases included.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/ops/detail/conv_boxes.hpp>
 
 #include "support/errors.hpp"
 #include "support/op_check.hpp"
@@ -62,30 +64,57 @@ TEST_CASE("3-D convolution, 3x3x3 'same', matches one processor on every layout"
 
 TEST_CASE(
     "convolutions that overlap the halo exchange with the interior rows match one processor") {
-  // One volume (one pass-through index) split along x only: the op computes the rows that need
-  // no halo while it is in flight. Uneven splits, blocks narrower than the halo, strides.
+  // The op computes the outputs that need no halo while it is in flight: by rows for one volume
+  // split along x only, by boxes for splits along several dims or several volumes (two volumes
+  // below). Uneven splits, blocks narrower than the halo, strides.
   const std::vector<LayoutCase> x_splits{
       {"one processor", "p:1", ""},
       {"x split 2 ways", "p:2", "x:p"},
       {"x split 3 ways (uneven)", "p:3", "x:p"},
-      {"x split 8 ways: halos wider than a block", "p:8", "x:p"}};
-  const Shape one_volume("batch:1, x:11, y:6, z:5, channels:3");
-  for (const auto& [weight, window] : std::vector<std::pair<std::string, Window>>{
-           {"kx:3, ky:3, kz:3, channels:3, features:4", Window("x, y, z").padding("same")},
-           {"kx:5, ky:3, channels:3, features:2", Window("x, y").padding("same")},
-           {"kx:3, ky:3, kz:3, channels:3, features:2", Window("x, y, z").stride(2)},
-           {"kx:3, channels:3, features:2", Window("x").dilation(2).padding("same")}}) {
-    INFO(weight);
-    CHECK(compare_with_one_processor(
-              [&](Mesh& m, const Layout& l) {
-                return forward_backward(
-                    m, l, Shape(weight),
-                    [&](const Tensor<float>& x, const Tensor<float>& w) {
-                      return conv(x, w, window);
-                    },
-                    one_volume);
-              },
-              1e-5, x_splits) == "");
+      {"x split 8 ways: halos wider than a block", "p:8", "x:p"},
+      {"x and y split 2x2", "a:2; b:2", "x:a; y:b"},
+      {"y and z split 3x2 (uneven)", "a:3; b:2", "y:a; z:b"},
+      {"x, y and z split 2x2x2", "a:2; b:2; c:2", "x:a; y:b; z:c"},
+      {"batch and x split 2x2", "a:2; b:2", "batch:a; x:b"}};
+  for (const Shape& volumes :
+       {Shape("batch:1, x:11, y:6, z:5, channels:3"), Shape("batch:2, x:11, y:6, z:5, channels:3")})
+    for (const auto& [weight, window] : std::vector<std::pair<std::string, Window>>{
+             {"kx:3, ky:3, kz:3, channels:3, features:4", Window("x, y, z").padding("same")},
+             {"kx:5, ky:3, channels:3, features:2", Window("x, y").padding("same")},
+             {"kx:3, ky:3, kz:3, channels:3, features:2", Window("x, y, z").stride(2)},
+             {"kx:3, channels:3, features:2", Window("x").dilation(2).padding("same")}}) {
+      INFO(weight << " on " << volumes.to_string());
+      CHECK(compare_with_one_processor(
+                [&](Mesh& m, const Layout& l) {
+                  return forward_backward(
+                      m, l, Shape(weight),
+                      [&](const Tensor<float>& x, const Tensor<float>& w) {
+                        return conv(x, w, window);
+                      },
+                      volumes);
+                },
+                1e-5, x_splits) == "");
+    }
+}
+
+TEST_CASE("a convolution overlapped by boxes computes each output once: interior and shell tile") {
+  using meshtensor::detail::Ranges3;
+  const Ranges3 all{Range{0, 6}, Range{0, 5}, Range{0, 4}};
+  for (const Ranges3& interior :
+       {Ranges3{Range{1, 5}, Range{1, 4}, Range{1, 3}},   // halo on every side
+        Ranges3{Range{0, 5}, Range{1, 5}, Range{0, 3}},   // on some sides only
+        Ranges3{Range{0, 6}, Range{0, 5}, Range{2, 3}},   // along the last dim only
+        Ranges3{Range{0, 6}, Range{0, 5}, Range{0, 4}}})  // none: no shell
+  {
+    std::vector<int> written(6 * 5 * 4, 0);
+    auto write = [&](const Ranges3& box) {
+      for (auto i = box[0].begin; i < box[0].end; ++i)
+        for (auto j = box[1].begin; j < box[1].end; ++j)
+          for (auto k = box[2].begin; k < box[2].end; ++k) ++written[(i * 5 + j) * 4 + k];
+    };
+    write(interior);
+    for (const Ranges3& box : meshtensor::detail::shell_boxes(interior, all)) write(box);
+    CHECK(std::all_of(written.begin(), written.end(), [](int n) { return n == 1; }));
   }
 }
 

@@ -29,6 +29,7 @@
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/conv_boxes.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/partial_sums.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
@@ -166,6 +167,7 @@ struct ConvCall {
   std::vector<std::size_t> w_order;
   std::size_t first_spatial = 0;
   bool by_rows = false;
+  bool by_boxes = false;
   bool by_slabs = false;
 };
 
@@ -224,7 +226,7 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   const Shape& w_shape = w.shape();
   const auto& spatial = window.spatial();
   // Convolutions leave the zero padding to the kernels (no padded copy of the block) and overlap
-  // the halo with the rows that need none where they can (unless halo_overlap() is off).
+  // the halo with the outputs that need none — by rows or by boxes — unless halo_overlap() is off.
   const HaloForm form = transposed       ? HaloForm::padded
                         : halo_overlap() ? HaloForm::pieces
                                          : HaloForm::inside;
@@ -246,6 +248,7 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   // rows kept apart (conv_rows.hpp).
   c.first_spatial = in_shape.position(spatial[0]);
   c.by_rows = c.plan.form == HaloForm::pieces;
+  c.by_boxes = halo_overlap() && overlaps_by_boxes(c.plan, g, c.first_spatial);
   c.by_slabs = box_in_pieces(c.plan);
   return c;
 }
@@ -345,6 +348,12 @@ template <class T>
 SavedBox<T> conv_forward(const ConvCall<T>& call, const Tensor<T>& x, Array<T>& out,
                          std::vector<std::size_t>& box_sizes) {
   if (call.by_rows) return conv_forward_by_rows(call, x, out);
+  if (call.by_boxes) {
+    const auto sizes = call.plan.halo.inside().sizes();
+    box_sizes.assign(sizes.begin(), sizes.end());
+    return conv_forward_by_boxes(call.plan, call.geometry, call.first_spatial, call.w_kernel.data(),
+                                 x, out);
+  }
   if (call.by_slabs) return conv_forward_by_slabs(call, x, out, box_sizes);
   return conv_forward_on_box(call, x, out, box_sizes);
 }

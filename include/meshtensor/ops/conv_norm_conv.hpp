@@ -174,8 +174,8 @@ inline std::vector<std::size_t> weight_order(const Shape& w, const ConvDims& dim
   return order;
 }
 
-// The first convolution's call: the exchange of both windows' halo (overlapped where
-// halo_overlap() is on and the box is a stack of rows along one split dim), the middle rows out.
+// The first convolution's call: the exchange of both windows' halo (overlapped by rows or by
+// boxes where halo_overlap() is on), the middle rows out.
 template <class T, class W>
 ConvCall<T> first_call(const Tensor<T>& x, const Tensor<W>& w1, const ConvPairDims& d,
                        const Window& window, const std::string& channels, const Block& middle) {
@@ -197,6 +197,7 @@ ConvCall<T> first_call(const Tensor<T>& x, const Tensor<W>& w1, const ConvPairDi
                                 x.shape().dim(channels).size, d.first.out_channels.size);
   c.first_spatial = x.shape().position(spatial[0]);
   c.by_rows = c.plan.form == HaloForm::pieces;
+  c.by_boxes = halo_overlap() && overlaps_by_boxes(c.plan, c.geometry, c.first_spatial);
   c.by_slabs = box_in_pieces(c.plan);
   return c;
 }

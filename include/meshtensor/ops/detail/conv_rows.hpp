@@ -94,22 +94,28 @@ void input_rows(const kernels::ConvGeometry& g, const T* grad_output, const T* w
     kernels::fill_values(grad_rows, (r1 - r0) * kernels::input_row_size(g), T(0));
 }
 
-/// The output rows along the first kernel dim that read only the own block's rows [own_lo, own_hi)
-/// of a box of `in` rows (reads before row 0 or from row `in` on are padding, not halo).
-inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
-                                                 std::int64_t own_lo, std::int64_t own_hi) {
-  const kernels::Taps& t = g.taps[0];
-  const std::int64_t reach = (g.kernel[0] - 1) * t.dilation;
-  const std::int64_t n = g.out[0];
+/// The outputs along kernel dim `d` that read only the own block's indices [own_lo, own_hi) of a
+/// box of `in[d]` (reads before 0 or from `in[d]` on are padding, not halo).
+inline std::array<std::int64_t, 2> interior_along(const kernels::ConvGeometry& g, std::size_t d,
+                                                  std::int64_t own_lo, std::int64_t own_hi) {
+  const kernels::Taps& t = g.taps[d];
+  const std::int64_t reach = (g.kernel[d] - 1) * t.dilation;
+  const std::int64_t n = g.out[d];
   std::int64_t lo = 0, hi = n;
-  if (own_lo > 0)  // a halo below: the first read must be an own row
+  if (own_lo > 0)  // a halo below: the first read must be an own index
     lo = std::max<std::int64_t>(0, (own_lo - t.origin + t.stride - 1) / t.stride);
-  if (own_hi < g.in[0]) {  // a halo above: the last read must be an own row
+  if (own_hi < g.in[d]) {  // a halo above: the last read must be an own index
     const std::int64_t top = own_hi - 1 - reach - t.origin;
     hi = top < 0 ? 0 : std::min<std::int64_t>(n, top / t.stride + 1);
   }
   lo = std::min(lo, n);
   return {lo, std::max(lo, hi)};
+}
+
+/// The same along the first kernel dim: the output rows that read only own rows.
+inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
+                                                 std::int64_t own_lo, std::int64_t own_hi) {
+  return interior_along(g, 0, own_lo, own_hi);
 }
 
 /// f(a, b) over rows [lo, hi) in up to three parts of at least four rows each, in order: the

@@ -7,7 +7,8 @@
 // the exchange's HaloForm (ops/halo.hpp): the padded box, or the box inside the tensor (kernels
 // reading zeros beyond it), exchanged before the kernels (windowed_box) — or overlapped: the
 // kernels run on the own block while the halo travels and on the rows along the cuts after
-// (windowed_overlapped), where the box is a stack of rows along one split dim. Backward, the
+// (windowed_overlapped), where the box is a stack of rows along one split dim (a convolution
+// split otherwise overlaps by boxes: ops/detail/conv_boxes.hpp). Backward, the
 // box's gradient travels while the op computes what needs none (windowed_input_gradient,
 // windowed_overlapped_gradient).
 
