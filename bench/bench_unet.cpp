@@ -245,7 +245,8 @@ int main(int argc, char** argv) {
     const double conv_gflop = unet3d::conv_flops_per_step(model) / 1e9;
     if (mesh.processor() == 0)
       std::printf(
-          "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"threads\":%d,"
+          "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"mesh\":\"%s\","
+          "\"layouts\":\"%s\",\"threads\":%d,"
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
           "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"step_s\":%.4f,\"halo_s\":%.4f,"
           "\"halo_exchanges\":%.0f,"
@@ -255,8 +256,9 @@ int main(int argc, char** argv) {
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
           "\"conv_gflops\":%.2f}\n",
-          mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
-          o.channels, o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
+          mesh.transport().c_str(), mesh.num_processors(), o.mesh.c_str(),
+          layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
+          o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
           step_s, halo_s, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
           pool_peak, pool_step_peak, pool_in_use_peak, parameters_mib, rss_start, rss_before_model,

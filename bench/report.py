@@ -1,5 +1,5 @@
-"""Turns bench/run.sh's JSON lines into results.json and a Markdown report with the targets of
-issue 5 beside each figure.
+"""Turns bench/run.sh's JSON lines into results.json and a Markdown report with the targets
+beside each figure.
 
   python3 report.py raw.jsonl results.json results.md
 """
@@ -8,12 +8,20 @@ import sys
 
 
 def load(path):
+    """The JSON lines of `path`; each unet_step_breakdown line goes to the unet_step before it."""
     rows = []
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if line.startswith("{"):
-                rows.append(json.loads(line))
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            if row["bench"] == "unet_step_breakdown":
+                steps = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r]
+                if steps:
+                    steps[-1]["breakdown"] = row
+                continue
+            rows.append(row)
     return rows
 
 
@@ -49,30 +57,80 @@ def conv_section(rows, peak):
     return lines
 
 
-def unet_section(rows):
+def variant(r):
+    """How a run of ours differs from the plain fp32 one."""
+    if r.get("precision", "fp32") == "bf16":
+        return "bf16"
+    return "fp32 --recompute" if r.get("recompute") else "fp32"
+
+
+def unet_section(rows, peak):
     ours = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r
             and r["processors"] == 1 and r["transport"] == "threads"]
     torch = [r for r in rows if r["bench"] == "unet_step" and "impl" in r]
     lines = ["", "## U-Net training step, one processor (C=8, depth 3, batch norm, batch 1)", "",
              "Training-step memory: peak RSS minus RSS before the model is built (for meshtensor "
-             "also the library's own count, pool). Targets: time ≤ 0.5x and memory ≤ 0.6x the "
-             "faster / smaller PyTorch.", "",
-             "| size | meshtensor | step (s) | memory (MiB, RSS / pool) | PyTorch | "
-             "PyTorch step (s) | PyTorch memory (MiB) | time ratio | memory ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "also the library's own count, pool). % of peak: the model's convolution FLOPs per "
+             "step (forward and both backward passes) over the step time, against the FMA loop. "
+             "Ratios against the faster PyTorch at the same precision (bf16: PyTorch's "
+             "`autocast(bfloat16)`). Targets: fp32 ≤ 0.25x PyTorch fp32 and ≥ 50% of peak; bf16 "
+             "≤ 0.6x our fp32 step, memory ≤ 0.55x our fp32, ≤ 0.5x PyTorch bf16.", "",
+             "| size | run | step (s) | % of peak | memory (MiB, RSS / pool) | "
+             "time / PyTorch | memory / PyTorch |",
+             "|---|---|---|---|---|---|---|"]
+    for size in sorted({r["size"] for r in ours + torch}):
+        def fastest_torch(precision):
+            same = [t for t in torch if t["size"] == size and t.get("precision", "fp32") == precision]
+            return min(same, key=lambda t: t["step_s"]) if same else None
+        seen = set()
+        for r in [r for r in ours if r["size"] == size]:
+            if variant(r) in seen:
+                continue
+            seen.add(variant(r))
+            memory = r["rss_peak_mib"] - r["rss_before_model_mib"]
+            t = fastest_torch(r.get("precision", "fp32"))
+            percent = 100 * r["conv_gflops"] / peak if peak and r.get("conv_gflops") else None
+            lines.append(
+                f"| {size}³ | meshtensor {variant(r)} | {r['step_s']:.3f} | {fmt(percent, 1)}% | "
+                f"{memory:.0f} / {r['pool_step_mib']:.0f} | "
+                + (f"{r['step_s'] / t['step_s']:.2f}x | {memory / t['step_memory_mib']:.2f}x |"
+                   if t else "– | – |"))
+        for t in sorted([t for t in torch if t["size"] == size],
+                        key=lambda t: (t["impl"], t.get("precision", "fp32"))):
+            lines.append(f"| {size}³ | {t['impl']} {t.get('precision', 'fp32')} | "
+                         f"{t['step_s']:.3f} | – | {t['step_memory_mib']:.0f} | – | – |")
+        by = {variant(r): r for r in ours if r["size"] == size}
+        if "fp32" in by and "bf16" in by:
+            f32, b16 = by["fp32"], by["bf16"]
+            mem = lambda r: r["rss_peak_mib"] - r["rss_before_model_mib"]
+            lines += ["", f"{size}³: bf16 / fp32 step {b16['step_s'] / f32['step_s']:.2f}x "
+                      f"(target ≤ 0.6x), memory {mem(b16) / mem(f32):.2f}x RSS, "
+                      f"{b16['pool_step_mib'] / f32['pool_step_mib']:.2f}x pool "
+                      f"(target ≤ 0.55x).", ""]
+    return lines + breakdown_section(ours)
+
+
+def breakdown_section(ours):
+    """Where our one-processor steps' time goes: kernels by family, halo, the rest."""
+    lines = ["", "### Where the step goes (one processor; seconds per step, each kernel call "
+             "timed in extra steps)", "",
+             "| size | run | step | convolutions (forward / input grad / weight grad) | "
+             "other kernels | communication | rest (ops' own work, waiting) |",
+             "|---|---|---|---|---|---|---|"]
     seen = set()
     for r in ours:
-        key = (r["size"], r.get("recompute", False))
-        if key in seen:
-            continue
-        seen.add(key)
-        memory = r["rss_peak_mib"] - r["rss_before_model_mib"]
-        variant = "--recompute" if r.get("recompute") else "activations kept"
-        for t in [t for t in torch if t["size"] == r["size"]]:
-            lines.append(f"| {r['size']}³ | {variant} | {r['step_s']:.3f} | {memory:.0f} / "
-                         f"{r['pool_step_mib']:.0f} | {t['impl']} | {t['step_s']:.3f} | "
-                         f"{t['step_memory_mib']:.0f} | {r['step_s'] / t['step_s']:.2f}x | "
-                         f"{memory / t['step_memory_mib']:.2f}x |")
+        b = r.get("breakdown")
+        if not b or (r["size"], variant(r)) in seen:
+            continue  # the first run of each: the all-cores one, not the scaling table's
+        seen.add((r["size"], variant(r)))
+        conv = b["kernel_s"].get("conv", 0.0)
+        passes = b.get("conv_pass_s", {})
+        others = b["kernels_s"] - conv
+        lines.append(
+            f"| {r['size']}³ | {variant(r)} | {b['step_s']:.3f} | {conv:.3f} "
+            f"({passes.get('forward', 0):.3f} / {passes.get('backward_input', 0):.3f} / "
+            f"{passes.get('backward_weight', 0):.3f}) | {others:.3f} | {b['halo_s']:.3f} | "
+            f"{b['rest_s']:.3f} |")
     return lines
 
 
@@ -92,6 +150,9 @@ def scaling_section(rows):
              "| transport | P | threads/P | step (s) | speed-up | peak/processor (MiB) | bound | "
              "within | rank RSS peak | halo share | without overlap | halo bytes / minimum |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    runs = [r for r in runs if r.get("mesh", "p:").startswith("p:")
+            and r.get("deep_halos", "off") in ("off", "none", "")
+            and r.get("precision", "fp32") == "fp32"]
     for transport in ("threads", "mpi"):
         def scaling_runs(overlap):
             # the scaling runs, not the one-processor table's
@@ -125,6 +186,32 @@ def scaling_section(rows):
         lines += ["", f"2 processors x {two_by_one['threads']} thread vs 1 processor x "
                   f"{one_by_two['threads']} threads: efficiency "
                   f"{one_by_two['step_s'] / two_by_one['step_s']:.2f} (target ≥ 0.90)."]
+    return lines + exposed_halo_section(rows, size)
+
+
+def exposed_halo_section(rows, size):
+    """At P = 8: the halo share with and without overlap, with deep halos, and on a 2x2x2 split."""
+    runs = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r
+            and r["processors"] == 8 and r["size"] == size
+            and r.get("precision", "fp32") == "fp32"]
+    if not runs:
+        return []
+    lines = ["", f"### Exposed halo at P = 8, {size}³ (target ≤ 2% of the step)", "",
+             "Halo share: halo-exchange time per step that computation did not hide (the "
+             "largest over processors). Deep halos: a level's two convolutions share one "
+             "exchange of a halo as wide as both windows.", "",
+             "| transport | split | overlap | deep halos | step (s) | halo share | "
+             "halo exchanges / step | peak/processor (MiB) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (r["transport"], r.get("mesh", ""),
+                                          not r.get("halo_overlap", True),
+                                          r.get("deep_halos", "off"))):
+        split = r.get("layouts") or "x"
+        lines.append(
+            f"| {r['transport']} | {split} over {r.get('mesh', 'p:8')} | "
+            f"{'on' if r.get('halo_overlap', True) else 'off'} | {r.get('deep_halos', 'off')} | "
+            f"{r['step_s']:.3f} | {100 * r['halo_s'] / r['step_s']:.1f}% | "
+            f"{r.get('halo_exchanges', 0):.0f} | {r['pool_peak_mib']:.0f} |")
     return lines
 
 
@@ -136,7 +223,7 @@ def main():
              "Produced by `bash bench/run.sh`; every figure beside its PyTorch counterpart from "
              "the same run, same shapes, same thread count."]
     lines += [f"> {r['text']}" for r in rows if r["bench"] == "note"]
-    lines += [""] + conv_section(rows, peak) + unet_section(rows) + scaling_section(rows)
+    lines += [""] + conv_section(rows, peak) + unet_section(rows, peak) + scaling_section(rows)
     with open(json_out, "w") as f:
         json.dump(rows, f, indent=1)
     with open(md_out, "w") as f:

@@ -2,7 +2,7 @@
 # Every benchmark, side by side with PyTorch in the same run: writes bench/results/results.json
 # and bench/results/results.md. Run from anywhere:
 #
-#   bash bench/run.sh            # the full set (about 20-30 minutes on 2 cores)
+#   bash bench/run.sh            # the full set (about 30-40 minutes on 2 cores)
 #   QUICK=1 bash bench/run.sh    # small shapes only, to check the pipeline
 #
 # The whole-scan comparison runs MONAI (PyPI, same environment) beside unet3d predict.
@@ -48,30 +48,53 @@ done
 
 echo "U-Net training step, one processor ..."
 for size in "${unet_sizes[@]}"; do
-  for recompute in 0 1; do
+  for variant in "--recompute 0" "--recompute 1" "--precision bf16"; do
+    # shellcheck disable=SC2086  # the variant is two words: a flag and its value
     MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" --steps 3 \
-      --recompute "$recompute" >> "$raw"
+      $variant >> "$raw"
   done
   for py in "${pythons[@]}"; do
-    "$py" "$root/bench/torch_bench.py" unet --size "$size" --threads "$cores" --steps 3 >> "$raw"
+    for precision in fp32 bf16; do
+      "$py" "$root/bench/torch_bench.py" unet --size "$size" --threads "$cores" --steps 3 \
+        --precision "$precision" >> "$raw"
+    done
   done
 done
 
-echo "spatial scaling at ${scaling_size}^3 ..."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-for p in 1 2 4 8; do
-  per=$(( cores / p > 0 ? cores / p : 1 ))
-  MESHTENSOR_THREADS_PER_PROCESSOR=$per "$build/bench/bench_unet" --size "$scaling_size" \
-    --mesh "p:$p" --steps 3 >> "$raw"
-  MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" --oversubscribe --bind-to none \
-    "$build/bench/bench_unet" --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
-  if [ "$p" -gt 1 ]; then  # the same without overlap: the halo time the overlap hides
-    MESHTENSOR_HALO_OVERLAP=off MESHTENSOR_THREADS_PER_PROCESSOR=$per "$build/bench/bench_unet" \
-      --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
-    MESHTENSOR_HALO_OVERLAP=off MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" \
-      --oversubscribe --bind-to none -x MESHTENSOR_HALO_OVERLAP \
-      "$build/bench/bench_unet" --size "$scaling_size" --mesh "p:$p" --steps 3 >> "$raw"
+# unet_step <transport> <processors> <bench_unet flags...>: one run on threads or under mpirun,
+# each processor with its share of the cores (MESHTENSOR_HALO_OVERLAP passed on as set).
+unet_step() {
+  local transport=$1 p=$2
+  shift 2
+  local per=$(( cores / p > 0 ? cores / p : 1 ))
+  if [ "$transport" = threads ]; then
+    MESHTENSOR_THREADS_PER_PROCESSOR=$per "$build/bench/bench_unet" --size "$scaling_size" \
+      --steps 3 "$@" >> "$raw"
+  else
+    MESHTENSOR_THREADS_PER_PROCESSOR=$per mpirun -np "$p" --oversubscribe --bind-to none \
+      -x MESHTENSOR_HALO_OVERLAP "$build/bench/bench_unet" --size "$scaling_size" --steps 3 \
+      "$@" >> "$raw"
   fi
+}
+
+echo "spatial scaling at ${scaling_size}^3 ..."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MESHTENSOR_HALO_OVERLAP=on
+for p in 1 2 4 8; do
+  for transport in threads mpi; do
+    unet_step $transport $p --mesh "p:$p"
+    if [ "$p" -gt 1 ]; then  # the same without overlap: the halo time the overlap hides
+      MESHTENSOR_HALO_OVERLAP=off unet_step $transport $p --mesh "p:$p"
+    fi
+  done
+done
+
+echo "exposed halo at P = 8: deep halos, and a split along all three dims ..."
+for transport in threads mpi; do
+  unet_step $transport 8 --mesh p:8 --deep-halos on
+  for overlap in on off; do
+    MESHTENSOR_HALO_OVERLAP=$overlap unet_step $transport 8 --mesh "a:2;b:2;c:2" \
+      --layouts "x:a; y:b; z:c"
+  done
 done
 
 /usr/bin/python3 "$root/bench/report.py" "$raw" "$out/results.json" "$out/results.md"

@@ -87,6 +87,19 @@ TEST_CASE("a pair of wider windows and no activation matches one processor on ev
                Window("x, y").padding("same").dilation({1, 2}), Activation::none}) == "");
 }
 
+TEST_CASE("a pair on a dim split over more processors than it has indices matches one processor") {
+  // x has 3 indices over 4 and 8 processors: some hold none, so the pair is the three ops.
+  const std::vector<LayoutCase> thin{{"one processor", "p:1", ""},
+                                     {"x (3) split 4 ways", "p:4", "x:p"},
+                                     {"x (3) and y split 8 x 2", "a:8; b:2", "x:a; y:b"}};
+  const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
+                  Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same"),
+                  Activation::relu, Shape("batch:1, x:3, y:6, z:5, channels:3")};
+  CHECK(compare_with_one_processor(
+            [&](Mesh& m, const Layout& l) { return forward_backward(m, l, pair); }, 1e-4, thin) ==
+        "");
+}
+
 TEST_CASE("a bfloat16 pair matches one processor on every layout as closely as the three ops") {
   // Two convolutions and a batch norm in bfloat16 move the input's gradient by up to 1/16 of its
   // scale between meshes (sums in another order round apart, and batch norm's gradient cancels

@@ -44,7 +44,8 @@ struct ConvPairDims {
 };
 
 // Both convolutions keep every spatial size (stride 1, "same" padding), no channel dim is split,
-// and some spatial dim is split: then one deep exchange replaces two.
+// some spatial dim is split and every processor holds some of each: then one deep exchange
+// replaces two.
 template <class T, class W>
 ConvPairDims conv_pair_dims(const Tensor<T>& x, const Tensor<W>& w1, const Tensor<W>& w2,
                             const Window& window, const std::string& channels) {
@@ -71,6 +72,9 @@ ConvPairDims conv_pair_dims(const Tensor<T>& x, const Tensor<W>& w1, const Tenso
     const std::int64_t n = x.shape().dim(spatial[i]).size;
     for (const WindowDim& w : {d.first.windows[i], d.second.windows[i]})
       if (w.stride != 1 || w.conv_output(n) != n) return d;
+    // A processor that holds none of a split dim owns no rows whose halo rows it could compute.
+    const auto axis = xl.mesh_axis_of(spatial[i]);
+    if (axis && n < xl.mesh_shape()[*axis].size) return d;
     spatial_split = spatial_split || split_here(xl, spatial[i]);
   }
   d.deep = spatial_split;
