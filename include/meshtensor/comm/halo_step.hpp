@@ -4,8 +4,9 @@
 // receive into a buffer of its own — and started; finish() waits for all of them and hands each
 // received piece to the caller, who copies it into place or adds it there (the adjoint). The
 // caller computes meanwhile. HaloTransfer is a whole exchange, forward or adjoint, its steps in
-// order with one left in flight for the caller to overlap. The caller decides how a box is packed
-// and unpacked (kernels: on the processor's device), so that this layer moves only bytes.
+// order, each started once the one before has arrived, while the caller computes. The caller
+// decides how a box is packed and unpacked (kernels: on the processor's device), so that this layer
+// moves only bytes.
 
 #include <chrono>
 #include <cstdint>
@@ -82,14 +83,17 @@ class HaloStep {
     for (auto& [box, piece] : take_received()) unpack(box, piece);
   }
 
-  /// Lets the step's messages advance without waiting for them: MPI moves a large message only
-  /// inside its calls, so a caller computing under the step calls this now and then.
-  void progress() {
-    if (!mesh_) return;
+  /// Lets the step's messages advance without waiting for them (MPI moves a large message only
+  /// inside its calls, so a caller computing under the step calls this now and then); whether
+  /// they have all arrived.
+  bool arrived() {
+    if (!mesh_) return true;
     const auto start = std::chrono::steady_clock::now();
-    for (Request& request : requests_) request.test();
+    bool all = true;
+    for (Request& request : requests_) all = request.test() && all;
     halo_profile(*mesh_).seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return all;
   }
 
   /// Waits for the step; the received pieces.
@@ -126,52 +130,67 @@ class HaloStep {
 };
 
 /**
- * A whole halo exchange in flight. Forward, every step but the last runs at once and the last
- * stays in flight; the adjoint (gradients back to their owners) runs the steps backwards, its
- * first — the last forward step — in flight, the others in finish(). Between the two the caller
- * computes what needs no halo. pack(box, to) writes a sent box's values; unpack(box, piece) takes
- * a received piece: copies it into place, or adds it there for the adjoint. The plan must outlive
- * the transfer.
+ * A whole halo exchange in flight, one step at a time: forward from the first step, the adjoint
+ * (gradients back to their owners) from the last. progress() lets the step in flight advance and,
+ * once it has arrived, unpacks it and starts the next — which may send what it brought (the
+ * corners) — so that a caller computing what needs no halo calls it now and then and has every
+ * step travel under its work; finish() completes the steps left. pack(box, to) writes a sent
+ * box's values; unpack(box, piece) takes a received piece: copies it into place, or adds it
+ * there for the adjoint. The plan must outlive the transfer.
  */
 template <class T>
 class HaloTransfer {
  public:
   HaloTransfer() = default;
 
-  template <class Pack, class Unpack>
-  HaloTransfer(Mesh& mesh, const HaloPlan& plan, bool adjoint, Pack&& pack, Unpack&& unpack)
-      : mesh_(&mesh), plan_(&plan), adjoint_(adjoint) {
-    const std::size_t steps = plan.exchanged().size();
-    if (steps == 0) {
+  template <class Pack>
+  HaloTransfer(Mesh& mesh, const HaloPlan& plan, bool adjoint, Pack&& pack)
+      : mesh_(&mesh), plan_(&plan), adjoint_(adjoint), left_(plan.exchanged().size()) {
+    if (left_ == 0) {
       plan_ = nullptr;  // nothing to send: finish() has nothing to do
       return;
     }
-    if (!adjoint)
-      for (std::size_t step = 0; step + 1 < steps; ++step)
-        HaloStep<T>(mesh, plan, step, false, pack).finish(unpack);
-    in_flight_ = HaloStep<T>(mesh, plan, steps - 1, adjoint, pack);
+    start_next(pack);
   }
 
-  /// Lets the step in flight advance (HaloStep::progress).
-  void progress() {
-    if (plan_) in_flight_.progress();
+  /// Lets the step in flight advance; where it has arrived, the next starts.
+  template <class Pack, class Unpack>
+  void progress(Pack&& pack, Unpack&& unpack) {
+    if (!plan_) return;
+    while (in_flight_.arrived() && left_ > 0) {
+      in_flight_.finish(unpack);
+      start_next(pack);
+    }
   }
 
-  /// Completes the step in flight, then (adjoint) the steps before it, last to first.
+  /// How many steps have not started yet.
+  std::size_t steps_left() const { return left_; }
+
+  /// Completes the step in flight and the steps left, in order.
   template <class Pack, class Unpack>
   void finish(Pack&& pack, Unpack&& unpack) {
     if (!plan_) return;
     in_flight_.finish(unpack);
-    if (adjoint_)
-      for (std::size_t step = plan_->exchanged().size() - 1; step-- > 0;)
-        HaloStep<T>(*mesh_, *plan_, step, true, pack).finish(unpack);
+    while (left_ > 0) {
+      start_next(pack);
+      in_flight_.finish(unpack);
+    }
     plan_ = nullptr;
   }
 
  private:
+  template <class Pack>
+  void start_next(Pack& pack) {
+    const std::size_t steps = plan_->exchanged().size();
+    const std::size_t step = adjoint_ ? left_ - 1 : steps - left_;
+    --left_;
+    in_flight_ = HaloStep<T>(*mesh_, *plan_, step, adjoint_, pack);
+  }
+
   Mesh* mesh_ = nullptr;
   const HaloPlan* plan_ = nullptr;
   bool adjoint_ = false;
+  std::size_t left_ = 0;  // steps not yet started
   HaloStep<T> in_flight_;
 };
 

@@ -446,11 +446,13 @@ struct ConvBackward {
     return weight_gradient_from(mesh, acc);
   }
 
-  Tensor<W> weight_gradient(Mesh& mesh, const T* g) const {
+  // progress() lets a halo exchange in flight advance between the slabs.
+  template <class Progress>
+  Tensor<W> weight_gradient(Mesh& mesh, const T* g, Progress&& progress) const {
     Buffer<double> acc = zero_accumulator();
     if (call.plan.empty()) return weight_gradient_from(mesh, acc);
     if (saved.in_pieces() && call.plan.pass_size == 1) {
-      weight_gradient_by_slabs(g, acc.data());
+      weight_gradient_by_slabs(g, acc.data(), progress);
     } else {
       Array<T> rebuilt = empty_array<T>();
       kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());
@@ -460,7 +462,8 @@ struct ConvBackward {
 
   // A box kept as the input block and its halo (a split along several dims) is read a slab of
   // rows at a time, never rebuilt whole.
-  void weight_gradient_by_slabs(const T* g, double* acc) const {
+  template <class Progress>
+  void weight_gradient_by_slabs(const T* g, double* acc, Progress& progress) const {
     Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
     for_each_box_slab(call.geometry, saved, call.first_spatial, saved.own().data(recomputed),
                       [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
@@ -468,6 +471,7 @@ struct ConvBackward {
                           kernels::conv_backward_weight(
                               slab.geometry, rows, g + a * kernels::output_row_size(call.geometry),
                               acc);
+                        progress();
                       });
   }
 
@@ -476,7 +480,7 @@ struct ConvBackward {
   // block and the box's gradient are not held at once (memory before overlap).
   void on_box(Mesh& mesh, const T* g, std::array<bool, 2> need, Grads& grads) const {
     if (need[1] && (!need[0] || saved.own().recomputed())) {
-      std::get<1>(grads) = weight_gradient(mesh, g);
+      std::get<1>(grads) = weight_gradient(mesh, g, [] {});
       need[1] = false;
     }
     if (!need[0]) return;
@@ -485,8 +489,8 @@ struct ConvBackward {
         [&](T* grad_box) {
           kernels::conv_backward_input(call.geometry, g, call.w_kernel.data(), grad_box);
         },
-        [&] {
-          if (need[1]) std::get<1>(grads) = weight_gradient(mesh, g);
+        [&](auto&& progress) {
+          if (need[1]) std::get<1>(grads) = weight_gradient(mesh, g, progress);
         });
     std::get<0>(grads) = input_gradient_from(mesh, std::move(own));
   }

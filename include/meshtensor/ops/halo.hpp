@@ -74,16 +74,21 @@ class HaloExchange : public HaloPlan {
  public:
   using HaloPlan::HaloPlan;
 
-  /// An exchange begun: its last step in flight (the adjoint's first) until finish().
+  /// An exchange begun, a step in flight until finish().
   template <class T>
   struct Pending {
     HaloForm form = HaloForm::inside;
     bool adjoint = false;
     HaloBox<T> work;  // the array over work_box(form); the pieces form's received halo
     HaloTransfer<T> transfer;
+    const HaloExchange* exchange = nullptr;
+    const Array<T>* own = nullptr;  // the pieces form's own block, which later steps send from
 
-    /// Lets the messages in flight advance while the caller computes (HaloStep::progress).
-    void progress() { transfer.progress(); }
+    /// Lets the messages in flight advance while the caller computes, the next step starting
+    /// where one has arrived (HaloTransfer::progress).
+    void progress() {
+      if (exchange) exchange->advance(*this);
+    }
   };
 
   /// Starts sending the halo of `own` (this processor's block, in shape order) to whoever reads
@@ -91,15 +96,9 @@ class HaloExchange : public HaloPlan {
   /// outside the tensor.
   template <class T>
   Pending<T> begin(Mesh& mesh, HaloForm form, const Array<T>& own, T pad = T(0)) const {
-    Pending<T> p{form, false, {}, {}};
+    Pending<T> p{form, false, {}, {}, this, &own};
     if (form == HaloForm::pieces) {
-      // A later step sends what earlier ones brought too (the corners): packed from the pieces.
-      const Block& own_box = HaloPlan::own();
-      HaloPieces<T>& pieces = p.work.pieces;
-      p.transfer = HaloTransfer<T>(
-          mesh, *this, false,
-          [&](const Block& send, T* to) { gather_part(send, to, own_box, own.data(), pieces); },
-          keep_in(pieces));
+      p.transfer = HaloTransfer<T>(mesh, *this, false, gather_from(p));
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -109,8 +108,7 @@ class HaloExchange : public HaloPlan {
     const Block& work = work_box(form);
     p.work.array = filled<T>(work, form == HaloForm::padded ? pad : T(0));
     copy_into(p.work.array, work, own.data(), HaloPlan::own(), HaloPlan::own());
-    p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(p.work.array, work),
-                                 place_in(p.work.array, work, false));
+    p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(p.work.array, work));
     return p;
   }
 
@@ -119,10 +117,10 @@ class HaloExchange : public HaloPlan {
   /// the processor that owns it.
   template <class T>
   Pending<T> begin_adjoint(Mesh& mesh, HaloForm form, HaloBox<T>&& grad) const {
-    Pending<T> p{form, true, {}, {}};
+    Pending<T> p{form, true, {}, {}, this, nullptr};
     if (form == HaloForm::pieces) {
       require_one_exchanged_dim();
-      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(grad.pieces), ignore_pieces<T>);
+      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(grad.pieces));
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -137,9 +135,24 @@ class HaloExchange : public HaloPlan {
       p.work.array = filled<T>(work, T(0));
       copy_into(p.work.array, work, grad.array.data(), given, inside());
     }
-    p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.array, work),
-                                 place_in(p.work.array, work, true));
+    p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.array, work));
     return p;
+  }
+
+  /// Lets an exchange begun advance (Pending::progress): the step in flight tested, the next
+  /// started where it has arrived.
+  template <class T>
+  void advance(Pending<T>& p) const {
+    if (p.form == HaloForm::pieces) {
+      if (!p.adjoint)
+        p.transfer.progress(gather_from(p), keep_in(p.work.pieces));
+      else  // one step (require_one_exchanged_dim): nothing to start after it
+        p.transfer.progress(ignore_pack<T>, ignore_pieces<T>);
+      return;
+    }
+    if (p.form == HaloForm::inside && local_only()) return;
+    const Block& work = work_box(p.form);
+    p.transfer.progress(pack_from(p.work.array, work), place_in(p.work.array, work, p.adjoint));
   }
 
   /// Completes an exchange. Forward: the read box in the form begun. Adjoint: the own block's
@@ -149,7 +162,7 @@ class HaloExchange : public HaloPlan {
   HaloBox<T> finish(Mesh& /*mesh*/, Pending<T>&& p, Array<T> own_part = empty_array<T>()) const {
     if (p.form == HaloForm::pieces) {
       if (!p.adjoint) {
-        p.transfer.finish(ignore_pack<T>, keep_in(p.work.pieces));
+        p.transfer.finish(gather_from(p), keep_in(p.work.pieces));
         return std::move(p.work);
       }
       p.transfer.finish(ignore_pack<T>, place_in(own_part, HaloPlan::own(), true));
@@ -262,6 +275,15 @@ class HaloExchange : public HaloPlan {
     };
   }
 
+  // The pieces form's pack(box, to): from the own block and the pieces received so far (a later
+  // step sends what earlier ones brought too: the corners).
+  template <class T>
+  auto gather_from(const Pending<T>& p) const {
+    return [this, &p](const Block& send, T* to) {
+      gather_part(send, to, HaloPlan::own(), p.own->data(), p.work.pieces);
+    };
+  }
+
   template <class T>
   static auto keep_in(HaloPieces<T>& pieces) {
     return [&pieces](const Block& box, Buffer<T>& piece) {
@@ -269,7 +291,7 @@ class HaloExchange : public HaloPlan {
     };
   }
 
-  // For a transfer of one step: its first step is its last, finish() packs nothing.
+  // For a transfer of one step: nothing is packed after its first.
   template <class T>
   static void ignore_pack(const Block&, T*) {}
   template <class T>

@@ -202,12 +202,18 @@ SavedBox<T> conv_forward_by_boxes(const WindowedPlan& plan, const kernels::ConvG
   const std::int64_t entries = plan.pass_size;
   const std::int64_t own_entry = std::int64_t(x.array().size()) / entries;
   const std::int64_t out_entry = std::int64_t(out.size()) / entries;
+  // The exchange runs a step per split dim, each started once the one before has arrived: the
+  // interior in parts enough for every step to travel under some of it.
+  const std::int64_t parts = 2 * std::int64_t(plan.halo.exchanged().size()) + 1;
   auto pending = plan.halo.begin(x.mesh(), HaloForm::pieces, x.array());
   for (std::int64_t p = 0; p < entries; ++p)
-    for_each_row_part(b.interior[0].begin, b.interior[0].end, [&](std::int64_t a, std::int64_t e) {
-      interior_rows_of_entry(b, a, e, own + p * own_entry, weight, out.data() + p * out_entry);
-      pending.progress();
-    });
+    for_each_row_part(
+        b.interior[0].begin, b.interior[0].end,
+        [&](std::int64_t a, std::int64_t e) {
+          interior_rows_of_entry(b, a, e, own + p * own_entry, weight, out.data() + p * out_entry);
+          pending.progress();
+        },
+        parts);
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
       x, plan.halo.inside(), plan.halo.finish(x.mesh(), std::move(pending)).pieces);
   for (std::int64_t p = 0; p < entries; ++p)

@@ -118,12 +118,12 @@ inline std::array<std::int64_t, 2> interior_rows(const kernels::ConvGeometry& g,
   return interior_along(g, 0, own_lo, own_hi);
 }
 
-/// f(a, b) over rows [lo, hi) in up to three parts of at least four rows each, in order: the
-/// interior computed under a halo in flight, with the messages let advance between parts. (Each
-/// part turns again the few input planes it shares with the one before, so not finer.)
+/// f(a, b) over rows [lo, hi) in up to `most_parts` parts of at least four rows each, in order:
+/// the interior computed under a halo in flight, with the messages let advance between parts.
+/// (Each part turns again the few input planes it shares with the one before, so not finer.)
 template <class F>
-void for_each_row_part(std::int64_t lo, std::int64_t hi, F&& f) {
-  constexpr std::int64_t most_parts = 3, fewest_rows = 4;
+void for_each_row_part(std::int64_t lo, std::int64_t hi, F&& f, std::int64_t most_parts = 3) {
+  constexpr std::int64_t fewest_rows = 4;
   const std::int64_t parts =
       std::max<std::int64_t>(1, std::min(most_parts, (hi - lo) / fewest_rows));
   for (std::int64_t p = 0; p < parts; ++p) {

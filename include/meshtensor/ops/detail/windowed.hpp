@@ -213,23 +213,25 @@ Array<T> windowed_box_gradient(const WindowedPlan& plan, const std::vector<std::
 }
 
 // The input block's gradient: the box's (windowed_box_gradient), each part added at its owner.
-// meanwhile() runs while the gradients travel; where none travel, first, so that what it frees
-// is freed before the box's gradient is allocated.
+// meanwhile(progress) runs while the gradients travel, calling progress() now and then to let the
+// exchange's steps advance; where none travel, it runs first, so that what it frees is freed
+// before the box's gradient is allocated.
 template <class T, class Backward, class Meanwhile>
 Array<T> windowed_input_gradient(const WindowedPlan& plan, Mesh& mesh,
                                  const std::vector<std::size_t>& box_sizes, Backward&& backward,
                                  Meanwhile&& meanwhile) {
   const bool travels = !plan.halo.local_only();
-  if (!travels) meanwhile();
+  if (!travels) meanwhile([] {});
   Array<T> grad = windowed_box_gradient<T>(plan, box_sizes, std::forward<Backward>(backward));
   auto pending = plan.halo.begin_adjoint(mesh, plan.form, HaloBox<T>{std::move(grad), {}});
-  if (travels) meanwhile();
+  if (travels) meanwhile([&] { pending.progress(); });
   return plan.halo.finish(mesh, std::move(pending)).array;
 }
 template <class T, class Backward>
 Array<T> windowed_input_gradient(const WindowedPlan& plan, Mesh& mesh,
                                  const std::vector<std::size_t>& box_sizes, Backward&& backward) {
-  return windowed_input_gradient<T>(plan, mesh, box_sizes, std::forward<Backward>(backward), [] {});
+  return windowed_input_gradient<T>(plan, mesh, box_sizes, std::forward<Backward>(backward),
+                                    [](auto&&) {});
 }
 
 }  // namespace meshtensor::detail
