@@ -259,6 +259,7 @@ TEST_CASE("an exchange along several dims travels a step at a time under progres
       };
       const auto inside = run_by_progress(plan.begin(m, HaloForm::inside, x.array()), "forward");
       const auto want = plan.exchange(m, HaloForm::inside, x.array()).array;
+      wait_for_device();  // before the host writes y (under nccl: memory GPU work may still read)
       Array<double> y = Array<double>::from_shape(inside.shape());
       for (std::size_t i = 0; i < y.size(); ++i) y.data()[i] = std::cos(1.0 + i);
       const auto back = run_by_progress(
