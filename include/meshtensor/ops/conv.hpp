@@ -180,6 +180,18 @@ inline bool box_in_pieces(const WindowedPlan& p) {
          p.halo.inside_work() == p.halo.inside();
 }
 
+// How a call's forward reaches its box, once its plan and geometry are set: by rows where the box
+// is a stack of rows along one split dim (the kernels read the own block in place and the halo
+// rows kept apart, conv_rows.hpp), else by boxes where it overlaps (conv_boxes.hpp), else in
+// slabs or on a box exchanged first.
+template <class T>
+void choose_strategy(ConvCall<T>& c, std::size_t first_spatial) {
+  c.first_spatial = first_spatial;
+  c.by_rows = c.plan.form == HaloForm::pieces;
+  c.by_boxes = halo_overlap() && overlaps_by_boxes(c.plan, c.geometry, first_spatial);
+  c.by_slabs = box_in_pieces(c.plan);
+}
+
 // Runs fn(first_output_row, slab, box_rows) over the output rows along the first kernel dim in
 // slabs — one per MiB of box, up to eight — each with the box rows it reads copied together from
 // the own block (`own`) and the halo pieces of `saved` (nullptr where it reads only padding).
@@ -244,26 +256,16 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   g.out = c.plan.out;
   g.kernel = c.plan.kernel;
   g.taps = c.plan.taps;
-  // Overlapped, the box is a stack of rows: the kernels read the own block in place and the halo
-  // rows kept apart (conv_rows.hpp).
-  c.first_spatial = in_shape.position(spatial[0]);
-  c.by_rows = c.plan.form == HaloForm::pieces;
-  c.by_boxes = halo_overlap() && overlaps_by_boxes(c.plan, g, c.first_spatial);
-  c.by_slabs = box_in_pieces(c.plan);
+  choose_strategy(c, in_shape.position(spatial[0]));
   return c;
 }
 
 // Forward in slabs: the halo arrives as pieces (every split dim exchanged, no box), and each slab
-// of output rows reads the box rows it needs, copied together. Backward keeps the pieces;
-// `box_sizes` the box's shape.
+// of output rows reads the box rows it needs, copied together. Backward keeps the pieces.
 template <class T>
-SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
-                                  std::vector<std::size_t>& box_sizes) {
-  const Block& box = c.plan.halo.inside();
-  const auto sizes = box.sizes();
-  box_sizes.assign(sizes.begin(), sizes.end());
+SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out) {
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, box, c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
+      x, c.plan.halo.inside(), c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
   const std::int64_t row_size = kernels::output_row_size(c.geometry);
   for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
                     [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
@@ -348,14 +350,13 @@ template <class T>
 SavedBox<T> conv_forward(const ConvCall<T>& call, const Tensor<T>& x, Array<T>& out,
                          std::vector<std::size_t>& box_sizes) {
   if (call.by_rows) return conv_forward_by_rows(call, x, out);
-  if (call.by_boxes) {
-    const auto sizes = call.plan.halo.inside().sizes();
-    box_sizes.assign(sizes.begin(), sizes.end());
-    return conv_forward_by_boxes(call.plan, call.geometry, call.first_spatial, call.w_kernel.data(),
-                                 x, out);
-  }
-  if (call.by_slabs) return conv_forward_by_slabs(call, x, out, box_sizes);
-  return conv_forward_on_box(call, x, out, box_sizes);
+  if (!call.by_boxes && !call.by_slabs) return conv_forward_on_box(call, x, out, box_sizes);
+  // Both keep the box as the input block and the halo pieces.
+  const auto sizes = call.plan.halo.inside().sizes();
+  box_sizes.assign(sizes.begin(), sizes.end());
+  return call.by_boxes ? conv_forward_by_boxes(call.plan, call.geometry, call.first_spatial,
+                                               call.w_kernel.data(), x, out)
+                       : conv_forward_by_slabs(call, x, out);
 }
 
 // A convolution's backward: the input's gradient by the kernels' input pass and the adjoint halo

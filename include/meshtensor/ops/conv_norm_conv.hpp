@@ -199,10 +199,7 @@ ConvCall<T> first_call(const Tensor<T>& x, const Tensor<W>& w1, const ConvPairDi
   c.geometry = geometry_between(in_kernel_order(c.plan.halo.inside(), order),
                                 in_kernel_order(middle, order), d.first.windows, c.plan.pass_size,
                                 x.shape().dim(channels).size, d.first.out_channels.size);
-  c.first_spatial = x.shape().position(spatial[0]);
-  c.by_rows = c.plan.form == HaloForm::pieces;
-  c.by_boxes = halo_overlap() && overlaps_by_boxes(c.plan, c.geometry, c.first_spatial);
-  c.by_slabs = box_in_pieces(c.plan);
+  choose_strategy(c, x.shape().position(spatial[0]));
   return c;
 }
 

@@ -126,8 +126,9 @@ void convolve_into(const BoxedConv& b, const Ranges3& out, const Ranges3& in, co
                     out_entry + offset, strides);
 }
 
-// The interior's output rows [a, b) of one batch entry, read from the own block in place (its
-// rows `own_rows` of the box along the first kernel dim; along the others, all of it).
+// The interior's output rows [a, e) of one batch entry (at `out_entry`), read from the entry's own
+// block in place (at `own_entry`): the own rows they read, and the whole block along the other
+// dims.
 template <class T>
 void interior_rows_of_entry(const BoxedConv& b, std::int64_t a, std::int64_t e, const T* own_entry,
                             const T* weight, T* out_entry) {
