@@ -39,6 +39,11 @@ class Communicator {
   virtual bool in_one_process() const { return false; }
   /// The processor (its rank in the run) that is rank `rank` of this group, for messages.
   virtual int processor_of(int rank) const { return rank; }
+  /// Whether every rank must start its work on all of its groups in one order: NCCL's kernels
+  /// wait for their peers, so two ranks that start messages on one group and a collective on
+  /// another in opposite orders can deadlock. Nothing may then start on a message's arrival,
+  /// which differs between ranks; threads and MPI progress each group's messages on their own.
+  virtual bool starts_in_program_order() const { return false; }
 
   // Buffers are in `where`: the host's memory (a value, a vector), or the processor's device's (a
   // block, a message buffer: Array and Buffer say which). A transport that carries another kind

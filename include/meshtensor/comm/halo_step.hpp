@@ -4,9 +4,9 @@
 // receive into a buffer of its own — and started; finish() waits for all of them and hands each
 // received piece to the caller, who copies it into place or adds it there (the adjoint). The
 // caller computes meanwhile. HaloTransfer is a whole exchange, forward or adjoint, its steps in
-// order, each started once the one before has arrived, while the caller computes. The caller
-// decides how a box is packed and unpacked (kernels: on the processor's device), so that this layer
-// moves only bytes.
+// order, each started once the one before has arrived (where the transport allows it), while the
+// caller computes. The caller decides how a box is packed and unpacked (kernels: on the
+// processor's device), so that this layer moves only bytes.
 
 #include <chrono>
 #include <cstdint>
@@ -153,10 +153,16 @@ class HaloTransfer {
     start_next(pack);
   }
 
-  /// Lets the step in flight advance; where it has arrived, the next starts.
+  /// Lets the step in flight advance; where it has arrived, the next starts — unless the
+  /// transport starts work in program order (Communicator::starts_in_program_order): then the
+  /// steps after the first start in finish(), at the same point on every rank.
   template <class Pack, class Unpack>
   void progress(Pack&& pack, Unpack&& unpack) {
     if (!plan_) return;
+    if (mesh_->world().starts_in_program_order()) {
+      in_flight_.arrived();
+      return;
+    }
     while (in_flight_.arrived() && left_ > 0) {
       in_flight_.finish(unpack);
       start_next(pack);

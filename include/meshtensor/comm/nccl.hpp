@@ -199,6 +199,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string transport() const override { return "nccl"; }
+  bool starts_in_program_order() const override { return true; }
   ncclComm_t native() const { return comm_; }
   cudaStream_t stream() const { return stream_; }
   /// This rank's GPU.
