@@ -308,13 +308,20 @@ inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
 // Per pass, the variant that runs faster on this shape (reorders included), timed on zeros; passes
 // whose variants use the same formats are not timed.
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked) {
-  // Zeros of any element type, in floats.
-  const auto count = [](const Operand& o) {
-    return (o.plain.get_size() + sizeof(float) - 1) / sizeof(float);
+  // Zeros of any element type, in floats, as many as the largest pass reading or writing the
+  // tensor needs: a bf16 weight gradient is written in f32, twice the bf16 weights' bytes.
+  const auto count = [&](Operand Pass::*forward_role, Operand Pass::*data_role,
+                         Operand Pass::*weights_role) {
+    std::size_t bytes = 0;
+    for (const Primitives* p : {&channels_last, &blocked})
+      bytes = std::max({bytes, (p->forward.*forward_role).plain.get_size(),
+                        (p->backward_data.*data_role).plain.get_size(),
+                        (p->backward_weights.*weights_role).plain.get_size()});
+    return (bytes + sizeof(float) - 1) / sizeof(float);
   };
-  const Pass& f = channels_last.forward;
-  Buffer<float> src(count(f.first), 0.0f), weights(count(f.second), 0.0f),
-      dst(count(f.result), 0.0f);
+  Buffer<float> src(count(&Pass::first, &Pass::result, &Pass::first), 0.0f),
+      weights(count(&Pass::second, &Pass::second, &Pass::result), 0.0f),
+      dst(count(&Pass::result, &Pass::first, &Pass::second), 0.0f);
   // Warm-up runs, then the best of two interleaved runs each: one slow moment on a shared
   // machine should not decide.
   auto choose = [&](Pass& chosen, const Pass& other, const std::array<int, 3>& args,
