@@ -68,10 +68,12 @@ for size in 64 128; do
 done
 
 echo; echo "== U-Net training in bfloat16, one processor: nccl and mpi"
-for backend in nccl mpi; do
-  step "unet3d_64_bf16_$backend" timeout 300 ./unet3d train --backend "$backend" --size 64 \
-    --steps 10 --precision bf16 --out "$logs/unet3d-64-bf16-$backend" &&
-    echo "  $(tail -n 1 "$logs/unet3d_64_bf16_$backend.log")"
+for size in 64 128; do
+  for backend in nccl mpi; do
+    step "unet3d_${size}_bf16_$backend" timeout 300 ./unet3d train --backend "$backend" \
+      --size "$size" --steps 10 --precision bf16 --out "$logs/unet3d-$size-bf16-$backend" &&
+      echo "  $(tail -n 1 "$logs/unet3d_${size}_bf16_$backend.log")"
+  done
 done
 
 echo; echo "== a checkpoint written from the GPU's blocks, and predict from it on the GPU"

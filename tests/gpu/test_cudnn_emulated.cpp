@@ -2,13 +2,16 @@
 // emulated on the CPU by their documented semantics (the emulated GPU, emulated/cudnn.cpp): how
 // meshtensor's convolutions are put to cuDNN — padding, skipped and padded box rows, transposed
 // convolutions as adjoints, weight orders, alpha and beta — checked on every kernel test geometry,
-// every slab of output rows and of input rows the ops cut them into, and random geometries. What
-// this cannot check, cuDNN itself on a GPU, test_gpu_kernels does where there is one.
+// every slab of output rows and of input rows the ops cut them into, and random geometries; in
+// float and in bfloat16. What this cannot check, cuDNN itself on a GPU, test_gpu_kernels does
+// where there is one.
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <type_traits>
 #include <vector>
 
+#include <meshtensor/core/bfloat16.hpp>
 #include <meshtensor/device/array.hpp>
 #include <meshtensor/device/host_access.hpp>
 #include <meshtensor/device/memory.hpp>
@@ -21,22 +24,26 @@ using namespace meshtensor::testing;
 
 namespace {
 
-// Runs the three kernels through the emulated cuDNN; false if any declined.
+// Runs the three kernels on T through the emulated cuDNN; false if any declined. bfloat16 operands
+// are bf16 values, the reference computes on them exactly in float; its outputs are rounded once
+// (gap within bf16's half step), its weight gradient summed in float.
+template <class T>
 bool agrees(const ConvGeometry& g) {
   const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
   const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
   const std::size_t w_n = g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
+  auto as_t = [](float v) { return float(T(v)); };  // the value a T holds
   std::vector<float> x(in_n), w(w_n), dy(out_n), y_ref(out_n), dx_ref(in_n);
-  for (std::size_t i = 0; i < in_n; ++i) x[i] = float(std::sin(0.7 * i + 0.3));
-  for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
-  for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+  for (std::size_t i = 0; i < in_n; ++i) x[i] = as_t(float(std::sin(0.7 * i + 0.3)));
+  for (std::size_t i = 0; i < w_n; ++i) w[i] = as_t(float(std::cos(1.3 * i)));
+  for (std::size_t i = 0; i < out_n; ++i) dy[i] = as_t(float(std::sin(2.1 * i + 1)));
   std::vector<double> dw_ref(w_n, 0.0);
   kernels::reference::conv_forward(g, x.data(), w.data(), y_ref.data());
   kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
   kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
   // The GPU's operands in its managed memory (the processor's pool), as the ops give them.
-  const Buffer<float> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
-  Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);  // stale values must be overwritten
+  const Buffer<T> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
+  Buffer<T> y(out_n, T(7.0f)), dx(in_n, T(7.0f));  // stale values must be overwritten
   Buffer<double> dw(w_n, 0.0);
   REQUIRE(kernels::cudnn::conv_forward(g, gx.data(), gw.data(), y.data()));
   REQUIRE(kernels::cudnn::conv_backward_input(g, gdy.data(), gw.data(), dx.data()));
@@ -47,11 +54,14 @@ bool agrees(const ConvGeometry& g) {
   wait_for_device();  // the calls return once queued; the host reads their results next
   std::vector<double> added(w_n);
   for (std::size_t i = 0; i < w_n; ++i) added[i] = dw_on_gpu[i] - 0.5;
-  return relative_gap(widen(y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4 &&
-         relative_gap(widen(dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) < 1e-4 &&
+  const double rounded = std::is_same_v<T, float> ? 1e-4 : 5e-3;
+  return relative_gap(widen(y_ref), widen(std::vector<T>(y.begin(), y.end()))) < rounded &&
+         relative_gap(widen(dx_ref), widen(std::vector<T>(dx.begin(), dx.end()))) < rounded &&
          relative_gap(dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4 &&
          relative_gap(dw_ref, added) < 1e-4;
 }
+
+bool agrees(const ConvGeometry& g) { return agrees<float>(g) && agrees<bfloat16>(g); }
 
 // As a processor of the nccl transport: computing on GPU 0, its blocks in the GPU's memory.
 struct OnGpu {

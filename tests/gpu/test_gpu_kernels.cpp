@@ -1,12 +1,12 @@
 // The GPU kernels, on the first GPU, with operands in its memory. cuDNN's convolution kernels agree
 // with the reference loops (1e-4 relative, as the CPU kernels) on the kernel tests' geometries,
-// with every operand in the GPU's memory. The U-Net's own (padded 3x3x3, and the transposed 2x2x2
-// up-sampling) must run on cuDNN; another that cuDNN declines goes to the CPU kernels, as in the
-// ops, and is listed. On a processor that computes on the CPU every GPU kernel declines: where a
-// kernel runs is the processor's device, never a question about its operands. meshtensor's own
-// kernels (pooling, element-wise ops, optimiser steps) equal the CPU loops bit for bit, but for
-// the ops CUDA's math library computes (exp, log, tanh, pow) and the optimisers' fused
-// multiply-adds on the host.
+// with every operand in the GPU's memory, and in bfloat16 (on the tensor cores) to bf16's rounding.
+// The U-Net's own (padded 3x3x3, and the transposed 2x2x2 up-sampling) must run on cuDNN; another
+// that cuDNN declines goes to the CPU kernels, as in the ops, and is listed. On a processor that
+// computes on the CPU every GPU kernel declines: where a kernel runs is the processor's device,
+// never a question about its operands. meshtensor's own kernels (pooling, element-wise ops,
+// optimiser steps) equal the CPU loops bit for bit, but for the ops CUDA's math library computes
+// (exp, log, tanh, pow) and the optimisers' fused multiply-adds on the host.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -46,6 +46,18 @@ Buffer<T> on_gpu(const std::vector<T>& values) {
   std::copy(values.begin(), values.end(), out.begin());
   return out;
 }
+// cuDNN's three passes on T's operands, waited for; which of them ran.
+template <class T>
+std::array<bool, 3> cudnn_passes(const ConvGeometry& g, const Buffer<T>& x, const Buffer<T>& w,
+                                 const Buffer<T>& dy, Buffer<T>& y, Buffer<T>& dx,
+                                 Buffer<double>& dw) {
+  const std::array<bool, 3> ran{
+      kernels::cudnn::conv_forward(g, x.data(), w.data(), y.data()),
+      kernels::cudnn::conv_backward_input(g, dy.data(), w.data(), dx.data()),
+      kernels::cudnn::conv_backward_weight(g, x.data(), dy.data(), dw.data())};
+  wait_for_device();  // before the host reads the results
+  return ran;
+}
 }  // namespace
 
 TEST_CASE("cuDNN and reference convolution kernels agree") {
@@ -57,10 +69,7 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
     Buffer<float> y(check.out_n, 7.0f), dx(check.in_n, 7.0f);  // stale values must go
     Buffer<double> dw(check.w_n, 0.0);
     const ConvGeometry& g = check.g;
-    const bool ran[3] = {kernels::cudnn::conv_forward(g, x.data(), w.data(), y.data()),
-                         kernels::cudnn::conv_backward_input(g, dy.data(), w.data(), dx.data()),
-                         kernels::cudnn::conv_backward_weight(g, x.data(), dy.data(), dw.data())};
-    wait_for_device();  // before the host reads the results
+    const auto ran = cudnn_passes(g, x, w, dy, y, dx, dw);
     if (!ran[0]) kernels::cpu_conv::conv_forward(g, x.data(), w.data(), y.data());
     if (!ran[1]) kernels::cpu_conv::conv_backward_input(g, dy.data(), w.data(), dx.data());
     if (!ran[2]) kernels::cpu_conv::conv_backward_weight(g, x.data(), dy.data(), dw.data());
@@ -73,6 +82,36 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
     CHECK(relative_gap(widen(check.dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) <
           1e-4);
     CHECK(relative_gap(check.dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4);
+  }
+}
+
+TEST_CASE("cuDNN's bfloat16 convolutions agree with the reference on bfloat16 values") {
+  // On the tensor cores, accumulating in float: each output within a few bf16 half-steps of the
+  // exact result; the weight gradient, summed in float from the widened operands, to 1e-4.
+  for (const auto& c : conv_cases()) {
+    const ConvCheck check(c, /*bf16_values=*/true);
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                << c.c_out << (c.transposed ? " transposed" : ""));
+    auto as_bf16 = [](const std::vector<float>& v) {
+      return on_gpu(std::vector<bfloat16>(v.begin(), v.end()));
+    };
+    auto x = as_bf16(check.x), w = as_bf16(check.w), dy = as_bf16(check.dy);
+    Buffer<bfloat16> y(check.out_n, bfloat16(7.0f)), dx(check.in_n, bfloat16(7.0f));
+    Buffer<double> dw(check.w_n, 0.0);
+    const ConvGeometry& g = check.g;
+    const auto ran = cudnn_passes(g, x, w, dy, y, dx, dw);
+    const bool unet_shape = c.pad == 1 || c.exact_multiple;
+    for (int k = 0; k < 3; ++k) {
+      if (!ran[k]) WARN("cuDNN declined bf16 kernel " << k << " (forward, input, weight)");
+      if (unet_shape) CHECK(ran[k]);
+    }
+    if (ran[0])
+      CHECK(relative_gap(widen(check.y_ref), widen(std::vector<bfloat16>(y.begin(), y.end()))) <
+            1e-2);
+    if (ran[1])
+      CHECK(relative_gap(widen(check.dx_ref), widen(std::vector<bfloat16>(dx.begin(), dx.end()))) <
+            1e-2);
+    if (ran[2]) CHECK(relative_gap(check.dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4);
   }
 }
 

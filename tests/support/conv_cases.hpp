@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <meshtensor/core/bfloat16.hpp>
 #include <meshtensor/kernels/cpu/reference/conv.hpp>
 
 namespace meshtensor::testing {
@@ -95,7 +96,8 @@ struct ConvCheck {
   std::vector<float> y_ref, dx_ref;
   std::vector<double> dw_ref;
 
-  explicit ConvCheck(const Case& c) : g(geometry(c)) {
+  // With `bf16_values`, the operands are values a bfloat16 holds (the references exact for them).
+  explicit ConvCheck(const Case& c, bool bf16_values = false) : g(geometry(c)) {
     in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
     out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
     w_n = g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
@@ -105,6 +107,9 @@ struct ConvCheck {
     for (std::size_t i = 0; i < in_n; ++i) x[i] = float(std::sin(0.7 * i + 0.3));
     for (std::size_t i = 0; i < w_n; ++i) w[i] = float(std::cos(1.3 * i));
     for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+    if (bf16_values)
+      for (auto* v : {&x, &w, &dy})
+        for (float& value : *v) value = float(bfloat16(value));
     y_ref.resize(out_n);
     dx_ref.resize(in_n);
     dw_ref.assign(w_n, 0.0);

@@ -6,9 +6,9 @@
 // MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
 // run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512. bfloat16
 // blocks run on oneDNN's bf16 kernels (AMX or AVX512_BF16) or on the float kernels a slab of rows
-// widened at a time, whichever runs the shape faster (bf16_kernels). A GPU runs cuDNN's, and the
-// CPU's for what cuDNN cannot run (double, bfloat16). A plan counts a multiply-add per (output,
-// tap) pair that reads the box.
+// widened at a time, whichever runs the shape faster (bf16_kernels). A GPU runs cuDNN's (bfloat16
+// on its tensor cores), and the CPU's for what cuDNN cannot run (double). A plan counts a
+// multiply-add per (output, tap) pair that reads the box.
 
 #include <algorithm>
 #include <cstdint>
@@ -297,23 +297,25 @@ void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_ou
 }
 
 #if defined(MESHTENSOR_WITH_CUDA)
-// cuDNN's passes for float; false for the types it does not run (double, bfloat16).
+// cuDNN's passes for float and bfloat16; false for the type it does not run (double).
+template <class T>
+constexpr bool cudnn_runs = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 template <class T>
 bool cudnn_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
-  if constexpr (std::is_same_v<T, float>) return cudnn::conv_forward(g, input, weight, output);
+  if constexpr (cudnn_runs<T>) return cudnn::conv_forward(g, input, weight, output);
   return false;
 }
 template <class T>
 bool cudnn_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                           T* grad_input) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (cudnn_runs<T>)
     return cudnn::conv_backward_input(g, grad_output, weight, grad_input);
   return false;
 }
 template <class T>
 bool cudnn_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                            double* grad_weight) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (cudnn_runs<T>)
     return cudnn::conv_backward_weight(g, input, grad_output, grad_weight);
   return false;
 }

@@ -6,34 +6,68 @@
 //    described as {K, C, D, H, W}; convolution is cross-correlation with symmetric padding, and a
 //    call whose output dims differ from the forward output-dim formula is refused (BAD_PARAM), as
 //    cuDNN does; y = alpha * result + beta * y, with beta = 0 never reading y.
+//  - Elements are float or bfloat16; a convolution's x, filter and y share one type and compute
+//    in float (bfloat16 as cuDNN's PSEUDO_BFLOAT16_CONFIG: each result rounded once, to nearest
+//    even), other combinations are NOT_SUPPORTED. The heuristics offer bfloat16 problems a
+//    tensor-op algorithm, float ones an FMA one.
 //  - A call reads its descriptors and scalars when it is made (the caller may destroy them next)
 //    and its operands when its stream runs; an operand in host memory is an illegal address.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "device.hpp"
 
 struct cudnnTensorStruct {
   int dims[5], strides[5];
+  cudnnDataType_t type;
 };
 struct cudnnFilterStruct {
   int dims[5];
   cudnnTensorFormat_t format;
+  cudnnDataType_t type;
 };
 struct cudnnConvolutionStruct {
   int pad[3], stride[3], dilation[3];
   cudnnConvolutionMode_t mode;
+  cudnnDataType_t compute;
 };
 struct cudnnContext {
   cudaStream_t stream = nullptr;
 };
 
 namespace {
+
+bool element_type(cudnnDataType_t type) {
+  return type == CUDNN_DATA_FLOAT || type == CUDNN_DATA_BFLOAT16;
+}
+
+// Element i of `data`, of `type`, as a float; and a float stored there (bfloat16 rounded to
+// nearest even, NaN kept a NaN).
+float load(const void* data, cudnnDataType_t type, long i) {
+  if (type == CUDNN_DATA_FLOAT) return static_cast<const float*>(data)[i];
+  const std::uint32_t bits = std::uint32_t(static_cast<const std::uint16_t*>(data)[i]) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+void store(void* data, cudnnDataType_t type, long i, float value) {
+  if (type == CUDNN_DATA_FLOAT) {
+    static_cast<float*>(data)[i] = value;
+    return;
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const std::uint32_t rounded = nan ? (bits | 0x00400000u) : bits + 0x7FFFu + ((bits >> 16) & 1u);
+  static_cast<std::uint16_t*>(data)[i] = std::uint16_t(rounded >> 16);
+}
 
 long offset_of(const cudnnTensorStruct* t, const int* index) {
   long at = 0;
@@ -57,6 +91,12 @@ long filter_offset(const cudnnFilterStruct* w, int k, int c, const int* tap) {
          long(tap[2]) * w->dims[1] + c;
 }
 
+// Whether a convolution's operands share a type it computes in float.
+bool types_agree(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
+                 const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y) {
+  return x->type == w->type && y->type == w->type && conv->compute == CUDNN_DATA_FLOAT;
+}
+
 bool dims_agree(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
                 const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y) {
   if (w->format != CUDNN_TENSOR_NHWC || conv->mode != CUDNN_CROSS_CORRELATION) return false;
@@ -68,6 +108,13 @@ bool dims_agree(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
       return false;
   }
   return true;
+}
+
+// What cuDNN answers a convolution x -> y it is given: SUCCESS where it runs it.
+cudnnStatus_t refusal(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
+                      const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y) {
+  if (!types_agree(x, w, conv, y)) return CUDNN_STATUS_NOT_SUPPORTED;
+  return dims_agree(x, w, conv, y) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
 }
 
 // Calls f(x offset, filter offset, y offset) for every product of the convolution x -> y.
@@ -92,26 +139,46 @@ void for_each_product(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
   });
 }
 
-void scale(const cudnnTensorStruct* t, float* data, float beta) {
-  for_each_index(t, [&](const int* i) {
-    float& v = data[offset_of(t, i)];
-    v = beta == 0 ? 0.0f : v * beta;
-  });
-}
+// A call's result accumulated in float over a tensor's elements, starting from beta times what
+// `data` holds (beta 0 never reads it), and stored back once: bfloat16 rounds each result once.
+class Result {
+ public:
+  Result(const cudnnTensorStruct& t, void* data, float beta) : t_(t), data_(data) {
+    long span = 1;
+    for (int i = 0; i < 5; ++i) span += long(t.dims[i] - 1) * t.strides[i];
+    sum_.assign(std::size_t(span), 0.0f);
+    if (beta != 0)
+      for_each_index(&t_, [&](const int* i) {
+        const long at = offset_of(&t_, i);
+        sum_[at] = beta * load(data_, t_.type, at);
+      });
+  }
+  float& operator[](long at) { return sum_[std::size_t(at)]; }
+  void store_all() {
+    for_each_index(&t_, [&](const int* i) {
+      const long at = offset_of(&t_, i);
+      store(data_, t_.type, at, sum_[at]);
+    });
+  }
+
+ private:
+  cudnnTensorStruct t_;
+  void* data_;
+  std::vector<float> sum_;
+};
 
 template <class Perf>
-cudnnStatus_t one_algorithm(int* count, Perf* perf, std::size_t memory) {
+cudnnStatus_t one_algorithm(int* count, Perf* perf, std::size_t memory, cudnnDataType_t type) {
   *count = 1;
   perf[0] = {};
   perf[0].status = CUDNN_STATUS_SUCCESS;
   perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = CUDNN_FMA_MATH;
+  perf[0].mathType = type == CUDNN_DATA_BFLOAT16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   perf[0].memory = memory;
   return CUDNN_STATUS_SUCCESS;
 }
 
 float value(const void* scalar) { return *static_cast<const float*>(scalar); }
-const float* as_float(const void* p) { return static_cast<const float*>(p); }
 
 // Queues `work`, a call's computation, in `handle`'s stream, once its operands are known to be
 // where a GPU can reach them.
@@ -156,9 +223,11 @@ cudnnStatus_t CUDNNWINAPI cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d
   delete d;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t CUDNNWINAPI cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t,
-                                                     int n, const int dims[], const int strides[]) {
-  if (n != 5) return CUDNN_STATUS_NOT_SUPPORTED;
+cudnnStatus_t CUDNNWINAPI cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d,
+                                                     cudnnDataType_t type, int n, const int dims[],
+                                                     const int strides[]) {
+  if (n != 5 || !element_type(type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  d->type = type;
   for (int i = 0; i < 5; ++i) {
     if (dims[i] <= 0 || strides[i] <= 0) return CUDNN_STATUS_BAD_PARAM;
     d->dims[i] = dims[i];
@@ -174,11 +243,13 @@ cudnnStatus_t CUDNNWINAPI cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d
   delete d;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t CUDNNWINAPI cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t,
+cudnnStatus_t CUDNNWINAPI cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d,
+                                                     cudnnDataType_t type,
                                                      cudnnTensorFormat_t format, int n,
                                                      const int dims[]) {
-  if (n != 5) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (n != 5 || !element_type(type)) return CUDNN_STATUS_NOT_SUPPORTED;
   d->format = format;
+  d->type = type;
   for (int i = 0; i < 5; ++i) d->dims[i] = dims[i];
   return CUDNN_STATUS_SUCCESS;
 }
@@ -194,7 +265,7 @@ cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescri
                                                           const int pad[], const int stride[],
                                                           const int dilation[],
                                                           cudnnConvolutionMode_t mode,
-                                                          cudnnDataType_t) {
+                                                          cudnnDataType_t compute) {
   if (n != 3) return CUDNN_STATUS_NOT_SUPPORTED;
   for (int i = 0; i < 3; ++i) {
     if (pad[i] < 0 || stride[i] < 1 || dilation[i] < 1) return CUDNN_STATUS_BAD_PARAM;
@@ -203,6 +274,7 @@ cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescri
     d->dilation[i] = dilation[i];
   }
   d->mode = mode;
+  d->compute = compute;
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t,
@@ -217,12 +289,11 @@ cudnnStatus_t CUDNNWINAPI cudnnTransformTensor(cudnnHandle_t handle, const void*
   for (int i = 0; i < 5; ++i)
     if (xd->dims[i] != yd->dims[i]) return CUDNN_STATUS_BAD_PARAM;
   return in_stream(handle, "cudnnTransformTensor", {x, y},
-                   [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), yt = *yd,
-                    y = static_cast<float*>(y)] {
+                   [a = value(alpha), b = value(beta), xt = *xd, x, yt = *yd, y] {
                      for_each_index(&xt, [&](const int* i) {
-                       float& to = y[offset_of(&yt, i)];
-                       const float from = x[offset_of(&xt, i)];
-                       to = b == 0 ? a * from : a * from + b * to;
+                       const long to = offset_of(&yt, i);
+                       const float from = a * load(x, xt.type, offset_of(&xt, i));
+                       store(y, yt.type, to, b == 0 ? from : from + b * load(y, yt.type, to));
                      });
                    });
 }
@@ -231,22 +302,25 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
     const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int, int* count,
     cudnnConvolutionFwdAlgoPerf_t* perf) {
-  if (!dims_agree(x, w, conv, y)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(count, perf, 16);
+  if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return one_algorithm(count, perf, 16, x->type);
 }
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t y,
     const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t x, const int, int* count,
     cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-  if (!dims_agree(x, w, conv, y)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(count, perf, 0);
+  if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return one_algorithm(count, perf, 0, x->type);
 }
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t y,
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t w, const int, int* count,
     cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-  if (!dims_agree(x, w, conv, y)) return CUDNN_STATUS_BAD_PARAM;
-  return one_algorithm(count, perf, 8);
+  if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return one_algorithm(count, perf, 8, x->type);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
@@ -256,45 +330,53 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                                                   cudnnConvolutionFwdAlgo_t, void*, size_t,
                                                   const void* beta,
                                                   const cudnnTensorDescriptor_t yd, void* y) {
-  if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
-  return in_stream(handle, "cudnnConvolutionForward", {x, w, y},
-                   [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), wt = *wd,
-                    w = as_float(w), ct = *conv, yt = *yd, y = static_cast<float*>(y)] {
-                     scale(&yt, y, b);
-                     for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
-                       y[yi] += a * x[xi] * w[wi];
-                     });
-                   });
+  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return in_stream(
+      handle, "cudnnConvolutionForward", {x, w, y},
+      [a = value(alpha), b = value(beta), xt = *xd, x, wt = *wd, w, ct = *conv, yt = *yd, y] {
+        Result out(yt, y, b);
+        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+          out[yi] += a * load(x, xt.type, xi) * load(w, wt.type, wi);
+        });
+        out.store_all();
+      });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(
     cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wd, const void* w,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdDataAlgo_t, void*, size_t, const void* beta,
     const cudnnTensorDescriptor_t xd, void* dx) {
-  if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
-  return in_stream(handle, "cudnnConvolutionBackwardData", {w, dy, dx},
-                   [a = value(alpha), b = value(beta), xt = *xd, dx = static_cast<float*>(dx),
-                    wt = *wd, w = as_float(w), ct = *conv, yt = *yd, dy = as_float(dy)] {
-                     scale(&xt, dx, b);
-                     for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
-                       dx[xi] += a * dy[yi] * w[wi];
-                     });
-                   });
+  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return in_stream(
+      handle, "cudnnConvolutionBackwardData", {w, dy, dx},
+      [a = value(alpha), b = value(beta), xt = *xd, dx, wt = *wd, w, ct = *conv, yt = *yd, dy] {
+        Result out(xt, dx, b);
+        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+          out[xi] += a * load(dy, yt.type, yi) * load(w, wt.type, wi);
+        });
+        out.store_all();
+      });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(
     cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdFilterAlgo_t, void*, size_t, const void* beta,
     const cudnnFilterDescriptor_t wd, void* dw) {
-  if (!dims_agree(xd, wd, conv, yd)) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
   return in_stream(
       handle, "cudnnConvolutionBackwardFilter", {x, dy, dw},
-      [a = value(alpha), b = value(beta), xt = *xd, x = as_float(x), yt = *yd, dy = as_float(dy),
-       ct = *conv, wt = *wd, dw = static_cast<float*>(dw)] {
+      [a = value(alpha), b = value(beta), xt = *xd, x, yt = *yd, dy, ct = *conv, wt = *wd, dw] {
         const long n = long(wt.dims[0]) * wt.dims[1] * wt.dims[2] * wt.dims[3] * wt.dims[4];
-        for (long i = 0; i < n; ++i) dw[i] = b == 0 ? 0.0f : b * dw[i];
-        for_each_product(&xt, &wt, &ct, &yt,
-                         [&](long xi, long wi, long yi) { dw[wi] += a * x[xi] * dy[yi]; });
+        std::vector<float> sum(std::size_t(n), 0.0f);
+        if (b != 0)
+          for (long i = 0; i < n; ++i) sum[i] = b * load(dw, wt.type, i);
+        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+          sum[wi] += a * load(x, xt.type, xi) * load(dy, yt.type, yi);
+        });
+        for (long i = 0; i < n; ++i) store(dw, wt.type, i, sum[i]);
       });
 }
 

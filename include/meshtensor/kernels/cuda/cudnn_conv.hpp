@@ -7,7 +7,7 @@
 // device or managed memory; each call returns false, computing nothing, when cuDNN cannot run it
 // (host operands, a geometry cuDNN does not support), and the caller runs the CPU kernel instead.
 // The calls are queued on the compute stream and return without waiting for them
-// (device/host_access.hpp). Float only.
+// (device/host_access.hpp).
 //
 // cuDNN sees every call as a convolution x -> y with symmetric padding. An ordinary convolution is
 // x = the box, y = the output; where the padding before and after differ (a split block's edge
@@ -15,7 +15,9 @@
 // transposed convolution is the adjoint of the convolution from its output space to its input:
 // x = a buffer over every output position the input reaches, y = the input. Calls use FMA math,
 // not TF32 tensor cores, so results match the CPU kernels to float rounding; deterministic
-// algorithms only.
+// algorithms only. bfloat16 blocks run on the tensor cores (bf16 operands, float accumulation,
+// each output rounded once, as the CPU's bf16 kernels do); their weight gradient runs on the
+// operands widened to float, so that it is summed in float as on the CPU.
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -25,9 +27,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/cuda.hpp"
 #include "meshtensor/device/memory.hpp"
@@ -68,6 +72,13 @@ class Context {
 };
 
 inline Context& context() { return current_processor().state<Context>(); }
+
+/// cuDNN's name for the element types it runs here.
+template <class T>
+constexpr cudnnDataType_t data_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bfloat16>);
+  return std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+}
 
 // RAII cuDNN descriptors.
 struct TensorDescriptor {
@@ -110,21 +121,20 @@ struct Box {
     const auto s = spatial_strides();
     return at[0] * s[0] + at[1] * s[1] + at[2] * s[2];
   }
-  void describe(TensorDescriptor& t) const {
+  void describe(TensorDescriptor& t, cudnnDataType_t type) const {
     const auto s = spatial_strides();
     const int dims[5] = {int(batch), int(channels), int(extent[0]), int(extent[1]), int(extent[2])};
     const int strides[5] = {int(full[0] * s[0]), 1, int(s[0]), int(s[1]), int(s[2])};
-    check(cudnnSetTensorNdDescriptor(t.d, CUDNN_DATA_FLOAT, 5, dims, strides),
-          "cudnnSetTensorNdDescriptor");
+    check(cudnnSetTensorNdDescriptor(t.d, type, 5, dims, strides), "cudnnSetTensorNdDescriptor");
   }
 };
 
-/// y = alpha x + beta y between two boxes of the same sizes (strided copies, and adds).
-inline void transform(Context& c, const Box& from, const float* x, float beta, const Box& to,
-                      float* y) {
+/// y = x + beta y between two boxes of the same sizes (strided copies, and adds).
+template <class T>
+void transform(Context& c, const Box& from, const T* x, float beta, const Box& to, T* y) {
   TensorDescriptor a, b;
-  from.describe(a);
-  to.describe(b);
+  from.describe(a, data_type<T>());
+  to.describe(b, data_type<T>());
   const float one = 1.0f;
   check(cudnnTransformTensor(c.handle(), &one, a.d, x, &beta, b.d, y), "cudnnTransformTensor");
 }
@@ -238,30 +248,41 @@ inline bool describable(const ConvGeometry& g) {
   return biggest < (std::int64_t{1} << 31);
 }
 
-/// The descriptors of a problem, and its filter in cuDNN's K, D, H, W, C order.
+/// The descriptors of a problem on elements of `type`, and its filter in cuDNN's K, D, H, W, C
+/// order. Float accumulates in float (FMA math, never TF32); bfloat16 on the tensor cores.
 struct Descriptors {
   TensorDescriptor x, y;
   FilterDescriptor w;
   ConvolutionDescriptor conv;
+  cudnnDataType_t type;
 
-  explicit Descriptors(const Problem& p) {
-    p.x.describe(x);
-    p.y.describe(y);
+  Descriptors(const Problem& p, cudnnDataType_t element_type) : type(element_type) {
+    p.x.describe(x, type);
+    p.y.describe(y, type);
     const int filter[5] = {p.filter_out, p.filter_in, p.kernel[0], p.kernel[1], p.kernel[2]};
-    check(cudnnSetFilterNdDescriptor(w.d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 5, filter),
+    check(cudnnSetFilterNdDescriptor(w.d, type, CUDNN_TENSOR_NHWC, 5, filter),
           "cudnnSetFilterNdDescriptor");
     check(
         cudnnSetConvolutionNdDescriptor(conv.d, 3, p.pad.data(), p.stride.data(), p.dilation.data(),
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "cudnnSetConvolutionNdDescriptor");
-    check(cudnnSetConvolutionMathType(conv.d, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    check(cudnnSetConvolutionMathType(conv.d, math()), "cudnnSetConvolutionMathType");
+  }
+
+  cudnnMathType_t math() const {
+    return type == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+  }
+  // Whether an algorithm's math keeps to the precision promised: float never on the tensor
+  // cores (TF32 would round its operands); bfloat16 on whichever unit (it accumulates in float).
+  bool allows(cudnnMathType_t algorithm_math) const {
+    return type != CUDNN_DATA_FLOAT || algorithm_math == CUDNN_FMA_MATH;
   }
 };
 
 // Our weight [K0][K1][K2][Ci][Co] and cuDNN's filter [K][k0][k1][k2][C] (K = Co for an ordinary
 // convolution, Ci for a transposed one) as two views of one tensor of dims (K, C, k0, k1, k2).
-inline void describe_weights(const ConvGeometry& g, const Problem& p, TensorDescriptor& ours,
-                             TensorDescriptor& theirs) {
+inline void describe_weights(const ConvGeometry& g, const Problem& p, cudnnDataType_t type,
+                             TensorDescriptor& ours, TensorDescriptor& theirs) {
   const std::int64_t ci = g.c_in, co = g.c_out;
   const std::int64_t k1 = g.kernel[1], k2 = g.kernel[2];
   const bool t = is_transposed(g);
@@ -269,20 +290,21 @@ inline void describe_weights(const ConvGeometry& g, const Problem& p, TensorDesc
   const int co_stride = 1, ci_stride = int(co);
   const int ours_strides[5] = {t ? ci_stride : co_stride, t ? co_stride : ci_stride,
                                int(k1 * k2 * ci * co), int(k2 * ci * co), int(ci * co)};
-  check(cudnnSetTensorNdDescriptor(ours.d, CUDNN_DATA_FLOAT, 5, dims, ours_strides),
+  check(cudnnSetTensorNdDescriptor(ours.d, type, 5, dims, ours_strides),
         "cudnnSetTensorNdDescriptor");
   const int c = p.filter_in;
   const int theirs_strides[5] = {int(g.kernel[0] * k1 * k2 * c), 1, int(k1 * k2 * c), int(k2 * c),
                                  c};
-  check(cudnnSetTensorNdDescriptor(theirs.d, CUDNN_DATA_FLOAT, 5, dims, theirs_strides),
+  check(cudnnSetTensorNdDescriptor(theirs.d, type, 5, dims, theirs_strides),
         "cudnnSetTensorNdDescriptor");
 }
 
 // cuDNN's filter from our weight, or (to_ours) our order from cuDNN's filter; overwrites.
-inline void reorder_weight(Context& c, const ConvGeometry& g, const Problem& p, const float* from,
-                           float* to, bool to_ours) {
+template <class T>
+void reorder_weight(Context& c, const ConvGeometry& g, const Problem& p, const T* from, T* to,
+                    bool to_ours) {
   TensorDescriptor ours, theirs;
-  describe_weights(g, p, ours, theirs);
+  describe_weights(g, p, data_type<T>(), ours, theirs);
   const float one = 1.0f, zero = 0.0f;
   check(cudnnTransformTensor(c.handle(), &one, to_ours ? theirs.d : ours.d, from, &zero,
                              to_ours ? ours.d : theirs.d, to),
@@ -297,39 +319,44 @@ inline std::pair<Box, Box> region_boxes(const Problem& p) {
 }
 
 // x filled from the caller's buffer: zeros around the region.
-inline void embed(Context& c, const Problem& p, const float* from, float* x) {
-  cuda::check(cudaMemsetAsync(x, 0, p.x.elements_of_full() * sizeof(float), c.stream()),
+template <class T>
+void embed(Context& c, const Problem& p, const T* from, T* x) {
+  cuda::check(cudaMemsetAsync(x, 0, p.x.elements_of_full() * sizeof(T), c.stream()),
               "cudaMemsetAsync");
   const auto [caller, inside] = region_boxes(p);
   transform(c, caller, from + p.caller.offset(p.caller_at), 0.0f, inside, x + p.x.offset(p.x_at));
 }
 
 // The region of x into the caller's buffer: overwritten (beta 0) or added (beta 1).
-inline void extract(Context& c, const Problem& p, const float* x, float beta, float* to) {
+template <class T>
+void extract(Context& c, const Problem& p, const T* x, float beta, T* to) {
   const auto [caller, inside] = region_boxes(p);
   transform(c, inside, x + p.x.offset(p.x_at), beta, caller, to + p.caller.offset(p.caller_at));
 }
 
-// The deterministic FMA algorithms cuDNN's heuristics suggest, best first.
+// The deterministic algorithms cuDNN's heuristics suggest, of a math the descriptors allow, best
+// first.
 template <class Perf, class Query>
-std::vector<Perf> candidates(Query&& query, const char* call) {
+std::vector<Perf> candidates(const Descriptors& d, Query&& query, const char* call) {
   Perf results[16];
   int count = 0;
   check(query(16, &count, results), call);
   std::vector<Perf> usable;
   for (int i = 0; i < count; ++i)
     if (results[i].status == CUDNN_STATUS_SUCCESS &&
-        results[i].determinism == CUDNN_DETERMINISTIC && results[i].mathType == CUDNN_FMA_MATH)
+        results[i].determinism == CUDNN_DETERMINISTIC && d.allows(results[i].mathType))
       usable.push_back(results[i]);
   return usable;
 }
 
-// Runs `call(algo, workspace, bytes)` with each candidate until one succeeds: an algorithm the
-// heuristics suggest may still refuse the problem, or its workspace may not fit. False if none
-// ran; other failures throw.
+// Runs `call(algo, workspace, bytes)` with each candidate, in the math it was suggested for, until
+// one succeeds: an algorithm the heuristics suggest may still refuse the problem, or its workspace
+// may not fit. False if none ran; other failures throw.
 template <class Perf, class Call>
-bool run_first(Context& c, const std::vector<Perf>& perfs, const char* what, Call&& call) {
+bool run_first(Context& c, Descriptors& d, const std::vector<Perf>& perfs, const char* what,
+               Call&& call) {
   for (const Perf& perf : perfs) {
+    check(cudnnSetConvolutionMathType(d.conv.d, perf.mathType), "cudnnSetConvolutionMathType");
     void* workspace = nullptr;
     if (perf.memory && cudaMallocAsync(&workspace, perf.memory, c.stream()) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -346,16 +373,17 @@ bool run_first(Context& c, const std::vector<Perf>& perfs, const char* what, Cal
 }
 
 // x -> y forward: y = conv(x) + beta y.
-inline bool forward(Context& c, Descriptors& d, const float* x, const float* filter, float beta,
-                    float* y) {
+template <class T>
+bool forward(Context& c, Descriptors& d, const T* x, const T* filter, float beta, T* y) {
   const auto perfs = candidates<cudnnConvolutionFwdAlgoPerf_t>(
+      d,
       [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* out) {
         return cudnnGetConvolutionForwardAlgorithm_v7(c.handle(), d.x.d, d.w.d, d.conv.d, d.y.d, n,
                                                       count, out);
       },
       "cudnnGetConvolutionForwardAlgorithm_v7");
   const float one = 1.0f;
-  return run_first(c, perfs, "cudnnConvolutionForward",
+  return run_first(c, d, perfs, "cudnnConvolutionForward",
                    [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter,
                                                     d.conv.d, algo, workspace, bytes, &beta, d.y.d,
@@ -364,16 +392,17 @@ inline bool forward(Context& c, Descriptors& d, const float* x, const float* fil
 }
 
 // The adjoint: x = conv^T(y) + beta x.
-inline bool backward_data(Context& c, Descriptors& d, const float* filter, const float* y,
-                          float beta, float* x) {
+template <class T>
+bool backward_data(Context& c, Descriptors& d, const T* filter, const T* y, float beta, T* x) {
   const auto perfs = candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+      d,
       [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* out) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle(), d.w.d, d.y.d, d.conv.d,
                                                            d.x.d, n, count, out);
       },
       "cudnnGetConvolutionBackwardDataAlgorithm_v7");
   const float one = 1.0f;
-  return run_first(c, perfs, "cudnnConvolutionBackwardData",
+  return run_first(c, d, perfs, "cudnnConvolutionBackwardData",
                    [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y,
                                                          d.conv.d, algo, workspace, bytes, &beta,
@@ -385,13 +414,14 @@ inline bool backward_data(Context& c, Descriptors& d, const float* filter, const
 inline bool backward_filter(Context& c, Descriptors& d, const float* x, const float* y,
                             float* filter) {
   const auto perfs = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      d,
       [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* out) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.handle(), d.x.d, d.y.d, d.conv.d,
                                                              d.w.d, n, count, out);
       },
       "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
   const float one = 1.0f, zero = 0.0f;
-  return run_first(c, perfs, "cudnnConvolutionBackwardFilter",
+  return run_first(c, d, perfs, "cudnnConvolutionBackwardFilter",
                    [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y,
                                                            d.conv.d, algo, workspace, bytes, &zero,
@@ -407,15 +437,16 @@ inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 
 // Whether the processor computes on a GPU and cuDNN can run `g`.
 inline bool usable(const ConvGeometry& g) { return cuda::computes_on_gpu() && describable(g); }
 
-inline void prefetch(Context& c, const void* data, std::int64_t elements) {
-  cuda::prefetch_to_gpu(data, std::size_t(elements) * sizeof(float), c.stream());
+template <class T>
+void prefetch(Context& c, const T* data, std::int64_t elements) {
+  cuda::prefetch_to_gpu(data, std::size_t(elements) * sizeof(T), c.stream());
 }
 
 }  // namespace detail
 
 /// output = the convolution of `input` (the box) with `weight`; false when cuDNN cannot run it.
-inline bool conv_forward(const ConvGeometry& g, const float* input, const float* weight,
-                         float* output) {
+template <class T>
+bool conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const bool t = detail::is_transposed(g);
@@ -426,32 +457,28 @@ inline bool conv_forward(const ConvGeometry& g, const float* input, const float*
   detail::prefetch(c, output, out_elements);
   // Outputs no input reaches are zeros (all of them in an empty problem).
   if (p.empty || (t && p.region != g.out))
-    cuda::check(cudaMemsetAsync(output, 0, std::size_t(out_elements) * sizeof(float), c.stream()),
+    cuda::check(cudaMemsetAsync(output, 0, std::size_t(out_elements) * sizeof(T), c.stream()),
                 "cudaMemsetAsync");
-  if (!p.empty) {
-    detail::Descriptors d(p);
-    cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
-    detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
-    bool ran = false;
-    if (!t && p.x_is_caller) {
-      ran = detail::forward(c, d, input + p.caller_x, filter.as<float>(), 0.0f, output);
-    } else if (!t) {
-      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-      detail::embed(c, p, input, x.as<float>());
-      ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 0.0f, output);
-    } else {
-      cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-      ran = detail::backward_data(c, d, filter.as<float>(), input, 0.0f, x.as<float>());
-      if (ran) detail::extract(c, p, x.as<float>(), 0.0f, output);
-    }
-    if (!ran) return false;
+  if (p.empty) return true;
+  detail::Descriptors d(p, detail::data_type<T>());
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T), c.stream());
+  detail::reorder_weight(c, g, p, weight, filter.as<T>(), /*to_ours=*/false);
+  if (!t && p.x_is_caller)
+    return detail::forward(c, d, input + p.caller_x, filter.as<T>(), 0.0f, output);
+  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T), c.stream());
+  if (!t) {
+    detail::embed(c, p, input, x.as<T>());
+    return detail::forward(c, d, x.as<T>(), filter.as<T>(), 0.0f, output);
   }
+  if (!detail::backward_data(c, d, filter.as<T>(), input, 0.0f, x.as<T>())) return false;
+  detail::extract(c, p, x.as<T>(), 0.0f, output);
   return true;
 }
 
 /// grad_input = the gradient of the box from `grad_output`; false when cuDNN cannot run it.
-inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
-                                const float* weight, float* grad_input) {
+template <class T>
+bool conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                         T* grad_input) {
   if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const bool t = detail::is_transposed(g);
@@ -461,54 +488,46 @@ inline bool conv_backward_input(const ConvGeometry& g, const float* grad_output,
   detail::prefetch(c, weight, detail::weight_elements(g));
   detail::prefetch(c, grad_input, in_elements);
   // Box rows no output reads get zeros; the rest is added on top.
-  cuda::check(cudaMemsetAsync(grad_input, 0, std::size_t(in_elements) * sizeof(float), c.stream()),
+  cuda::check(cudaMemsetAsync(grad_input, 0, std::size_t(in_elements) * sizeof(T), c.stream()),
               "cudaMemsetAsync");
   if (p.empty) return true;
-  detail::Descriptors d(p);
-  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(float), c.stream());
-  detail::reorder_weight(c, g, p, weight, filter.as<float>(), /*to_ours=*/false);
-  bool ran = false;
-  if (!t && p.x_is_caller) {
-    ran =
-        detail::backward_data(c, d, filter.as<float>(), grad_output, 1.0f, grad_input + p.caller_x);
-  } else if (!t) {
-    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    ran = detail::backward_data(c, d, filter.as<float>(), grad_output, 0.0f, x.as<float>());
-    if (ran) detail::extract(c, p, x.as<float>(), 1.0f, grad_input);
-  } else {
-    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    detail::embed(c, p, grad_output, x.as<float>());
-    ran = detail::forward(c, d, x.as<float>(), filter.as<float>(), 1.0f, grad_input);
+  detail::Descriptors d(p, detail::data_type<T>());
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T), c.stream());
+  detail::reorder_weight(c, g, p, weight, filter.as<T>(), /*to_ours=*/false);
+  if (!t && p.x_is_caller)
+    return detail::backward_data(c, d, filter.as<T>(), grad_output, 1.0f, grad_input + p.caller_x);
+  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T), c.stream());
+  if (t) {
+    detail::embed(c, p, grad_output, x.as<T>());
+    return detail::forward(c, d, x.as<T>(), filter.as<T>(), 1.0f, grad_input);
   }
-  return ran;
+  if (!detail::backward_data(c, d, filter.as<T>(), grad_output, 0.0f, x.as<T>())) return false;
+  detail::extract(c, p, x.as<T>(), 1.0f, grad_input);
+  return true;
 }
 
-/// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot.
-inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
-                                 const float* grad_output, double* grad_weight) {
-  if (!detail::usable(g)) return false;
-  detail::Context& c = detail::context();
-  const bool t = detail::is_transposed(g);
-  const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
-  if (p.empty) return true;  // every read is padding
-  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
-  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
-  detail::Descriptors d(p);
-  const std::int64_t n = detail::weight_elements(g);
+namespace detail {
+// grad_weight (double, our weight order) += the weight gradient of problem `p`, from float operands
+// already in the GPU's memory; false when cuDNN cannot run it.
+inline bool add_weight_gradient(Context& c, const ConvGeometry& g, const Problem& p,
+                                const float* input, const float* grad_output, double* grad_weight) {
+  const bool t = is_transposed(g);
+  Descriptors d(p, CUDNN_DATA_FLOAT);
+  const std::int64_t n = weight_elements(g);
   cuda::StreamBuffer filter(n * sizeof(float), c.stream());
   cuda::StreamBuffer ours(n * sizeof(float), c.stream());
   bool ran = false;
   if (!t && p.x_is_caller) {
-    ran = detail::backward_filter(c, d, input + p.caller_x, grad_output, filter.as<float>());
+    ran = backward_filter(c, d, input + p.caller_x, grad_output, filter.as<float>());
   } else {
     // x: the zero-padded box, or the transposed convolution's output space holding grad_output;
     // y: the output's gradient, or the transposed convolution's input.
     cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
-    detail::embed(c, p, t ? grad_output : input, x.as<float>());
-    ran = detail::backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
+    embed(c, p, t ? grad_output : input, x.as<float>());
+    ran = backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
   }
   if (!ran) return false;
-  detail::reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
+  reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
   // Added into the caller's double sum (in the GPU's memory), widened there.
   cuda::StreamBuffer wide(n * sizeof(double), c.stream());
   cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
@@ -519,6 +538,45 @@ inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
                grad_weight, static_cast<const double*>(wide.as<double>()),
                static_cast<long long>(n));
   return true;
+}
+
+// `n` bfloat16 values widened to float in a buffer of the GPU's, in stream order.
+inline cuda::StreamBuffer widened(Context& c, const bfloat16* from, std::int64_t n) {
+  prefetch(c, from, n);
+  cuda::StreamBuffer wide(std::size_t(n) * sizeof(float), c.stream());
+  cuda::launch(cuda::kernel(gpu::elementwise_source(), "convert_bf16_f32"), n, c.stream(),
+               static_cast<const void*>(from), static_cast<void*>(wide.as<float>()),
+               static_cast<long long>(n));
+  return wide;
+}
+}  // namespace detail
+
+/// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot.
+inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
+                                 const float* grad_output, double* grad_weight) {
+  if (!detail::usable(g)) return false;
+  detail::Context& c = detail::context();
+  const detail::Problem p = detail::is_transposed(g) ? detail::transposed(g) : detail::ordinary(g);
+  if (p.empty) return true;  // every read is padding
+  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
+  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
+  return detail::add_weight_gradient(c, g, p, input, grad_output, grad_weight);
+}
+
+/// The same from bfloat16 blocks: both widened to float on the GPU, so that the products are
+/// summed in float as on the CPU (cuDNN's bf16 weight gradient would round its sums to bf16).
+inline bool conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
+                                 const bfloat16* grad_output, double* grad_weight) {
+  if (!detail::usable(g)) return false;
+  detail::Context& c = detail::context();
+  const detail::Problem p = detail::is_transposed(g) ? detail::transposed(g) : detail::ordinary(g);
+  if (p.empty) return true;
+  const cuda::StreamBuffer wide_input =
+      detail::widened(c, input, detail::elements(g.batch, g.in, g.c_in));
+  const cuda::StreamBuffer wide_grad =
+      detail::widened(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
+  return detail::add_weight_gradient(c, g, p, static_cast<const float*>(wide_input.as<float>()),
+                                     static_cast<const float*>(wide_grad.as<float>()), grad_weight);
 }
 
 }  // namespace meshtensor::kernels::cudnn
