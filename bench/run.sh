@@ -19,7 +19,7 @@ raw="$out/raw.jsonl"
 : > "$raw"
 cores="$(nproc)"
 
-bash "$root/scripts/setup.sh" --tests >/dev/null
+bash "$root/scripts/setup.sh" --tests --packages-only >/dev/null
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$cores" --target bench_conv bench_unet unet3d >/dev/null
 

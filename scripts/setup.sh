@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs from Debian's packages whatever meshtensor needs and this machine lacks (nothing else),
 # then configures and builds the given targets (all when none are named) into ./build.
-#   scripts/setup.sh [--tests] [target...]
+#   scripts/setup.sh [--tests] [--packages-only | target...]
 # --tests adds what the tests use beyond the build: PyTorch, NumPy and nibabel for the cross-checks.
+# --packages-only installs and stops (bench/run.sh builds into a tree of its own).
 # The GPU backend is built when CUDA, cuDNN and NCCL are found (under /usr/local/cuda or
 # CUDAToolkit_ROOT); MESHTENSOR_CMAKE_ARGS passes further options to CMake.
 set -euo pipefail
@@ -27,6 +28,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = "--packages-only" ] && exit 0
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # shellcheck disable=SC2086  # MESHTENSOR_CMAKE_ARGS is a list of options
