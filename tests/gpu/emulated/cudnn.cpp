@@ -20,6 +20,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device.hpp"
@@ -196,6 +197,35 @@ cudnnStatus_t in_stream(cudnnHandle_t handle, const char* call,
   return CUDNN_STATUS_SUCCESS;
 }
 
+// A filter's elements as a tensor of its own (dense, K * D * H * W * C of them), for a result.
+cudnnTensorStruct as_tensor(const cudnnFilterStruct& w) {
+  const int n = w.dims[0] * w.dims[1] * w.dims[2] * w.dims[3] * w.dims[4];
+  return {{n, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, w.type};
+}
+
+// Queues one of the convolution x -> y's three calls: out (of `out_t`) = alpha * the sum over its
+// products of term(x offset, filter offset, y offset) -> {out offset, product}, + beta * out.
+template <class Term>
+cudnnStatus_t convolution_call(cudnnHandle_t handle, const char* call,
+                               std::initializer_list<const void*> operands, const void* alpha,
+                               const void* beta, const cudnnTensorStruct* xd,
+                               const cudnnFilterStruct* wd, const cudnnConvolutionStruct* conv,
+                               const cudnnTensorStruct* yd, const cudnnTensorStruct& out_t,
+                               void* out, Term term) {
+  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
+    return refused;
+  return in_stream(handle, call, operands,
+                   [a = value(alpha), b = value(beta), xt = *xd, wt = *wd, ct = *conv, yt = *yd,
+                    out_t, out, term] {
+                     Result sum(out_t, out, b);
+                     for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
+                       const auto [at, product] = term(xi, wi, yi);
+                       sum[at] += a * product;
+                     });
+                     sum.store_all();
+                   });
+}
+
 }  // namespace
 
 extern "C" {
@@ -330,54 +360,33 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                                                   cudnnConvolutionFwdAlgo_t, void*, size_t,
                                                   const void* beta,
                                                   const cudnnTensorDescriptor_t yd, void* y) {
-  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
-    return refused;
-  return in_stream(
-      handle, "cudnnConvolutionForward", {x, w, y},
-      [a = value(alpha), b = value(beta), xt = *xd, x, wt = *wd, w, ct = *conv, yt = *yd, y] {
-        Result out(yt, y, b);
-        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
-          out[yi] += a * load(x, xt.type, xi) * load(w, wt.type, wi);
-        });
-        out.store_all();
-      });
+  return convolution_call(handle, "cudnnConvolutionForward", {x, w, y}, alpha, beta, xd, wd, conv,
+                          yd, *yd, y,
+                          [x, w, xt = xd->type, wt = wd->type](long xi, long wi, long yi) {
+                            return std::pair{yi, load(x, xt, xi) * load(w, wt, wi)};
+                          });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(
     cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wd, const void* w,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdDataAlgo_t, void*, size_t, const void* beta,
     const cudnnTensorDescriptor_t xd, void* dx) {
-  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
-    return refused;
-  return in_stream(
-      handle, "cudnnConvolutionBackwardData", {w, dy, dx},
-      [a = value(alpha), b = value(beta), xt = *xd, dx, wt = *wd, w, ct = *conv, yt = *yd, dy] {
-        Result out(xt, dx, b);
-        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
-          out[xi] += a * load(dy, yt.type, yi) * load(w, wt.type, wi);
-        });
-        out.store_all();
-      });
+  return convolution_call(handle, "cudnnConvolutionBackwardData", {w, dy, dx}, alpha, beta, xd, wd,
+                          conv, yd, *xd, dx,
+                          [dy, w, yt = yd->type, wt = wd->type](long xi, long wi, long yi) {
+                            return std::pair{xi, load(dy, yt, yi) * load(w, wt, wi)};
+                          });
 }
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(
     cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
     cudnnConvolutionBwdFilterAlgo_t, void*, size_t, const void* beta,
     const cudnnFilterDescriptor_t wd, void* dw) {
-  if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
-    return refused;
-  return in_stream(
-      handle, "cudnnConvolutionBackwardFilter", {x, dy, dw},
-      [a = value(alpha), b = value(beta), xt = *xd, x, yt = *yd, dy, ct = *conv, wt = *wd, dw] {
-        const long n = long(wt.dims[0]) * wt.dims[1] * wt.dims[2] * wt.dims[3] * wt.dims[4];
-        std::vector<float> sum(std::size_t(n), 0.0f);
-        if (b != 0)
-          for (long i = 0; i < n; ++i) sum[i] = b * load(dw, wt.type, i);
-        for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
-          sum[wi] += a * load(x, xt.type, xi) * load(dy, yt.type, yi);
-        });
-        for (long i = 0; i < n; ++i) store(dw, wt.type, i, sum[i]);
-      });
+  return convolution_call(handle, "cudnnConvolutionBackwardFilter", {x, dy, dw}, alpha, beta, xd,
+                          wd, conv, yd, as_tensor(*wd), dw,
+                          [x, dy, xt = xd->type, yt = yd->type](long xi, long wi, long yi) {
+                            return std::pair{wi, load(x, xt, xi) * load(dy, yt, yi)};
+                          });
 }
 
 }  // extern "C"

@@ -551,32 +551,29 @@ inline cuda::StreamBuffer widened(Context& c, const bfloat16* from, std::int64_t
 }
 }  // namespace detail
 
-/// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot.
-inline bool conv_backward_weight(const ConvGeometry& g, const float* input,
-                                 const float* grad_output, double* grad_weight) {
+/// grad_weight (double, our weight order) += the weight gradient; false when cuDNN cannot. bfloat16
+/// blocks are widened to float on the GPU first, so that the products are summed in float as on
+/// the CPU (cuDNN's bf16 weight gradient would round its sums to bf16).
+template <class T>
+bool conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                          double* grad_weight) {
   if (!detail::usable(g)) return false;
   detail::Context& c = detail::context();
   const detail::Problem p = detail::is_transposed(g) ? detail::transposed(g) : detail::ordinary(g);
   if (p.empty) return true;  // every read is padding
-  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
-  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
-  return detail::add_weight_gradient(c, g, p, input, grad_output, grad_weight);
-}
-
-/// The same from bfloat16 blocks: both widened to float on the GPU, so that the products are
-/// summed in float as on the CPU (cuDNN's bf16 weight gradient would round its sums to bf16).
-inline bool conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
-                                 const bfloat16* grad_output, double* grad_weight) {
-  if (!detail::usable(g)) return false;
-  detail::Context& c = detail::context();
-  const detail::Problem p = detail::is_transposed(g) ? detail::transposed(g) : detail::ordinary(g);
-  if (p.empty) return true;
-  const cuda::StreamBuffer wide_input =
-      detail::widened(c, input, detail::elements(g.batch, g.in, g.c_in));
-  const cuda::StreamBuffer wide_grad =
-      detail::widened(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
-  return detail::add_weight_gradient(c, g, p, static_cast<const float*>(wide_input.as<float>()),
-                                     static_cast<const float*>(wide_grad.as<float>()), grad_weight);
+  const std::int64_t in_n = detail::elements(g.batch, g.in, g.c_in);
+  const std::int64_t out_n = detail::elements(g.batch, g.out, g.c_out);
+  if constexpr (std::is_same_v<T, float>) {
+    detail::prefetch(c, input, in_n);
+    detail::prefetch(c, grad_output, out_n);
+    return detail::add_weight_gradient(c, g, p, input, grad_output, grad_weight);
+  } else {
+    const cuda::StreamBuffer wide_input = detail::widened(c, input, in_n);
+    const cuda::StreamBuffer wide_grad = detail::widened(c, grad_output, out_n);
+    return detail::add_weight_gradient(c, g, p, static_cast<const float*>(wide_input.as<float>()),
+                                       static_cast<const float*>(wide_grad.as<float>()),
+                                       grad_weight);
+  }
 }
 
 }  // namespace meshtensor::kernels::cudnn
