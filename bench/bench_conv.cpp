@@ -237,7 +237,8 @@ std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
   };
   const auto x = filled(kernels::conv_input_size(g)), w = filled(27 * c.in * c.out),
              dy = filled(kernels::conv_output_size(g));
-  std::vector<float> y(dy.size()), dx(x.size());
+  // Outputs aligned as the library's tensors are (streamed stores need whole aligned vectors).
+  mt::Buffer<float> y(dy.size()), dx(x.size());
   std::vector<double> dw(w.size());
   return median_phases<3>(seconds, [&](std::array<double, 3>& t) {
     double start = now();

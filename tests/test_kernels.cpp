@@ -239,16 +239,24 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     REQUIRE(rows::fits_forward(g) == (g.c_out == 8 || g.c_in < 8));
     REQUIRE(rows::fits_backward_weight(g) == (g.kernel[2] <= 3));
     REQUIRE(rows::fits_backward_input(g) == rc.input_gradient);
-    std::vector<float> y(check.out_n, -1.0f), dx(check.in_n, -1.0f);
     std::vector<double> dw(check.w_n, 0.0);
-    rows::conv_forward(g, check.x.data(), check.w.data(), y.data());
     rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
-    CHECK(relative_gap(widen(check.y_ref), widen(y)) < 1e-5);
     CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
-    if (rc.input_gradient) {
-      rows::conv_backward_input(g, check.dy.data(), check.w.data(), dx.data());
-      CHECK(relative_gap(widen(check.dx_ref), widen(dx)) < 1e-5);
+    // Outputs written through the cache and around it (streamed, where a vector is aligned: the
+    // buffers are, and so is every other row here).
+    for (const auto stores :
+         {rows::OutputStores::through_cache, rows::OutputStores::around_cache}) {
+      INFO((stores == rows::OutputStores::around_cache ? "around" : "through") << " the cache");
+      meshtensor::Buffer<float> y(check.out_n, -1.0f), dx(check.in_n, -1.0f);
+      rows::conv_forward(g, check.x.data(), check.w.data(), y.data(), stores);
+      CHECK(relative_gap(widen(check.y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-5);
+      if (rc.input_gradient) {
+        rows::conv_backward_input(g, check.dy.data(), check.w.data(), dx.data(), stores);
+        CHECK(relative_gap(widen(check.dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) <
+              1e-5);
+      }
     }
+    CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
 }
 

@@ -64,14 +64,20 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
 }
 
 /// Eight channels' vectors of positions [0, n) (n at most a vector) into the channels-last row
-/// `out` (c channels per position, these from channel `first` on).
-inline void store_positions(const Simd::V (&rows)[8], std::int64_t n, std::int64_t c,
-                            std::int64_t first, float* out) {
+/// `out` (c channels per position, these from channel `first` on); `around_cache`: whole aligned
+/// vectors with streamed stores (stream_fence() before others read them). Inlined, so that the
+/// rows can stay in registers.
+__attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)[8], std::int64_t n,
+                                                           std::int64_t c, std::int64_t first,
+                                                           float* out, bool around_cache = false) {
   constexpr int L = Simd::lanes;
   Simd::V by_position[8];
   Simd::to_positions(rows, by_position);
   if (c == 8 && n == L) {
-    for (int v = 0; v < 8; ++v) Simd::store(out + v * L, by_position[v]);
+    if (around_cache && reinterpret_cast<std::uintptr_t>(out) % sizeof(Simd::V) == 0)
+      for (int v = 0; v < 8; ++v) Simd::stream(out + v * L, by_position[v]);
+    else
+      for (int v = 0; v < 8; ++v) Simd::store(out + v * L, by_position[v]);
     return;
   }
   alignas(64) float positions[L * 8];

@@ -20,6 +20,8 @@ struct Simd {
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  // Around the cache (p aligned to a vector): the line is not read before it is written.
+  static void stream(float* p, V v) { _mm512_stream_ps(p, v); }
   static V broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -31,7 +33,8 @@ struct Simd {
   // Eight channels' rows of 16 positions <-> 16 positions of 8 channels ([16][8] as 8 vectors),
   // by three rounds of two-source permutes: single elements of channel pairs, then pairs, then
   // fours.
-  static void to_positions(const V (&rows)[8], V (&out)[8]) {
+  // Inlined, so that a tile's accumulators go from registers to memory once, transposed.
+  __attribute__((always_inline)) static void to_positions(const V (&rows)[8], V (&out)[8]) {
     alignas(64) static constexpr int pairs[2][16] = {
         {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
         {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
@@ -86,6 +89,7 @@ struct Simd {
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void stream(float* p, V v) { _mm256_stream_ps(p, v); }
   static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -125,6 +129,7 @@ struct Simd {  // keeps the kernels compiling; they are never chosen
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
   static void store(float* p, V v) { *p = v; }
+  static void stream(float* p, V v) { *p = v; }
   static V broadcast(const float* p) { return *p; }
   static V fma(V a, V b, V c) { return a * b + c; }
   static V add(V a, V b) { return a + b; }
@@ -136,5 +141,13 @@ struct Simd {  // keeps the kernels compiling; they are never chosen
   static void to_channels(const V (&in)[8], V (&rows)[8]) { to_positions(in, rows); }
 };
 #endif
+
+/// Orders the calling thread's streamed stores before its later ones (other threads may read them
+/// after it).
+inline void stream_fence() {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  _mm_sfence();
+#endif
+}
 
 }  // namespace meshtensor::kernels::rows
