@@ -223,6 +223,7 @@ const std::vector<RowCase> row_cases{
     {{{4, 4, 19}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 8, 8, false, false, 2}, true},  // dilated
     {{{3, 4, 18}, {3, 2, 3}, {2, 1, 1}, {1, 2, 1}, 2, 4, 8, false}, false},  // strided, no padding
     {{{4, 3, 17}, {1, 3, 2}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false}, true},   // one and two taps
+    {{{3, 3, 22}, {3, 3, 3}, {2, 1, 1}, {1, 2, 1}, 2, 1, 8, false}, false},  // first, strided
 };
 
 TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
@@ -230,6 +231,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
+  int one_channel_cases = 0;
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
     const ConvGeometry& g = check.g;
@@ -242,6 +244,13 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     std::vector<double> dw(check.w_n, 0.0);
     rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
     CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
+    // The first layer's kernel reading the output gradient channels last (large shapes only).
+    if (rows::fits_one_channel_weight(g)) {
+      ++one_channel_cases;
+      std::vector<double> dw_one(check.w_n, 0.0);
+      rows::conv_backward_weight_one_channel(g, check.x.data(), check.dy.data(), dw_one.data());
+      CHECK(relative_gap(check.dw_ref, dw_one) < 1e-5);
+    }
     // Outputs written through the cache and around it (streamed, where a vector is aligned: the
     // buffers are, and so is every other row here).
     for (const auto stores :
@@ -258,6 +267,9 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
+#ifdef __AVX512F__
+  CHECK(one_channel_cases == 2);
+#endif
 }
 
 TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {

@@ -57,7 +57,10 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
     for (std::int64_t ch = 0; ch < c; ++ch) {
       float* to = rows + ch * format.width;
       std::fill(to, to + format.before, 0.0f);
-      for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
+      if (c == 1)  // already a channel's row (the first layer's input)
+        std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(float));
+      else
+        for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
       std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
     }
   }

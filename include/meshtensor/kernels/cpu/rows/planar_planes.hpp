@@ -1,0 +1,117 @@
+#pragma once
+// What the row kernels (rows/conv.hpp) share: where a row's outputs read along the last dim, the
+// input planes turned channel by channel a few at a time, and the output planes split among the
+// processor's compute threads.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
+#include "meshtensor/kernels/cpu/rows/simd.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace meshtensor::kernels::rows::detail {
+
+constexpr int L = Simd::lanes;
+using V = Simd::V;
+
+// Ordinary taps (a transposed dim with one tap and stride 1 reads as an ordinary one), stride 1
+// along the rows.
+inline bool ordinary(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.taps[d].transposed && (g.kernel[d] > 1 || g.taps[d].stride != 1)) return false;
+  return g.taps[2].stride == 1;
+}
+
+// Vectors of outputs along the last dim, and the format of the box's rows they read: output o
+// reads row position o + k*dilation + shift.
+struct RowGeometry {
+  std::int64_t vectors = 0, shift = 0, dilation = 1;
+  RowFormat box, outputs;
+};
+
+inline RowGeometry row_geometry(const ConvGeometry& g) {
+  RowGeometry r;
+  const Taps& t = g.taps[2];
+  r.vectors = (g.out[2] + L - 1) / L;
+  r.dilation = g.kernel[2] > 1 ? t.dilation : 1;
+  r.box.before = std::max<std::int64_t>(0, -t.origin);
+  r.shift = t.origin + r.box.before;
+  const std::int64_t reach = r.vectors * L + (g.kernel[2] - 1) * r.dilation + r.shift;
+  r.box.width = round_up(std::max(reach, r.box.before + g.in[2]), L);
+  r.outputs = {0, r.vectors * L};
+  return r;
+}
+
+// The box's planes (batch p, first-dim index i) in planar form, a few at a time: the ones the
+// current output plane reads, each turned once while consecutive output planes share it.
+class PlanarPlanes {
+ public:
+  PlanarPlanes(const ConvGeometry& g, const RowFormat& format)
+      : g_(g),
+        format_(format),
+        plane_size_(g.in[1] * g.c_in * format.width),
+        slots_(static_cast<std::size_t>(g.kernel[0]), -1),
+        data_(plane_size_ * g.kernel[0]) {}
+
+  /// Per tap k0, the plane output plane (p, o0) reads through it, or null where that is padding.
+  std::vector<const float*> read_by(const float* box, std::int64_t p, std::int64_t o0) {
+    std::vector<std::int64_t> wanted(slots_.size(), -1);
+    for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
+      const std::int64_t i = g_.taps[0].reads(o0, k);
+      if (i >= 0 && i < g_.in[0]) wanted[k] = p * g_.in[0] + i;
+    }
+    std::vector<const float*> planes(slots_.size(), nullptr);
+    for (std::size_t k = 0; k < wanted.size(); ++k)
+      if (wanted[k] >= 0) planes[k] = slot_of(box, wanted[k], wanted);
+    return planes;
+  }
+
+ private:
+  const float* slot_of(const float* box, std::int64_t key,
+                       const std::vector<std::int64_t>& wanted) {
+    for (std::size_t s = 0; s < slots_.size(); ++s)
+      if (slots_[s] == key) return data_.data() + s * plane_size_;
+    // A slot no wanted plane is in: one output plane reads at most kernel[0] planes.
+    std::size_t s = 0;
+    while (slots_[s] >= 0 && std::find(wanted.begin(), wanted.end(), slots_[s]) != wanted.end())
+      ++s;
+    slots_[s] = key;
+    float* plane = data_.data() + s * plane_size_;
+    to_planar(box + key * g_.in[1] * g_.in[2] * g_.c_in, g_.in[1], g_.in[2], g_.c_in, format_,
+              plane);
+    return plane;
+  }
+
+  ConvGeometry g_;
+  RowFormat format_;
+  std::int64_t plane_size_;
+  std::vector<std::int64_t> slots_;  // the key (p * in0 + i) held by each slot, or -1
+  Buffer<float> data_;
+};
+
+// Runs part(state, a, b) for parts [a, b) of n planes on up to the processor's compute threads,
+// each part with its own state, made on the calling thread (whose processor's pool it draws on);
+// returns the states.
+template <class MakeState, class Part>
+auto on_plane_parts(std::int64_t n, MakeState&& make_state, Part&& part) {
+  const int parts =
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(compute_threads(), n)));
+  std::vector<decltype(make_state())> states;
+  states.reserve(parts);
+  for (int p = 0; p < parts; ++p) states.push_back(make_state());
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+#endif
+  for (int p = 0; p < parts; ++p) part(states[p], n * p / parts, n * (p + 1) / parts);
+  return states;
+}
+
+}  // namespace meshtensor::kernels::rows::detail
