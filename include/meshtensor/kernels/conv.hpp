@@ -73,13 +73,6 @@ inline bool conv_is_empty(const ConvGeometry& g) {
   return product == 0;
 }
 
-inline std::int64_t conv_output_size(const ConvGeometry& g) {
-  return g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
-}
-inline std::int64_t conv_input_size(const ConvGeometry& g) {
-  return g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
-}
-
 namespace detail {
 template <class T>
 void cpu_forward(const ConvGeometry& g, const T* input, const T* weight, T* output);

@@ -29,6 +29,12 @@ struct ConvGeometry {
   std::array<Taps, 3> taps{};
 };
 
+inline std::int64_t conv_output_size(const ConvGeometry& g) {
+  return g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out;
+}
+inline std::int64_t conv_input_size(const ConvGeometry& g) {
+  return g.batch * g.in[0] * g.in[1] * g.in[2] * g.c_in;
+}
 inline std::int64_t conv_weight_size(const ConvGeometry& g) {
   return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
 }

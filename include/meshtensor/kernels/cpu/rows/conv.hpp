@@ -312,8 +312,7 @@ enum class OutputStores { through_cache, around_cache, by_size };
 
 inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores) {
   if (stores != OutputStores::by_size) return stores == OutputStores::around_cache;
-  const std::int64_t bytes = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out * 4;
-  return bytes > last_level_cache_bytes();
+  return conv_output_size(g) * std::int64_t{sizeof(float)} > last_level_cache_bytes();
 }
 
 /// output = the convolution of input with weight, for shapes takes(g) accepts.
@@ -361,7 +360,7 @@ inline void conv_backward_weight(const ConvGeometry& g, const float* input,
   using namespace detail;
   // The first layer's output gradient read as it lies where it comes from memory anyway (128^3,
   // 2 AVX-512 cores: 63% of the FMA peak against 55%); from the cache the planar kernel is faster.
-  const std::int64_t grad_bytes = g.batch * g.out[0] * g.out[1] * g.out[2] * g.c_out * 4;
+  const std::int64_t grad_bytes = conv_output_size(g) * std::int64_t{sizeof(float)};
   if (fits_one_channel_weight(g) && grad_bytes > last_level_cache_bytes() / 2)
     return conv_backward_weight_one_channel(g, input, grad_output, grad_weight);
   const RowGeometry r = row_geometry(g);
