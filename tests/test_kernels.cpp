@@ -244,7 +244,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     std::vector<double> dw(check.w_n, 0.0);
     rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
     CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
-    // The first layer's kernel reading the output gradient channels last (large shapes only).
+    // The first layer's kernel reading the output gradient channels last, called directly.
     if (rows::fits_one_channel_weight(g)) {
       ++one_channel_cases;
       std::vector<double> dw_one(check.w_n, 0.0);
