@@ -251,6 +251,18 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
       rows::conv_backward_weight_one_channel(g, check.x.data(), check.dy.data(), dw_one.data());
       CHECK(relative_gap(check.dw_ref, dw_one) < 1e-5);
     }
+    // The first layer's forward pass channels last (it runs where AVX2 is the widest), called
+    // directly, through the cache and around it.
+    if (rows::fits_one_channel_forward(g)) {
+      ++one_channel_cases;
+      for (const bool around_cache : {false, true}) {
+        meshtensor::Buffer<float> y(check.out_n, -1.0f);
+        rows::conv_forward_one_channel(g, check.x.data(), check.w.data(), y.data(), around_cache);
+        rows::stream_fence();
+        CHECK(relative_gap(widen(check.y_ref), widen(std::vector<float>(y.begin(), y.end()))) <
+              1e-5);
+      }
+    }
     // Outputs written through the cache and around it (streamed, where a vector is aligned: the
     // buffers are, and so is every other row here).
     for (const auto stores :
@@ -267,7 +279,9 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
-  if (rows::detail::one_channel_kernel) CHECK(one_channel_cases == 2);
+  // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
+  CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
+                                  int{rows::detail::one_channel_forward_kernel}));
 }
 
 TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {

@@ -26,6 +26,7 @@
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/cpu/cache_size.hpp"
+#include "meshtensor/kernels/cpu/rows/one_channel_forward.hpp"
 #include "meshtensor/kernels/cpu/rows/one_channel_weight.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
@@ -319,8 +320,12 @@ inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores) {
 inline void conv_forward(const ConvGeometry& g, const float* input, const float* weight,
                          float* output, OutputStores stores = OutputStores::by_size) {
   using namespace detail;
-  const RowFormat format = row_geometry(g).box;
   const bool around_cache = writes_around_cache(g, stores);
+  // The first layer where AVX2 is the widest: channels last (2 AMD cores, best of five: 78-80%
+  // of the FMA peak at 64^3 and 128^3, against the planar kernel's 52-54%).
+  if (Simd::lanes == 8 && fits_one_channel_forward(g))
+    return conv_forward_one_channel(g, input, weight, output, around_cache);
+  const RowFormat format = row_geometry(g).box;
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {

@@ -1,0 +1,120 @@
+#pragma once
+// The forward pass of a 3x3x3 convolution from one input channel to 8 (the U-Net's first layer) in
+// 256-bit vectors, accumulated channels last: a vector is one output position's 8 channels, a
+// tap's 8 weights a vector, and each input, broadcast once, serves the 3 taps along the row that
+// read it. The planar forward kernel (rows/conv.hpp) keeps 4 channels times 2 vectors of positions
+// in AVX2's 16 registers and broadcasts a weight for every 2 multiply-adds (52-54% of the peak on
+// 2 AMD cores); here 8 positions take 8 accumulators and the outputs need no transposition:
+//   out[o][co] = sum over taps of w[tap][co] * x[o + tap]
+// It runs where AVX2 is the widest (AVX-512's planar kernel reaches 71%); AVX-512 builds compile
+// it too, so that the tests check it on any machine.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
+#include "meshtensor/kernels/cpu/rows/simd.hpp"
+
+namespace meshtensor::kernels::rows {
+namespace detail {
+
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool one_channel_forward_kernel = true;
+
+// Without __m256's may_alias, so that the accumulators stay in registers.
+typedef float Y __attribute__((vector_size(32)));
+
+// A tap row (k0, k1) of an output row: x[o + k2] is what output o reads through tap k2, w[k2 * 8
+// + co] its weights.
+struct OneChannelTap {
+  const float* x;
+  const float* w;
+};
+
+// Outputs [o, o + B) of a row, channels last at `out` (`around_cache`: streamed where aligned).
+template <int B>
+__attribute__((always_inline)) inline void one_channel_positions(const OneChannelTap* taps,
+                                                                 int count, std::int64_t o,
+                                                                 float* out, bool around_cache) {
+  Y acc[B];
+#pragma GCC unroll 8
+  for (int b = 0; b < B; ++b) acc[b] = Y{};
+  for (int t = 0; t < count; ++t) {
+    const Y w[3] = {_mm256_loadu_ps(taps[t].w), _mm256_loadu_ps(taps[t].w + 8),
+                    _mm256_loadu_ps(taps[t].w + 16)};
+    const float* x = taps[t].x + o;
+#pragma GCC unroll 10
+    for (int j = 0; j < B + 2; ++j) {
+      const Y xv = _mm256_broadcast_ss(x + j);
+#pragma GCC unroll 3
+      for (int k2 = 0; k2 < 3; ++k2)
+        if (j - k2 >= 0 && j - k2 < B) acc[j - k2] = _mm256_fmadd_ps(w[k2], xv, acc[j - k2]);
+    }
+  }
+  float* to = out + o * 8;
+  const bool stream = around_cache && reinterpret_cast<std::uintptr_t>(to) % 32 == 0;
+#pragma GCC unroll 8
+  for (int b = 0; b < B; ++b) {
+    if (stream)
+      _mm256_stream_ps(to + b * 8, acc[b]);
+    else
+      _mm256_storeu_ps(to + b * 8, acc[b]);
+  }
+}
+
+// Output plane q (batch q / out0, index q % out0) of planes [a, b).
+inline void one_channel_forward_plane(const ConvGeometry& g, const RowGeometry& r,
+                                      const std::vector<const float*>& planes, const float* weight,
+                                      float* output, std::int64_t q, bool around_cache) {
+  for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+    std::array<OneChannelTap, 9> taps;
+    int count = 0;
+    for (int k0 = 0; k0 < 3; ++k0)
+      for (int k1 = 0; k1 < 3 && planes[k0]; ++k1) {
+        const std::int64_t i1 = g.taps[1].reads(o1, k1);
+        if (i1 >= 0 && i1 < g.in[1])
+          taps[count++] = {planes[k0] + i1 * r.box.width + r.shift, weight + (k0 * 3 + k1) * 24};
+      }
+    float* out = output + (q * g.out[1] + o1) * g.out[2] * 8;
+    std::int64_t o = 0;
+    for (; o + 8 <= g.out[2]; o += 8)
+      one_channel_positions<8>(taps.data(), count, o, out, around_cache);
+    for (; o < g.out[2]; ++o) one_channel_positions<1>(taps.data(), count, o, out, false);
+  }
+}
+#else
+constexpr bool one_channel_forward_kernel = false;
+#endif
+
+}  // namespace detail
+
+/// Whether conv_forward_one_channel runs `g`: AVX2, 1 -> 8 channels, 3x3x3 taps that the row
+/// kernels take (rows/conv.hpp's `takes`), undilated along the rows.
+inline bool fits_one_channel_forward(const ConvGeometry& g) {
+  return detail::one_channel_forward_kernel && g.c_in == 1 && g.c_out == 8 &&
+         g.kernel == std::array<std::int64_t, 3>{3, 3, 3} && g.taps[2].dilation == 1;
+}
+
+/// output = the convolution of input with weight, for shapes fits_one_channel_forward(g) takes
+/// (and rows::takes(g)); `around_cache`: written with streamed stores (stream_fence() after).
+inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, const float* weight,
+                                     float* output, bool around_cache) {
+#if defined(__AVX2__) && defined(__FMA__)
+  using namespace detail;
+  const RowGeometry r = row_geometry(g);
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(g, r.box); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        for (std::int64_t q = a; q < b; ++q)
+          one_channel_forward_plane(g, r, planes.read_by(input, q / g.out[0], q % g.out[0]), weight,
+                                    output, q, around_cache);
+        if (around_cache) stream_fence();
+      });
+#else
+  (void)g, (void)input, (void)weight, (void)output, (void)around_cache;
+#endif
+}
+
+}  // namespace meshtensor::kernels::rows
