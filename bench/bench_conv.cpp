@@ -230,14 +230,15 @@ std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
   for (auto& taps : g.taps) taps.origin = -1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1, 1);
+  // Aligned as the library's tensors are: streamed stores need whole aligned vectors, and an
+  // unaligned vector load spans two cache lines.
   auto filled = [&](std::int64_t n) {
-    std::vector<float> v(static_cast<std::size_t>(n));
+    mt::Buffer<float> v(static_cast<std::size_t>(n));
     for (auto& e : v) e = uniform(rng);
     return v;
   };
   const auto x = filled(kernels::conv_input_size(g)), w = filled(27 * c.in * c.out),
              dy = filled(kernels::conv_output_size(g));
-  // Outputs aligned as the library's tensors are (streamed stores need whole aligned vectors).
   mt::Buffer<float> y(dy.size()), dx(x.size());
   std::vector<double> dw(w.size());
   return median_phases<3>(seconds, [&](std::array<double, 3>& t) {

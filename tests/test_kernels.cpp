@@ -251,8 +251,8 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
       rows::conv_backward_weight_one_channel(g, check.x.data(), check.dy.data(), dw_one.data());
       CHECK(relative_gap(check.dw_ref, dw_one) < 1e-5);
     }
-    // The first layer's forward pass channels last (it runs where AVX2 is the widest), called
-    // directly, through the cache and around it.
+    // The first layer's forward pass channels last (it runs where 256-bit vectors are the widest
+    // or as fast as 512-bit ones), called directly, through the cache and around it.
     if (rows::fits_one_channel_forward(g)) {
       ++one_channel_cases;
       for (const bool around_cache : {false, true}) {

@@ -31,6 +31,7 @@
 #include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
+#include "meshtensor/kernels/cpu/vector_rate.hpp"
 
 namespace meshtensor::kernels::rows {
 namespace detail {
@@ -321,9 +322,10 @@ inline void conv_forward(const ConvGeometry& g, const float* input, const float*
                          float* output, OutputStores stores = OutputStores::by_size) {
   using namespace detail;
   const bool around_cache = writes_around_cache(g, stores);
-  // The first layer where AVX2 is the widest: channels last (2 AMD cores, best of five: 78-80%
-  // of the FMA peak at 64^3 and 128^3, against the planar kernel's 52-54%).
-  if (Simd::lanes == 8 && fits_one_channel_forward(g))
+  // The first layer channels last in 256-bit vectors, where those are the widest or as fast as
+  // 512-bit ones (2 AMD cores, bench_conv: AVX2 build 78-80% of the FMA peak at 64^3 and 128^3,
+  // against the planar kernel's 52-54%; AVX-512 build 71-78% against 61-70%).
+  if (fits_one_channel_forward(g) && (Simd::lanes == 8 || half_width_fma_at_full_rate()))
     return conv_forward_one_channel(g, input, weight, output, around_cache);
   const RowFormat format = row_geometry(g).box;
   on_plane_parts(

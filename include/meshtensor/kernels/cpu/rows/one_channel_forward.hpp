@@ -2,12 +2,13 @@
 // The forward pass of a 3x3x3 convolution from one input channel to 8 (the U-Net's first layer) in
 // 256-bit vectors, accumulated channels last: a vector is one output position's 8 channels, a
 // tap's 8 weights a vector, and each input, broadcast once, serves the 3 taps along the row that
-// read it. The planar forward kernel (rows/conv.hpp) keeps 4 channels times 2 vectors of positions
-// in AVX2's 16 registers and broadcasts a weight for every 2 multiply-adds (52-54% of the peak on
-// 2 AMD cores); here 8 positions take 8 accumulators and the outputs need no transposition:
+// read it. The planar forward kernel (rows/conv.hpp) broadcasts a weight for every 2 or 3
+// multiply-adds and transposes its outputs; here 8 positions take 8 accumulators and go out as
+// they lie:
 //   out[o][co] = sum over taps of w[tap][co] * x[o + tap]
-// It runs where AVX2 is the widest (AVX-512's planar kernel reaches 71%); AVX-512 builds compile
-// it too, so that the tests check it on any machine.
+// It runs where 256-bit vectors are the widest, and on AVX-512 cores that multiply-add 256 bits
+// as fast as 512 (kernels/cpu/vector_rate.hpp); AVX-512 builds compile it either way, for the
+// tests.
 
 #include <array>
 #include <cstdint>
@@ -26,8 +27,8 @@ constexpr bool one_channel_forward_kernel = true;
 // Without __m256's may_alias, so that the accumulators stay in registers.
 typedef float Y __attribute__((vector_size(32)));
 
-// A tap row (k0, k1) of an output row: x[o + k2] is what output o reads through tap k2, w[k2 * 8
-// + co] its weights.
+// A tap row (k0, k1) of an output row: x[o + k2] is what output o reads through tap k2,
+// w[k2 * 8 + co] the taps' weights.
 struct OneChannelTap {
   const float* x;
   const float* w;
@@ -35,17 +36,20 @@ struct OneChannelTap {
 
 // Outputs [o, o + B) of a row, channels last at `out` (`around_cache`: streamed where aligned).
 template <int B>
-__attribute__((always_inline)) inline void one_channel_positions(const OneChannelTap* taps,
-                                                                 int count, std::int64_t o,
-                                                                 float* out, bool around_cache) {
+__attribute__((always_inline)) inline void one_row_positions(const OneChannelTap* taps, int count,
+                                                             std::int64_t o, float* out,
+                                                             bool around_cache) {
   Y acc[B];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int b = 0; b < B; ++b) acc[b] = Y{};
   for (int t = 0; t < count; ++t) {
     const Y w[3] = {_mm256_loadu_ps(taps[t].w), _mm256_loadu_ps(taps[t].w + 8),
                     _mm256_loadu_ps(taps[t].w + 16)};
     const float* x = taps[t].x + o;
-#pragma GCC unroll 10
+    // Opaque, so that each input is read at a constant offset from it rather than at an offset
+    // from o kept in a register of its own (more than there are).
+    asm("" : "+r"(x));
+#pragma GCC unroll 18
     for (int j = 0; j < B + 2; ++j) {
       const Y xv = _mm256_broadcast_ss(x + j);
 #pragma GCC unroll 3
@@ -55,7 +59,7 @@ __attribute__((always_inline)) inline void one_channel_positions(const OneChanne
   }
   float* to = out + o * 8;
   const bool stream = around_cache && reinterpret_cast<std::uintptr_t>(to) % 32 == 0;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int b = 0; b < B; ++b) {
     if (stream)
       _mm256_stream_ps(to + b * 8, acc[b]);
@@ -64,25 +68,22 @@ __attribute__((always_inline)) inline void one_channel_positions(const OneChanne
   }
 }
 
-// Output plane q (batch q / out0, index q % out0) of planes [a, b).
-inline void one_channel_forward_plane(const ConvGeometry& g, const RowGeometry& r,
-                                      const std::vector<const float*>& planes, const float* weight,
-                                      float* output, std::int64_t q, bool around_cache) {
-  for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-    std::array<OneChannelTap, 9> taps;
-    int count = 0;
-    for (int k0 = 0; k0 < 3; ++k0)
-      for (int k1 = 0; k1 < 3 && planes[k0]; ++k1) {
-        const std::int64_t i1 = g.taps[1].reads(o1, k1);
-        if (i1 >= 0 && i1 < g.in[1])
-          taps[count++] = {planes[k0] + i1 * r.box.width + r.shift, weight + (k0 * 3 + k1) * 24};
-      }
-    float* out = output + (q * g.out[1] + o1) * g.out[2] * 8;
-    std::int64_t o = 0;
-    for (; o + 8 <= g.out[2]; o += 8)
-      one_channel_positions<8>(taps.data(), count, o, out, around_cache);
-    for (; o < g.out[2]; ++o) one_channel_positions<1>(taps.data(), count, o, out, false);
-  }
+// Output row o1 of output plane q (batch q / out0, index q % out0).
+inline void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
+                            const std::vector<const float*>& planes, const float* weight,
+                            float* output, std::int64_t q, std::int64_t o1, bool around_cache) {
+  std::array<OneChannelTap, 9> taps;
+  int count = 0;
+  for (int k0 = 0; k0 < 3; ++k0)
+    for (int k1 = 0; k1 < 3 && planes[k0]; ++k1) {
+      const std::int64_t i1 = g.taps[1].reads(o1, k1);
+      if (i1 >= 0 && i1 < g.in[1])
+        taps[count++] = {planes[k0] + i1 * r.box.width + r.shift, weight + (k0 * 3 + k1) * 24};
+    }
+  float* out = output + (q * g.out[1] + o1) * g.out[2] * 8;
+  std::int64_t o = 0;
+  for (; o + 8 <= g.out[2]; o += 8) one_row_positions<8>(taps.data(), count, o, out, around_cache);
+  for (; o < g.out[2]; ++o) one_row_positions<1>(taps.data(), count, o, out, false);
 }
 #else
 constexpr bool one_channel_forward_kernel = false;
@@ -90,15 +91,15 @@ constexpr bool one_channel_forward_kernel = false;
 
 }  // namespace detail
 
-/// Whether conv_forward_one_channel runs `g`: AVX2, 1 -> 8 channels, 3x3x3 taps that the row
-/// kernels take (rows/conv.hpp's `takes`), undilated along the rows.
+/// Whether conv_forward_one_channel runs `g`: 1 -> 8 channels, 3x3x3 taps that the row kernels
+/// take (rows/conv.hpp's `takes`), undilated along the rows, on a CPU with AVX2 at least.
 inline bool fits_one_channel_forward(const ConvGeometry& g) {
   return detail::one_channel_forward_kernel && g.c_in == 1 && g.c_out == 8 &&
          g.kernel == std::array<std::int64_t, 3>{3, 3, 3} && g.taps[2].dilation == 1;
 }
 
 /// output = the convolution of input with weight, for shapes fits_one_channel_forward(g) takes
-/// (and rows::takes(g)); `around_cache`: written with streamed stores (stream_fence() after).
+/// (and rows::takes(g)); `around_cache`: written with streamed stores.
 inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, const float* weight,
                                      float* output, bool around_cache) {
 #if defined(__AVX2__) && defined(__FMA__)
@@ -107,9 +108,11 @@ inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, 
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, r.box); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        for (std::int64_t q = a; q < b; ++q)
-          one_channel_forward_plane(g, r, planes.read_by(input, q / g.out[0], q % g.out[0]), weight,
-                                    output, q, around_cache);
+        for (std::int64_t q = a; q < b; ++q) {
+          const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
+          for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1)
+            one_channel_row(g, r, read, weight, output, q, o1, around_cache);
+        }
         if (around_cache) stream_fence();
       });
 #else
