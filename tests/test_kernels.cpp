@@ -231,7 +231,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
-  int one_channel_cases = 0;
+  int one_channel_cases = 0, bf16_cases = 0;
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
     const ConvGeometry& g = check.g;
@@ -244,6 +244,17 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     std::vector<double> dw(check.w_n, 0.0);
     rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
     CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
+    // The weight gradient's bfloat16 form (AVX512_BF16) on values a bfloat16 holds: the float
+    // kernel's products exactly, summed in float.
+    if (rows::fits_backward_weight_bf16(g)) {
+      ++bf16_cases;
+      const ConvCheck exact(rc.c, true);
+      const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
+          dy(exact.dy.begin(), exact.dy.end());
+      std::vector<double> dw_bf16(check.w_n, 0.0);
+      rows::conv_backward_weight(g, x.data(), dy.data(), dw_bf16.data());
+      CHECK(relative_gap(exact.dw_ref, dw_bf16) < 1e-5);
+    }
     // The first layer's kernel reading the output gradient channels last, called directly.
     if (rows::fits_one_channel_weight(g)) {
       ++one_channel_cases;
@@ -279,6 +290,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
+  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) : 0));
   // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
   CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
                                   int{rows::detail::one_channel_forward_kernel}));

@@ -177,13 +177,37 @@ inline void forward_planes(const ConvGeometry& g, const float* input, const floa
   }
 }
 
+// Positions a vector of T holds: float one a lane; bfloat16 two, a pair a lane.
+template <class T>
+constexpr int vector_positions = L* int(sizeof(float) / sizeof(T));
+
+template <class T>
+__attribute__((always_inline)) inline V load_vector(const T* p) {
+  return Simd::load(reinterpret_cast<const float*>(p));
+}
+
+// acc += x * g lane by lane (float), or pair by pair into each float lane (bfloat16: AVX512_BF16's
+// dot product, which gives each lane two positions' products at the instruction cost of one).
+__attribute__((always_inline)) inline V multiply_add(const float*, V x, V g, V acc) {
+  return Simd::fma(x, g, acc);
+}
+#if defined(__AVX512BF16__)
+constexpr bool bf16_rows = true;
+__attribute__((always_inline)) inline V multiply_add(const bfloat16*, V x, V g, V acc) {
+  return V(_mm512_dpbf16_ps(__m512(acc), __m512bh(x), __m512bh(g)));
+}
+#else
+constexpr bool bf16_rows = false;
+#endif
+
 // Weight-gradient sums of taps (k0, k1, *) and input channel ci over rows [a, b) of one output
 // plane, output channels [first, first + weight_channels), added lane by lane to `lanes`
 // ([k2][c_in][c_out][L]).
-template <int K2>
-void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane,
-                 const float* grad_plane, std::int64_t k1, std::int64_t ci, std::int64_t first,
-                 std::int64_t a, std::int64_t b, float* lanes) {
+template <class T, int K2>
+void weight_tile(const ConvGeometry& g, const RowGeometry& r, const T* plane, const T* grad_plane,
+                 std::int64_t k1, std::int64_t ci, std::int64_t first, std::int64_t a,
+                 std::int64_t b, float* lanes) {
+  constexpr int P = vector_positions<T>;
   V acc[K2][weight_channels];
   for (int k = 0; k < K2; ++k)
     for (int c = 0; c < weight_channels; ++c) acc[k][c] = Simd::zero();
@@ -192,17 +216,17 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane
   const std::int64_t first_read = t.origin + k1 * t.dilation;  // the box row o1 = 0 reads
   a = std::max(a, ceil_div(-first_read, t.stride));
   b = std::min(b, floor_div(g.in[1] - 1 - first_read, t.stride) + 1);
-  const float* x = plane + ((first_read + a * t.stride) * g.c_in + ci) * r.box.width + r.shift;
-  const float* go = grad_plane + (a * g.c_out + first) * r.outputs.width;
+  const T* x = plane + ((first_read + a * t.stride) * g.c_in + ci) * r.box.width + r.shift;
+  const T* go = grad_plane + (a * g.c_out + first) * r.outputs.width;
   for (std::int64_t o1 = a; o1 < b; ++o1) {
     for (std::int64_t v = 0; v < r.vectors; ++v) {
       V xv[K2];
-      for (int k = 0; k < K2; ++k) xv[k] = Simd::load(x + v * L + k * r.dilation);
+      for (int k = 0; k < K2; ++k) xv[k] = load_vector(x + v * P + k * r.dilation);
 #pragma GCC unroll 8
       for (int c = 0; c < weight_channels; ++c) {
-        V gv = Simd::load(go + c * r.outputs.width + v * L);
+        V gv = load_vector(go + c * r.outputs.width + v * P);
         Simd::keep_in_register(gv);  // loaded once for its K2 uses, not once per use
-        for (int k = 0; k < K2; ++k) acc[k][c] = Simd::fma(xv[k], gv, acc[k][c]);
+        for (int k = 0; k < K2; ++k) acc[k][c] = multiply_add(x, xv[k], gv, acc[k][c]);
       }
     }
     x += t.stride * g.c_in * r.box.width;
@@ -219,16 +243,17 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const float* plane
 // cost little beside its multiply-adds, short enough that the rows stay in the second-level cache
 // while every tap and input channel passes over them (128 KiB: 79% of the FMA peak at 64^3 and
 // 128^3, 8 channels, 2 AVX-512 cores; 20 KiB, in the first-level cache: 66%).
-inline std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
+template <class T>
+std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
   const std::int64_t bytes_per_row =
-      4 * std::min<std::int64_t>(g.c_out, weight_channels) * r.outputs.width;
+      std::int64_t{sizeof(T)} * std::min<std::int64_t>(g.c_out, weight_channels) * r.outputs.width;
   return std::max<std::int64_t>(1, (std::int64_t{128} << 10) / bytes_per_row);
 }
 
-template <int K2>
-void weight_plane(const ConvGeometry& g, const RowGeometry& r,
-                  const std::vector<const float*>& planes, const float* grad_plane, float* lanes) {
-  const std::int64_t block = weight_block_rows(g, r);
+template <class T, int K2>
+void weight_plane(const ConvGeometry& g, const RowGeometry& r, const std::vector<const T*>& planes,
+                  const T* grad_plane, float* lanes) {
+  const std::int64_t block = weight_block_rows<T>(g, r);
   const std::int64_t tap_size = K2 * g.c_in * g.c_out * L;
   for (std::int64_t a = 0; a < g.out[1]; a += block)
     for (std::int64_t first = 0; first < g.c_out; first += weight_channels)
@@ -236,31 +261,59 @@ void weight_plane(const ConvGeometry& g, const RowGeometry& r,
         if (!planes[k0]) continue;
         for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
           for (std::int64_t ci = 0; ci < g.c_in; ++ci)
-            weight_tile<K2>(g, r, planes[k0], grad_plane, k1, ci, first, a,
-                            std::min(g.out[1], a + block),
-                            lanes + (k0 * g.kernel[1] + k1) * tap_size);
+            weight_tile<T, K2>(g, r, planes[k0], grad_plane, k1, ci, first, a,
+                               std::min(g.out[1], a + block),
+                               lanes + (k0 * g.kernel[1] + k1) * tap_size);
       }
 }
 
 // What a thread of the weight gradient keeps: its planes, the output gradient's plane in planar
 // form, and its sums lane by lane (float; each lane sums a block's rows in registers first).
+template <class T>
 struct WeightState {
-  PlanarPlanes planes;
-  Buffer<float> grad_plane;
+  PlanarPlanesOf<T> planes;
+  Buffer<T> grad_plane;
   Buffer<float> lanes;
 };
 
-template <int K2>
-void weight_planes(const ConvGeometry& g, const float* input, const float* grad_output,
-                   std::int64_t a, std::int64_t b, WeightState& state) {
-  const RowGeometry r = row_geometry(g);
+template <class T, int K2>
+void weight_planes(const ConvGeometry& g, const RowGeometry& r, const T* input,
+                   const T* grad_output, std::int64_t a, std::int64_t b, WeightState<T>& state) {
   const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out;
   for (std::int64_t q = a; q < b; ++q) {
     const auto read = state.planes.read_by(input, q / g.out[0], q % g.out[0]);
     to_planar(grad_output + q * out_plane, g.out[1], g.out[2], g.c_out, r.outputs,
               state.grad_plane.data());
-    weight_plane<K2>(g, r, read, state.grad_plane.data(), state.lanes.data());
+    weight_plane<T, K2>(g, r, read, state.grad_plane.data(), state.lanes.data());
   }
+}
+
+// The weight gradient on the planar kernel, in T's vectors.
+template <class T>
+void planar_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
+                            double* grad_weight) {
+  const RowGeometry r = row_geometry(g, vector_positions<T>);
+  const std::size_t size = static_cast<std::size_t>(conv_weight_size(g));
+  auto states = on_plane_parts(
+      g.batch * g.out[0],
+      [&] {
+        const std::int64_t grad_plane = g.out[1] * g.c_out * r.outputs.width;
+        return WeightState<T>{PlanarPlanesOf<T>(g, r.box),
+                              Buffer<T>(static_cast<std::size_t>(grad_plane)),
+                              Buffer<float>(size * L, 0.0f)};
+      },
+      [&](WeightState<T>& state, std::int64_t a, std::int64_t b) {
+        if (g.kernel[2] == 1) return weight_planes<T, 1>(g, r, input, grad_output, a, b, state);
+        if (g.kernel[2] == 2) return weight_planes<T, 2>(g, r, input, grad_output, a, b, state);
+        weight_planes<T, 3>(g, r, input, grad_output, a, b, state);
+      });
+  // The parts' sums in a fixed order: the same bits on every run.
+  for (const WeightState<T>& state : states)
+    for (std::size_t i = 0; i < size; ++i) {
+      double sum = 0;
+      for (int lane = 0; lane < L; ++lane) sum += state.lanes[i * L + lane];
+      grad_weight[i] += sum;
+    }
 }
 
 }  // namespace detail
@@ -364,35 +417,32 @@ inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
 /// shapes fits_backward_weight(g) takes.
 inline void conv_backward_weight(const ConvGeometry& g, const float* input,
                                  const float* grad_output, double* grad_weight) {
-  using namespace detail;
   // The first layer's output gradient read as it lies, input row by input row (2 AMD cores, best
   // of five, % of the FMA peak: AVX-512 85% at 128^3 and 88% at 64^3; AVX2 68% and 88%, where the
   // planar kernel ran at 51% and 63%).
   if (fits_one_channel_weight(g))
     return conv_backward_weight_one_channel(g, input, grad_output, grad_weight);
-  const RowGeometry r = row_geometry(g);
-  const std::size_t size =
-      static_cast<std::size_t>(g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out);
-  auto states = on_plane_parts(
-      g.batch * g.out[0],
-      [&] {
-        const std::int64_t grad_plane = g.out[1] * g.c_out * r.outputs.width;
-        return WeightState{PlanarPlanes(g, r.box),
-                           Buffer<float>(static_cast<std::size_t>(grad_plane)),
-                           Buffer<float>(size * L, 0.0f)};
-      },
-      [&](WeightState& state, std::int64_t a, std::int64_t b) {
-        if (g.kernel[2] == 1) return weight_planes<1>(g, input, grad_output, a, b, state);
-        if (g.kernel[2] == 2) return weight_planes<2>(g, input, grad_output, a, b, state);
-        weight_planes<3>(g, input, grad_output, a, b, state);
-      });
-  // The parts' sums in a fixed order: the same bits on every run.
-  for (const WeightState& state : states)
-    for (std::size_t i = 0; i < size; ++i) {
-      double sum = 0;
-      for (int lane = 0; lane < L; ++lane) sum += state.lanes[i * L + lane];
-      grad_weight[i] += sum;
-    }
+  detail::planar_backward_weight(g, input, grad_output, grad_weight);
+}
+
+/// Whether the bfloat16 weight gradient below runs `g`: where the float one does, on a CPU with
+/// AVX512_BF16.
+inline bool fits_backward_weight_bf16(const ConvGeometry& g) {
+  return detail::bf16_rows && fits_backward_weight(g);
+}
+
+/// The same for bfloat16 operands, with no float copy of them: two positions' products a lane,
+/// summed in float (exactly the float kernel's products; only the order of the sums differs).
+inline void conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
+                                 const bfloat16* grad_output, double* grad_weight) {
+  if (!fits_backward_weight_bf16(g))
+    throw std::invalid_argument(
+        "internal: the bfloat16 row kernels need AVX512_BF16 and a shape they take");
+#if defined(__AVX512BF16__)
+  detail::planar_backward_weight(g, input, grad_output, grad_weight);
+#else
+  (void)input, (void)grad_output, (void)grad_weight;
+#endif
 }
 
 }  // namespace meshtensor::kernels::rows

@@ -37,24 +37,26 @@ struct RowGeometry {
   RowFormat box, outputs;
 };
 
-inline RowGeometry row_geometry(const ConvGeometry& g) {
+// `positions`: a vector's positions (L for float; 2 L for bfloat16, two positions a lane).
+inline RowGeometry row_geometry(const ConvGeometry& g, std::int64_t positions = L) {
   RowGeometry r;
   const Taps& t = g.taps[2];
-  r.vectors = (g.out[2] + L - 1) / L;
+  r.vectors = (g.out[2] + positions - 1) / positions;
   r.dilation = g.kernel[2] > 1 ? t.dilation : 1;
   r.box.before = std::max<std::int64_t>(0, -t.origin);
   r.shift = t.origin + r.box.before;
-  const std::int64_t reach = r.vectors * L + (g.kernel[2] - 1) * r.dilation + r.shift;
-  r.box.width = round_up(std::max(reach, r.box.before + g.in[2]), L);
-  r.outputs = {0, r.vectors * L};
+  const std::int64_t reach = r.vectors * positions + (g.kernel[2] - 1) * r.dilation + r.shift;
+  r.box.width = round_up(std::max(reach, r.box.before + g.in[2]), positions);
+  r.outputs = {0, r.vectors * positions};
   return r;
 }
 
 // The box's planes (batch p, first-dim index i) in planar form, a few at a time: the ones the
 // current output plane reads, each turned once while consecutive output planes share it.
-class PlanarPlanes {
+template <class T>
+class PlanarPlanesOf {
  public:
-  PlanarPlanes(const ConvGeometry& g, const RowFormat& format)
+  PlanarPlanesOf(const ConvGeometry& g, const RowFormat& format)
       : g_(g),
         format_(format),
         plane_size_(g.in[1] * g.c_in * format.width),
@@ -62,21 +64,20 @@ class PlanarPlanes {
         data_(plane_size_ * g.kernel[0]) {}
 
   /// Per tap k0, the plane output plane (p, o0) reads through it, or null where that is padding.
-  std::vector<const float*> read_by(const float* box, std::int64_t p, std::int64_t o0) {
+  std::vector<const T*> read_by(const T* box, std::int64_t p, std::int64_t o0) {
     std::vector<std::int64_t> wanted(slots_.size(), -1);
     for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
       const std::int64_t i = g_.taps[0].reads(o0, k);
       if (i >= 0 && i < g_.in[0]) wanted[k] = p * g_.in[0] + i;
     }
-    std::vector<const float*> planes(slots_.size(), nullptr);
+    std::vector<const T*> planes(slots_.size(), nullptr);
     for (std::size_t k = 0; k < wanted.size(); ++k)
       if (wanted[k] >= 0) planes[k] = slot_of(box, wanted[k], wanted);
     return planes;
   }
 
  private:
-  const float* slot_of(const float* box, std::int64_t key,
-                       const std::vector<std::int64_t>& wanted) {
+  const T* slot_of(const T* box, std::int64_t key, const std::vector<std::int64_t>& wanted) {
     for (std::size_t s = 0; s < slots_.size(); ++s)
       if (slots_[s] == key) return data_.data() + s * plane_size_;
     // A slot no wanted plane is in: one output plane reads at most kernel[0] planes.
@@ -84,7 +85,7 @@ class PlanarPlanes {
     while (slots_[s] >= 0 && std::find(wanted.begin(), wanted.end(), slots_[s]) != wanted.end())
       ++s;
     slots_[s] = key;
-    float* plane = data_.data() + s * plane_size_;
+    T* plane = data_.data() + s * plane_size_;
     to_planar(box + key * g_.in[1] * g_.in[2] * g_.c_in, g_.in[1], g_.in[2], g_.c_in, format_,
               plane);
     return plane;
@@ -94,8 +95,9 @@ class PlanarPlanes {
   RowFormat format_;
   std::int64_t plane_size_;
   std::vector<std::int64_t> slots_;  // the key (p * in0 + i) held by each slot, or -1
-  Buffer<float> data_;
+  Buffer<T> data_;
 };
+using PlanarPlanes = PlanarPlanesOf<float>;
 
 // Runs part(state, a, b) for parts [a, b) of n planes on up to the processor's compute threads,
 // each part with its own state, made on the calling thread (whose processor's pool it draws on);

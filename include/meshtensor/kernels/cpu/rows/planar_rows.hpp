@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
 
 namespace meshtensor::kernels::rows {
@@ -62,6 +63,63 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
       else
         for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
       std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
+    }
+  }
+}
+
+namespace detail {
+
+// Channels [first, first + 8) of 16 positions [i, i + 16) of a bfloat16 channels-last row into
+// the planar rows `out`, through float registers (a bfloat16 is the upper half of a float, so
+// both conversions are exact shifts).
+inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c, std::int64_t first,
+                            std::int64_t width, bfloat16* out) {
+#if defined(__AVX512F__)
+  alignas(64) bfloat16 positions[16 * 8];
+  const bfloat16* from = row + i * c + first;
+  if (c != 8) {
+    for (int p = 0; p < 16; ++p) std::memcpy(positions + 8 * p, from + p * c, 8 * sizeof(bfloat16));
+    from = positions;
+  }
+  Simd::V in[8], rows[8];
+  for (int v = 0; v < 8; ++v) {  // two positions' 8 channels a vector
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + 16 * v));
+    in[v] = Simd::V(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
+  }
+  Simd::to_channels(in, rows);
+  for (int ch = 0; ch < 8; ++ch)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (first + ch) * width + i),
+                        _mm512_maskz_cvtepi32_epi16(
+                            0xffff, _mm512_maskz_srli_epi32(0xffff, __m512i(rows[ch]), 16)));
+#else
+  for (int p = 0; p < 16; ++p)
+    for (int ch = 0; ch < 8; ++ch)
+      out[(first + ch) * width + i + p] = row[(i + p) * c + first + ch];
+#endif
+}
+
+}  // namespace detail
+
+/// The same for a plane of bfloat16 (for the bfloat16 row kernels, AVX-512).
+inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
+                      const RowFormat& format, bfloat16* out) {
+  const bfloat16 zero = bfloat16::from_bits(0);
+  const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
+  const std::int64_t whole = c % 8 == 0 ? n2 / 16 * 16 : 0;
+  for (std::int64_t r = 0; r < n1; ++r) {
+    const bfloat16* row = in + r * n2 * c;
+    bfloat16* rows = out + r * c * format.width;
+    for (std::int64_t first = 0; first < c && whole > 0; first += 8)
+      for (std::int64_t i = 0; i < whole; i += 16)
+        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      bfloat16* to = rows + ch * format.width;
+      std::fill(to, to + format.before, zero);
+      if (c == 1)
+        std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(bfloat16));
+      else
+        for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
+      std::fill(to + format.before + n2, to + format.before + n2 + after, zero);
     }
   }
 }
