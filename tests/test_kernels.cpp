@@ -254,6 +254,24 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
       std::vector<double> dw_bf16(check.w_n, 0.0);
       rows::conv_backward_weight(g, x.data(), dy.data(), dw_bf16.data());
       CHECK(relative_gap(exact.dw_ref, dw_bf16) < 1e-5);
+      // Forward and input gradient: sums in float, each output rounded once.
+      const std::vector<meshtensor::bfloat16> w(exact.w.begin(), exact.w.end());
+      const auto widened = [](const std::vector<meshtensor::bfloat16>& v) {
+        return widen(std::vector<float>(v.begin(), v.end()));
+      };
+      CHECK(rows::fits_forward_bf16(g) == (rows::fits_forward(g) && g.c_in % 2 == 0));
+      if (rows::fits_forward_bf16(g)) {
+        ++bf16_cases;
+        std::vector<meshtensor::bfloat16> y(check.out_n);
+        rows::conv_forward(g, x.data(), w.data(), y.data());
+        CHECK(relative_gap(widen(exact.y_ref), widened(y)) < 4e-3);
+      }
+      if (rows::fits_backward_input_bf16(g)) {
+        ++bf16_cases;
+        std::vector<meshtensor::bfloat16> dx(check.in_n);
+        rows::conv_backward_input(g, dy.data(), w.data(), dx.data());
+        CHECK(relative_gap(widen(exact.dx_ref), widened(dx)) < 4e-3);
+      }
     }
     // The first layer's kernel reading the output gradient channels last, called directly.
     if (rows::fits_one_channel_weight(g)) {
@@ -290,7 +308,9 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
-  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) : 0));
+  // bfloat16: every case's weight gradient, the forward pass of the 6 with input channels in
+  // pairs, the input gradient of the 6 that have one.
+  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 6 + 6 : 0));
   // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
   CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
                                   int{rows::detail::one_channel_forward_kernel}));

@@ -6,8 +6,8 @@
 // MESHTENSOR_REFERENCE_KERNELS (for cross-checks). Shapes with 8 channels or fewer on one side
 // run on the row kernels (kernels/cpu/rows/conv.hpp) where the CPU has AVX2 or AVX-512. bfloat16
 // blocks run on oneDNN's bf16 kernels (AMX or AVX512_BF16) or on the float kernels a slab of rows
-// widened at a time (the weight gradient with few channels: the row kernel's bfloat16 form),
-// whichever runs the shape faster (bf16_kernels). A GPU runs cuDNN's (bfloat16
+// widened at a time (with few channels: the row kernels' bfloat16 forms), whichever runs the
+// shape faster (bf16_kernels). A GPU runs cuDNN's (bfloat16
 // on its tensor cores), and the CPU's for what cuDNN cannot run (double). A plan counts a
 // multiply-add per (output, tap) pair that reads the box.
 
@@ -116,8 +116,15 @@ inline ConvGeometry one_entry(ConvGeometry g) {
   return g;
 }
 
+// Few channels on AVX512_BF16 run the row kernels' bfloat16 forms, with no float copies (2 AMD
+// cores, 8 -> 8: forward and input gradient at about twice their float rates, the weight gradient
+// at 280-305 GFLOP/s against 145-177); the rest the float kernels on widened slabs.
+inline bool bf16_rows_run(bool fits) { return !reference_kernels && fits; }
+
 inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
                          bfloat16* output) {
+  if (bf16_rows_run(rows::fits_forward_bf16(g)))
+    return rows::conv_forward(g, input, weight, output);
   Buffer<float> w, in, out;
   widen_into(weight, conv_weight_size(g), w);
   const ConvGeometry one = one_entry(g);
@@ -136,6 +143,8 @@ inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfl
 
 inline void bf16_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
                                 const bfloat16* weight, bfloat16* grad_input) {
+  if (bf16_rows_run(rows::fits_backward_input_bf16(g)))
+    return rows::conv_backward_input(g, grad_output, weight, grad_input);
   Buffer<float> w, go, gi;
   widen_into(weight, conv_weight_size(g), w);
   const ConvGeometry one = one_entry(g);
@@ -154,10 +163,7 @@ inline void bf16_backward_input(const ConvGeometry& g, const bfloat16* grad_outp
 
 inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
                                  const bfloat16* grad_output, double* grad_weight) {
-  // Few channels on AVX512_BF16: the row kernel's bfloat16 form, with no float copies (2 AMD
-  // cores: 8 -> 8 at 64^3 and 128^3 280-305 GFLOP/s against the float kernel's 145-177; 1 -> 8
-  // at 64^3 203).
-  if (!reference_kernels && rows::fits_backward_weight_bf16(g))
+  if (bf16_rows_run(rows::fits_backward_weight_bf16(g)))
     return rows::conv_backward_weight(g, input, grad_output, grad_weight);
   Buffer<float> in, go;
   const ConvGeometry one = one_entry(g);

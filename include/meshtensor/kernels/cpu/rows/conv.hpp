@@ -18,8 +18,10 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshtensor/device/array.hpp"
@@ -43,6 +45,35 @@ constexpr int tile_channels = 8;  // output channels the kernels take at a time 
 // (AVX2: 3 x 4, where the loads then bound it, at about 45% of the peak; 3 x 2 is no faster).
 constexpr int register_channels = Simd::registers >= 32 ? 8 : 4;
 constexpr int weight_channels = Simd::registers >= 32 ? 8 : 4;
+
+// Positions a vector of T holds: float one a lane; bfloat16 two, a pair a lane.
+template <class T>
+constexpr int vector_positions = L* int(sizeof(float) / sizeof(T));
+
+template <class T>
+__attribute__((always_inline)) inline V load_vector(const T* p) {
+  return Simd::load(reinterpret_cast<const float*>(p));
+}
+
+// acc += x * y lane by lane (float), or pair by pair into each float lane (bfloat16: AVX512_BF16's
+// dot product, which gives each lane two products at the instruction cost of one).
+template <class T>
+__attribute__((always_inline)) inline V multiply_add(V x, V y, V acc) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Simd::fma(x, y, acc);
+  } else {
+#if defined(__AVX512BF16__)
+    return V(_mm512_dpbf16_ps(__m512(acc), __m512bh(x), __m512bh(y)));
+#else
+    static_assert(sizeof(T) == 0, "bfloat16 row kernels need AVX512_BF16");
+#endif
+  }
+}
+#if defined(__AVX512BF16__)
+constexpr bool bf16_rows = true;
+#else
+constexpr bool bf16_rows = false;
+#endif
 
 // What one output row reads: per tap and input channel, where that channel's box row starts
 // (output 0's read) and the weights of the output channels.
@@ -74,9 +105,9 @@ inline void tap_reads(const ConvGeometry& g, const RowGeometry& r,
 
 // A register tile's channels' vectors of positions [v*L, v*L + n) (rows of `planar`) into the
 // channels-last row `out`, from channel `first` on (tiles of other than 8 channels: AVX2's 4).
-template <int TC>
+template <int TC, class T>
 void store_vector(const float (&planar)[TC][L], std::int64_t v, std::int64_t n, std::int64_t c,
-                  std::int64_t first, float* out) {
+                  std::int64_t first, T* out) {
   for (std::int64_t p = 0; p < n; ++p)
     for (int ch = 0; ch < TC; ++ch) out[(v * L + p) * c + first + ch] = planar[ch][p];
 }
@@ -93,9 +124,9 @@ inline std::uint64_t taps_inside(const ConvGeometry& g, std::int64_t o1) {
 
 // Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + register_channels), into `out`
 // (channels last; `around_cache`: with streamed stores where they can be).
-template <int NB>
+template <class T, int NB>
 void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std::int64_t v0,
-                  std::int64_t first, float* out, bool around_cache) {
+                  std::int64_t first, T* out, bool around_cache) {
   V acc[NB][register_channels];
   for (int b = 0; b < NB; ++b)
     for (int c = 0; c < register_channels; ++c) acc[b][c] = Simd::zero();
@@ -105,7 +136,7 @@ void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std:
 #pragma GCC unroll 8
     for (int c = 0; c < register_channels; ++c) {
       const V wv = Simd::broadcast(read.w + first + c);
-      for (int b = 0; b < NB; ++b) acc[b][c] = Simd::fma(xv[b], wv, acc[b][c]);
+      for (int b = 0; b < NB; ++b) acc[b][c] = multiply_add<T>(xv[b], wv, acc[b][c]);
     }
   }
   // Eight channels: transposed straight from the registers (through memory, a tile's overhead
@@ -136,21 +167,23 @@ constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 2;  // vectors of po
 
 // A row in tiles of NB vectors; a last tile of one vector (whose broadcasts outnumber its
 // multiply-adds' other operands) is avoided by ending on two tiles of two.
-template <int NB>
+template <class T, int NB>
 void forward_row(const ConvGeometry& g, const RowGeometry& r, const std::vector<TapRead>& reads,
-                 std::int64_t first, float* out, bool around_cache) {
+                 std::int64_t first, T* out, bool around_cache) {
   std::int64_t v = 0;
   const std::int64_t left_over = NB > 2 && r.vectors % NB == 1 && r.vectors > NB ? NB + 1 : 0;
   for (; v + NB <= r.vectors - left_over; v += NB)
-    forward_tile<NB>(g, reads, v, first, out, around_cache);
-  for (; v + 2 <= r.vectors; v += 2) forward_tile<2>(g, reads, v, first, out, around_cache);
-  if (v < r.vectors) forward_tile<1>(g, reads, v, first, out, around_cache);
+    forward_tile<T, NB>(g, reads, v, first, out, around_cache);
+  for (; v + 2 <= r.vectors; v += 2) forward_tile<T, 2>(g, reads, v, first, out, around_cache);
+  if (v < r.vectors) forward_tile<T, 1>(g, reads, v, first, out, around_cache);
 }
 
-// Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0).
-inline void forward_planes(const ConvGeometry& g, const float* input, const float* weight,
-                           float* output, std::int64_t a, std::int64_t b, PlanarPlanes& planes,
-                           bool around_cache) {
+// Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0). A bfloat16 output
+// comes from a geometry whose input "channels" are pairs of bfloat16 channels, one float's bits
+// each (the layout AVX512_BF16's dot product reads), as are the weights.
+template <class T>
+void forward_planes(const ConvGeometry& g, const float* input, const float* weight, T* output,
+                    std::int64_t a, std::int64_t b, PlanarPlanes& planes, bool around_cache) {
   const RowGeometry r = row_geometry(g);
   std::vector<TapRead> reads;
   const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
@@ -158,7 +191,7 @@ inline void forward_planes(const ConvGeometry& g, const float* input, const floa
     const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
     std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
     for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      float* out = output + (q * g.out[1] + o1) * g.out[2] * g.c_out;
+      T* out = output + (q * g.out[1] + o1) * g.out[2] * g.c_out;
       // A row whose taps read inside the box as the previous row's did reads the same list a
       // row further on.
       const std::uint64_t now = taps_inside(g, o1);
@@ -168,37 +201,14 @@ inline void forward_planes(const ConvGeometry& g, const float* input, const floa
         tap_reads(g, r, read, o1, weight, reads);
       reading = now;
       if (reads.empty()) {
-        std::fill(out, out + g.out[2] * g.c_out, 0.0f);
+        std::fill(out, out + g.out[2] * g.c_out, T(0.0f));
         continue;
       }
       for (std::int64_t first = 0; first < g.c_out; first += register_channels)
-        forward_row<forward_vectors>(g, r, reads, first, out, around_cache);
+        forward_row<T, forward_vectors>(g, r, reads, first, out, around_cache);
     }
   }
 }
-
-// Positions a vector of T holds: float one a lane; bfloat16 two, a pair a lane.
-template <class T>
-constexpr int vector_positions = L* int(sizeof(float) / sizeof(T));
-
-template <class T>
-__attribute__((always_inline)) inline V load_vector(const T* p) {
-  return Simd::load(reinterpret_cast<const float*>(p));
-}
-
-// acc += x * g lane by lane (float), or pair by pair into each float lane (bfloat16: AVX512_BF16's
-// dot product, which gives each lane two positions' products at the instruction cost of one).
-__attribute__((always_inline)) inline V multiply_add(const float*, V x, V g, V acc) {
-  return Simd::fma(x, g, acc);
-}
-#if defined(__AVX512BF16__)
-constexpr bool bf16_rows = true;
-__attribute__((always_inline)) inline V multiply_add(const bfloat16*, V x, V g, V acc) {
-  return V(_mm512_dpbf16_ps(__m512(acc), __m512bh(x), __m512bh(g)));
-}
-#else
-constexpr bool bf16_rows = false;
-#endif
 
 // Weight-gradient sums of taps (k0, k1, *) and input channel ci over rows [a, b) of one output
 // plane, output channels [first, first + weight_channels), added lane by lane to `lanes`
@@ -226,7 +236,7 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const T* plane, co
       for (int c = 0; c < weight_channels; ++c) {
         V gv = load_vector(go + c * r.outputs.width + v * P);
         Simd::keep_in_register(gv);  // loaded once for its K2 uses, not once per use
-        for (int k = 0; k < K2; ++k) acc[k][c] = multiply_add(x, xv[k], gv, acc[k][c]);
+        for (int k = 0; k < K2; ++k) acc[k][c] = multiply_add<T>(xv[k], gv, acc[k][c]);
       }
     }
     x += t.stride * g.c_in * r.box.width;
@@ -365,9 +375,10 @@ inline bool fits_backward_weight(const ConvGeometry& g) { return takes(g) && g.k
 /// 15% faster).
 enum class OutputStores { through_cache, around_cache, by_size };
 
-inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores) {
+inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores,
+                                std::int64_t value_bytes = sizeof(float)) {
   if (stores != OutputStores::by_size) return stores == OutputStores::around_cache;
-  return conv_output_size(g) * std::int64_t{sizeof(float)} > last_level_cache_bytes();
+  return conv_output_size(g) * value_bytes > last_level_cache_bytes();
 }
 
 /// output = the convolution of input with weight, for shapes takes(g) accepts.
@@ -384,17 +395,15 @@ inline void conv_forward(const ConvGeometry& g, const float* input, const float*
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes(g, input, weight, output, a, b, planes, around_cache);
+        forward_planes<float>(g, input, weight, output, a, b, planes, around_cache);
         if (around_cache) stream_fence();
       });
 }
 
-/// grad_input (over the box) = the gradient of the forward pass's output with respect to its
-/// input, for shapes fits_backward_input(g) takes: the forward pass of the reversed convolution,
-/// which reads the output gradient through the taps flipped and the channels swapped.
-inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
-                                const float* weight, float* grad_input,
-                                OutputStores stores = OutputStores::by_size) {
+namespace detail {
+
+// The convolution whose forward pass is g's input gradient: taps flipped, channels swapped.
+inline ConvGeometry reversed(const ConvGeometry& g) {
   ConvGeometry r = g;
   r.in = g.out;
   r.out = g.in;
@@ -403,14 +412,85 @@ inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
     const std::int64_t dilation = g.kernel[d] > 1 ? g.taps[d].dilation : 1;
     r.taps[d] = Taps{false, -g.taps[d].origin - (g.kernel[d] - 1) * dilation, 1, dilation};
   }
+  return r;
+}
+
+template <class T>
+Buffer<T> reversed_weight(const ConvGeometry& g, const T* weight) {
   const std::int64_t taps = g.kernel[0] * g.kernel[1] * g.kernel[2];
-  Buffer<float> reversed(static_cast<std::size_t>(taps * g.c_in * g.c_out));
+  Buffer<T> reversed(static_cast<std::size_t>(taps * g.c_in * g.c_out));
   for (std::int64_t k = 0; k < taps; ++k)
     for (std::int64_t ci = 0; ci < g.c_in; ++ci)
       for (std::int64_t co = 0; co < g.c_out; ++co)
         reversed[((taps - 1 - k) * g.c_out + co) * g.c_in + ci] =
             weight[(k * g.c_in + ci) * g.c_out + co];
-  conv_forward(r, grad_output, reversed.data(), grad_input, stores);
+  return reversed;
+}
+
+}  // namespace detail
+
+/// grad_input (over the box) = the gradient of the forward pass's output with respect to its
+/// input, for shapes fits_backward_input(g) takes: the forward pass of the reversed convolution,
+/// which reads the output gradient through the taps flipped and the channels swapped.
+inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
+                                const float* weight, float* grad_input,
+                                OutputStores stores = OutputStores::by_size) {
+  conv_forward(detail::reversed(g), grad_output, detail::reversed_weight(g, weight).data(),
+               grad_input, stores);
+}
+
+/// Whether the bfloat16 passes below run `g`: where the float ones do, with the input channels
+/// of the forward pass they run in pairs, on a CPU with AVX512_BF16.
+inline bool fits_forward_bf16(const ConvGeometry& g) {
+  return detail::bf16_rows && fits_forward(g) && g.c_in % 2 == 0;
+}
+inline bool fits_backward_input_bf16(const ConvGeometry& g) {
+  return detail::bf16_rows && fits_backward_input(g) && g.c_out % 2 == 0;
+}
+
+/// The forward pass for bfloat16 operands, with no float copy of them: each lane of a vector
+/// holds a position's pair of input channels and meets the pair's weights in an AVX512_BF16 dot
+/// product (two multiply-adds an instruction, summed in float); outputs rounded to bfloat16.
+inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
+                         bfloat16* output, OutputStores stores = OutputStores::by_size) {
+  if (!detail::bf16_rows || !takes(g) || g.c_in % 2 != 0)
+    throw std::invalid_argument(
+        "internal: the bfloat16 row kernels need AVX512_BF16 and input channels in pairs");
+#if defined(__AVX512BF16__)
+  using namespace detail;
+  // Channels-last bfloat16 operands read as floats' bits: one "channel" per pair of channels.
+  ConvGeometry pairs = g;
+  pairs.c_in = g.c_in / 2;
+  const std::int64_t taps = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  Buffer<float> words(static_cast<std::size_t>(taps * pairs.c_in * g.c_out));
+  for (std::int64_t k = 0; k < taps; ++k)
+    for (std::int64_t j = 0; j < pairs.c_in; ++j)
+      for (std::int64_t co = 0; co < g.c_out; ++co) {
+        const std::int64_t even = (k * g.c_in + 2 * j) * g.c_out + co;
+        const std::uint32_t bits = weight[even].bits | std::uint32_t(weight[even + g.c_out].bits)
+                                                           << 16;
+        std::memcpy(&words[(k * pairs.c_in + j) * g.c_out + co], &bits, sizeof bits);
+      }
+  const RowFormat format = row_geometry(pairs).box;
+  const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(pairs, format); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        forward_planes<bfloat16>(pairs, reinterpret_cast<const float*>(input), words.data(), output,
+                                 a, b, planes, around_cache);
+        if (around_cache) stream_fence();
+      });
+#else
+  (void)input, (void)weight, (void)output, (void)stores;
+#endif
+}
+
+/// The input gradient for bfloat16 operands (the reversed convolution's forward pass above).
+inline void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
+                                const bfloat16* weight, bfloat16* grad_input,
+                                OutputStores stores = OutputStores::by_size) {
+  conv_forward(detail::reversed(g), grad_output, detail::reversed_weight(g, weight).data(),
+               grad_input, stores);
 }
 
 /// grad_weight += the gradient of the forward pass's output with respect to the weight, for

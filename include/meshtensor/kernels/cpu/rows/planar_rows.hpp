@@ -41,18 +41,49 @@ inline void eight_to_planar(const float* row, std::int64_t i, std::int64_t c, st
   for (int ch = 0; ch < 8; ++ch) Simd::store(out + (first + ch) * width + i, rows[ch]);
 }
 
+#if defined(__AVX512F__)
+// The 4 channels of 16 positions [i, i + 16) of a channels-last row into the planar rows `out`
+// (bfloat16 channel pairs, read as floats' bits, come four to a position at 8 channels).
+inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width, float* out) {
+  __m512 in[4];
+  for (int v = 0; v < 4; ++v) in[v] = _mm512_loadu_ps(row + i * 4 + 16 * v);
+  for (int ch = 0; ch < 4; ++ch) {
+    // Channel ch of positions 0-7 from the first two vectors, of 8-15 from the other two.
+    const __m512i index = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+        _mm512_set1_epi32(ch));
+    const __m512 low = _mm512_permutex2var_ps(in[0], index, in[1]);
+    const __m512 high = _mm512_permutex2var_ps(in[2], index, in[3]);
+    // The zero-masking form: GCC 12 warns of the plain one's undefined operand.
+    _mm512_storeu_ps(out + ch * width + i, _mm512_maskz_shuffle_f32x4(0xffff, low, high, 0x44));
+  }
+}
+#endif
+
 }  // namespace detail
 
 /// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`.
 inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
                       const RowFormat& format, float* out) {
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
-  // Whole vectors of positions through registers where the channels come in eights.
-  const std::int64_t whole = c % 8 == 0 && simd_available ? n2 / Simd::lanes * Simd::lanes : 0;
+  // Whole vectors of positions through registers where the channels come in eights (or, with
+  // AVX-512, four).
+#if defined(__AVX512F__)
+  constexpr bool fours = true;
+#else
+  constexpr bool fours = false;
+#endif
+  const bool through_registers = (c % 8 == 0 || (fours && c == 4)) && simd_available;
+  const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
   for (std::int64_t r = 0; r < n1; ++r) {
     const float* row = in + r * n2 * c;
     float* rows = out + r * c * format.width;
-    for (std::int64_t first = 0; first < c && whole > 0; first += 8)
+#if defined(__AVX512F__)
+    if (c == 4)
+      for (std::int64_t i = 0; i < whole; i += Simd::lanes)
+        detail::four_to_planar(row, i, format.width, rows + format.before);
+#endif
+    for (std::int64_t first = 0; first + 8 <= c && whole > 0; first += 8)
       for (std::int64_t i = 0; i < whole; i += Simd::lanes)
         detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
     for (std::int64_t ch = 0; ch < c; ++ch) {
@@ -60,8 +91,9 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
       std::fill(to, to + format.before, 0.0f);
       if (c == 1)  // already a channel's row (the first layer's input)
         std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(float));
-      else
-        for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
+      else  // as bits: the bfloat16 forward pass hands pairs of bfloat16 in as floats
+        for (std::int64_t i = whole; i < n2; ++i)
+          std::memcpy(to + format.before + i, row + i * c + ch, sizeof(float));
       std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
     }
   }
@@ -146,5 +178,35 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
   for (std::int64_t p = 0; p < n; ++p)
     std::memcpy(out + p * c + first, positions + 8 * p, 8 * sizeof(float));
 }
+
+#if defined(__AVX512BF16__)
+/// The same into a bfloat16 row, each value rounded to nearest (ties to even) as bfloat16(float)
+/// rounds it.
+__attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)[8], std::int64_t n,
+                                                           std::int64_t c, std::int64_t first,
+                                                           bfloat16* out,
+                                                           bool around_cache = false) {
+  constexpr int L = Simd::lanes;
+  Simd::V by_position[8];
+  Simd::to_positions(rows, by_position);
+  __m256i rounded[8];
+  for (int v = 0; v < 8; ++v) {
+    const __m256bh narrow = _mm512_cvtneps_pbh(__m512(by_position[v]));
+    std::memcpy(&rounded[v], &narrow, sizeof narrow);
+  }
+  if (c == 8 && n == L) {
+    auto* to = reinterpret_cast<__m256i*>(out);
+    if (around_cache && reinterpret_cast<std::uintptr_t>(out) % sizeof(__m256i) == 0)
+      for (int v = 0; v < 8; ++v) _mm256_stream_si256(to + v, rounded[v]);
+    else
+      for (int v = 0; v < 8; ++v) _mm256_storeu_si256(to + v, rounded[v]);
+    return;
+  }
+  alignas(64) bfloat16 positions[L * 8];
+  std::memcpy(positions, rounded, sizeof positions);
+  for (std::int64_t p = 0; p < n; ++p)
+    std::memcpy(out + p * c + first, positions + 8 * p, 8 * sizeof(bfloat16));
+}
+#endif
 
 }  // namespace meshtensor::kernels::rows
