@@ -179,7 +179,8 @@ inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
 
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 // Which kernels run a bfloat16 pass: oneDNN's bf16 ones ("native"; each slab it has none for
-// runs widened) or the float ones on widened slabs. MESHTENSOR_BF16_CONV=native|widened forces
+// runs widened) or meshtensor's ("widened": the row kernels' bfloat16 forms where they take the
+// shape, else the float kernels on widened slabs). MESHTENSOR_BF16_CONV=native|widened forces
 // one; by default (auto) each shape and pass is timed at its first call on a processor and runs
 // the faster: AMX's bf16 kernels beat the float ones 2-4x from 8 channels on, while at 1 -> 8 the
 // float row kernels run twice as fast as oneDNN's bf16 ones.
