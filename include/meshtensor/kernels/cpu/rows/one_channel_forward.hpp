@@ -94,8 +94,7 @@ constexpr bool one_channel_forward_kernel = false;
 /// Whether conv_forward_one_channel runs `g`: 1 -> 8 channels, 3x3x3 taps that the row kernels
 /// take (rows/conv.hpp's `takes`), undilated along the rows, on a CPU with AVX2 at least.
 inline bool fits_one_channel_forward(const ConvGeometry& g) {
-  return detail::one_channel_forward_kernel && g.c_in == 1 && g.c_out == 8 &&
-         g.kernel == std::array<std::int64_t, 3>{3, 3, 3} && g.taps[2].dilation == 1;
+  return detail::one_channel_forward_kernel && detail::first_layer_shape(g);
 }
 
 /// output = the convolution of input with weight, for shapes fits_one_channel_forward(g) takes

@@ -170,8 +170,7 @@ constexpr bool one_channel_kernel = false;
 /// Whether conv_backward_weight_one_channel runs `g`: AVX-512 or AVX2, 1 -> 8 channels, 3x3x3 taps
 /// that the row kernels take (rows/conv.hpp's `takes`), undilated along the rows.
 inline bool fits_one_channel_weight(const ConvGeometry& g) {
-  return detail::one_channel_kernel && g.c_in == 1 && g.c_out == 8 &&
-         g.kernel == std::array<std::int64_t, 3>{3, 3, 3} && g.taps[2].dilation == 1;
+  return detail::one_channel_kernel && detail::first_layer_shape(g);
 }
 
 /// grad_weight += the gradient of the forward pass's output with respect to the weight, for

@@ -4,6 +4,7 @@
 // processor's compute threads.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +29,13 @@ inline bool ordinary(const ConvGeometry& g) {
   for (int d = 0; d < 3; ++d)
     if (g.taps[d].transposed && (g.kernel[d] > 1 || g.taps[d].stride != 1)) return false;
   return g.taps[2].stride == 1;
+}
+
+// The U-Net's first layer: one input channel to 8, 3x3x3 taps, undilated along the rows (the
+// shape the one-channel kernels take).
+inline bool first_layer_shape(const ConvGeometry& g) {
+  return g.c_in == 1 && g.c_out == 8 && g.kernel == std::array<std::int64_t, 3>{3, 3, 3} &&
+         g.taps[2].dilation == 1;
 }
 
 // Vectors of outputs along the last dim, and the format of the box's rows they read: output o
