@@ -14,7 +14,7 @@ namespace {
 struct Observed {
   int processor = 0, group_rank = 0, group_size = 0;
   std::vector<double> sum, max, min;
-  std::vector<std::int64_t> gathered, scattered, received_ring;
+  std::vector<std::int64_t> gathered, scattered, received_ring, received_posted_first;
   std::vector<std::vector<std::int32_t>> exchanged;
   std::vector<float> broadcasted;
   std::vector<std::uint8_t> bytes_in_order;
@@ -65,6 +65,24 @@ Observed exercise(Communicator& group, int processor) {
   wait_all(requests);
   o.received_ring = {got_first, got_second};
 
+  // A receive posted before its message (filled straight from the send on threads), then one
+  // posted after: they still match in the order sent. A transport that starts work in program
+  // order (NCCL) would start the receive before the barrier and wait there forever.
+  got_first = got_second = -1;
+  if (!group.starts_in_program_order()) {
+    Request early = group.irecv(&got_first, sizeof got_first, previous, 9);
+    group.barrier();  // every receive above is posted before any send below
+    requests.clear();
+    requests.push_back(group.isend(&first, sizeof first, next, 9));
+    requests.push_back(group.isend(&second, sizeof second, next, 9));
+    requests.push_back(group.irecv(&got_second, sizeof got_second, previous, 9));
+    early.wait();
+    wait_all(requests);
+  } else {
+    got_first = 10 * previous, got_second = 10 * previous + 1;
+  }
+  o.received_posted_first = {got_first, got_second};
+
   // Zero-byte messages still match.
   auto empty_send = group.isend(nullptr, 0, next, 8);
   auto empty_recv = group.irecv(nullptr, 0, previous, 8);
@@ -101,6 +119,7 @@ void check(const Observed& o) {
   CHECK(o.broadcasted[0] == 1.5f);
   const int previous = (r + p - 1) % p;
   CHECK(o.received_ring == std::vector<std::int64_t>{10 * previous, 10 * previous + 1});
+  CHECK(o.received_posted_first == std::vector<std::int64_t>{10 * previous, 10 * previous + 1});
 }
 
 }  // namespace

@@ -105,6 +105,42 @@ TEST_CASE("a message of the wrong size is an error, not a silent truncation") {
                     Contains("expected 8 bytes") && Contains("16 bytes"));
 }
 
+TEST_CASE("a message of the wrong size for a receive posted before it is an error") {
+  auto body = [](Mesh& mesh) {
+    double small = 0;
+    Request receive;
+    if (mesh.processor() == 1) receive = mesh.world().irecv(&small, sizeof small, 0, 6);
+    mesh.world().barrier();  // the receive is posted before the send
+    if (mesh.processor() == 0) {
+      double big[2] = {1, 2};
+      mesh.world().isend(big, sizeof big, 1, 6).wait();
+    }
+    receive.wait();
+    CHECK(small == 0);  // nothing was written past (or into) the receive's buffer
+  };
+  CHECK_THROWS_WITH(threads::run("p:2", body),
+                    Contains("expected 8 bytes") && Contains("16 bytes"));
+}
+
+TEST_CASE("a receive abandoned unfinished is withdrawn: its message goes to the next receive") {
+  auto body = [](Mesh& mesh) {
+    double abandoned = 0, taken = 0;
+    if (mesh.processor() == 1) {
+      Request receive = mesh.world().irecv(&abandoned, sizeof abandoned, 0, 4);
+    }  // destroyed without a wait, as when an error unwinds past it
+    mesh.world().barrier();
+    if (mesh.processor() == 0) {
+      const double value = 42;
+      mesh.world().isend(&value, sizeof value, 1, 4).wait();
+    } else {
+      mesh.world().irecv(&taken, sizeof taken, 0, 4).wait();
+      CHECK(abandoned == 0);
+      CHECK(taken == 42);
+    }
+  };
+  threads::run("p:2", body);
+}
+
 TEST_CASE("a mesh whose size differs from the number of processors is rejected") {
   auto body = [](std::unique_ptr<Communicator> world) {
     Mesh mesh("rows:2; cols:2", std::move(world));

@@ -55,20 +55,23 @@ class HaloStep {
     const Timer timer(mesh);
     const MemoryUseScope messages(MemoryUse::halo);
     Communicator& group = mesh.group(AxisSet{1} << plan.step_axis(step));
-    for (const HaloMessage& m : plan.step_messages(step, adjoint)) {
-      if (!m.send.empty()) {
-        Buffer<T> piece(m.send.num_elements());
-        pack(m.send, piece.data());
-        requests_.push_back(
-            group.isend(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
-        sent_.push_back(std::move(piece));
-      }
-      if (!m.receive.empty()) {
-        received_.emplace_back(m.receive, Buffer<T>(m.receive.num_elements()));
-        Buffer<T>& piece = received_.back().second;
-        requests_.push_back(
-            group.irecv(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
-      }
+    const std::vector<HaloMessage> all = plan.step_messages(step, adjoint);
+    // Receives first: a message that finds its receive posted lands in place (no copy held for
+    // it by the transport), and a peer already waiting gets its piece as soon as it is packed.
+    for (const HaloMessage& m : all) {
+      if (m.receive.empty()) continue;
+      received_.emplace_back(m.receive, Buffer<T>(m.receive.num_elements()));
+      Buffer<T>& piece = received_.back().second;
+      requests_.push_back(
+          group.irecv(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
+    }
+    for (const HaloMessage& m : all) {
+      if (m.send.empty()) continue;
+      Buffer<T> piece(m.send.num_elements());
+      pack(m.send, piece.data());
+      requests_.push_back(
+          group.isend(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
+      sent_.push_back(std::move(piece));
     }
     group.start_posted();  // the caller computes while they travel
   }

@@ -1,8 +1,9 @@
 #pragma once
 // The `threads` transport: N processors as N threads of one process. It needs no launcher and is
 // the default, so tests and the quick start run anywhere. Collectives meet at a rendezvous where
-// each thread publishes a pointer to its buffer and reads its peers' buffers directly; sends are
-// buffered, so a send never waits for its receive.
+// each thread publishes a pointer to its buffer and reads its peers' buffers directly. A send
+// copies straight into its receive where that is posted already, and into a buffer otherwise, so
+// a send never waits for its receive.
 
 #include <algorithm>
 #include <condition_variable>
@@ -38,10 +39,29 @@ struct Group {
   std::vector<const void*> slots;  // per member: what it published for the current collective
 };
 
+// A point-to-point message's address: (communicator context, source, destination, tag), ranks
+// in the communicator.
+using Key = std::tuple<std::uint64_t, int, int, int>;
+
+// A sent message whose receive was not posted yet: a copy, so that the send completes at once.
+struct Message {
+  std::unique_ptr<std::byte[]> data;
+  std::size_t bytes = 0;
+};
+
+// A receive posted before its message: the sender copies straight into its buffer.
+struct PostedReceive {
+  int receiver;  // world rank: whose condition variable a filling notifies
+  void* data;
+  std::size_t bytes;
+  enum State { waiting, filling, done } state = waiting;
+  std::string error;  // a size mismatch, thrown by the receiver
+};
+
 // State shared by all threads of one run.
 class World {
  public:
-  explicit World(int size) : size_(size), finished_(size, false) {
+  explicit World(int size) : size_(size), finished_(size, false), arrived_(size) {
     auto group = std::make_shared<Group>();
     group->context = next_context_++;
     for (int r = 0; r < size; ++r) group->members.push_back(r);
@@ -60,14 +80,14 @@ class World {
       failed_ = true;
       failure_ = "processor " + std::to_string(processor) + " failed: " + what;
     }
-    changed_.notify_all();
+    notify_everyone();
   }
 
   // Marks a processor whose function returned: whoever waits for it now waits forever.
   void finish(int processor) {
     std::lock_guard<std::mutex> lock(mutex_);
     finished_[processor] = true;
-    changed_.notify_all();
+    notify_everyone();
   }
 
   // Waits until every member of `group` has arrived; `rank` is the caller's rank in it.
@@ -111,32 +131,69 @@ class World {
                     "collective ops in the same order");
   }
 
-  void post(std::uint64_t context, int source, int dest, int tag, std::vector<std::byte> message) {
+  // Delivers a message: straight into the receive posted for it where there is one (the
+  // receiver's buffer), or else into a copy that waits in the mailbox for its receive.
+  void send(const Key& key, const void* data, std::size_t bytes) {
+    std::shared_ptr<PostedReceive> receive = claim_posted(key);
+    if (!receive) {
+      Message copy{std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes};
+      if (bytes) std::memcpy(copy.data.get(), data, bytes);
+      std::lock_guard<std::mutex> lock(mutex_);
+      throw_if_failed();
+      auto posted = posted_.find(key);
+      if (posted == posted_.end() || posted->second.empty()) {
+        mailbox_[key].push_back(std::move(copy));  // its receive, once posted, takes it
+        return;
+      }
+      receive = pop_front(posted);  // posted while the copy was made
+    }
+    fill(*receive, key, data, bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    throw_if_failed();
-    mailbox_[{context, source, dest, tag}].push_back(std::move(message));
-    changed_.notify_all();
+    receive->state = PostedReceive::done;
+    arrived_[receive->receiver].notify_all();
   }
 
-  // Takes the oldest matching message; blocks unless `block` is false. `sender` is the source's
-  // world rank, watched so that a receive from a processor that has returned fails instead of
-  // hanging.
-  bool take(std::uint64_t context, int source, int sender, int dest, int tag,
-            std::vector<std::byte>& message, bool block) {
+  // Posts a receive into `data`: filled at once from a message already in the mailbox, or else
+  // kept for its sender to fill.
+  std::shared_ptr<PostedReceive> post_receive(const Key& key, int receiver, void* data,
+                                              std::size_t bytes) {
+    auto receive = std::make_shared<PostedReceive>(
+        PostedReceive{receiver, data, bytes, PostedReceive::waiting, {}});
+    Message message;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      throw_if_failed();
+      auto queue = mailbox_.find(key);
+      if (queue == mailbox_.end() || queue->second.empty()) {
+        posted_[key].push_back(receive);
+        return receive;
+      }
+      message = std::move(queue->second.front());
+      queue->second.pop_front();
+    }
+    fill(*receive, key, message.data.get(), message.bytes);
+    receive->state = PostedReceive::done;
+    return receive;
+  }
+
+  // Waits until `receive` is filled (or, unless `block`, tells whether it is). `sender` is the
+  // source's world rank, watched so that a receive from a processor that has returned fails
+  // instead of hanging.
+  bool complete(PostedReceive& receive, const Key& key, int sender, bool block) {
     std::unique_lock<std::mutex> lock(mutex_);
-    auto& queue = mailbox_[{context, source, dest, tag}];
-    if (block) {
+    if (block && receive.state != PostedReceive::done) {
       const Deadline deadline;
-      const bool ended = changed_.wait_until(
-          lock, deadline.when(), [&] { return !queue.empty() || failed_ || finished_[sender]; });
+      const bool ended = arrived_[receive.receiver].wait_until(lock, deadline.when(), [&] {
+        return receive.state == PostedReceive::done || failed_ || finished_[sender];
+      });
       if (!ended)
-        throw CommError("threads transport: a receive (tag " + std::to_string(tag) + ") waited " +
-                        deadline.describe() + " for a message from processor " +
+        throw CommError("threads transport: a receive (tag " + std::to_string(std::get<3>(key)) +
+                        ") waited " + deadline.describe() + " for a message from processor " +
                         std::to_string(sender) +
                         ", which did not send it; every processor must call the same ops in the "
                         "same order");
     }
-    if (queue.empty()) {
+    if (receive.state != PostedReceive::done) {
       throw_if_failed();
       // A processor that has returned sends nothing more: a receive from it would never end.
       if (finished_[sender])
@@ -146,9 +203,21 @@ class World {
                         "the same order");
       return false;
     }
-    message = std::move(queue.front());
-    queue.pop_front();
+    if (!receive.error.empty()) throw CommError(receive.error);
     return true;
+  }
+
+  // Withdraws a receive that is being abandoned (its request destroyed unfinished, as an error
+  // unwinds): no sender may write into its buffer afterwards.
+  void withdraw(const std::shared_ptr<PostedReceive>& receive, const Key& key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (receive->state == PostedReceive::waiting) {
+      auto& queue = posted_[key];
+      queue.erase(std::find(queue.begin(), queue.end(), receive));
+      receive->state = PostedReceive::done;
+      return;
+    }
+    arrived_[receive->receiver].wait(lock, [&] { return receive->state == PostedReceive::done; });
   }
 
   // The group for (parent, split number, color): made by the first member that asks.
@@ -167,8 +236,43 @@ class World {
   }
 
  private:
+  void notify_everyone() {
+    changed_.notify_all();
+    for (auto& arrived : arrived_) arrived.notify_all();
+  }
+
   void throw_if_failed() const {
     if (failed_) throw PeerFailure("stopped because " + failure_);
+  }
+
+  // The oldest receive posted for `key`, taken for filling; null where none waits.
+  std::shared_ptr<PostedReceive> claim_posted(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    throw_if_failed();
+    auto posted = posted_.find(key);
+    if (posted == posted_.end() || posted->second.empty()) return nullptr;
+    return pop_front(posted);
+  }
+  template <class Iterator>
+  static std::shared_ptr<PostedReceive> pop_front(Iterator posted) {
+    std::shared_ptr<PostedReceive> receive = std::move(posted->second.front());
+    posted->second.pop_front();
+    receive->state = PostedReceive::filling;
+    return receive;
+  }
+
+  // Copies a message into its receive, outside the lock: the receive is claimed, so nothing else
+  // touches it until it is marked done.
+  static void fill(PostedReceive& receive, const Key& key, const void* data, std::size_t bytes) {
+    if (bytes != receive.bytes) {
+      receive.error = "threads transport: rank " + std::to_string(std::get<2>(key)) + " expected " +
+                      std::to_string(receive.bytes) + " bytes from rank " +
+                      std::to_string(std::get<1>(key)) + " (tag " +
+                      std::to_string(std::get<3>(key)) + ") but " + std::to_string(bytes) +
+                      " bytes arrived";
+      return;
+    }
+    if (bytes) std::memcpy(receive.data, data, bytes);
   }
 
   const int size_;
@@ -179,44 +283,30 @@ class World {
   std::uint64_t next_context_ = 0;
   std::shared_ptr<Group> root_;
   std::vector<bool> finished_;
-  std::map<std::tuple<std::uint64_t, int, int, int>, std::deque<std::vector<std::byte>>> mailbox_;
+  std::vector<std::condition_variable> arrived_;  // per processor: a receive of its was filled
+  std::map<Key, std::deque<Message>> mailbox_;    // sent before their receives were posted
+  std::map<Key, std::deque<std::shared_ptr<PostedReceive>>> posted_;  // posted before their sends
   std::map<std::tuple<std::uint64_t, std::uint64_t, int>, std::shared_ptr<Group>> groups_;
 };
 
+// A receive in flight: done once its sender has filled it; withdrawn if abandoned unfinished.
 class ReceiveRequest : public meshtensor::detail::RequestImpl {
  public:
-  ReceiveRequest(World& world, std::uint64_t context, int source, int sender, int dest, int tag,
-                 void* data, std::size_t bytes)
-      : world_(world),
-        context_(context),
-        source_(source),
-        sender_(sender),
-        dest_(dest),
-        tag_(tag),
-        data_(data),
-        bytes_(bytes) {}
-
-  void wait() override { complete(true); }
-  bool test() override { return complete(false); }
-
- private:
-  bool complete(bool block) {
-    std::vector<std::byte> message;
-    if (!world_.take(context_, source_, sender_, dest_, tag_, message, block)) return false;
-    if (message.size() != bytes_)
-      throw CommError("threads transport: rank " + std::to_string(dest_) + " expected " +
-                      std::to_string(bytes_) + " bytes from rank " + std::to_string(source_) +
-                      " (tag " + std::to_string(tag_) + ") but " + std::to_string(message.size()) +
-                      " bytes arrived");
-    if (bytes_) std::memcpy(data_, message.data(), bytes_);
-    return true;
+  ReceiveRequest(World& world, Key key, int sender, std::shared_ptr<PostedReceive> receive)
+      : world_(world), key_(key), sender_(sender), receive_(std::move(receive)) {}
+  ~ReceiveRequest() override {
+    if (!finished_) world_.withdraw(receive_, key_);
   }
 
+  void wait() override { finished_ = world_.complete(*receive_, key_, sender_, true); }
+  bool test() override { return finished_ = world_.complete(*receive_, key_, sender_, false); }
+
+ private:
   World& world_;
-  std::uint64_t context_;
-  int source_, sender_, dest_, tag_;
-  void* data_;
-  std::size_t bytes_;
+  Key key_;
+  int sender_;  // the source's world rank
+  std::shared_ptr<PostedReceive> receive_;
+  bool finished_ = false;
 };
 
 }  // namespace detail
@@ -237,16 +327,16 @@ class ThreadsCommunicator final : public Communicator {
  private:
   Request post_send(const void* data, std::size_t bytes, int dest, int tag, MemorySpace) override {
     check_rank(dest, "send to");
-    std::vector<std::byte> message(bytes);
-    if (bytes) std::memcpy(message.data(), data, bytes);
-    world_->post(group_->context, rank_, dest, tag, std::move(message));
-    return Request();  // buffered: complete at once
+    world_->send({group_->context, rank_, dest, tag}, data, bytes);
+    return Request();  // delivered or buffered: complete at once
   }
 
   Request post_receive(void* data, std::size_t bytes, int source, int tag, MemorySpace) override {
     check_rank(source, "receive from");
-    return Request(std::make_unique<detail::ReceiveRequest>(
-        *world_, group_->context, source, group_->members[source], rank_, tag, data, bytes));
+    const detail::Key key{group_->context, source, rank_, tag};
+    auto receive = world_->post_receive(key, group_->members[rank_], data, bytes);
+    return Request(
+        std::make_unique<detail::ReceiveRequest>(*world_, key, group_->members[source], receive));
   }
 
  public:
