@@ -488,6 +488,30 @@ TEST_CASE("NaN, infinite and out-of-range voxels are refused, naming the file an
       Contains(wide) && Contains("voxel (0, 1, 0) is 70000, which int16 cannot hold"));
 }
 
+TEST_CASE("a header extension longer than its file is refused before niftilib allocates it") {
+  // tests/fuzz found niftilib allocating a 1.1 GiB extension for a file of 691 bytes.
+  const std::string path = crafted_file(
+      "long_extension.nii",
+      [](nifti_1_header& h) {
+        h.dim[1] = h.dim[2] = h.dim[3] = 2;
+        h.vox_offset = 1e9f;  // room for the extension before the data, as far as the header says
+      },
+      64);
+  if (lead_rank()) {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    const char extender[4] = {1, 0, 0, 0};
+    const std::int32_t extension[2] = {1 << 29, 0};  // 512 MiB, in this machine's byte order
+    file.seekp(348);
+    file.write(extender, sizeof extender);
+    file.write(reinterpret_cast<const char*>(extension), sizeof extension);
+  }
+  wait_for_all_ranks();
+  for (const auto& error : open_errors(path))
+    CHECK_THAT(error, Contains(path) &&
+                          Contains("extension at byte 352 is 536870912 bytes long, past the end "
+                                   "of the file"));
+}
+
 TEST_CASE("damaged dims and implausible spacings are refused before niftilib reads them") {
   const std::pair<const char*, std::pair<int, int>> dims[] = {
       {"the header's dim[0] is 9; a NIfTI image has 1 to 7 dims", {0, 9}},
