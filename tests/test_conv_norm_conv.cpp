@@ -2,7 +2,9 @@
 // (conv_norm_conv): output and every gradient on every spatial layout class equal the
 // single-processor run, where the deep halo is taken (split spatial dims, halos wider than a
 // block included) and where it is not (split channels) — and a deep pair sends half the halo
-// messages of the three ops one after the other.
+// messages of the three ops one after the other. The same for the pair whose second convolution
+// takes its halo raw, sent before the norm's statistics (batch_norm_conv), which also equals the
+// three ops exactly on every mesh.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/ops/norm_conv.hpp>
 
 #include "support/op_check.hpp"
 #include "support/spatial_cases.hpp"
@@ -26,11 +29,15 @@ struct Pair {
   Shape input = volume_shape;
 };
 
+// How the pair runs: one op with a deep halo, the three ops one after the other, or the first
+// convolution, then batch norm and the second with its halo sent early.
+enum class Run { deep, three_ops, early_halo };
+
 // out and the gradients of x, w1, gamma, beta and w2, for loss = sum(out * r), r fixed; the
 // activations in T (fp32 or bfloat16), the parameters fp32.
 template <class T = float>
 std::vector<Tensor<float>> forward_backward(Mesh& m, const Layout& l, const Pair& pair,
-                                            bool deep = true) {
+                                            Run run = Run::deep) {
   auto x = test_input(m, pair.input, l, 1).set_requires_grad();
   auto w1 = test_input(m, pair.w1, l, 2).set_requires_grad();
   auto w2 = test_input(m, pair.w2, l, 3).set_requires_grad();
@@ -43,13 +50,16 @@ std::vector<Tensor<float>> forward_backward(Mesh& m, const Layout& l, const Pair
   else
     h = cast<T>(x);
   Tensor<T> out;
-  if (deep) {
+  if (run == Run::deep) {
     out = conv_norm_conv(h, w1, gamma, beta, w2, pair.window, "channels", 1e-5, nullptr,
                          pair.activation);
   } else {
     auto y = rename(conv(h, w1, pair.window), "features", "channels");
-    out = conv(batch_norm(y, gamma, beta, "channels", 1e-5, nullptr, pair.activation), w2,
-               pair.window);
+    out = run == Run::early_halo
+              ? batch_norm_conv(y, gamma, beta, w2, pair.window, "channels", 1e-5, nullptr,
+                                pair.activation)
+              : conv(batch_norm(y, gamma, beta, "channels", 1e-5, nullptr, pair.activation), w2,
+                     pair.window);
   }
   Tensor<float> result;
   if constexpr (std::is_same_v<T, float>)
@@ -60,10 +70,32 @@ std::vector<Tensor<float>> forward_backward(Mesh& m, const Layout& l, const Pair
   return {result, x.grad(), w1.grad(), gamma.grad(), beta.grad(), w2.grad()};
 }
 
-std::string check(const Pair& pair) {
+std::string check(const Pair& pair, Run run = Run::deep) {
   return compare_with_one_processor(
-      [&](Mesh& m, const Layout& l) { return forward_backward(m, l, pair); }, 1e-4,
+      [&](Mesh& m, const Layout& l) { return forward_backward(m, l, pair, run); }, 1e-4,
       spatial_cases());
+}
+
+// The largest difference between the early halo's results and the three ops' on any processor of
+// any spatial layout class.
+template <class T>
+double early_halo_against_three_ops(const Pair& pair) {
+  double largest = 0;
+  for (const auto& c : spatial_cases()) {
+    if (!can_run(c.mesh)) continue;
+    const auto differences = on_mesh(c.mesh, [&](Mesh& m) {
+      const auto early = forward_backward<T>(m, c.layout, pair, Run::early_halo);
+      const auto three = forward_backward<T>(m, c.layout, pair, Run::three_ops);
+      double d = 0;
+      for (std::size_t k = 0; k < early.size(); ++k)
+        d = std::max(
+            d,
+            double(xt::amax(xt::abs(local_block(early[k]).data - local_block(three[k]).data))()));
+      return d;
+    });
+    for (double d : differences) largest = std::max(largest, d);
+  }
+  return largest;
 }
 
 }  // namespace
@@ -108,11 +140,11 @@ TEST_CASE("a bfloat16 pair matches one processor on every layout as closely as t
   // the other alike.
   const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
                   Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same")};
-  for (const bool deep : {true, false}) {
-    INFO((deep ? "deep halo" : "three ops"));
+  for (const Run run : {Run::deep, Run::three_ops, Run::early_halo}) {
+    INFO((run == Run::deep ? "deep halo" : run == Run::three_ops ? "three ops" : "early halo"));
     auto results = [&](bool volume) {
-      return [&pair, volume, deep](Mesh& m, const Layout& l) {
-        auto all = forward_backward<bfloat16>(m, l, pair, deep);
+      return [&pair, volume, run](Mesh& m, const Layout& l) {
+        auto all = forward_backward<bfloat16>(m, l, pair, run);
         return volume ? std::vector<Tensor<float>>(all.begin(), all.begin() + 2)
                       : std::vector<Tensor<float>>(all.begin() + 2, all.end());
       };
@@ -122,24 +154,47 @@ TEST_CASE("a bfloat16 pair matches one processor on every layout as closely as t
   }
 }
 
-TEST_CASE("a deep pair sends one halo exchange each way where the three ops send two") {
+TEST_CASE(
+    "a deep pair sends one halo exchange each way where the three ops send two; an early halo "
+    "sends as many as the three ops") {
   const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
                   Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same")};
   for (const auto& [mesh, layout] : std::vector<std::pair<std::string, std::string>>{
            {"p:2", "x:p"}, {"a:2; b:2; c:2", "x:a; y:b; z:c"}}) {
     INFO(layout);
     if (!can_run(MeshShape(mesh))) continue;
-    auto messages = [&](bool deep) {
+    auto messages = [&](Run run) {
       return on_mesh(MeshShape(mesh), [&](Mesh& m) {
         const auto before = m.traffic().messages;
-        forward_backward(m, Layout(layout), pair, deep);
+        forward_backward(m, Layout(layout), pair, run);
         return m.traffic().messages - before;
       });
     };
-    const auto deep = messages(true), three_ops = messages(false);
+    const auto deep = messages(Run::deep), three_ops = messages(Run::three_ops);
     for (std::size_t p = 0; p < deep.size(); ++p) {
       CHECK(deep[p] > 0);
       CHECK(2 * deep[p] == three_ops[p]);
     }
+    CHECK(messages(Run::early_halo) == three_ops);
   }
+}
+
+TEST_CASE(
+    "batch norm and a convolution, its halo sent before the statistics, match one processor") {
+  const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
+                  Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same")};
+  CHECK(check(pair, Run::early_halo) == "");
+  const Pair wide{Shape("kx:5, ky:3, channels:3, features:2"),
+                  Shape("kx:5, ky:3, channels:2, out:3"),
+                  Window("x, y").padding("same").dilation({1, 2}), Activation::none};
+  CHECK(check(wide, Run::early_halo) == "");
+}
+
+TEST_CASE("the halo sent before the statistics gives exactly the three ops' results") {
+  // The receivers normalise the raw rows with their owner's coefficients and kernel: the same
+  // values, in fp32 and in bfloat16.
+  const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
+                  Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same")};
+  CHECK(early_halo_against_three_ops<float>(pair) == 0.0);
+  CHECK(early_halo_against_three_ops<bfloat16>(pair) == 0.0);
 }

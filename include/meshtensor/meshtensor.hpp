@@ -41,6 +41,7 @@
 #include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/loss.hpp"
 #include "meshtensor/ops/norm.hpp"
+#include "meshtensor/ops/norm_conv.hpp"
 #include "meshtensor/ops/pool.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"

@@ -19,6 +19,7 @@
 #include "meshtensor/ops/conv_norm_conv.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
+#include "meshtensor/ops/norm_conv.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/create.hpp"
 
@@ -220,6 +221,24 @@ class Norm {
 };
 
 /**
+ * `norm` (with `activation`), then `conv`. Batch norm in training sends the convolution's halo
+ * before its statistics are agreed (batch_norm_conv); other norms run one after the other.
+ */
+template <class T, class A>
+Tensor<A> norm_conv(Norm<T>& norm, const Conv<T>& conv, const Tensor<A>& x, bool training,
+                    Activation activation) {
+  if (norm.kind() != NormKind::batch || !training || conv.transposed() ||
+      norm.channels() != conv.channels())
+    return conv(norm(x, training, activation));
+  Moments<T> moments;
+  auto y = batch_norm_conv(x, norm.gamma(), norm.beta(), conv.weight(), conv.window(),
+                           conv.channels(), norm.epsilon(), &moments, activation);
+  norm.update_running(x.mesh(), moments);
+  y = rename(std::move(y), conv.weight_output_channels(), conv.output_channels());
+  return conv.bias().defined() ? std::move(y) + conv.bias() : y;
+}
+
+/**
  * `first`, then `norm` (with `activation`), then `second`: a U-Net level's convolutions with the
  * normalisation between them. With `deep_halo`, where the layers allow — batch norm in training,
  * the first convolution without bias, the same window and channel dim throughout — one op whose
@@ -235,8 +254,8 @@ Tensor<A> conv_norm_conv(const Conv<T>& first, Norm<T>& norm, const Conv<T>& sec
                     first.window() == second.window() && first.output_channels() == c &&
                     norm.channels() == c && second.channels() == c;
   if (!deep_halo || !fits) {
-    x = norm(first(x), training, activation);  // the input freed before the second runs
-    return second(x);
+    x = first(x);  // the input freed before the second runs
+    return norm_conv(norm, second, x, training, activation);
   }
   Moments<T> moments;
   auto y = meshtensor::conv_norm_conv(x, first.weight(), norm.gamma(), norm.beta(), second.weight(),

@@ -230,11 +230,12 @@ Array<T> weight_in_kernel_order(const Array<W>& w, const std::vector<std::size_t
   }
 }
 
+// The call for an input laid out as `input` on `mesh` (aligned to `layout`, as the weight `w`).
 template <class T, class W>
-ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& window,
-                      const std::string& channels, const ConvDims& dims, const Layout& layout,
-                      bool transposed) {
-  const Shape& in_shape = x.shape();
+ConvCall<T> conv_call(Mesh& mesh, const TensorLayout& input, const Tensor<W>& w,
+                      const Window& window, const std::string& channels, const ConvDims& dims,
+                      const Layout& layout, bool transposed) {
+  const Shape& in_shape = input.shape();
   const Shape& w_shape = w.shape();
   const auto& spatial = window.spatial();
   // Convolutions leave the zero padding to the kernels (no padded copy of the block) and overlap
@@ -242,15 +243,15 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
   const HaloForm form = transposed       ? HaloForm::padded
                         : halo_overlap() ? HaloForm::pieces
                                          : HaloForm::inside;
-  ConvCall<T> c(plan_windowed(x.layout(), Shape(dims.output_dims), layout, spatial, channels,
-                              dims.windows, transposed, x.mesh().coord(), form));
+  ConvCall<T> c(plan_windowed(input, Shape(dims.output_dims), layout, spatial, channels,
+                              dims.windows, transposed, mesh.coord(), form));
   for (const auto& k : dims.kernel_names) c.w_order.push_back(w_shape.position(k));
   c.w_order.push_back(w_shape.position(channels));
   c.w_order.push_back(w_shape.position(dims.out_channels.name));
   c.w_kernel = weight_in_kernel_order<T>(w.array(), c.w_order);
   kernels::ConvGeometry& g = c.geometry;
   g.batch = c.plan.pass_size;
-  g.c_in = x.block().ranges[in_shape.position(channels)].size();
+  g.c_in = input.block(mesh.coord()).ranges[in_shape.position(channels)].size();
   g.c_out = w.block().ranges[w_shape.position(dims.out_channels.name)].size();
   g.in = c.plan.in;
   g.out = c.plan.out;
@@ -263,9 +264,12 @@ ConvCall<T> conv_call(const Tensor<T>& x, const Tensor<W>& w, const Window& wind
 // Forward in slabs: the halo arrives as pieces (every split dim exchanged, no box), and each slab
 // of output rows reads the box rows it needs, copied together. Backward keeps the pieces.
 template <class T>
-SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out) {
+SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
+                                  EarlyHalo<T>* early) {
+  Mesh& mesh = x.mesh();
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, c.plan.halo.inside(), c.plan.halo.exchange(x.mesh(), HaloForm::pieces, x.array()).pieces);
+      x, c.plan.halo.inside(),
+      finish_pieces(c.plan, mesh, begin_pieces(c.plan, mesh, x.array(), early), early));
   const std::int64_t row_size = kernels::output_row_size(c.geometry);
   for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
                     [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
@@ -280,7 +284,8 @@ SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Arra
 
 // Forward by rows: the own rows' outputs while the halo travels, then the rows along the cuts.
 template <class T>
-SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out) {
+SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
+                                 EarlyHalo<T>* early) {
   const RowsOfBox rows_of(c.plan, c.first_spatial);
   BoxRows<T> rows = rows_of.own(c.geometry, x.array().data());
   const auto [lo, hi] = interior_rows(c.geometry, rows_of.own_lo, rows_of.own_hi);
@@ -297,19 +302,41 @@ SavedBox<T> conv_forward_by_rows(const ConvCall<T>& c, const Tensor<T>& x, Array
         rows_of.add_halo(rows, pieces);
         conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), 0, lo);
         conv_rows(c.geometry, rows, c.w_kernel.data(), out.data(), hi, c.geometry.out[0]);
-      });
+      },
+      early);
   return SavedBox<T>::own_and_halo(x, c.plan.halo.inside(), std::move(halo));
+}
+
+// The box inside the tensor, in kernel order, from the own block and the halo's pieces.
+template <class T>
+Array<T> box_from_pieces(const WindowedPlan& p, const Array<T>& own, const HaloPieces<T>& pieces) {
+  const Block& inside = p.halo.inside();
+  Array<T> box = Array<T>::from_shape(HaloPlan::sizes_of(inside));
+  gather_part(inside, box.data(), p.halo.own(), own.data(), pieces);
+  return to_kernel_order(std::move(box), p.to_kernel_order);
+}
+
+// The box the kernels read (the block itself where `in_place`): exchanged now, or built from the
+// pieces of an exchange begun early.
+template <class T>
+Array<T> box_of(const WindowedPlan& p, const Tensor<T>& x, bool in_place, EarlyHalo<T>* early) {
+  if (!early) return in_place ? empty_array<T>() : windowed_box(p, x.mesh(), x.array(), T(0));
+  if (!p.clipped())
+    throw Error("internal: a convolution's halo was begun early, but it reads a padded box");
+  const HaloPieces<T> pieces =
+      finish_pieces(p, x.mesh(), begin_pieces(p, x.mesh(), x.array(), early), early);
+  return in_place ? empty_array<T>() : box_from_pieces(p, x.array(), pieces);
 }
 
 // Forward on a box: the block in place where it needs no halo and no permutation, else the
 // exchanged box in kernel order. Returns what backward keeps; `box_sizes` the box's shape.
 template <class T>
 SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<T>& out,
-                                std::vector<std::size_t>& box_sizes) {
+                                std::vector<std::size_t>& box_sizes, EarlyHalo<T>* early) {
   const WindowedPlan& p = c.plan;
   const bool identity = kernels::is_identity(p.to_kernel_order);
   const bool in_place = p.clipped() && p.halo.local_only() && identity;
-  Array<T> box = in_place ? empty_array<T>() : windowed_box(p, x.mesh(), x.array(), T(0));
+  Array<T> box = box_of(p, x, in_place, early);
   const T* box_data = in_place ? x.array().data() : box.data();
   const auto& box_shape = in_place ? x.array().shape() : box.shape();
   box_sizes.assign(box_shape.begin(), box_shape.end());
@@ -345,18 +372,19 @@ Tensor<W> weight_gradient_of(Mesh& mesh, const Buffer<double>& acc, const Sizes&
 }
 
 // A convolution's forward into `out` (in kernel order) by the call's strategy. Returns what
-// backward keeps; `box_sizes` the box's shape.
+// backward keeps; `box_sizes` the box's shape. `early`: the halo in the pieces form, begun
+// already (on every processor, whichever strategy each takes).
 template <class T>
 SavedBox<T> conv_forward(const ConvCall<T>& call, const Tensor<T>& x, Array<T>& out,
-                         std::vector<std::size_t>& box_sizes) {
-  if (call.by_rows) return conv_forward_by_rows(call, x, out);
-  if (!call.by_boxes && !call.by_slabs) return conv_forward_on_box(call, x, out, box_sizes);
+                         std::vector<std::size_t>& box_sizes, EarlyHalo<T>* early = nullptr) {
+  if (call.by_rows) return conv_forward_by_rows(call, x, out, early);
+  if (!call.by_boxes && !call.by_slabs) return conv_forward_on_box(call, x, out, box_sizes, early);
   // Both keep the box as the input block and the halo pieces.
   const auto sizes = call.plan.halo.inside().sizes();
   box_sizes.assign(sizes.begin(), sizes.end());
   return call.by_boxes ? conv_forward_by_boxes(call.plan, call.geometry, call.first_spatial,
-                                               call.w_kernel.data(), x, out)
-                       : conv_forward_by_slabs(call, x, out);
+                                               call.w_kernel.data(), x, out, early)
+                       : conv_forward_by_slabs(call, x, out, early);
 }
 
 // A convolution's backward: the input's gradient by the kernels' input pass and the adjoint halo
@@ -511,27 +539,47 @@ Tensor<T> complete_output(Mesh& mesh, const TensorLayout& input, const std::stri
   return Tensor<T>(mesh, output, std::move(partial));
 }
 
+// A convolution's dims, its operands' common layout, the weight aligned to it and the call: all
+// that the input's layout and shape decide, before its values exist (ops/norm_conv.hpp begins the
+// exchange of a tensor laid out as the input).
 template <class T, class W>
-Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
-                   const Window& window, const std::string& channels, bool transposed) {
+struct ConvSetup {
+  ConvDims dims;
+  Layout layout;
+  Tensor<W> weight;  // aligned to `layout`
+  ConvCall<T> call;
+};
+
+template <class T, class W>
+ConvSetup<T, W> conv_setup(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
+                           const Window& window, const std::string& channels, bool transposed) {
   static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
                 "a convolution's weight has its input's element type, or fp32 for bfloat16 input");
   if (&input.mesh() != &weight.mesh())
     throw LayoutError(op + ": operands " + input.to_string() + " and " + weight.to_string() +
                       " live on different meshes");
-  const ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
-  const Layout layout = conv_layout(input.layout(), weight.layout(), dims.kernel_names);
-  Mesh& mesh = input.mesh();
-  const auto x = relayout_to(input, input.layout().with_layout(layout));
-  const auto w = relayout_to(weight, weight.layout().with_layout(layout));
-  ConvCall<T> call = conv_call(x, w, window, channels, dims, layout, transposed);
+  ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
+  Layout layout = conv_layout(input.layout(), weight.layout(), dims.kernel_names);
+  auto w = relayout_to(weight, weight.layout().with_layout(layout));
+  ConvCall<T> call = conv_call<T>(input.mesh(), input.layout().with_layout(layout), w, window,
+                                  channels, dims, layout, transposed);
+  return {std::move(dims), std::move(layout), std::move(w), std::move(call)};
+}
 
+// The convolution of `input` set up by `setup` (from an input of its layout and shape), its
+// backward recorded; `early`: its halo, begun already.
+template <class T, class W>
+Tensor<T> convolve(ConvSetup<T, W>&& setup, const Tensor<T>& input, const Tensor<W>& weight,
+                   const std::string& channels, EarlyHalo<T>* early = nullptr) {
+  Mesh& mesh = input.mesh();
+  ConvCall<T>& call = setup.call;
+  const auto x = relayout_to(input, input.layout().with_layout(setup.layout));
   Array<T> out = windowed_output<T>(call.plan);
   std::vector<std::size_t> box_sizes;
-  SavedBox<T> saved = conv_forward(call, x, out, box_sizes);
+  SavedBox<T> saved = conv_forward(call, x, out, box_sizes, early);
   out = from_kernel_order(std::move(out), call.plan.to_kernel_order);
   Tensor<T> result = complete_output(mesh, x.layout(), channels, call.plan.output_layout,
-                                     dims.out_channels.name, std::move(out));
+                                     setup.dims.out_channels.name, std::move(out));
 
   std::vector<std::string> summed;
   for (const auto& dim : input.shape())
@@ -539,8 +587,16 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W
   autodiff::record_mixed(
       result, std::make_tuple(input, weight),
       ConvBackward<T, W>{std::move(call), std::move(saved), std::move(box_sizes), std::move(summed),
-                         dims.out_channels, input.layout(), weight.layout(), w.layout()});
+                         setup.dims.out_channels, input.layout(), weight.layout(),
+                         setup.weight.layout()});
   return result;
+}
+
+template <class T, class W>
+Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
+                   const Window& window, const std::string& channels, bool transposed) {
+  return convolve(conv_setup(op, input, weight, window, channels, transposed), input, weight,
+                  channels);
 }
 
 }  // namespace detail

@@ -212,6 +212,28 @@ inline AffineOfKey affine_of_key(const NormStatistics& st, const std::vector<dou
   return f;
 }
 
+// What a normalisation did to each element of its block: a x + b per key, then the floor — kept
+// to do the same to other boxes of its input whose keys the block holds (a halo sent before the
+// statistics were agreed: ops/norm_conv.hpp).
+template <class T>
+struct NormApplied {
+  kernels::Sizes block_sizes;
+  kernels::Strides key_strides;
+  AffineOfKey affine;
+  T floor;
+
+  // `values` (row-major over `box`, whose dims are the block's) replaced by their outputs.
+  void operator()(const Block& box, Buffer<T>& values) const {
+    const kernels::Sizes sizes = box.sizes();
+    for (std::size_t d = 0; d < sizes.size(); ++d)
+      if (key_strides[d] != 0 && sizes[d] != block_sizes[d])
+        throw Error("internal: a normalisation's box spans keys its block does not hold");
+    Buffer<T> out(values.size());
+    kernels::norm_affine(sizes, key_strides, values.data(), affine.a, affine.b, floor, out.data());
+    values = std::move(out);
+  }
+};
+
 // x̂ = inv_std x + shift per key.
 inline std::vector<double> standardising_shift(const NormStatistics& st) {
   std::vector<double> shift(st.keys);
@@ -263,7 +285,7 @@ Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const std::vect
 template <class T, class W>
 Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>& gamma,
                            const Tensor<W>& beta, double epsilon, Moments<W>* moments,
-                           Activation activation) {
+                           Activation activation, NormApplied<T>* applied = nullptr) {
   const auto st = norm_statistics(x, reduced, epsilon, "batch_norm");
   store_moments(st, x.mesh(), x.layout().layout(), moments);
   Mesh& mesh = x.mesh();
@@ -274,6 +296,7 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   // The output is computed by its recipe, which stays with it: an op that saves it for backward
   // (the next convolution) keeps the recipe, and the output itself is freed after forward.
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
+  if (applied) *applied = {st.sizes, st.key_strides, affine, floor};
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
       [x = x.detach(), st, a_key, b_key, floor](T* into) {
         const T* in = x.array().data();

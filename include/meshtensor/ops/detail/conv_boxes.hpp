@@ -197,7 +197,7 @@ inline std::vector<Range> pass_entry(const Block& box, std::size_t first_spatial
 template <class T>
 SavedBox<T> conv_forward_by_boxes(const WindowedPlan& plan, const kernels::ConvGeometry& g,
                                   std::size_t first_spatial, const T* weight, const Tensor<T>& x,
-                                  Array<T>& out) {
+                                  Array<T>& out, EarlyHalo<T>* early = nullptr) {
   const BoxedConv b(plan, g, first_spatial);
   const T* own = x.array().data();
   const std::int64_t entries = plan.pass_size;
@@ -206,7 +206,7 @@ SavedBox<T> conv_forward_by_boxes(const WindowedPlan& plan, const kernels::ConvG
   // The exchange runs a step per split dim, each started once the one before has arrived: the
   // interior in parts enough for every step to travel under some of it.
   const std::int64_t parts = 2 * std::int64_t(plan.halo.exchanged().size()) + 1;
-  auto pending = plan.halo.begin(x.mesh(), HaloForm::pieces, x.array());
+  auto pending = begin_pieces(plan, x.mesh(), x.array(), early);
   for (std::int64_t p = 0; p < entries; ++p)
     for_each_row_part(
         b.interior[0].begin, b.interior[0].end,
@@ -216,7 +216,7 @@ SavedBox<T> conv_forward_by_boxes(const WindowedPlan& plan, const kernels::ConvG
         },
         parts);
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, plan.halo.inside(), plan.halo.finish(x.mesh(), std::move(pending)).pieces);
+      x, plan.halo.inside(), finish_pieces(plan, x.mesh(), std::move(pending), early));
   for (std::int64_t p = 0; p < entries; ++p)
     shell_of_entry(b, saved, pass_entry(plan.halo.inside(), first_spatial, p), own, weight,
                    out.data() + p * out_entry);

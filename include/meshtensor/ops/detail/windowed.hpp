@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -166,15 +167,40 @@ Array<T> windowed_box(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
   return to_kernel_order(plan.halo.exchange(mesh, plan.form, own, pad).array, plan.to_kernel_order);
 }
 
+// A pieces-form exchange begun before the op that reads it, on values that `finish` turns into
+// the op's input where they arrive: a normalisation's output sent raw, before its statistics are
+// agreed (ops/norm_conv.hpp), so that no neighbour waits for the all-gather to let it go.
+template <class T>
+struct EarlyHalo {
+  HaloExchange::Pending<T> pending;
+  std::function<void(HaloPieces<T>&)> finish;
+};
+
+// The op's exchange: the early one where the caller began it, else begun now on `own`.
+template <class T>
+HaloExchange::Pending<T> begin_pieces(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
+                                      EarlyHalo<T>* early) {
+  if (early) return std::move(early->pending);
+  return plan.halo.begin(mesh, HaloForm::pieces, own);
+}
+template <class T>
+HaloPieces<T> finish_pieces(const WindowedPlan& plan, Mesh& mesh,
+                            HaloExchange::Pending<T>&& pending, EarlyHalo<T>* early) {
+  HaloPieces<T> halo = plan.halo.finish(mesh, std::move(pending)).pieces;
+  if (early) early->finish(halo);
+  return halo;
+}
+
 // The overlapped strategy (HaloForm::pieces): interior(progress) computes what needs no halo while
 // the halo travels, calling progress() between its parts (MPI moves a large message only inside
 // its calls); edges(halo) the rest once it is here. Returns the halo's pieces.
 template <class T, class Interior, class Edges>
 HaloPieces<T> windowed_overlapped(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
-                                  Interior&& interior, Edges&& edges) {
-  auto pending = plan.halo.begin(mesh, HaloForm::pieces, own);
+                                  Interior&& interior, Edges&& edges,
+                                  EarlyHalo<T>* early = nullptr) {
+  auto pending = begin_pieces(plan, mesh, own, early);
   interior([&] { pending.progress(); });
-  HaloPieces<T> halo = plan.halo.finish(mesh, std::move(pending)).pieces;
+  HaloPieces<T> halo = finish_pieces(plan, mesh, std::move(pending), early);
   edges(halo);
   return halo;
 }
