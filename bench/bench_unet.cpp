@@ -8,6 +8,9 @@
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 // MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
 // "halo_overlap" field), to measure what the overlap hides.
+// "cpu_idle": the fraction of the machine's CPU time left idle over the timed steps (Linux): with
+// more processors than cores, a processor waiting for its halo leaves its core to another, so
+// halo_s counts waits that cost the step nothing; cpu_idle counts what the cores lost.
 
 #include <algorithm>
 #include <chrono>
@@ -121,10 +124,31 @@ double minimum_halo_bytes(const Options& o, int parts) {
   return elements * sizeof(float) / parts;  // shared by P processors
 }
 
-// The median wall time of `steps` calls of `step`, each between barriers.
+// The machine's CPU time so far (Linux /proc/stat, in clock ticks): idle and in all. Processors
+// that wait for a message sleep (threads) or yield (MPI when oversubscribed); what the cores then
+// do not spend on another processor's work is the machine's idle time.
+struct CpuTicks {
+  double idle = 0, all = 0;
+};
+CpuTicks cpu_ticks() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  CpuTicks t;
+  double v[8] = {};  // user nice system idle iowait irq softirq steal
+  if (!(stat >> cpu) || cpu != "cpu") return t;
+  for (double& x : v) stat >> x;
+  for (double x : v) t.all += x;
+  t.idle = v[3] + v[4];
+  return t;
+}
+
+// The median wall time of `steps` calls of `step`, each between barriers; `idle` the fraction
+// of the machine's CPU time idle over them (-1 where /proc/stat is not there).
 template <typename Step>
-double median_step_seconds(mt::Mesh& mesh, Step& step, int steps) {
+double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) {
   std::vector<double> times;
+  mesh.world().barrier();
+  const CpuTicks before = cpu_ticks();
   for (int s = 0; s < steps; ++s) {
     mesh.world().barrier();
     const auto start = std::chrono::steady_clock::now();
@@ -133,6 +157,8 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps) {
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  const CpuTicks after = cpu_ticks();
+  idle = after.all > before.all ? (after.idle - before.idle) / (after.all - before.all) : -1;
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -213,7 +239,8 @@ int main(int argc, char** argv) {
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
-    const double step_s = median_step_seconds(mesh, step, o.steps);
+    double cpu_idle = 0;
+  const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle);
     const auto halo = mt::halo_profile(mesh);
     const auto stats = mt::memory_stats();
     const double mib = 1024.0 * 1024.0;
@@ -249,6 +276,7 @@ int main(int argc, char** argv) {
           "\"layouts\":\"%s\",\"threads\":%d,"
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
           "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"cpu_idle\":%.4f,"
           "\"halo_exchanges\":%.0f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
           "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
@@ -260,7 +288,7 @@ int main(int argc, char** argv) {
           layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
-          step_s, halo_s, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
+          step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
           pool_peak, pool_step_peak, pool_in_use_peak, parameters_mib, rss_start, rss_before_model,
           rss_peak, allocations, misses, fresh_mib, conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
