@@ -70,8 +70,14 @@ class Conv {
   /// call; their gradients summed into fp32).
   template <class A>
   Tensor<A> operator()(const Tensor<A>& x) const {
-    auto y = transposed_ ? conv_transpose(x, weight_, window_, channels_)
-                         : conv(x, weight_, window_, channels_);
+    return finish(transposed_ ? conv_transpose(x, weight_, window_, channels_)
+                              : conv(x, weight_, window_, channels_));
+  }
+
+  /// The layer's output from its convolution's `y` (computed by this layer's op or by one fused
+  /// with it): the output-channel dim renamed, then the bias added.
+  template <class A>
+  Tensor<A> finish(Tensor<A> y) const {
     y = rename(std::move(y), out_name_, output_name_);  // both in place: y is ours alone
     return bias_.defined() ? std::move(y) + bias_ : y;
   }
@@ -234,8 +240,7 @@ Tensor<A> norm_conv(Norm<T>& norm, const Conv<T>& conv, const Tensor<A>& x, bool
   auto y = batch_norm_conv(x, norm.gamma(), norm.beta(), conv.weight(), conv.window(),
                            conv.channels(), norm.epsilon(), &moments, activation);
   norm.update_running(x.mesh(), moments);
-  y = rename(std::move(y), conv.weight_output_channels(), conv.output_channels());
-  return conv.bias().defined() ? std::move(y) + conv.bias() : y;
+  return conv.finish(std::move(y));
 }
 
 /**
@@ -261,8 +266,7 @@ Tensor<A> conv_norm_conv(const Conv<T>& first, Norm<T>& norm, const Conv<T>& sec
   auto y = meshtensor::conv_norm_conv(x, first.weight(), norm.gamma(), norm.beta(), second.weight(),
                                       first.window(), c, norm.epsilon(), &moments, activation);
   norm.update_running(x.mesh(), moments);
-  y = rename(std::move(y), second.weight_output_channels(), second.output_channels());
-  return second.bias().defined() ? std::move(y) + second.bias() : y;
+  return second.finish(std::move(y));
 }
 
 }  // namespace meshtensor::nn

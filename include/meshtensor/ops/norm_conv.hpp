@@ -34,17 +34,15 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
   std::vector<std::string> reduced;
   for (const auto& dim : x.shape())
     if (dim.name != channels) reduced.push_back(dim.name);
-  auto one_after_the_other = [&] {
-    return conv(batch_norm(x, gamma, beta, channels, epsilon, moments, activation), weight, window,
-                channels);
-  };
-  if (!detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap())
-    return one_after_the_other();
   auto setup = detail::conv_setup("conv", x, weight, window, channels, /*transposed=*/false);
   // Every processor must take the same road (each receiver normalises what it receives), so the
   // choice rests on what all share: the layouts and whether a spatial dim is split.
   const bool aligned = x.layout() == x.layout().with_layout(setup.layout);
-  if (!aligned || setup.call.plan.halo.exchanged().empty()) return one_after_the_other();
+  if (!detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() || !aligned ||
+      setup.call.plan.halo.exchanged().empty())  // the two ops one after the other
+    return detail::convolve(std::move(setup),
+                            batch_norm(x, gamma, beta, channels, epsilon, moments, activation),
+                            weight, channels);
 
   detail::EarlyHalo<T> early{setup.call.plan.halo.begin(x.mesh(), HaloForm::pieces, x.array()), {}};
   detail::NormApplied<T> applied;
