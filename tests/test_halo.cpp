@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <string>
+#include <tuple>
 
 #include <meshtensor/core/window.hpp>
 #include <meshtensor/ops/halo.hpp>
@@ -229,6 +231,31 @@ TEST_CASE(
       if (!o.adjoint_checked) continue;
       CHECK(o.forward_dot == Approx(o.adjoint_dot).epsilon(1e-12));
       if (o.pieces > 0) CHECK(o.forward_dot != 0.0);  // the dots compared something
+    }
+  }
+}
+
+TEST_CASE("halo rows that are one run of the block are sent from it, unpacked") {
+  // Split along its outermost dim, a block's boundary rows lie in one run of memory: they leave
+  // from there, so the exchange takes pool memory only for what it receives. Split along an inner
+  // dim, each sent box is strided and packed into a buffer of its own first.
+  for (const char* layout : {"x:p", "y:p"}) {
+    INFO(transport_under_test() << " transport, layout " << layout);
+    auto counts = on_mesh("p:2", [&](Mesh& m) {
+      const TensorLayout tl("x:8, y:6, z:5", m.shape(), layout);
+      const HaloExchange plan(tl, m.coord(), conv_needs(tl, {conv3, conv3, none}));
+      const auto x = generate<float>(m, tl.shape(), layout,
+                                     [](const Index& i) { return float(test_value(i)); });
+      const auto allocated = memory_stats().allocations;
+      const auto sent = m.traffic().messages;
+      const auto pieces = plan.finish(m, plan.begin(m, HaloForm::pieces, x.array())).pieces;
+      return std::tuple(memory_stats().allocations - allocated, pieces.size(),
+                        m.traffic().messages - sent);
+    });
+    for (const auto& [allocations, received, sent] : counts) {
+      CHECK(received == 1);
+      CHECK(sent == 1);
+      CHECK(allocations == (std::string(layout) == "x:p" ? received : received + sent));
     }
   }
 }

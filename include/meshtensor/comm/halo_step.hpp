@@ -1,12 +1,12 @@
 #pragma once
 // Carrying out a halo plan (core/halo_plan.hpp) on a mesh. HaloStep is one step: every message of
-// the step is posted at once — each send packed by the caller from wherever its data lies, each
-// receive into a buffer of its own — and started; finish() waits for all of them and hands each
-// received piece to the caller, who copies it into place or adds it there (the adjoint). The
-// caller computes meanwhile. HaloTransfer is a whole exchange, forward or adjoint, its steps in
-// order, each started once the one before has arrived (where the transport allows it), while the
-// caller computes. The caller decides how a box is packed and unpacked (kernels: on the
-// processor's device), so that this layer moves only bytes.
+// the step is posted at once — each send from where the caller's data lies when it is one run
+// of memory, else packed by the caller; each receive into a buffer of its own — and started;
+// finish() waits for all of them and hands each received piece to the caller, who copies it into
+// place or adds it there (the adjoint). The caller computes meanwhile. HaloTransfer is a whole
+// exchange, forward or adjoint, its steps in order, each started once the one before has arrived
+// (where the transport allows it), while the caller computes. The caller decides how a box is
+// packed and unpacked (kernels: on the processor's device), so that this layer moves only bytes.
 
 #include <chrono>
 #include <cstdint>
@@ -34,7 +34,8 @@ inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(
  * One step of a halo exchange in flight.
  *
  * ```cpp
- * HaloStep<float> step(mesh, plan, 0, false, [&](const Block& box, float* to) { ... });
+ * HaloStep<float> step(mesh, plan, 0, false,
+ *                       [&](const Block& box, Buffer<float>& buffer) -> const float* { ... });
  * compute_what_needs_no_halo();
  * step.finish([&](const Block& box, Buffer<float>& piece) { ... });  // or take_received()
  * ```
@@ -48,7 +49,9 @@ class HaloStep {
   HaloStep() = default;
 
   /// Posts and starts the messages of `plan`'s step `step` (its adjoint's with `adjoint`) on the
-  /// communicator of the step's mesh axis; pack(box, to) writes a sent box's values to `to`.
+  /// communicator of the step's mesh axis. pack(box, buffer) says where a sent box's values lie,
+  /// row-major: in an array that stays as it is until the step completes (sent from there, with
+  /// no copy), or in `buffer`, which it fills (Buffer<T>(box.num_elements())).
   template <class Pack>
   HaloStep(Mesh& mesh, const HaloPlan& plan, std::size_t step, bool adjoint, Pack&& pack)
       : mesh_(&mesh) {
@@ -67,11 +70,11 @@ class HaloStep {
     }
     for (const HaloMessage& m : all) {
       if (m.send.empty()) continue;
-      Buffer<T> piece(m.send.num_elements());
-      pack(m.send, piece.data());
-      requests_.push_back(
-          group.isend(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
-      sent_.push_back(std::move(piece));
+      Buffer<T> buffer;
+      const T* values = pack(m.send, buffer);
+      requests_.push_back(group.isend(values, m.send.num_elements() * sizeof(T), m.peer, tags::halo,
+                                      buffer.space()));
+      if (!buffer.empty()) sent_.push_back(std::move(buffer));
     }
     group.start_posted();  // the caller computes while they travel
   }
@@ -128,7 +131,7 @@ class HaloStep {
 
   Mesh* mesh_ = nullptr;
   std::vector<Request> requests_;
-  std::vector<Buffer<T>> sent_;  // alive until the step completes
+  std::vector<Buffer<T>> sent_;  // the packed sends, alive until the step completes
   std::vector<Piece> received_;
 };
 
@@ -137,9 +140,9 @@ class HaloStep {
  * (gradients back to their owners) from the last. progress() lets the step in flight advance and,
  * once it has arrived, unpacks it and starts the next — which may send what it brought (the
  * corners) — so that a caller computing what needs no halo calls it now and then and has every
- * step travel under its work; finish() completes the steps left. pack(box, to) writes a sent
- * box's values; unpack(box, piece) takes a received piece: copies it into place, or adds it
- * there for the adjoint. The plan must outlive the transfer.
+ * step travel under its work; finish() completes the steps left. pack(box, buffer) says where a
+ * sent box's values lie (HaloStep); unpack(box, piece) takes a received piece: copies it into
+ * place, or adds it there for the adjoint. The plan must outlive the transfer.
  */
 template <class T>
 class HaloTransfer {

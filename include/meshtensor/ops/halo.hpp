@@ -120,7 +120,8 @@ class HaloExchange : public HaloPlan {
     Pending<T> p{form, true, {}, {}, this, nullptr};
     if (form == HaloForm::pieces) {
       require_one_exchanged_dim();
-      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(grad.pieces));
+      p.work.pieces = std::move(grad.pieces);  // sent from where they are: kept until finish()
+      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.pieces));
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -238,25 +239,38 @@ class HaloExchange : public HaloPlan {
     return std::move(work);
   }
 
-  // pack(box, to) from an array over `array_box`.
+  // pack(box, buffer) from an array over `array_box`, which the exchange keeps unchanged until
+  // the step completes: a box that is one run of it (a split along the outermost dim) is sent
+  // from there, any other copied out.
   template <class T>
   static auto pack_from(const Array<T>& array, const Block& array_box) {
-    return [&array, array_box](const Block& send, T* to) {
-      const auto strides = kernels::row_major_strides(array_box.sizes());
-      kernels::copy_box(send.sizes(),
-                        array.data() + kernels::offset_of_box(send, array_box, strides), strides,
-                        to, kernels::row_major_strides(send.sizes()));
+    return [&array, array_box](const Block& send, Buffer<T>& buffer) {
+      return run_or_packed(send, array.data(), array_box, buffer);
     };
   }
 
-  // pack(box, to) from the piece over exactly that box.
+  // pack(box, buffer) from the piece over exactly that box, which is sent as it is.
   template <class T>
   static auto pack_from(const HaloPieces<T>& pieces) {
-    return [&pieces](const Block& send, T* to) {
+    return [&pieces](const Block& send, Buffer<T>&) -> const T* {
       for (const auto& [box, data] : pieces)
-        if (box == send) return kernels::copy_values(data.data(), std::int64_t(data.size()), to);
+        if (box == send) return data.data();
       throw Error("internal: a halo exchange's adjoint got no gradient for a piece it received");
     };
+  }
+
+  // Where `box`'s values lie in `array` (over `array_box`) when they are one run of it; else
+  // they are copied into `buffer`.
+  template <class T>
+  static const T* run_or_packed(const Block& box, const T* array, const Block& array_box,
+                                Buffer<T>& buffer) {
+    const auto strides = kernels::row_major_strides(array_box.sizes());
+    const T* at = array + kernels::offset_of_box(box, array_box, strides);
+    if (contiguous_in(array_box, box)) return at;
+    buffer = Buffer<T>(box.num_elements());
+    kernels::copy_box(box.sizes(), at, strides, buffer.data(),
+                      kernels::row_major_strides(box.sizes()));
+    return buffer.data();
   }
 
   // unpack(box, piece) into an array over `array_box`: copied, or added for the adjoint.
@@ -275,12 +289,17 @@ class HaloExchange : public HaloPlan {
     };
   }
 
-  // The pieces form's pack(box, to): from the own block and the pieces received so far (a later
-  // step sends what earlier ones brought too: the corners).
+  // The pieces form's pack(box, buffer): from the own block (which the op keeps unchanged until
+  // the exchange is finished) and the pieces received so far (a later step sends what earlier
+  // ones brought too: the corners).
   template <class T>
   auto gather_from(const Pending<T>& p) const {
-    return [this, &p](const Block& send, T* to) {
-      gather_part(send, to, HaloPlan::own(), p.own->data(), p.work.pieces);
+    return [this, &p](const Block& send, Buffer<T>& buffer) -> const T* {
+      if (intersect(HaloPlan::own(), send) == send)
+        return run_or_packed(send, p.own->data(), HaloPlan::own(), buffer);
+      buffer = Buffer<T>(send.num_elements());
+      gather_part(send, buffer.data(), HaloPlan::own(), p.own->data(), p.work.pieces);
+      return buffer.data();
     };
   }
 
@@ -293,7 +312,9 @@ class HaloExchange : public HaloPlan {
 
   // For a transfer of one step: nothing is packed after its first.
   template <class T>
-  static void ignore_pack(const Block&, T*) {}
+  static const T* ignore_pack(const Block&, Buffer<T>&) {
+    throw Error("internal: a one-step halo exchange was asked to pack a second step");
+  }
   template <class T>
   static void ignore_pieces(const Block&, Buffer<T>&) {}
 };
