@@ -264,12 +264,11 @@ class HaloExchange : public HaloPlan {
   template <class T>
   static const T* run_or_packed(const Block& box, const T* array, const Block& array_box,
                                 Buffer<T>& buffer) {
-    const auto strides = kernels::row_major_strides(array_box.sizes());
-    const T* at = array + kernels::offset_of_box(box, array_box, strides);
-    if (contiguous_in(array_box, box)) return at;
+    if (contiguous_in(array_box, box))
+      return array +
+             kernels::offset_of_box(box, array_box, kernels::row_major_strides(array_box.sizes()));
     buffer = Buffer<T>(box.num_elements());
-    kernels::copy_box(box.sizes(), at, strides, buffer.data(),
-                      kernels::row_major_strides(box.sizes()));
+    copy_box_between(box, array, array_box, buffer.data(), box);
     return buffer.data();
   }
 
