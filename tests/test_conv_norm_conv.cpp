@@ -15,6 +15,7 @@
 #include <meshtensor/ops/norm_conv.hpp>
 
 #include "support/op_check.hpp"
+#include "support/same_results.hpp"
 #include "support/spatial_cases.hpp"
 
 using namespace meshtensor;
@@ -80,22 +81,10 @@ std::string check(const Pair& pair, Run run = Run::deep) {
 // any spatial layout class.
 template <class T>
 double early_halo_against_three_ops(const Pair& pair) {
-  double largest = 0;
-  for (const auto& c : spatial_cases()) {
-    if (!can_run(c.mesh)) continue;
-    const auto differences = on_mesh(c.mesh, [&](Mesh& m) {
-      const auto early = forward_backward<T>(m, c.layout, pair, Run::early_halo);
-      const auto three = forward_backward<T>(m, c.layout, pair, Run::three_ops);
-      double d = 0;
-      for (std::size_t k = 0; k < early.size(); ++k)
-        d = std::max(
-            d,
-            double(xt::amax(xt::abs(local_block(early[k]).data - local_block(three[k]).data))()));
-      return d;
-    });
-    for (double d : differences) largest = std::max(largest, d);
-  }
-  return largest;
+  return largest_difference(
+      spatial_cases(),
+      [&](Mesh& m, const Layout& l) { return forward_backward<T>(m, l, pair, Run::early_halo); },
+      [&](Mesh& m, const Layout& l) { return forward_backward<T>(m, l, pair, Run::three_ops); });
 }
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include "meshtensor/ops/loss.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/norm_conv.hpp"
+#include "meshtensor/ops/norm_pool_conv.hpp"
 #include "meshtensor/ops/pool.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"

@@ -20,6 +20,7 @@
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/norm_conv.hpp"
+#include "meshtensor/ops/norm_pool_conv.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/create.hpp"
 
@@ -241,6 +242,30 @@ Tensor<A> norm_conv(Norm<T>& norm, const Conv<T>& conv, const Tensor<A>& x, bool
                            conv.channels(), norm.epsilon(), &moments, activation);
   norm.update_running(x.mesh(), moments);
   return conv.finish(std::move(y));
+}
+
+/**
+ * `norm` (with `activation`), then max-pooling over `pool`, then `conv`: a U-Net encoder level's
+ * end and the next level's start. Returns {the normalised x (the level's skip), conv's output}.
+ * Batch norm in training sends the convolution's halo as raw rows before its statistics are
+ * agreed (batch_norm_pool_conv); other norms run one after the other.
+ */
+template <class T, class A>
+std::pair<Tensor<A>, Tensor<A>> norm_pool_conv(Norm<T>& norm, const Window& pool,
+                                               const Conv<T>& conv, const Tensor<A>& x,
+                                               bool training, Activation activation) {
+  if (norm.kind() != NormKind::batch || !training || conv.transposed() ||
+      norm.channels() != conv.channels()) {
+    Tensor<A> y = norm(x, training, activation);
+    Tensor<A> out = conv(max_pool(y, pool));
+    return {std::move(y), std::move(out)};
+  }
+  Moments<T> moments;
+  auto [y, out] =
+      batch_norm_pool_conv(x, norm.gamma(), norm.beta(), pool, conv.weight(), conv.window(),
+                           conv.channels(), norm.epsilon(), &moments, activation);
+  norm.update_running(x.mesh(), moments);
+  return {std::move(y), conv.finish(std::move(out))};
 }
 
 /**

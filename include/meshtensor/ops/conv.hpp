@@ -269,7 +269,7 @@ SavedBox<T> conv_forward_by_slabs(const ConvCall<T>& c, const Tensor<T>& x, Arra
   Mesh& mesh = x.mesh();
   SavedBox<T> saved = SavedBox<T>::own_and_halo(
       x, c.plan.halo.inside(),
-      finish_pieces(c.plan, mesh, begin_pieces(c.plan, mesh, x.array(), early), early));
+      finish_pieces(c.plan, mesh, begin_pieces(c.plan, mesh, x.array(), early)));
   const std::int64_t row_size = kernels::output_row_size(c.geometry);
   for_each_box_slab(c.geometry, saved, c.first_spatial, x.array().data(),
                     [&](std::int64_t a, const kernels::RowSlab& slab, const T* rows) {
@@ -324,7 +324,7 @@ Array<T> box_of(const WindowedPlan& p, const Tensor<T>& x, bool in_place, EarlyH
   if (!p.clipped())
     throw Error("internal: a convolution's halo was begun early, but it reads a padded box");
   const HaloPieces<T> pieces =
-      finish_pieces(p, x.mesh(), begin_pieces(p, x.mesh(), x.array(), early), early);
+      finish_pieces(p, x.mesh(), begin_pieces(p, x.mesh(), x.array(), early));
   return in_place ? empty_array<T>() : box_from_pieces(p, x.array(), pieces);
 }
 

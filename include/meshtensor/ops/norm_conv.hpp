@@ -44,13 +44,19 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
                             batch_norm(x, gamma, beta, channels, epsilon, moments, activation),
                             weight, channels);
 
-  detail::EarlyHalo<T> early{setup.call.plan.halo.begin(x.mesh(), HaloForm::pieces, x.array()), {}};
+  // The plan lives in `setup` until the convolution's backward is recorded, after its forward.
+  const HaloExchange& halo = setup.call.plan.halo;
+  auto pending = halo.begin(x.mesh(), HaloForm::pieces, x.array());
   detail::NormApplied<T> applied;
   const Tensor<T> normalised =
       detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation, &applied);
-  early.finish = [&applied](HaloPieces<T>& pieces) {
-    for (auto& [box, values] : pieces) applied(box, values);
-  };
+  detail::EarlyHalo<T> early{[&] { pending.progress(); },
+                             [&] {
+                               HaloPieces<T> pieces =
+                                   halo.finish(x.mesh(), std::move(pending)).pieces;
+                               for (auto& [box, values] : pieces) applied(box, values);
+                               return pieces;
+                             }};
   return detail::convolve(std::move(setup), normalised, weight, channels, &early);
 }
 

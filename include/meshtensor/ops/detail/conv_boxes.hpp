@@ -215,8 +215,8 @@ SavedBox<T> conv_forward_by_boxes(const WindowedPlan& plan, const kernels::ConvG
           pending.progress();
         },
         parts);
-  SavedBox<T> saved = SavedBox<T>::own_and_halo(
-      x, plan.halo.inside(), finish_pieces(plan, x.mesh(), std::move(pending), early));
+  SavedBox<T> saved = SavedBox<T>::own_and_halo(x, plan.halo.inside(),
+                                                finish_pieces(plan, x.mesh(), std::move(pending)));
   for (std::int64_t p = 0; p < entries; ++p)
     shell_of_entry(b, saved, pass_entry(plan.halo.inside(), first_spatial, p), own, weight,
                    out.data() + p * out_entry);

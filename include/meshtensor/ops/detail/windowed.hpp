@@ -167,28 +167,34 @@ Array<T> windowed_box(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
   return to_kernel_order(plan.halo.exchange(mesh, plan.form, own, pad).array, plan.to_kernel_order);
 }
 
-// A pieces-form exchange begun before the op that reads it, on values that `finish` turns into
-// the op's input where they arrive: a normalisation's output sent raw, before its statistics are
-// agreed (ops/norm_conv.hpp), so that no neighbour waits for the all-gather to let it go.
+// A pieces-form exchange begun before the op that reads it, on values that only become the op's
+// input where they arrive: a normalisation's output sent raw, before its statistics are agreed
+// (ops/norm_conv.hpp), so that no neighbour waits for the all-gather to let it go. It may travel
+// on another plan than the op's (rows before a pooling); finish() hands over the op's pieces.
 template <class T>
 struct EarlyHalo {
-  HaloExchange::Pending<T> pending;
-  std::function<void(HaloPieces<T>&)> finish;
+  std::function<void()> progress;         // lets its messages advance
+  std::function<HaloPieces<T>()> finish;  // waits; the op's halo, over its plan's pieces' boxes
 };
 
-// The op's exchange: the early one where the caller began it, else begun now on `own`.
+// The op's exchange in flight: the early one where the caller began it, else its own.
 template <class T>
-HaloExchange::Pending<T> begin_pieces(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
-                                      EarlyHalo<T>* early) {
-  if (early) return std::move(early->pending);
-  return plan.halo.begin(mesh, HaloForm::pieces, own);
+struct PiecesInFlight {
+  HaloExchange::Pending<T> pending;
+  EarlyHalo<T>* early = nullptr;
+  void progress() { early ? early->progress() : pending.progress(); }
+};
+
+template <class T>
+PiecesInFlight<T> begin_pieces(const WindowedPlan& plan, Mesh& mesh, const Array<T>& own,
+                               EarlyHalo<T>* early) {
+  if (early) return {{}, early};
+  return {plan.halo.begin(mesh, HaloForm::pieces, own), nullptr};
 }
 template <class T>
-HaloPieces<T> finish_pieces(const WindowedPlan& plan, Mesh& mesh,
-                            HaloExchange::Pending<T>&& pending, EarlyHalo<T>* early) {
-  HaloPieces<T> halo = plan.halo.finish(mesh, std::move(pending)).pieces;
-  if (early) early->finish(halo);
-  return halo;
+HaloPieces<T> finish_pieces(const WindowedPlan& plan, Mesh& mesh, PiecesInFlight<T>&& in_flight) {
+  if (in_flight.early) return in_flight.early->finish();
+  return plan.halo.finish(mesh, std::move(in_flight.pending)).pieces;
 }
 
 // The overlapped strategy (HaloForm::pieces): interior(progress) computes what needs no halo while
@@ -200,7 +206,7 @@ HaloPieces<T> windowed_overlapped(const WindowedPlan& plan, Mesh& mesh, const Ar
                                   EarlyHalo<T>* early = nullptr) {
   auto pending = begin_pieces(plan, mesh, own, early);
   interior([&] { pending.progress(); });
-  HaloPieces<T> halo = finish_pieces(plan, mesh, std::move(pending), early);
+  HaloPieces<T> halo = finish_pieces(plan, mesh, std::move(pending));
   edges(halo);
   return halo;
 }
