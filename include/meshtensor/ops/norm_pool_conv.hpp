@@ -124,8 +124,8 @@ std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
  * training mode: the normalised x (a U-Net level's skip) and the convolution of its pooling, the
  * convolution's halo sent as raw x before the statistics' all-gather. Where the pooling does not
  * tile the split dims block by block, where no spatial dim is split, where halo_overlap() is off,
- * on GPU blocks and where the pooled tensor is not laid out as the convolution reads it, the three
- * ops run one after the other.
+ * on blocks outside the host's memory and where the pooled tensor is not laid out as the
+ * convolution reads it, the three ops run one after the other.
  */
 template <class T, class W>
 std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
@@ -138,8 +138,8 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
     if (dim.name != channels) reduced.push_back(dim.name);
   const auto strides = detail::tiling_strides(x, pool);
   // Every processor must take the same road, so the choice rests on layouts, shapes and where
-  // the run keeps its blocks: a receiver pools the raw rows on the host, so GPU blocks (whose
-  // pooling of a piece would need a kernel of its own) take the three ops.
+  // the run keeps its blocks: a receiver pools the raw rows on the host, so a device's blocks
+  // (whose pooling of a piece would need a kernel of its own) take the three ops.
   if (strides.empty() || !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
       !detail::blocks_pool_in_place(x.layout(), strides) ||
       x.array().space() != MemorySpace::host) {
