@@ -349,6 +349,17 @@ bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>
 
 }  // namespace detail
 
+namespace detail {
+// The dims batch norm's statistics sum over: all but the channels.
+inline std::vector<std::string> batch_norm_reduced(const Shape& shape,
+                                                   const std::string& channels) {
+  std::vector<std::string> reduced;
+  for (const auto& dim : shape)
+    if (dim.name != channels) reduced.push_back(dim.name);
+  return reduced;
+}
+}  // namespace detail
+
 /**
  * Batch norm in training mode: statistics over every dim but `channels`, then gamma * x̂ + beta
  * (gamma and beta have just the `channels` dim), then `activation` — all in one pass each way.
@@ -362,9 +373,7 @@ Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>
                      Activation activation = Activation::none) {
   static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
                 "batch_norm's gamma and beta have x's element type, or fp32 for bfloat16 x");
-  std::vector<std::string> reduced;
-  for (const auto& dim : x.shape())
-    if (dim.name != channels) reduced.push_back(dim.name);
+  const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   if (detail::affine_per_key(x, reduced, gamma, beta))
     return detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation);
   if constexpr (!std::is_same_v<T, W>) {

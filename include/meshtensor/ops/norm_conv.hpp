@@ -31,9 +31,7 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
                           const std::string& channels = "channels", double epsilon = 1e-5,
                           std::common_type_t<Moments<W>>* moments = nullptr,
                           Activation activation = Activation::none) {
-  std::vector<std::string> reduced;
-  for (const auto& dim : x.shape())
-    if (dim.name != channels) reduced.push_back(dim.name);
+  const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   auto setup = detail::conv_setup("conv", x, weight, window, channels, /*transposed=*/false);
   // Every processor must take the same road (each receiver normalises what it receives), so the
   // choice rests on what all share: the layouts and whether a spatial dim is split.

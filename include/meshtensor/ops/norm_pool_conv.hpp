@@ -65,23 +65,16 @@ inline bool blocks_pool_in_place(const TensorLayout& x, const std::vector<std::i
 // convolution by `weight` over `window`.
 template <class T, class W>
 HaloNeeds pooled_conv_needs(const Tensor<T>& x, const std::vector<std::int64_t>& strides,
-                            const Tensor<W>& weight, const Window& window) {
+                            const Tensor<W>& weight, const Window& window,
+                            const std::string& channels) {
   std::vector<Dim> dims;
   for (std::size_t d = 0; d < x.shape().rank(); ++d)
-    dims.emplace_back(x.shape()[d].name, x.shape()[d].size / strides[d]);
+    dims.push_back(x.shape()[d].resized(x.shape()[d].size / strides[d]));
   const Shape pooled(dims);
-  Shape output = pooled;
-  std::vector<WindowDim> windows;
-  std::vector<Dim> out_dims = dims;
-  for (std::size_t i = 0; i < window.spatial().size(); ++i) {
-    const std::size_t d = pooled.position(window.spatial()[i]);
-    const std::int64_t kernel =
-        weight.shape()[weight.shape().position(kernel_dim(window.spatial()[i]))].size;
-    windows.push_back(window.resolve("conv", i, pooled[d].size, kernel));
-    out_dims[d] = Dim(pooled[d].name, windows.back().conv_output(pooled[d].size));
-  }
+  const ConvDims conv = conv_dims("conv", pooled, weight.shape(), window, channels, false);
   const TensorLayout layout(pooled, x.layout().mesh_shape(), x.layout().layout());
-  return window_needs(layout, Shape(out_dims), window.spatial(), windows, /*transposed=*/false);
+  return window_needs(layout, Shape(conv.output_dims), window.spatial(), conv.windows,
+                      /*transposed=*/false);
 }
 
 // The raw rows under the pooled rows each block's convolution reads.
@@ -133,9 +126,7 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
     const Tensor<W>& weight, const Window& window, const std::string& channels = "channels",
     double epsilon = 1e-5, std::common_type_t<Moments<W>>* moments = nullptr,
     Activation activation = Activation::none) {
-  std::vector<std::string> reduced;
-  for (const auto& dim : x.shape())
-    if (dim.name != channels) reduced.push_back(dim.name);
+  const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   const auto strides = detail::tiling_strides(x, pool);
   // Every processor must take the same road, so the choice rests on layouts, shapes and where
   // the run keeps its blocks: a receiver pools the raw rows on the host, so a device's blocks
@@ -150,7 +141,7 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
   Mesh& mesh = x.mesh();
   const HaloExchange raw(
       x.layout(), mesh.coord(),
-      detail::raw_needs(detail::pooled_conv_needs(x, strides, weight, window), strides));
+      detail::raw_needs(detail::pooled_conv_needs(x, strides, weight, window, channels), strides));
   auto pending = raw.begin(mesh, HaloForm::pieces, x.array());
   detail::NormApplied<T> applied;
   Tensor<T> y =
