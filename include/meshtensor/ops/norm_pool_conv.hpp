@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/detail/nested_blocks.hpp"
 #include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/pool.hpp"
@@ -41,24 +42,6 @@ std::vector<std::int64_t> tiling_strides(const Tensor<T>& x, Window pool) {
     strides[d] = w.stride;
   }
   return strides;
-}
-
-// Whether every block of x along every split dim starts at a multiple of its stride and pools
-// into the pooled tensor's block: then each processor pools its own rows, and the pooled rows a
-// neighbour reads lie over whole raw rows of one owner.
-inline bool blocks_pool_in_place(const TensorLayout& x, const std::vector<std::int64_t>& strides) {
-  for (std::size_t d = 0; d < x.rank(); ++d) {
-    const auto axis = x.mesh_axis_of(d);
-    if (!axis || strides[d] == 1) continue;
-    const int parts = x.mesh_shape()[*axis].size;
-    const std::int64_t n = x.shape()[d].size;
-    for (int j = 0; j < parts; ++j) {
-      const Range fine = block_range(n, parts, j), coarse = block_range(n / strides[d], parts, j);
-      if (fine.begin != coarse.begin * strides[d] || fine.end != coarse.end * strides[d])
-        return false;
-    }
-  }
-  return true;
 }
 
 // What each block of the pooled x (x with its dims divided by `strides`) reads of it for the
@@ -94,15 +77,30 @@ std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
   Block pooled = box;
   for (std::size_t d = 0; d < strides.size(); ++d)
     pooled.ranges[d] = Range{box.ranges[d].begin / strides[d], box.ranges[d].end / strides[d]};
-  const auto sizes = box.sizes(), pooled_sizes = pooled.sizes();
-  const auto pooled_strides = kernels::row_major_strides(pooled_sizes);
+  if (raw.space() == MemorySpace::none)  // a plan's piece: its box, no values to pool
+    return {pooled, Buffer<T>(std::size_t(pooled.num_elements()))};
+  const auto sizes = box.sizes();
+  const auto pooled_strides = kernels::row_major_strides(pooled.sizes());
+  // Where each raw index lands along each dim, looked up: a row (the last dim) sums one offset
+  // per dim before it, and its values go to `last` offsets of their own.
+  std::vector<std::vector<std::int64_t>> to(sizes.size());
+  for (std::size_t d = 0; d < sizes.size(); ++d)
+    for (std::int64_t i = 0; i < sizes[d]; ++i) to[d].push_back(i / strides[d] * pooled_strides[d]);
   Buffer<T> out(pooled.num_elements(), std::numeric_limits<T>::lowest());
-  std::vector<std::int64_t> at(sizes.size(), 0);  // the raw index, row-major
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    std::int64_t to = 0;
-    for (std::size_t d = 0; d < sizes.size(); ++d) to += at[d] / strides[d] * pooled_strides[d];
-    out[to] = std::max(out[to], raw[i]);
-    for (std::size_t d = sizes.size(); d-- > 0;) {
+  const std::size_t last = sizes.size() - 1;
+  const std::int64_t row = sizes[last];
+  const std::int64_t* into = to[last].data();
+  std::vector<std::int64_t> at(sizes.size(), 0);  // the row's index, row-major
+  for (std::size_t i = 0; i < raw.size(); i += std::size_t(row)) {
+    std::int64_t base = 0;
+    for (std::size_t d = 0; d < last; ++d) base += to[d][std::size_t(at[d])];
+    T* o = out.data() + base;
+    const T* r = raw.data() + i;
+    if (strides[last] == 1)  // the channels, say: the row's maxima in place
+      for (std::int64_t j = 0; j < row; ++j) o[j] = std::max(o[j], r[j]);
+    else
+      for (std::int64_t j = 0; j < row; ++j) o[into[j]] = std::max(o[into[j]], r[j]);
+    for (std::size_t d = last; d-- > 0;) {
       if (++at[d] < sizes[d]) break;
       at[d] = 0;
     }
@@ -117,7 +115,7 @@ std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
  * training mode: the normalised x (a U-Net level's skip) and the convolution of its pooling, the
  * convolution's halo sent as raw x before the statistics' all-gather. Where the pooling does not
  * tile the split dims block by block, where no spatial dim is split, where halo_overlap() is off,
- * on blocks outside the host's memory and where the pooled tensor is not laid out as the
+ * on blocks in a device's memory and where the pooled tensor is not laid out as the
  * convolution reads it, the three ops run one after the other.
  */
 template <class T, class W>
@@ -132,8 +130,7 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
   // the run keeps its blocks: a receiver pools the raw rows on the host, so a device's blocks
   // (whose pooling of a piece would need a kernel of its own) take the three ops.
   if (strides.empty() || !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
-      !detail::blocks_pool_in_place(x.layout(), strides) ||
-      x.array().space() != MemorySpace::host) {
+      !detail::blocks_nest(x.layout(), strides) || x.array().space() == MemorySpace::device) {
     Tensor<T> y = batch_norm(x, gamma, beta, channels, epsilon, moments, activation);
     Tensor<T> out = conv(max_pool(y, pool), weight, window, channels);
     return {std::move(y), std::move(out)};
