@@ -49,11 +49,12 @@ class HaloStep {
   HaloStep() = default;
 
   /// Posts and starts the messages of `plan`'s step `step` (its adjoint's with `adjoint`) on the
-  /// communicator of the step's mesh axis. pack(box, buffer) says where a sent box's values lie,
-  /// row-major: in an array that stays as it is until the step completes (sent from there, with
-  /// no copy), or in `buffer`, which it fills (Buffer<T>(box.num_elements())).
+  /// communicator of the step's mesh axis, under `tag`. pack(box, buffer) says where a sent box's
+  /// values lie, row-major: in an array that stays as it is until the step completes (sent from
+  /// there, with no copy), or in `buffer`, which it fills (Buffer<T>(box.num_elements())).
   template <class Pack>
-  HaloStep(Mesh& mesh, const HaloPlan& plan, std::size_t step, bool adjoint, Pack&& pack)
+  HaloStep(Mesh& mesh, const HaloPlan& plan, std::size_t step, bool adjoint, Pack&& pack,
+           int tag = tags::halo)
       : mesh_(&mesh) {
     const Timer timer(mesh);
     const MemoryUseScope messages(MemoryUse::halo);
@@ -66,14 +67,14 @@ class HaloStep {
       received_.emplace_back(m.receive, Buffer<T>(m.receive.num_elements()));
       Buffer<T>& piece = received_.back().second;
       requests_.push_back(
-          group.irecv(piece.data(), piece.size() * sizeof(T), m.peer, tags::halo, piece.space()));
+          group.irecv(piece.data(), piece.size() * sizeof(T), m.peer, tag, piece.space()));
     }
     for (const HaloMessage& m : all) {
       if (m.send.empty()) continue;
       Buffer<T> buffer;
       const T* values = pack(m.send, buffer);
-      requests_.push_back(group.isend(values, m.send.num_elements() * sizeof(T), m.peer, tags::halo,
-                                      buffer.space()));
+      requests_.push_back(
+          group.isend(values, m.send.num_elements() * sizeof(T), m.peer, tag, buffer.space()));
       if (!buffer.empty()) sent_.push_back(std::move(buffer));
     }
     group.start_posted();  // the caller computes while they travel
@@ -150,8 +151,8 @@ class HaloTransfer {
   HaloTransfer() = default;
 
   template <class Pack>
-  HaloTransfer(Mesh& mesh, const HaloPlan& plan, bool adjoint, Pack&& pack)
-      : mesh_(&mesh), plan_(&plan), adjoint_(adjoint), left_(plan.exchanged().size()) {
+  HaloTransfer(Mesh& mesh, const HaloPlan& plan, bool adjoint, Pack&& pack, int tag = tags::halo)
+      : mesh_(&mesh), plan_(&plan), adjoint_(adjoint), tag_(tag), left_(plan.exchanged().size()) {
     if (left_ == 0) {
       plan_ = nullptr;  // nothing to send: finish() has nothing to do
       return;
@@ -196,12 +197,13 @@ class HaloTransfer {
     const std::size_t steps = plan_->exchanged().size();
     const std::size_t step = adjoint_ ? left_ - 1 : steps - left_;
     --left_;
-    in_flight_ = HaloStep<T>(*mesh_, *plan_, step, adjoint_, pack);
+    in_flight_ = HaloStep<T>(*mesh_, *plan_, step, adjoint_, pack, tag_);
   }
 
   Mesh* mesh_ = nullptr;
   const HaloPlan* plan_ = nullptr;
   bool adjoint_ = false;
+  int tag_ = tags::halo;
   std::size_t left_ = 0;  // steps not yet started
   HaloStep<T> in_flight_;
 };

@@ -11,4 +11,7 @@ constexpr int volume_io = 102;
 constexpr int collective_check = 103;
 // Flips, transposes and rotations (ops/reorient.hpp): like a relayout, parts of blocks moving.
 constexpr int reorient = 104;
+// A second halo exchange in flight beside another, whose steps may start in another order on
+// each processor: a fused op's rows of two inputs (ops/norm_up_conv.hpp).
+constexpr int halo_beside = 105;
 }  // namespace meshtensor::tags

@@ -74,6 +74,11 @@ class HaloExchange : public HaloPlan {
  public:
   using HaloPlan::HaloPlan;
 
+  /// The plan carried out under another message tag than the halo's (tags::halo_beside): for an
+  /// exchange in flight beside another, whose steps each processor may start in its own order.
+  HaloExchange(const TensorLayout& layout, const MeshCoord& me, HaloNeeds needs, int tag)
+      : HaloPlan(layout, me, std::move(needs)), tag_(tag) {}
+
   /// An exchange begun, a step in flight until finish().
   template <class T>
   struct Pending {
@@ -98,7 +103,7 @@ class HaloExchange : public HaloPlan {
   Pending<T> begin(Mesh& mesh, HaloForm form, const Array<T>& own, T pad = T(0)) const {
     Pending<T> p{form, false, {}, {}, this, &own};
     if (form == HaloForm::pieces) {
-      p.transfer = HaloTransfer<T>(mesh, *this, false, gather_from(p));
+      p.transfer = HaloTransfer<T>(mesh, *this, false, gather_from(p), tag_);
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -108,7 +113,7 @@ class HaloExchange : public HaloPlan {
     const Block& work = work_box(form);
     p.work.array = filled<T>(work, form == HaloForm::padded ? pad : T(0));
     copy_into(p.work.array, work, own.data(), HaloPlan::own(), HaloPlan::own());
-    p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(p.work.array, work));
+    p.transfer = HaloTransfer<T>(mesh, *this, false, pack_from(p.work.array, work), tag_);
     return p;
   }
 
@@ -121,7 +126,7 @@ class HaloExchange : public HaloPlan {
     if (form == HaloForm::pieces) {
       require_one_exchanged_dim();
       p.work.pieces = std::move(grad.pieces);  // sent from where they are: kept until finish()
-      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.pieces));
+      p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.pieces), tag_);
       return p;
     }
     if (form == HaloForm::inside && local_only()) {
@@ -136,7 +141,7 @@ class HaloExchange : public HaloPlan {
       p.work.array = filled<T>(work, T(0));
       copy_into(p.work.array, work, grad.array.data(), given, inside());
     }
-    p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.array, work));
+    p.transfer = HaloTransfer<T>(mesh, *this, true, pack_from(p.work.array, work), tag_);
     return p;
   }
 
@@ -190,6 +195,8 @@ class HaloExchange : public HaloPlan {
   }
 
  private:
+  int tag_ = tags::halo;
+
   // The array a form's exchange works in: the read box and the own block's hull.
   const Block& work_box(HaloForm form) const {
     return form == HaloForm::padded ? cover() : form == HaloForm::inside ? inside_work() : own();

@@ -152,9 +152,13 @@ struct PlanReport {
         {"  workspace", "peak_workspace_bytes", "B", at_peak<MemoryUse::workspace>},
         {"  halo buffers", "peak_halo_bytes", "B", at_peak<MemoryUse::halo>},
         {"halo messages", "halo_messages", "",
-         [](const ProcessorPlan& p) { return double(p.sent(tags::halo).calls); }},
+         [](const ProcessorPlan& p) {
+           return double(p.sent(tags::halo).calls + p.sent(tags::halo_beside).calls);
+         }},
         {"halo bytes", "halo_bytes", "B",
-         [](const ProcessorPlan& p) { return double(p.sent(tags::halo).bytes); }},
+         [](const ProcessorPlan& p) {
+           return double(p.sent(tags::halo).bytes + p.sent(tags::halo_beside).bytes);
+         }},
         {"relayout messages", "relayout_messages", "",
          [](const ProcessorPlan& p) { return double(p.sent(tags::relayout).calls); }},
         {"relayout bytes", "relayout_bytes", "B",
