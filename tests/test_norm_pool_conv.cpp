@@ -19,6 +19,7 @@
 #include "support/op_check.hpp"
 #include "support/same_results.hpp"
 #include "support/spatial_cases.hpp"
+#include "support/traffic.hpp"
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
@@ -143,48 +144,28 @@ TEST_CASE(
   // within 1/16 of their scale, the parameters' gradients (sums over the volume) within 20%.
   for (const Run run : {Run::fused, Run::three_ops}) {
     INFO((run == Run::fused ? "one op" : "three ops"));
-    auto results = [run](bool volume) {
-      return [volume, run](Mesh& m, const Layout& l) {
-        auto all = forward_backward<bfloat16>(m, l, Case{}, run);
-        return volume ? std::vector<Tensor<float>>(all.begin(), all.begin() + 3)
-                      : std::vector<Tensor<float>>(all.begin() + 3, all.end());
-      };
+    const auto op = [run](Mesh& m, const Layout& l) {
+      return forward_backward<bfloat16>(m, l, Case{}, run);
     };
-    CHECK(compare_with_one_processor(results(true), 1.0 / 16, spatial_cases()) == "");
-    CHECK(compare_with_one_processor(results(false), 0.2, spatial_cases()) == "");
+    CHECK(compare_with_one_processor(results_between(op, 0, 3), 1.0 / 16, spatial_cases()) == "");
+    CHECK(compare_with_one_processor(results_between(op, 3, SIZE_MAX), 0.2, spatial_cases()) == "");
   }
 }
 
 TEST_CASE("the one op sends as many messages as the three ops, the raw rows under the pooled") {
   // With the overlap off (MESHTENSOR_HALO_OVERLAP=off), and on GPU blocks, it is the three ops,
   // bytes and all.
-  for (const auto& [mesh, layout] : std::vector<std::pair<std::string, std::string>>{
-           {"p:2", "x:p"}, {"a:2; b:2; c:2", "x:a; y:b; z:c"}}) {
-    INFO(layout);
-    if (!can_run(MeshShape(mesh))) continue;
-    auto traffic = [&](Run run) {
-      return on_mesh(MeshShape(mesh), [&](Mesh& m) {
-        const auto before = m.traffic();
-        forward_backward(m, Layout(layout), Case{}, run);
-        const auto after = m.traffic();
-        return std::pair(after.messages - before.messages, after.bytes - before.bytes);
-      });
-    };
-    // GPU blocks (the emulated GPU's too) take the three ops.
-    const auto spaces = on_mesh(MeshShape(mesh), [](Mesh& m) {
-      return test_input(m, Shape("x:1"), Layout{}, 1).array().space();
-    });
-    const bool on_host = std::all_of(spaces.begin(), spaces.end(),
-                                     [](MemorySpace s) { return s == MemorySpace::host; });
-    const auto fused = traffic(Run::fused), three_ops = traffic(Run::three_ops);
-    for (std::size_t p = 0; p < fused.size(); ++p) {
-      CHECK(fused[p].first > 0);
-      CHECK(fused[p].first == three_ops[p].first);
-      if (halo_overlap() && on_host)
-        CHECK(fused[p].second > three_ops[p].second);
-      else
-        CHECK(fused[p].second == three_ops[p].second);
-    }
+  const auto sent = sent_by_both([](Mesh& m, const Layout& l, bool fused) {
+    forward_backward(m, l, Case{}, fused ? Run::fused : Run::three_ops);
+  });
+  for (const SentBoth& p : sent) {
+    INFO(p.layout);
+    CHECK(p.fused_messages > 0);
+    CHECK(p.fused_messages == p.ops_messages);
+    if (halo_overlap() && p.on_host)
+      CHECK(p.fused_bytes > p.ops_bytes);
+    else
+      CHECK(p.fused_bytes == p.ops_bytes);
   }
 }
 

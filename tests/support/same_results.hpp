@@ -34,4 +34,15 @@ double largest_difference(const std::vector<LayoutCase>& cases, One&& one, Other
   return largest;
 }
 
+/// Results [first, last) of op(m, layout), a list of tensors: parts of one computation compared
+/// within tolerances of their own.
+template <class Op>
+auto results_between(Op op, std::size_t first, std::size_t last) {
+  return [op, first, last](Mesh& m, const Layout& layout) {
+    auto all = op(m, layout);
+    const std::size_t end = std::min(last, all.size());
+    return decltype(all)(all.begin() + std::ptrdiff_t(first), all.begin() + std::ptrdiff_t(end));
+  };
+}
+
 }  // namespace meshtensor::testing

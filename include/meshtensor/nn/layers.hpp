@@ -21,6 +21,7 @@
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/norm_conv.hpp"
 #include "meshtensor/ops/norm_pool_conv.hpp"
+#include "meshtensor/ops/norm_up_conv.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/create.hpp"
 
@@ -266,6 +267,27 @@ std::pair<Tensor<A>, Tensor<A>> norm_pool_conv(Norm<T>& norm, const Window& pool
                            conv.channels(), norm.epsilon(), &moments, activation);
   norm.update_running(x.mesh(), moments);
   return {std::move(y), conv.finish(std::move(out))};
+}
+
+/**
+ * `norm` (with `activation`), then `up` (a transposed convolution), then `conv` of `skip` and the
+ * up-sampled tensor concatenated along the channels: a U-Net decoder level's entry from the level
+ * below. Batch norm in training sends the convolution's halo as the skip's rows and raw coarse
+ * rows before its statistics are agreed (batch_norm_up_conv); other norms run one after the other.
+ */
+template <class T, class A>
+Tensor<A> norm_up_conv(Norm<T>& norm, const Conv<T>& up, const Tensor<A>& skip, const Conv<T>& conv,
+                       const Tensor<A>& x, bool training, Activation activation) {
+  const std::string& c = conv.channels();
+  if (norm.kind() != NormKind::batch || !training || !up.transposed() || conv.transposed() ||
+      norm.channels() != c || up.channels() != c || up.output_channels() != c)
+    return conv(concat({skip, up(norm(x, training, activation))}, c));
+  Moments<T> moments;
+  auto y = batch_norm_up_conv(
+      x, norm.gamma(), norm.beta(), UpSampling<T>{up.weight(), up.bias(), up.window()}, skip,
+      conv.weight(), conv.window(), c, norm.epsilon(), &moments, activation);
+  norm.update_running(x.mesh(), moments);
+  return conv.finish(std::move(y));
 }
 
 /**

@@ -1,0 +1,349 @@
+#pragma once
+// Batch norm (and its activation), up-sampling by a transposed convolution whose windows tile the
+// output (kernel = stride: the U-Net's 2x2x2 by 2), its bias, the concatenation after a skip and
+// a convolution: the decoder's step from one U-Net level to the next finer. As in
+// batch_norm_conv (ops/norm_conv.hpp), the convolution's halo leaves before the norm's statistics
+// are agreed: the skip's rows as they are, and for the up-sampled rows the raw coarse rows under
+// them (one per `stride` fine rows), which each receiver normalises and up-samples as their owner
+// does its block. The up-sampled rows are summed in the same order as the kernels sum, in fp32,
+// so they equal the op's within rounding.
+
+#include <array>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/detail/nested_blocks.hpp"
+#include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/halo_overlap.hpp"
+#include "meshtensor/ops/norm.hpp"
+#include "meshtensor/ops/resample.hpp"
+#include "meshtensor/ops/reshape.hpp"
+#include "meshtensor/tensor/tensor.hpp"
+
+namespace meshtensor {
+
+/// An up-sampling layer's parameters: a transposed convolution's weight and window, and the bias
+/// added after it (undefined: none), over the output channels named as the input's.
+template <class W>
+struct UpSampling {
+  const Tensor<W>& weight;
+  const Tensor<W>& bias;
+  const Window& window;
+};
+
+namespace detail {
+
+// The transposed convolution's stride along each dim of z where its windows tile the output
+// (kernel = stride, no dilation, no cropping): each output row then reads one input row through
+// one tap. Empty where they do not.
+inline std::vector<std::int64_t> up_sampling_strides(const Shape& z, const ConvDims& dims,
+                                                     const std::vector<std::string>& spatial) {
+  std::vector<std::int64_t> strides(z.rank(), 1);
+  for (std::size_t i = 0; i < spatial.size(); ++i) {
+    const WindowDim& w = dims.windows[i];
+    if (w.kernel != w.stride || w.dilation != 1 || w.pad_before != 0 || w.pad_after != 0) return {};
+    strides[z.position(spatial[i])] = w.stride;
+  }
+  return strides;
+}
+
+// The coarse rows under the fine rows each block reads (`fine`: the fine tensor's needs), every
+// channel of the coarse tensor (`channels` at `channel_dim`, of `coarse_channels`).
+inline HaloNeeds coarse_needs(HaloNeeds fine, const std::vector<std::int64_t>& strides,
+                              std::size_t channel_dim, std::int64_t coarse_channels) {
+  for (std::size_t d = 0; d < fine.size(); ++d)
+    for (Range& r : fine[d])
+      r = d == channel_dim ? Range{0, coarse_channels}
+                           : Range{kernels::floor_div(r.begin, strides[d]),
+                                   kernels::ceil_div(r.end, strides[d])};
+  return fine;
+}
+
+// The same needs over another channel count (the skip's part of the concatenation).
+inline HaloNeeds with_channels(HaloNeeds needs, std::size_t channel_dim, std::int64_t channels) {
+  for (Range& r : needs[channel_dim]) r = Range{0, channels};
+  return needs;
+}
+
+// What the up-sampled rows of a received piece are computed from: the transposed convolution's
+// weight as the kernels read it (rounded to T), its bias rounded to T as the op's addition rounds
+// it, the strides and the spatial dims' positions.
+template <class T>
+struct UpSampledRows {
+  std::vector<float> weights;  // in kernel order: taps, input channels, output channels
+  std::vector<T> bias;         // empty: none
+  std::vector<std::int64_t> strides;
+  std::vector<std::size_t> spatial;  // positions, in window order
+  std::size_t channel_dim = 0;
+  std::int64_t c_in = 0, c_out = 0;
+
+  // Writes the up-sampled channels of `box` (a piece of the concatenation, channels from
+  // `offset` on) into `out` (row-major over `box`), from `coarse`, a normalised coarse piece
+  // whose rows lie under it.
+  void operator()(const Block& box, std::int64_t offset, const Block& coarse_box,
+                  const Buffer<T>& coarse, T* out) const {
+    const auto sizes = box.sizes();
+    const auto out_strides = kernels::row_major_strides(sizes);
+    const auto in_strides = kernels::row_major_strides(coarse_box.sizes());
+    // Per dim and index within the box: the coarse row's offset, the output's and the tap's
+    // share of the kernel index (taps in window order), so that a position sums three lookups.
+    std::vector<std::vector<std::int64_t>> from(sizes.size()), to(sizes.size()), tap(sizes.size());
+    std::int64_t taps_after = 1;
+    for (std::size_t i = spatial.size(); i-- > 0;) {
+      const std::size_t d = spatial[i];
+      for (std::int64_t a = 0; a < sizes[d]; ++a)
+        tap[d].push_back((box.ranges[d].begin + a) % strides[d] * taps_after);
+      taps_after *= strides[d];
+    }
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      if (d == channel_dim) continue;
+      if (tap[d].empty()) tap[d].assign(std::size_t(sizes[d]), 0);
+      for (std::int64_t a = 0; a < sizes[d]; ++a) {
+        const std::int64_t fine = box.ranges[d].begin + a;
+        from[d].push_back((fine / strides[d] - coarse_box.ranges[d].begin) * in_strides[d]);
+        to[d].push_back(a * out_strides[d]);
+      }
+    }
+    std::vector<std::int64_t> at(sizes.size(), 0);  // index within box; channels held at 0
+    // Positions go in groups, each its own sums, so that the multiply-adds of one group do not
+    // wait on each other; a short last group repeats its last position.
+    std::vector<float> sums(static_cast<std::size_t>(group * c_out));
+    std::array<const T*, group> ins{};
+    std::array<const float*, group> taps{};
+    std::array<std::int64_t, group> outs{};
+    const std::int64_t positions = box.num_elements() / sizes[channel_dim];
+    for (std::int64_t p = 0; p < positions; p += group) {
+      for (int g = 0; g < group; ++g) {
+        if (p + g >= positions) {
+          ins[g] = ins[g - 1], taps[g] = taps[g - 1], outs[g] = outs[g - 1];
+          continue;
+        }
+        std::int64_t in = 0, o = offset * out_strides[channel_dim], k = 0;
+        for (std::size_t d = 0; d < sizes.size(); ++d) {
+          if (d == channel_dim) continue;
+          in += from[d][std::size_t(at[d])];
+          o += to[d][std::size_t(at[d])];
+          k += tap[d][std::size_t(at[d])];
+        }
+        ins[g] = coarse.data() + in, taps[g] = weights.data() + k * c_in * c_out, outs[g] = o;
+        next_position(at, sizes);
+      }
+      up_sample(ins, in_strides[channel_dim], taps, sums.data());
+      for (int g = 0; g < group; ++g)
+        store(sums.data() + g * c_out, out + outs[g], out_strides[channel_dim]);
+    }
+  }
+
+ private:
+  static constexpr int group = 4;
+
+  // One position's outputs, rounded to T as the op rounds them: the sum, then the bias added.
+  void store(const float* __restrict sums, T* __restrict out, std::int64_t stride) const {
+    if (stride == 1 && bias.empty()) {  // the channels last: one vector's stores
+      for (std::int64_t c = 0; c < c_out; ++c) out[c] = T(sums[c]);
+    } else if (stride == 1) {
+      for (std::int64_t c = 0; c < c_out; ++c) out[c] = T(float(T(sums[c])) + float(bias[c]));
+    } else {
+      for (std::int64_t c = 0; c < c_out; ++c) {
+        const T value = T(sums[c]);
+        out[c * stride] = bias.empty() ? value : T(float(value) + float(bias[c]));
+      }
+    }
+  }
+
+  // A group's outputs from their input channels (`stride` apart) through each one's tap weights,
+  // summed in their order.
+  void up_sample(const std::array<const T*, group>& in, std::int64_t stride,
+                 const std::array<const float*, group>& w, float* __restrict sums) const {
+    std::fill(sums, sums + group * c_out, 0.0f);
+    float* __restrict s0 = sums;
+    float* __restrict s1 = sums + c_out;
+    float* __restrict s2 = sums + 2 * c_out;
+    float* __restrict s3 = sums + 3 * c_out;
+    for (std::int64_t ci = 0; ci < c_in; ++ci) {
+      const float v0 = float(in[0][ci * stride]), v1 = float(in[1][ci * stride]),
+                  v2 = float(in[2][ci * stride]), v3 = float(in[3][ci * stride]);
+      const float* __restrict w0 = w[0] + ci * c_out;
+      const float* __restrict w1 = w[1] + ci * c_out;
+      const float* __restrict w2 = w[2] + ci * c_out;
+      const float* __restrict w3 = w[3] + ci * c_out;
+      for (std::int64_t c = 0; c < c_out; ++c) {
+        s0[c] += v0 * w0[c];
+        s1[c] += v1 * w1[c];
+        s2[c] += v2 * w2[c];
+        s3[c] += v3 * w3[c];
+      }
+    }
+  }
+
+  // The next index of a row-major walk over `sizes`, the channel dim left at 0.
+  void next_position(std::vector<std::int64_t>& at, const kernels::Sizes& sizes) const {
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (d == channel_dim) continue;
+      if (++at[d] < sizes[d]) return;
+      at[d] = 0;
+    }
+  }
+};
+
+// How this processor up-samples received rows: with the transposed convolution's weight as `call`
+// holds it (in kernel order, rounded to T) and the bias; a plan's blocks hold no values to read.
+template <class T, class W>
+UpSampledRows<T> up_sampled_rows(const ConvCall<T>& call, const UpSampling<W>& up, const Shape& z,
+                                 const std::vector<std::int64_t>& strides,
+                                 const std::string& channels) {
+  UpSampledRows<T> rows;
+  rows.strides = strides;
+  for (const auto& name : up.window.spatial()) rows.spatial.push_back(z.position(name));
+  rows.channel_dim = z.position(channels);
+  rows.c_in = z.dim(channels).size;
+  rows.c_out = call.geometry.c_out;
+  const Array<T>& w = call.w_kernel;
+  if (w.space() != MemorySpace::host) return rows;
+  rows.weights.assign(w.data(), w.data() + w.size());
+  if (up.bias.defined())
+    for (std::int64_t c = 0; c < rows.c_out; ++c)
+      rows.bias.push_back(float(T(up.bias.array().data()[c])));
+  return rows;
+}
+
+// The coarse piece whose rows lie under the fine `box` (every dim but the channels).
+template <class T>
+const std::pair<Block, Buffer<T>>& coarse_piece_under(const Block& box, const HaloPieces<T>& coarse,
+                                                      const std::vector<std::int64_t>& strides,
+                                                      std::size_t channel_dim) {
+  for (const auto& piece : coarse) {
+    bool under = true;
+    for (std::size_t d = 0; d < box.ranges.size() && under; ++d)
+      under =
+          d == channel_dim || (piece.first.ranges[d].begin * strides[d] <= box.ranges[d].begin &&
+                               box.ranges[d].end <= piece.first.ranges[d].end * strides[d]);
+    if (under) return piece;
+  }
+  throw Error("internal: no coarse rows arrived under a halo piece of the up-sampled tensor");
+}
+
+// Whether the up-sampled z (of `up_dims`) has the skip's dims in the same order and sizes, but
+// for the channels, and z the same mesh axes for them as the skip, the channels split by neither:
+// then the up-sampled z is laid out as the skip and joins it block by block.
+template <class T>
+bool laid_out_alike(const Tensor<T>& z, const std::vector<Dim>& up_dims, const Tensor<T>& skip,
+                    const std::string& channels) {
+  const Shape& fine = skip.shape();
+  if (up_dims.size() != fine.rank() || z.layout().mesh_shape() != skip.layout().mesh_shape())
+    return false;
+  for (std::size_t d = 0; d < fine.rank(); ++d)
+    if (z.shape()[d].name != fine[d].name ||
+        (fine[d].name != channels && up_dims[d].size != fine[d].size) ||
+        z.layout().mesh_axis_of(d) != skip.layout().mesh_axis_of(d))
+      return false;
+  return !z.layout().is_split(channels) && !skip.layout().is_split(channels);
+}
+
+}  // namespace detail
+
+/**
+ * conv(concat({skip, conv_transpose(batch_norm(z, ...), up.weight, up.window, channels) (its
+ * output channels named `channels`) + up.bias}, channels), weight, window, channels) in training
+ * mode: a U-Net decoder level's entry, the convolution's halo sent as the skip's rows and the raw
+ * coarse rows of z before the statistics' all-gather. Where the up-sampling's windows do not tile
+ * its output (kernel = stride), where its blocks do not nest in the skip's (uneven splits), where
+ * z and the skip are laid out differently or split along the channels, where no spatial dim is
+ * split, where halo_overlap() is off, on blocks in a device's memory and where the
+ * concatenation is not laid out as the convolution reads it, the ops run one after the other.
+ */
+template <class T, class W>
+Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const Tensor<W>& beta,
+                             const UpSampling<W>& up, const Tensor<T>& skip,
+                             const Tensor<W>& weight, const Window& window,
+                             const std::string& channels = "channels", double epsilon = 1e-5,
+                             std::common_type_t<Moments<W>>* moments = nullptr,
+                             Activation activation = Activation::none) {
+  const std::vector<std::string> reduced = detail::batch_norm_reduced(z.shape(), channels);
+  auto up_setup = detail::conv_setup("conv_transpose", z, up.weight, up.window, channels,
+                                     /*transposed=*/true);
+  const auto strides = detail::up_sampling_strides(z.shape(), up_setup.dims, up.window.spatial());
+  const std::int64_t c_skip = skip.shape().dim(channels).size;
+  const std::int64_t c_up = up_setup.dims.out_channels.size;
+  const std::string up_channels = up_setup.dims.out_channels.name;
+  auto up_sampled = [&](const Tensor<T>& y) {
+    Tensor<T> u = rename(detail::convolve(std::move(up_setup), y, up.weight, channels), up_channels,
+                         channels);
+    return up.bias.defined() ? std::move(u) + up.bias : u;
+  };
+  // Every processor must take the same road, so the choice rests on layouts, shapes and where
+  // the run keeps its blocks (a receiver up-samples the raw rows on the host).
+  const bool fits =
+      !strides.empty() && detail::affine_per_key(z, reduced, gamma, beta) && halo_overlap() &&
+      detail::laid_out_alike(z, up_setup.dims.output_dims, skip, channels) &&
+      detail::blocks_nest(skip.layout(), strides) &&
+      (!up.bias.defined() ||
+       (up.bias.shape() == Shape{Dim(channels, c_up)} && up.bias.block().num_elements() == c_up)) &&
+      up_setup.call.geometry.c_out == c_up && z.array().space() != MemorySpace::device;
+  if (!fits) {
+    const Tensor<T> y = batch_norm(z, gamma, beta, channels, epsilon, moments, activation);
+    return conv(concat({skip, up_sampled(y)}, channels), weight, window, channels);
+  }
+  Mesh& mesh = z.mesh();
+  const std::size_t channel_dim = z.shape().position(channels);
+  std::vector<Dim> joined_dims;
+  for (const Dim& dim : skip.shape())
+    joined_dims.push_back(dim.name == channels ? dim.resized(c_skip + c_up) : dim);
+  const TensorLayout joined(Shape(joined_dims), skip.layout().mesh_shape(), skip.layout().layout());
+  const detail::ConvDims dims =
+      detail::conv_dims("conv", joined.shape(), weight.shape(), window, channels, false);
+  const HaloNeeds needs = window_needs(joined, Shape(dims.output_dims), window.spatial(),
+                                       dims.windows, /*transposed=*/false);
+  const HaloExchange skip_rows(skip.layout(), mesh.coord(),
+                               detail::with_channels(needs, channel_dim, c_skip),
+                               tags::halo_beside);
+  const HaloExchange raw_rows(
+      z.layout(), mesh.coord(),
+      detail::coarse_needs(needs, strides, channel_dim, z.shape()[channel_dim].size));
+  auto skip_pending = skip_rows.begin(mesh, HaloForm::pieces, skip.array());
+  auto raw_pending = raw_rows.begin(mesh, HaloForm::pieces, z.array());
+
+  const detail::UpSampledRows<T> rows =
+      detail::up_sampled_rows(up_setup.call, up, z.shape(), strides, channels);
+  detail::NormApplied<T> applied;
+  const Tensor<T> y =
+      detail::normalize_affine(z, reduced, gamma, beta, epsilon, moments, activation, &applied);
+  const Tensor<T> input = concat({skip, up_sampled(y)}, channels);
+  auto setup = detail::conv_setup("conv", input, weight, window, channels, /*transposed=*/false);
+  detail::EarlyHalo<T> early{
+      [&] {
+        skip_pending.progress();
+        raw_pending.progress();
+      },
+      [&] {
+        HaloPieces<T> coarse = raw_rows.finish(mesh, std::move(raw_pending)).pieces;
+        for (auto& [box, values] : coarse) applied(box, values);
+        HaloPieces<T> pieces;
+        for (auto& [box, values] : skip_rows.finish(mesh, std::move(skip_pending)).pieces) {
+          Block whole = box;
+          whole.ranges[channel_dim] = Range{0, c_skip + c_up};
+          Buffer<T> joined_values(std::size_t(whole.num_elements()));
+          if (values.space() != MemorySpace::none) {  // else a plan's piece: no values
+            copy_box_between(box, values.data(), box, joined_values.data(), whole);
+            const auto& [coarse_box, coarse_values] =
+                detail::coarse_piece_under(whole, coarse, strides, channel_dim);
+            rows(whole, c_skip, coarse_box, coarse_values, joined_values.data());
+          }
+          pieces.emplace_back(std::move(whole), std::move(joined_values));
+        }
+        return pieces;
+      }};
+  const bool aligned = input.layout() == input.layout().with_layout(setup.layout);
+  if (!aligned || setup.call.plan.halo.exchanged().empty()) {
+    // The convolution reads the concatenation moved to another layout, or no halo: the rows
+    // arrive unused, on every processor alike.
+    early.finish();
+    return detail::convolve(std::move(setup), input, weight, channels);
+  }
+  return detail::convolve(std::move(setup), input, weight, channels, &early);
+}
+
+}  // namespace meshtensor
