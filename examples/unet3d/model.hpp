@@ -2,7 +2,9 @@
 // The 3D U-Net (Çiçek et al. 2016, as in Mesh-TensorFlow's example), written against global shapes
 // [batch, x, y, z, channels]. Where the data lives is decided by the layout alone: the input's, or
 // one per level (ModelConfig::layouts), the tensors moved into each level's layout as they enter
-// it.
+// it. Where no relayout stands between them, a level's last norm and the next level's first
+// convolution run as one op (nn::norm_pool_conv down, nn::norm_up_conv up), the convolution's
+// halo leaving before the norm's statistics are agreed.
 //
 //   level 0: conv-norm-relu x2 (C) ─────────────────────────── concat ─ conv-norm-relu x2 (C) ─
 //   head
@@ -77,10 +79,28 @@ class DoubleConv {
   // a level's input (the decoder's concatenation) is freed as soon as its first convolution ran.
   template <class A>
   mt::Tensor<A> operator()(mt::Tensor<A> x, bool training) {
-    x = nn::conv_norm_conv(conv1_, norm1_, conv2_, std::move(x), training, mt::Activation::relu,
-                           deep_halo_);
-    return norm2_(x, training, mt::Activation::relu);
+    return last_norm(up_to_last_norm(std::move(x), training), training);
   }
+
+  // The level in parts, for ops that join its ends to its neighbours' (UNet::forward): its
+  // convolutions up to the last norm, the same from the first convolution's output, the last norm.
+  template <class A>
+  mt::Tensor<A> up_to_last_norm(mt::Tensor<A> x, bool training) {
+    return nn::conv_norm_conv(conv1_, norm1_, conv2_, std::move(x), training, mt::Activation::relu,
+                              deep_halo_);
+  }
+  template <class A>
+  mt::Tensor<A> after_first_conv(const mt::Tensor<A>& h, bool training) {
+    return nn::norm_conv(norm1_, conv2_, h, training, mt::Activation::relu);
+  }
+  template <class A>
+  mt::Tensor<A> last_norm(const mt::Tensor<A>& z, bool training) {
+    return norm2_(z, training, mt::Activation::relu);
+  }
+
+  const nn::Conv<float>& conv1() const { return conv1_; }
+  nn::Norm<float>& norm2() { return norm2_; }
+  bool deep_halo() const { return deep_halo_; }
 
  private:
   static mt::Window three_cubed() { return mt::Window(spatial).kernel(3).padding("same"); }
@@ -138,22 +158,79 @@ class UNet {
   const ModelConfig& config() const { return config_; }
 
  private:
+  // A level's output on its way to the next level: before its last norm, which the next level's
+  // entry applies (`awaiting` is the level), or normalised already (a recomputed level).
+  template <class A>
+  struct LevelOutput {
+    mt::Tensor<A> tensor;
+    DoubleConv* awaiting = nullptr;
+  };
+
   template <class A>
   mt::Tensor<A> forward(mt::Tensor<A> x, bool training) {
     std::vector<mt::Tensor<A>> skips;
+    LevelOutput<A> out = start(down_[0], enter(0, std::move(x)), training);
     for (std::size_t level = 0; level < down_.size(); ++level) {
-      x = run(down_[level], enter(level, std::move(x)), training);
-      skips.push_back(x);
-      x = mt::max_pool(x, mt::Window(spatial).kernel(2));
+      DoubleConv& next = level + 1 < down_.size() ? down_[level + 1] : *bottom_;
+      auto [skip, below] = descend(std::move(out), level, next, training);
+      skips.push_back(std::move(skip));
+      out = std::move(below);
     }
-    x = run(*bottom_, enter(down_.size(), std::move(x)), training);
     for (std::size_t i = 0; i < up_.size(); ++i) {
       const std::size_t level = up_.size() - 1 - i;
-      auto joined = mt::concat({skips.back(), enter(level, up_[i](x))}, "channels");
+      out = ascend(std::move(out), level, skips.back(), up_[i], merge_[i], training);
       skips.pop_back();  // what backward needs of the skip, the concatenation keeps
-      x = run(merge_[i], std::move(joined), training);
     }
-    return mt::rename((*head_)(x), "channels", "classes");
+    return mt::rename((*head_)(finished(std::move(out), training)), "channels", "classes");
+  }
+
+  // `level` run on x: up to its last norm, or whole where it is recomputed.
+  template <class A>
+  LevelOutput<A> start(DoubleConv& level, mt::Tensor<A> x, bool training) {
+    if (config_.recompute && training) return {run(level, std::move(x), training), nullptr};
+    return {level.up_to_last_norm(std::move(x), training), &level};
+  }
+
+  template <class A>
+  mt::Tensor<A> finished(LevelOutput<A> out, bool training) {
+    return out.awaiting ? out.awaiting->last_norm(out.tensor, training) : std::move(out.tensor);
+  }
+
+  // Whether the ops between a level's last convolution and `next`'s first (at `next_level`) run
+  // as one, its halo leaving before the norm's statistics are agreed: where no relayout and no
+  // deep halo stand between them.
+  template <class A>
+  bool joins(const LevelOutput<A>& out, std::size_t level, std::size_t next_level,
+             const DoubleConv& next) const {
+    return out.awaiting && !next.deep_halo() && layout(level) == layout(next_level);
+  }
+
+  // Down from `level` to `next`: {the level's skip, next's output}.
+  template <class A>
+  std::pair<mt::Tensor<A>, LevelOutput<A>> descend(LevelOutput<A> out, std::size_t level,
+                                                   DoubleConv& next, bool training) {
+    const mt::Window pool = mt::Window(spatial).kernel(2);
+    if (joins(out, level, level + 1, next)) {
+      auto [skip, h] = nn::norm_pool_conv(out.awaiting->norm2(), pool, next.conv1(), out.tensor,
+                                          training, mt::Activation::relu);
+      return {std::move(skip), {next.after_first_conv(h, training), &next}};
+    }
+    mt::Tensor<A> skip = finished(std::move(out), training);
+    return {skip, start(next, enter(level + 1, mt::max_pool(skip, pool)), training)};
+  }
+
+  // Up from the level below to `level`: up-sampled, joined to the skip, `merge` run on them.
+  template <class A>
+  LevelOutput<A> ascend(LevelOutput<A> out, std::size_t level, const mt::Tensor<A>& skip,
+                        const nn::Conv<float>& up, DoubleConv& merge, bool training) {
+    if (joins(out, level + 1, level, merge)) {
+      auto h = nn::norm_up_conv(out.awaiting->norm2(), up, skip, merge.conv1(), out.tensor,
+                                training, mt::Activation::relu);
+      return {merge.after_first_conv(h, training), &merge};
+    }
+    auto joined =
+        mt::concat({skip, enter(level, up(finished(std::move(out), training)))}, "channels");
+    return start(merge, std::move(joined), training);
   }
 
   // The layout of a level's tensors and parameters: the schedule's, or none of its own (parameters
