@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <meshtensor/meshtensor.hpp>
@@ -211,8 +212,10 @@ class UNet {
                                                    DoubleConv& next, bool training) {
     const mt::Window pool = mt::Window(spatial).kernel(2);
     if (joins(out, level, level + 1, next)) {
-      auto [skip, h] = nn::norm_pool_conv(out.awaiting->norm2(), pool, next.conv1(), out.tensor,
-                                          training, mt::Activation::relu);
+      // The level's output is let go with the op: it holds what backward needs of it.
+      auto [skip, h] =
+          nn::norm_pool_conv(out.awaiting->norm2(), pool, next.conv1(),
+                             std::exchange(out.tensor, {}), training, mt::Activation::relu);
       return {std::move(skip), {next.after_first_conv(h, training), &next}};
     }
     mt::Tensor<A> skip = finished(std::move(out), training);
@@ -224,8 +227,8 @@ class UNet {
   LevelOutput<A> ascend(LevelOutput<A> out, std::size_t level, const mt::Tensor<A>& skip,
                         const nn::Conv<float>& up, DoubleConv& merge, bool training) {
     if (joins(out, level + 1, level, merge)) {
-      auto h = nn::norm_up_conv(out.awaiting->norm2(), up, skip, merge.conv1(), out.tensor,
-                                training, mt::Activation::relu);
+      auto h = nn::norm_up_conv(out.awaiting->norm2(), up, skip, merge.conv1(),
+                                std::exchange(out.tensor, {}), training, mt::Activation::relu);
       return {merge.after_first_conv(h, training), &merge};
     }
     auto joined =
