@@ -9,7 +9,6 @@
 // so they equal the op's within rounding.
 
 #include <array>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,16 +142,13 @@ struct UpSampledRows {
 
   // One position's outputs, rounded to T as the op rounds them: the sum, then the bias added.
   void store(const float* __restrict sums, T* __restrict out, std::int64_t stride) const {
-    if (stride == 1 && bias.empty()) {  // the channels last: one vector's stores
-      for (std::int64_t c = 0; c < c_out; ++c) out[c] = T(sums[c]);
-    } else if (stride == 1) {
-      for (std::int64_t c = 0; c < c_out; ++c) out[c] = T(float(T(sums[c])) + float(bias[c]));
-    } else {
-      for (std::int64_t c = 0; c < c_out; ++c) {
-        const T value = T(sums[c]);
-        out[c * stride] = bias.empty() ? value : T(float(value) + float(bias[c]));
-      }
-    }
+    auto value = [&](std::int64_t c) {
+      return bias.empty() ? T(sums[c]) : T(float(T(sums[c])) + float(bias[std::size_t(c)]));
+    };
+    if (stride == 1)  // the channels last: one vector's stores
+      for (std::int64_t c = 0; c < c_out; ++c) out[c] = value(c);
+    else
+      for (std::int64_t c = 0; c < c_out; ++c) out[c * stride] = value(c);
   }
 
   // A group's outputs from their input channels (`stride` apart) through each one's tap weights,
@@ -206,8 +202,7 @@ UpSampledRows<T> up_sampled_rows(const ConvCall<T>& call, const UpSampling<W>& u
   if (w.space() != MemorySpace::host) return rows;
   rows.weights.assign(w.data(), w.data() + w.size());
   if (up.bias.defined())
-    for (std::int64_t c = 0; c < rows.c_out; ++c)
-      rows.bias.push_back(float(T(up.bias.array().data()[c])));
+    for (std::int64_t c = 0; c < rows.c_out; ++c) rows.bias.push_back(T(up.bias.array().data()[c]));
   return rows;
 }
 
