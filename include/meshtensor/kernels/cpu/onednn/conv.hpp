@@ -418,13 +418,14 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
   if (!transposed(g) && (!p.optimised || activations_copied)) return rows;
   if (!p.optimised) return whole;
   // Unless its scratchpad holds copies: AMX's bf16 weight gradient takes 2.3 MiB per row of
-  // 128 x 128, 9x the activations whole (a transposed one from 64^3 x 16 channels: 208 MiB).
-  // Slabs keep it under 16 MiB or an eighth of the largest operand (in proportion to their rows;
-  // 4 rows of 128 x 128 run as fast as the whole), a transposed one's in whole strides, so that
-  // each slab reads whole input rows.
+  // 128 x 128, 9x the activations whole (a transposed one from 64^3 x 16 channels: 208 MiB), and
+  // AVX512_BF16's passes 0.25 MiB per row of 64 x 64 (at 64^3, whole, a quarter of the step's
+  // peak). Slabs keep it under an eighth of the largest operand, as the copies (in proportion to
+  // their rows; 4 rows of 128 x 128 run as fast as the whole), a transposed one's in whole
+  // strides, so that each slab reads whole input rows.
   const double scratch = double(p.step.scratchpad.get_size());
-  const double budget =
-      std::max(double(16 << 20), double(largest) * double(memory::data_type_size(type)) / 8);
+  const double budget = std::max(double(min_slab_floats()) * sizeof(float),
+                                 double(largest) * double(memory::data_type_size(type)) / 8);
   if (scratch <= budget) return whole;
   const std::int64_t step = transposed(g) ? std::max<std::int64_t>(1, g.taps[0].stride) : 1;
   return std::max<std::int64_t>(step, std::int64_t(double(whole) * budget / scratch) / step * step);
