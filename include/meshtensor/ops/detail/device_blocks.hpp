@@ -4,7 +4,7 @@
 // blocks (no memory) count as the device's where the plan stands for a run on devices, so that
 // the plan takes the road its run takes.
 
-#include "meshtensor/comm/planned_device.hpp"
+#include "meshtensor/comm/transport_choice.hpp"
 #include "meshtensor/memory/pool.hpp"
 
 namespace meshtensor::detail {
