@@ -92,7 +92,10 @@ void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backw
       if (!out_node->grad.defined()) return;  // nothing downstream reached this op
       std::vector<bool> needed;
       for (const auto& node : nodes) needed.push_back(node != nullptr);
-      auto grads = backward(out_node->grad, needed);
+      // Handed over where nothing keeps it, as in record_mixed: a backward that takes it by
+      // value may reuse its block (a relabelling) or free it early.
+      Tensor<T> grad = out_node->keep ? out_node->grad : std::move(out_node->grad);
+      auto grads = backward(std::move(grad), needed);
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (!nodes[i] || !grads.at(i).defined()) continue;
         if (grads[i].layout() != layouts[i])

@@ -27,8 +27,10 @@ Tensor<T> relabel(Tensor<T> t, const Shape& shape, const Layout& layout) {
   Array<T> data = t.release_local();  // moved when the caller gave its tensor away
   data.reshape(to_xshape(target.block(t.mesh().coord()).sizes()));
   Tensor<T> out(t.mesh(), target, std::move(data));
-  autodiff::record(out, {t}, [source = t.layout()](const Tensor<T>& g, const std::vector<bool>&) {
-    Array<T> back = kernels::copy_of(g.array());
+  // The gradient's block is handed back relabelled where nothing else holds it (it is copied
+  // otherwise): every named convolution output renames its channels, so a copy here is a pass.
+  autodiff::record(out, {t}, [source = t.layout()](Tensor<T> g, const std::vector<bool>&) {
+    Array<T> back = g.release_local();
     back.reshape(to_xshape(source.block(g.mesh().coord()).sizes()));
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), source, std::move(back))};
   });
