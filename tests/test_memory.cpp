@@ -64,6 +64,36 @@ TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller
   MemoryPool::deallocate(grown);
 }
 
+TEST_CASE("a request bigger than every cached block joins them, their pages moved, not new") {
+  LocalProcessor scope;
+  MemoryPool& pool = memory_pool();
+  auto* a = static_cast<unsigned char*>(pool.allocate(3'000'000));
+  void* between = pool.allocate(100'000);  // keeps a and c apart in memory: they cannot merge
+  auto* c = static_cast<unsigned char*>(pool.allocate(3'000'000));
+  std::memset(a, 1, 3'000'000);
+  std::memset(c, 3, 3'000'000);
+  MemoryPool::deallocate(a);
+  MemoryPool::deallocate(c);
+  const MemoryStats cached = pool.stats();
+
+  auto* joined = static_cast<unsigned char*>(pool.allocate(5'000'000));
+  CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+  CHECK(pool.stats().held == cached.held);
+  CHECK(pool.stats().system_allocations == cached.system_allocations);
+  // Pages of both blocks, their values kept (moved pages; fresh ones would read zero).
+  std::set<int> seen;
+  for (std::size_t i = 0; i < 5'000'000; i += 4096) seen.insert(joined[i]);
+  CHECK(seen.count(1) == 1);
+  CHECK(seen.count(3) == 1);
+  std::memset(joined, 2, 5'000'000);
+  MemoryPool::deallocate(joined);
+  MemoryPool::deallocate(between);
+  // What the first block did not need stays cached and serves without new memory.
+  void* rest = pool.allocate(900'000);
+  CHECK(pool.stats().fresh_bytes == cached.fresh_bytes);
+  MemoryPool::deallocate(rest);
+}
+
 TEST_CASE("the halves of a split block, freed, serve the whole block again") {
   LocalProcessor scope;
   MemoryPool& pool = memory_pool();
