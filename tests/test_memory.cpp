@@ -81,10 +81,12 @@ TEST_CASE("a request bigger than every cached block joins them, their pages move
   CHECK(pool.stats().held == cached.held);
   CHECK(pool.stats().system_allocations == cached.system_allocations);
   // Pages of both blocks, their values kept (moved pages; fresh ones would read zero).
-  std::set<int> seen;
-  for (std::size_t i = 0; i < 5'000'000; i += 4096) seen.insert(joined[i]);
-  CHECK(seen.count(1) == 1);
-  CHECK(seen.count(3) == 1);
+  if (MemoryPool::moves_pages) {
+    std::set<int> seen;
+    for (std::size_t i = 0; i < 5'000'000; i += 4096) seen.insert(joined[i]);
+    CHECK(seen.count(1) == 1);
+    CHECK(seen.count(3) == 1);
+  }
   std::memset(joined, 2, 5'000'000);
   MemoryPool::deallocate(joined);
   MemoryPool::deallocate(between);

@@ -121,6 +121,13 @@ class MemoryPool {
  public:
   static constexpr std::size_t alignment = 64;         // a cache line; AVX-512 loads
   static constexpr std::size_t pooled_from = 1 << 16;  // smaller blocks go to malloc
+  /// Whether grown and joined blocks keep their cached pages (and values): not under
+  /// ThreadSanitizer, which does not see pages move (remap()).
+#if defined(MREMAP_MAYMOVE) && !defined(MESHTENSOR_DETAIL_THREAD_SANITIZER)
+  static constexpr bool moves_pages = true;
+#else
+  static constexpr bool moves_pages = false;
+#endif
 
   /// The system's pages: mmap'd, unmapped in any parts.
   static MemorySource system_pages() {
@@ -574,12 +581,10 @@ class MemoryPool {
 
   // Moves the pages at `from` to `to` (inside a mapping of this pool), replacing what was there.
   static bool move_pages(char* from, std::size_t bytes, char* to) {
-#if defined(MREMAP_FIXED) && !defined(MESHTENSOR_DETAIL_THREAD_SANITIZER)
-    return mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED;
-#else
+    if constexpr (moves_pages)
+      return mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED;
     (void)from, (void)bytes, (void)to;
-    return false;  // see remap(): ThreadSanitizer does not see pages move
-#endif
+    return false;
   }
 
   MemorySource source_;
