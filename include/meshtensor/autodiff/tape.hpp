@@ -92,10 +92,7 @@ void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backw
       if (!out_node->grad.defined()) return;  // nothing downstream reached this op
       std::vector<bool> needed;
       for (const auto& node : nodes) needed.push_back(node != nullptr);
-      // Handed over where nothing keeps it, as in record_mixed: a backward that takes it by
-      // value may reuse its block (a relabelling) or free it early.
-      Tensor<T> grad = out_node->keep ? out_node->grad : std::move(out_node->grad);
-      auto grads = backward(std::move(grad), needed);
+      auto grads = backward(out_node->hand_over(), needed);
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (!nodes[i] || !grads.at(i).defined()) continue;
         if (grads[i].layout() != layouts[i])
@@ -155,10 +152,7 @@ void record_mixed(Tensor<T>& out, const std::tuple<Tensor<In>...>& inputs, Backw
           ((needed[i++] = node != nullptr), ...);
         },
         nodes);
-    // Handed over where nothing keeps it: a backward that takes it by value may free it before
-    // it makes its inputs' gradients.
-    Tensor<T> grad = out_node->keep ? out_node->grad : std::move(out_node->grad);
-    auto grads = backward(std::move(grad), needed);
+    auto grads = backward(out_node->hand_over(), needed);
     meshtensor::detail::accumulate_each(nodes, layouts, grads, std::make_index_sequence<n>{});
     if (!out_node->keep) out_node->grad = Tensor<T>();
   });

@@ -24,24 +24,27 @@ inline std::string available_transports() {
   return names;
 }
 
+/// The error for `source` naming a transport this program was built without (`missing`), and
+/// what to link instead (`remedy`).
+inline Error transport_not_built(const std::string& source, const std::string& name,
+                                 const std::string& missing, const std::string& remedy) {
+  return Error(source + " is \"" + name + "\" but this program was built without " + missing +
+               "; " + remedy + " (it has " + available_transports() + ")");
+}
+
 /// Checks a transport's name: one of threads, mpi and nccl, and built into this program.
 inline std::string valid_transport(const std::string& name, const std::string& source) {
   if (name != "threads" && name != "mpi" && name != "nccl")
     throw Error(source + " is \"" + name +
                 "\"; valid values are \"threads\", \"mpi\" and \"nccl\"");
 #ifndef MESHTENSOR_WITH_MPI
-  if (name == "mpi")
-    throw Error(source +
-                " is \"mpi\" but this program was built without MPI; link "
-                "meshtensor::mpi (it has " +
-                available_transports() + ")");
+  if (name == "mpi") throw transport_not_built(source, name, "MPI", "link meshtensor::mpi");
 #endif
 #ifndef MESHTENSOR_WITH_CUDA
   if (name == "nccl")
-    throw Error(source +
-                " is \"nccl\" but this program was built without the GPU backend; "
-                "link meshtensor::cuda, found when CUDA, cuDNN and NCCL are installed (it has " +
-                available_transports() + ")");
+    throw transport_not_built(
+        source, name, "the GPU backend",
+        "link meshtensor::cuda, found when CUDA, cuDNN and NCCL are installed");
 #endif
   return name;
 }

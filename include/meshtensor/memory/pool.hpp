@@ -552,15 +552,15 @@ class MemoryPool {
     // ThreadSanitizer (GCC 12's) does not see mremap: pages it moves keep the history of the
     // addresses they land on, so another processor's earlier block there reads as a race. Under
     // it the block is mapped afresh (it is a cached block: its contents need not be kept).
-#if defined(MREMAP_MAYMOVE) && !defined(MESHTENSOR_DETAIL_THREAD_SANITIZER)
-    void* p = mremap(base, from, to, MREMAP_MAYMOVE);
-    if (p != MAP_FAILED) {
+    if constexpr (moves_pages) {
+      void* p = mremap(base, from, to, MREMAP_MAYMOVE);
+      if (p != MAP_FAILED) {
 #ifdef MADV_HUGEPAGE
-      if (to > from && to >= (std::size_t{4} << 20)) madvise(p, to, MADV_HUGEPAGE);
+        if (to > from && to >= (std::size_t{4} << 20)) madvise(p, to, MADV_HUGEPAGE);
 #endif
-      return p;
+        return p;
+      }
     }
-#endif
     unmap(base, from);
     return map(to);
   }

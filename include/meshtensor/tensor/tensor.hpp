@@ -35,6 +35,10 @@ template <class T>
 struct GradNode {
   Tensor<T> grad;  // empty until backward reaches the tensor
   bool keep = false;
+
+  /// The gradient for the tensor's backward step: moved out where nothing keeps it, so that a
+  /// step taking it by value may reuse its block (a relabelling) or free it early.
+  Tensor<T> hand_over() { return keep ? grad : std::move(grad); }
 };
 
 namespace detail {
