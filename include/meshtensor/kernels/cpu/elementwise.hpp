@@ -49,14 +49,16 @@ void zip_run(const F& f, const T* x, const T* y, T* out, std::int64_t n,
   }
 }
 
-// f of a (contiguous, `rows` rows of n) and b (one row of n, the same for every row) into out (as
-// a): a bias added to each position's channels. The row of b repeated to a whole number of
-// vectors makes one long loop of the block, not a short run per row.
+// f of a (contiguous, `rows` rows of n <= 64) and b (one row of n, the same for every row) into
+// out (as a): a bias added to each position's channels. The row of b repeated to whole rows and
+// whole vectors (16 rows: 3 classes make 48 values) makes one long loop of the block, not a short
+// run per row.
 template <class T, class F, bool b_repeats>
 void zip_repeated_row(const F& f, const T* a, const T* b, T* out, std::int64_t rows,
                       std::int64_t n) {
-  constexpr std::int64_t chunk = 64;  // values per pass of the inner loop: whole rows of n
-  T row[chunk];
+  constexpr std::int64_t most = 64 * 16;
+  const std::int64_t chunk = 64 % n == 0 ? 64 : 16 * n;  // values per pass of the inner loop
+  T row[most];
   for (std::int64_t j = 0; j < chunk; ++j) row[j] = b[j % n];
   const std::int64_t total = rows * n, whole = total / chunk * chunk;
   parallel_for(whole / chunk, compute_threads(), [&](std::int64_t c) {
@@ -97,10 +99,9 @@ void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, 
   if (merged.size() == 2 && merged[1] <= 64 && walk[2] == Strides{merged[1], 1}) {
     const std::int64_t rows = merged[0], n = merged[1];
     const Strides row{0, 1}, column{1, 0};
-    const bool whole_rows = 64 % n == 0;  // zip_repeated_row's 64 values hold whole rows
-    if (walk[0] == walk[2] && walk[1] == row && whole_rows)
+    if (walk[0] == walk[2] && walk[1] == row)
       return zip_repeated_row<T, F, true>(f, a, b, out, rows, n);
-    if (walk[1] == walk[2] && walk[0] == row && whole_rows)
+    if (walk[1] == walk[2] && walk[0] == row)
       return zip_repeated_row<T, F, false>(f, b, a, out, rows, n);
     if (walk[0] == walk[2] && walk[1] == column)
       return zip_repeated_column<T, F, true>(f, a, b, out, rows, n);
