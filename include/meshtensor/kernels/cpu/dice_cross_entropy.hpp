@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "meshtensor/device/processor.hpp"
@@ -100,18 +101,18 @@ struct TileSoftmax {
   explicit TileSoftmax(std::int64_t classes)
       : score(std::size_t(classes * lanes)), label(score.size()), p(score.size()) {}
 
-  template <class T, class L>
+  // `C`: the class count where the caller knows it at compile time (0: b.classes). A tile of a
+  // block whose classes come last then reads positions C values apart, a stride the compiler
+  // turns into shuffles, where a stride known only at run time reads one value at a time.
+  template <int C, class T, class L>
   void compute(const ClassBlock& b, const T* scores, const L* labels, const Tile& t) {
     const std::int64_t n = t.n;
     std::fill(largest, largest + lanes, -INFINITY);
     std::fill(total, total + lanes, 0.0f);
-    for (std::int64_t c = 0; c < b.classes; ++c)
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float s = static_cast<float>(scores[t.at(j, c)]);
-        score[c * lanes + j] = s;
-        label[c * lanes + j] = static_cast<float>(labels[t.at(j, c)]);
-        largest[j] = std::max(largest[j], s);
-      }
+    if (C > 0 && t.lane_stride == C && t.class_stride == 1 && n == lanes)
+      gather<C>(scores + t.base, labels + t.base, C, t);
+    else
+      gather<0>(scores + t.base, labels + t.base, b.classes, t);
     for (std::int64_t c = 0; c < b.classes; ++c)
       for (std::int64_t j = 0; j < n; ++j) {
         const float e = exp_approx(score[c * lanes + j] - largest[j]);
@@ -121,7 +122,33 @@ struct TileSoftmax {
     for (std::int64_t c = 0; c < b.classes; ++c)
       for (std::int64_t j = 0; j < n; ++j) p[c * lanes + j] /= total[j];
   }
+
+ private:
+  // The tile's scores and labels, class-major, and each lane's largest score: of a whole tile of
+  // C classes last (C > 0, the strides known at compile time), or of any tile (C = 0).
+  template <int C, class T, class L>
+  void gather(const T* scores, const L* labels, std::int64_t classes, const Tile& t) {
+    const std::int64_t n = C > 0 ? lanes : t.n;
+    const std::int64_t lane_stride = C > 0 ? C : t.lane_stride;
+    const std::int64_t class_stride = C > 0 ? 1 : t.class_stride;
+    for (std::int64_t c = 0; c < (C > 0 ? C : classes); ++c)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float s = static_cast<float>(scores[j * lane_stride + c * class_stride]);
+        score[c * lanes + j] = s;
+        label[c * lanes + j] = static_cast<float>(labels[j * lane_stride + c * class_stride]);
+        largest[j] = std::max(largest[j], s);
+      }
+  }
 };
+
+// Runs body(std::integral_constant<int, C>) with C the block's class count where it is one of
+// the few a segmentation has (2 or 3), else 0 (counted at run time).
+template <class Body>
+void with_class_count(std::int64_t classes, Body&& body) {
+  if (classes == 2) return body(std::integral_constant<int, 2>{});
+  if (classes == 3) return body(std::integral_constant<int, 3>{});
+  body(std::integral_constant<int, 0>{});
+}
 
 }  // namespace detail
 
@@ -135,28 +162,31 @@ void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labe
   // Each part sums lane by lane (lane_sums[k * lanes + j]), so the loops vectorize in double.
   std::vector<std::vector<double>> parts(static_cast<std::size_t>(compute_threads()),
                                          std::vector<double>(std::size_t(n * lanes), 0.0));
-  const int used = detail::over_positions(b.positions(), [&](int part, auto first, auto last) {
-    double* s = parts[static_cast<std::size_t>(part)].data();
-    detail::TileSoftmax tile(b.classes);
-    detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
-      tile.compute(b, scores, labels, t);
-      float log_total[lanes];
-      for (std::int64_t j = 0; j < t.n; ++j) log_total[j] = log_approx(tile.total[j]);
-      for (std::int64_t c = 0; c < b.classes; ++c) {
-        const double w = weights[c];
-        const float* score = &tile.score[std::size_t(c * lanes)];
-        const float* y = &tile.label[std::size_t(c * lanes)];
-        const float* p = &tile.p[std::size_t(c * lanes)];
-        for (std::int64_t j = 0; j < t.n; ++j) {
-          const float log_p = score[j] - tile.largest[j] - log_total[j];
-          const double weighted = w * double(y[j]);
-          s[at.log_likelihood * lanes + j] += weighted * double(log_p);
-          s[at.weight * lanes + j] += weighted;
-          s[at.overlap(c) * lanes + j] += double(p[j]) * double(y[j]);
-          s[at.predicted(c) * lanes + j] += double(p[j]);
-          s[at.truth(c) * lanes + j] += double(y[j]);
+  int used = 0;
+  detail::with_class_count(b.classes, [&](auto known) {
+    used = detail::over_positions(b.positions(), [&](int part, auto first, auto last) {
+      double* s = parts[static_cast<std::size_t>(part)].data();
+      detail::TileSoftmax tile(b.classes);
+      detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
+        tile.compute<decltype(known)::value>(b, scores, labels, t);
+        float log_total[lanes];
+        for (std::int64_t j = 0; j < t.n; ++j) log_total[j] = log_approx(tile.total[j]);
+        for (std::int64_t c = 0; c < b.classes; ++c) {
+          const double w = weights[c];
+          const float* score = &tile.score[std::size_t(c * lanes)];
+          const float* y = &tile.label[std::size_t(c * lanes)];
+          const float* p = &tile.p[std::size_t(c * lanes)];
+          for (std::int64_t j = 0; j < t.n; ++j) {
+            const float log_p = score[j] - tile.largest[j] - log_total[j];
+            const double weighted = w * double(y[j]);
+            s[at.log_likelihood * lanes + j] += weighted * double(log_p);
+            s[at.weight * lanes + j] += weighted;
+            s[at.overlap(c) * lanes + j] += double(p[j]) * double(y[j]);
+            s[at.predicted(c) * lanes + j] += double(p[j]);
+            s[at.truth(c) * lanes + j] += double(y[j]);
+          }
         }
-      }
+      });
     });
   });
   for (std::int64_t k = 0; k < n; ++k) {
@@ -175,35 +205,37 @@ void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* 
                                  const float* weights, const DiceCrossEntropyCoefficients& k,
                                  double scale, T* grad) {
   using detail::lanes;
-  detail::over_positions(b.positions(), [&](int, auto first, auto last) {
-    detail::TileSoftmax tile(b.classes);
-    std::vector<float> h(tile.p.size());
-    detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
-      tile.compute(b, scores, labels, t);
-      double weight[lanes] = {}, p_dot_h[lanes] = {};
-      for (std::int64_t c = 0; c < b.classes; ++c) {
-        const double w = weights[c], label_term = k.dice_label[c], constant = k.dice_constant[c];
-        const float* y = &tile.label[std::size_t(c * lanes)];
-        const float* p = &tile.p[std::size_t(c * lanes)];
-        float* hc = &h[std::size_t(c * lanes)];
-        for (std::int64_t j = 0; j < t.n; ++j) {
-          weight[j] += w * double(y[j]);
-          hc[j] = static_cast<float>(label_term * y[j] + constant);
-          p_dot_h[j] += double(p[j]) * double(hc[j]);
+  detail::with_class_count(b.classes, [&](auto known) {
+    detail::over_positions(b.positions(), [&](int, auto first, auto last) {
+      detail::TileSoftmax tile(b.classes);
+      std::vector<float> h(tile.p.size());
+      detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
+        tile.compute<decltype(known)::value>(b, scores, labels, t);
+        double weight[lanes] = {}, p_dot_h[lanes] = {};
+        for (std::int64_t c = 0; c < b.classes; ++c) {
+          const double w = weights[c], label_term = k.dice_label[c], constant = k.dice_constant[c];
+          const float* y = &tile.label[std::size_t(c * lanes)];
+          const float* p = &tile.p[std::size_t(c * lanes)];
+          float* hc = &h[std::size_t(c * lanes)];
+          for (std::int64_t j = 0; j < t.n; ++j) {
+            weight[j] += w * double(y[j]);
+            hc[j] = static_cast<float>(label_term * y[j] + constant);
+            p_dot_h[j] += double(p[j]) * double(hc[j]);
+          }
         }
-      }
-      for (std::int64_t c = 0; c < b.classes; ++c) {
-        const double w = weights[c];
-        const float* y = &tile.label[std::size_t(c * lanes)];
-        const float* p = &tile.p[std::size_t(c * lanes)];
-        const float* hc = &h[std::size_t(c * lanes)];
-        for (std::int64_t j = 0; j < t.n; ++j) {
-          const double cross_entropy =
-              (double(p[j]) * weight[j] - w * double(y[j])) * k.inverse_weight;
-          const double dice = double(p[j]) * (double(hc[j]) - p_dot_h[j]);
-          grad[t.at(j, c)] = T(static_cast<float>(scale * (cross_entropy + dice)));
+        for (std::int64_t c = 0; c < b.classes; ++c) {
+          const double w = weights[c];
+          const float* y = &tile.label[std::size_t(c * lanes)];
+          const float* p = &tile.p[std::size_t(c * lanes)];
+          const float* hc = &h[std::size_t(c * lanes)];
+          for (std::int64_t j = 0; j < t.n; ++j) {
+            const double cross_entropy =
+                (double(p[j]) * weight[j] - w * double(y[j])) * k.inverse_weight;
+            const double dice = double(p[j]) * (double(hc[j]) - p_dot_h[j]);
+            grad[t.at(j, c)] = T(static_cast<float>(scale * (cross_entropy + dice)));
+          }
         }
-      }
+      });
     });
   });
 }
