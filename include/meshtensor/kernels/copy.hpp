@@ -31,6 +31,52 @@ void copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
            [&] { cpu::copy_box(box, from, from_strides, to, to_strides); });
 }
 
+#if defined(MESHTENSOR_WITH_CUDA)
+// A GPU copies part by part (its threads write lines in any order anyway).
+template <class T>
+bool joined_on_gpu(std::int64_t rows, const std::vector<cpu::RowsPart<const T>>& parts, T* out,
+                   std::int64_t width) {
+  for (const auto& part : parts) {
+    if (!gpu::copy_box(Sizes{rows, part.width}, part.data, Strides{part.width, 1}, out,
+                       Strides{width, 1}))
+      return false;
+    out += part.width;
+  }
+  return true;
+}
+template <class T>
+bool split_on_gpu(std::int64_t rows, const T* in, std::int64_t width,
+                  const std::vector<cpu::RowsPart<T>>& parts) {
+  for (const auto& part : parts) {
+    if (part.data && !gpu::copy_box(Sizes{rows, part.width}, in, Strides{width, 1}, part.data,
+                                    Strides{part.width, 1}))
+      return false;
+    in += part.width;
+  }
+  return true;
+}
+#endif
+
+/// out's rows (width: the parts' widths' sum) = the parts' rows side by side (cpu::join_rows).
+template <class T>
+void join_rows(std::int64_t rows, const std::vector<cpu::RowsPart<const T>>& parts, T* out) {
+  std::int64_t width = 0;
+  for (const auto& part : parts) width += part.width;
+  dispatch([&] { plan::count_copy(double(rows * width)); },
+           MESHTENSOR_ON_GPU(joined_on_gpu(rows, parts, out, width)),
+           [&] { cpu::join_rows(rows, parts, out); });
+}
+
+/// The parts' rows = their shares of in's rows, side by side (cpu::split_rows).
+template <class T>
+void split_rows(std::int64_t rows, const T* in, const std::vector<cpu::RowsPart<T>>& parts) {
+  std::int64_t width = 0;
+  for (const auto& part : parts) width += part.width;
+  dispatch([&] { plan::count_copy(double(rows * width)); },
+           MESHTENSOR_ON_GPU(split_on_gpu(rows, in, width, parts)),
+           [&] { cpu::split_rows(rows, in, parts); });
+}
+
 /// copy_box between two arrays in the host's memory (a global array the host holds, a staging
 /// vector), whatever the processor computes on.
 template <class T>

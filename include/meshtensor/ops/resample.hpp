@@ -134,53 +134,60 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
   if (layout.is_split(dim)) return std::nullopt;
 
   const auto out_sizes = layout.block(mesh.coord()).sizes();
-  const auto out_strides = kernels::row_major_strides(out_sizes);
-  // Part i's block goes at offsets[i] along d.
-  auto place = [d, out_strides](const T* src, const kernels::Sizes& sizes, std::int64_t offset,
-                                T* out) {
-    T* dst = out + offset * out_strides[d];
-    const auto src_strides = kernels::row_major_strides(sizes);
-    kernels::copy_box(sizes, src, src_strides, dst, out_strides);
+  // Each block is rows (the dims before d) of a width (d and the dims after it): the output's
+  // rows are the parts' rows side by side, joined and split in one pass each way.
+  std::int64_t rows = 1;
+  for (std::size_t k = 0; k < d; ++k) rows *= out_sizes[k];
+  auto width_of = [rows](const kernels::Sizes& sizes) {
+    return rows ? kernels::num_elements(sizes) / rows : 0;
   };
   Array<T> out = Array<T>::from_shape(to_xshape(out_sizes));
-  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> widths;
   std::vector<KeptBlock<T>> kept;
-  std::int64_t offset = 0;
+  std::vector<kernels::cpu::RowsPart<const T>> pieces;
   for (const auto& p : parts) {
     const auto aligned = relayout_to(p, p.layout().with_layout(common));
-    place(aligned.array().data(), aligned.block().sizes(), offset, out.data());
+    widths.push_back(width_of(aligned.block().sizes()));
+    pieces.push_back({aligned.array().data(), widths.back()});
     kept.emplace_back(aligned);
-    offsets.push_back(offset);
-    offset += aligned.block().sizes()[d];
   }
+  kernels::join_rows(rows, pieces, out.data());
   Tensor<T> result(mesh, layout, std::move(out));
   // The parts are often kept anyway (a skip connection, a normalisation's input), so an op that
   // saves the concatenation keeps them, not a second copy side by side.
   result.set_recipe(std::make_shared<const typename Tensor<T>::Recipe>(
-      [kept = std::move(kept), offsets, place](T* into) {
+      [kept = std::move(kept), widths, rows](T* into) {
+        // A part kept as its recipe is recomputed first; all are read in the one pass.
+        std::vector<Array<T>> scratch;
+        scratch.reserve(kept.size());
+        std::vector<kernels::cpu::RowsPart<const T>> pieces;
         for (std::size_t i = 0; i < kept.size(); ++i) {
-          Array<T> scratch = empty_array<T>();
-          place(kept[i].data(scratch), kept[i].block().sizes(), offsets[i], into);
+          scratch.push_back(empty_array<T>());
+          pieces.push_back({kept[i].data(scratch.back()), widths[i]});
         }
+        kernels::join_rows(rows, pieces, into);
       }));
   std::vector<TensorLayout> part_layouts;
   for (const auto& p : parts) part_layouts.push_back(p.layout());
   autodiff::record(
       result, parts,
-      [d, offsets, part_layouts, common](const Tensor<T>& g, const std::vector<bool>& need) {
+      [widths, rows, part_layouts, common](const Tensor<T>& g, const std::vector<bool>& need) {
         std::vector<Tensor<T>> grads(part_layouts.size());
-        const auto g_strides = kernels::row_major_strides(g.block().sizes());
+        std::vector<Array<T>> slices;
+        std::vector<kernels::cpu::RowsPart<T>> pieces;
+        std::vector<TensorLayout> aligned;
         for (std::size_t i = 0; i < grads.size(); ++i) {
-          if (!need[i]) continue;
-          const TensorLayout aligned = part_layouts[i].with_layout(common);
-          const auto sizes = aligned.block(g.mesh().coord()).sizes();
-          Array<T> slice = Array<T>::from_shape(to_xshape(sizes));
-          const T* src = g.array().data() + offsets[i] * g_strides[d];
-          T* dst = slice.data();
-          const auto dst_strides = kernels::row_major_strides(sizes);
-          kernels::copy_box(sizes, src, g_strides, dst, dst_strides);
-          grads[i] = relayout_to(Tensor<T>(g.mesh(), aligned, std::move(slice)), part_layouts[i]);
+          aligned.push_back(part_layouts[i].with_layout(common));
+          slices.push_back(
+              need[i] ? Array<T>::from_shape(to_xshape(aligned[i].block(g.mesh().coord()).sizes()))
+                      : empty_array<T>());
+          pieces.push_back({need[i] ? slices[i].data() : nullptr, widths[i]});  // null: skipped
         }
+        kernels::split_rows(rows, g.array().data(), pieces);
+        for (std::size_t i = 0; i < grads.size(); ++i)
+          if (need[i])
+            grads[i] =
+                relayout_to(Tensor<T>(g.mesh(), aligned[i], std::move(slices[i])), part_layouts[i]);
         return grads;
       });
   return result;
