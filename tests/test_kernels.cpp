@@ -453,37 +453,50 @@ TEST_CASE("2 x 2 x 2 max pooling at stride 2 gives the reference kernels' result
   CHECK_FALSE(cpu::pair_pool_fits(overlapping));
 }
 
-TEST_CASE("rows joined side by side and split apart again are the parts' rows") {
-  // Many short rows (a concatenation of channels, one pass) and a few long ones (part by part).
-  for (const std::int64_t rows : {1, 3, 5000}) {
-    INFO(rows << " rows");
-    const std::vector<std::int64_t> widths{8, 3, 16};
-    std::vector<std::vector<float>> parts;
-    std::vector<cpu::RowsPart<const float>> pieces;
-    for (std::size_t p = 0; p < widths.size(); ++p) {
-      parts.emplace_back(std::size_t(rows * widths[p]));
-      for (std::size_t i = 0; i < parts[p].size(); ++i) parts[p][i] = float(1000 * p + i);
-      pieces.push_back({parts[p].data(), widths[p]});
-    }
-    const std::int64_t width = 8 + 3 + 16;
-    std::vector<float> joined(std::size_t(rows * width));
-    cpu::join_rows(rows, pieces, joined.data());
-    bool placed = true;
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t j = 0; j < width; ++j) {
-        const std::size_t p = j < 8 ? 0 : j < 11 ? 1 : 2;
-        const std::int64_t at = j - (p == 0 ? 0 : p == 1 ? 8 : 11);
-        placed = placed &&
-                 joined[std::size_t(r * width + j)] == parts[p][std::size_t(r * widths[p] + at)];
-      }
-    CHECK(placed);
-    // Split back, the middle part skipped (a gradient no one needs).
-    std::vector<float> first(parts[0].size()), last(parts[2].size());
-    cpu::split_rows<float>(rows, joined.data(),
-                           {{first.data(), 8}, {nullptr, 3}, {last.data(), 16}});
-    CHECK(first == parts[0]);
-    CHECK(last == parts[2]);
+namespace {
+
+// Whether rows of parts of `widths` joined side by side hold each part's rows, and split back
+// (the second part skipped, a gradient no one needs) give the first and last parts again.
+bool joins_and_splits(std::int64_t rows, const std::vector<std::int64_t>& widths) {
+  std::vector<std::vector<float>> parts;
+  std::vector<cpu::RowsPart<const float>> pieces;
+  std::int64_t width = 0;
+  for (std::size_t p = 0; p < widths.size(); ++p) {
+    parts.emplace_back(std::size_t(rows * widths[p]));
+    for (std::size_t i = 0; i < parts[p].size(); ++i) parts[p][i] = float(1000 * p + i % 4096);
+    pieces.push_back({parts[p].data(), widths[p]});
+    width += widths[p];
   }
+  std::vector<float> joined(std::size_t(rows * width));
+  cpu::join_rows(rows, pieces, joined.data());
+  bool right = true;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t at = r * width;
+    for (std::size_t p = 0; p < widths.size(); ++p)
+      for (std::int64_t j = 0; j < widths[p]; ++j)
+        right = right && joined[std::size_t(at++)] == parts[p][std::size_t(r * widths[p] + j)];
+  }
+  std::vector<std::vector<float>> back;
+  std::vector<cpu::RowsPart<float>> out;
+  for (std::size_t p = 0; p < widths.size(); ++p) {
+    back.emplace_back(p == 1 ? 0 : parts[p].size());
+    out.push_back({p == 1 ? nullptr : back[p].data(), widths[p]});
+  }
+  cpu::split_rows<float>(rows, joined.data(), out);
+  for (std::size_t p = 0; p < widths.size(); ++p) right = right && (p == 1 || back[p] == parts[p]);
+  return right;
+}
+
+}  // namespace
+
+TEST_CASE("rows joined side by side and split apart again are the parts' rows") {
+  // Many short rows (a concatenation of channels: one pass over them), a single row (each part's
+  // copy on all threads) and long rows.
+  for (const std::int64_t rows : {1, 3, 5000}) {
+    INFO(rows << " rows of 8 + 3 + 16");
+    CHECK(joins_and_splits(rows, {8, 3, 16}));
+  }
+  CHECK(joins_and_splits(64, {2000, 3, 5000}));
 }
 
 TEST_CASE("a row repeated over a block (a bias) and a block's sums per channel are exact") {
