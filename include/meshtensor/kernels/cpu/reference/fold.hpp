@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
@@ -149,11 +150,11 @@ inline void add_run(const std::array<FoldOperand<T>, N>& operands, const Axis<N>
 }
 
 // `positions` runs of n contiguous values (a channels-last block's channels) summed into
-// acc[0, n), in lanes holding a whole number of runs (16 values: two runs of 8), so that the loop
-// is a plain vector loop rather than one short run at a time.
+// acc[0, n), in lanes holding a whole number of runs and of 16 values (two runs of 8; sixteen of
+// 3 classes), so that the loop is a plain vector loop rather than one short run at a time.
 template <int n, class Acc, class T>
 void sum_runs(const T* x, std::int64_t positions, Acc* acc) {
-  constexpr int lanes = n >= 16 ? n : 16;
+  constexpr int lanes = n % 16 == 0 ? n : n * 16 / std::gcd(n, 16);
   static_assert(lanes % n == 0);
   Acc sums[lanes] = {};
   const std::int64_t total = positions * n;
@@ -175,6 +176,8 @@ void sum_runs_of(std::int64_t n, const T* x, std::int64_t positions, Acc* acc) {
       return sum_runs<1>(x, positions, acc);
     case 2:
       return sum_runs<2>(x, positions, acc);
+    case 3:
+      return sum_runs<3>(x, positions, acc);
     case 4:
       return sum_runs<4>(x, positions, acc);
     case 8:
@@ -190,13 +193,13 @@ void sum_runs_of(std::int64_t n, const T* x, std::int64_t positions, Acc* acc) {
 
 // Whether the loops are one contiguous block of runs summed per run position: the innermost axis
 // walks the operand and the output alike, the one loop around it the next runs, output fixed;
-// runs of a power of two up to 64 (what sum_runs_of takes).
+// runs of 3 (a segmentation's classes) or a power of two up to 64 (what sum_runs_of takes).
 template <std::size_t N>
 bool runs_summed_alike(const Sizes& sizes, const std::array<Strides, N + 1>& strides,
                        const Axis<N>& last) {
   const std::int64_t n = last.size;
   return N == 1 && sizes.size() == 1 && last.strides[0] == 1 && last.strides[N] == 1 &&
-         strides[0][0] == n && strides[N][0] == 0 && n <= 64 && (n & (n - 1)) == 0;
+         strides[0][0] == n && strides[N][0] == 0 && n <= 64 && (n == 3 || (n & (n - 1)) == 0);
 }
 
 }  // namespace sum_detail
