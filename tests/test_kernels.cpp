@@ -400,8 +400,11 @@ TEST_CASE("2 x 2 x 2 max pooling at stride 2 gives the reference kernels' result
     std::array<std::int64_t, 3> out;
     std::int64_t batch, channels;
   };
-  const std::vector<Case> cases{
-      {{8, 6, 4}, 1, 8}, {{3, 5, 4}, 2, 17}, {{4, 4, 2}, 1, 16}, {{1, 1, 1}, 1, 1}};
+  const std::vector<Case> cases{{{8, 6, 4}, 1, 8},
+                                {{3, 5, 4}, 2, 17},
+                                {{4, 4, 2}, 1, 16},
+                                {{2, 3, 4}, 2, 32},
+                                {{1, 1, 1}, 1, 1}};
   for (const auto& c : cases) {
     PoolGeometry g;
     g.batch = c.batch;

@@ -116,10 +116,11 @@ void forward_row(const T* __restrict r0, const T* __restrict r1, const T* __rest
 }
 
 // One input row, window row `k01` (k0 * 2 + k1): each position gets its window's output gradient
-// where the window's maximum was, else zero.
-template <class T>
+// where the window's maximum was, else zero. C > 0: the channels, fixed at compile time.
+template <class T, int C = 0>
 void backward_row(const T* __restrict grad_output, const std::uint8_t* __restrict at, int k01,
-                  T* __restrict row, std::int64_t n, std::int64_t c) {
+                  T* __restrict row, std::int64_t n, std::int64_t channels) {
+  const std::int64_t c = C > 0 ? C : channels;
   for (std::int64_t o = 0; o < n; ++o)
     for (int k2 = 0; k2 < 2; ++k2)
       for (std::int64_t ch = 0; ch < c; ++ch) {
@@ -161,10 +162,19 @@ void pair_max_pool_backward(const PoolGeometry& g, const T* grad_output, const v
     T* plane = grad_input + 2 * q * in1 * in2 * c;
     for (std::int64_t o1 = 0; o1 < out1; ++o1) {
       const std::int64_t first = (q * out1 + o1) * out2 * c;
-      for (int k0 = 0; k0 < 2; ++k0)
-        for (int k1 = 0; k1 < 2; ++k1)
-          pair_pool_detail::backward_row<T>(grad_output + first, index + first, k0 * 2 + k1,
-                                            plane + (k0 * in1 + 2 * o1 + k1) * in2 * c, out2, c);
+      const auto rows = [&](auto fixed) {
+        for (int k0 = 0; k0 < 2; ++k0)
+          for (int k1 = 0; k1 < 2; ++k1)
+            pair_pool_detail::backward_row<T, decltype(fixed)::value>(
+                grad_output + first, index + first, k0 * 2 + k1,
+                plane + (k0 * in1 + 2 * o1 + k1) * in2 * c, out2, c);
+      };
+      // Float rows with the channels fixed (9.5 -> 5.5 ms at 128^3 x 8 on 2 threads); bfloat16's
+      // stay generic (with_fixed_channels).
+      if constexpr (std::is_same_v<T, float>)
+        pair_pool_detail::with_fixed_channels(c, rows);
+      else
+        rows(std::integral_constant<int, 0>{});
     }
   });
 }
