@@ -99,7 +99,10 @@ def unet_section(rows, peak):
                         key=lambda t: (t["impl"], t.get("precision", "fp32"))):
             lines.append(f"| {size}³ | {t['impl']} {t.get('precision', 'fp32')} | "
                          f"{t['step_s']:.3f} | – | {t['step_memory_mib']:.0f} | – | – |")
-        by = {variant(r): r for r in ours if r["size"] == size}
+        by = {}  # the rows the table shows: the first of each variant (the scaling runs follow)
+        for r in ours:
+            if r["size"] == size:
+                by.setdefault(variant(r), r)
         if "fp32" in by and "bf16" in by:
             f32, b16 = by["fp32"], by["bf16"]
             mem = lambda r: r["rss_peak_mib"] - r["rss_before_model_mib"]
