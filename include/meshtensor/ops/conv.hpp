@@ -335,7 +335,7 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
                                 std::vector<std::size_t>& box_sizes, EarlyHalo<T>* early) {
   const WindowedPlan& p = c.plan;
   const bool identity = kernels::is_identity(p.to_kernel_order);
-  const bool in_place = p.clipped() && p.halo.local_only() && identity;
+  const bool in_place = p.reads_block_in_place();
   Array<T> box = box_of(p, x, in_place, early);
   const T* box_data = in_place ? x.array().data() : box.data();
   const auto& box_shape = in_place ? x.array().shape() : box.shape();

@@ -46,6 +46,13 @@ struct WindowedPlan {
   // Whether the box the kernels read stops at the tensor's edges.
   bool clipped() const { return form != HaloForm::padded; }
 
+  // Whether the kernels can read the input block itself: nothing exchanged, in their dim order,
+  // and no padding in the box (a clipped box holds none; a padded one none where it is the block).
+  bool reads_block_in_place() const {
+    return halo.local_only() && kernels::is_identity(to_kernel_order) &&
+           (clipped() || halo.box() == halo.own());
+  }
+
   bool empty() const { return output_block.empty(); }
 };
 
