@@ -316,6 +316,33 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
                                   int{rows::detail::one_channel_forward_kernel}));
 }
 
+TEST_CASE("the bfloat16 weight gradient takes up to 16 channels on one side") {
+  if (!rows::detail::bf16_rows) {
+    WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
+    return;
+  }
+  // 'same' padding, batch 2, rows that are not whole vectors of bfloat16 pairs; 32 -> 32 is
+  // oneDNN's or the widened float kernels'.
+  const std::vector<Case> cases{
+      {{4, 5, 37}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 16, 16, false, false, 1},
+      {{3, 4, 40}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 32, 16, false, false, 1},
+      {{3, 3, 33}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 16, 24, false, false, 1}};
+  for (const Case& c : cases) {
+    const ConvCheck exact(c, true);
+    INFO(c.c_in << " -> " << c.c_out);
+    CHECK_FALSE(rows::takes(exact.g));
+    REQUIRE(rows::fits_backward_weight_bf16(exact.g));
+    const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
+        dy(exact.dy.begin(), exact.dy.end());
+    std::vector<double> dw(exact.w_n, 0.0);
+    rows::conv_backward_weight(exact.g, x.data(), dy.data(), dw.data());
+    CHECK(relative_gap(exact.dw_ref, dw) < 1e-5);
+  }
+  Case wide = cases.front();
+  wide.c_in = wide.c_out = 32;
+  CHECK_FALSE(rows::fits_backward_weight_bf16(ConvCheck(wide).g));
+}
+
 TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {
   for (const auto& c : conv_cases()) {
     const ConvGeometry g = geometry(c);

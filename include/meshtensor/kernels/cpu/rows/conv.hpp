@@ -342,10 +342,10 @@ inline bool enabled() {
 }
 
 /// Whether the forward kernel can run `g` (and the input gradient's, the reversed `g`): ordinary
-/// taps, output channels in eights, few channels on one side, rows of at least a vector.
-inline bool takes(const ConvGeometry& g) {
+/// taps, output channels in eights, at most `few` channels on one side, rows of at least a vector.
+inline bool takes(const ConvGeometry& g, std::int64_t few = 8) {
   return simd_available && enabled() && detail::ordinary(g) &&
-         g.c_out % detail::tile_channels == 0 && std::min(g.c_in, g.c_out) <= 8 &&
+         g.c_out % detail::tile_channels == 0 && std::min(g.c_in, g.c_out) <= few &&
          g.kernel[0] * g.kernel[1] * g.kernel[2] > 1 && g.out[2] >= detail::L &&
          g.batch * g.out[0] * g.out[1] > 0;
 }
@@ -505,10 +505,12 @@ inline void conv_backward_weight(const ConvGeometry& g, const float* input,
   detail::planar_backward_weight(g, input, grad_output, grad_weight);
 }
 
-/// Whether the bfloat16 weight gradient below runs `g`: where the float one does, on a CPU with
-/// AVX512_BF16.
+/// Whether the bfloat16 weight gradient below runs `g`: where the float one does and with up to
+/// 16 channels on one side, on a CPU with AVX512_BF16 (2 AMD cores, 16 -> 16 at 64^3: 357 GFLOP/s
+/// against oneDNN's bf16 178 and the widened float kernels' 208; from 32 -> 16 on, oneDNN's bf16
+/// runs faster, and kernels::conv picks it by timing each shape).
 inline bool fits_backward_weight_bf16(const ConvGeometry& g) {
-  return detail::bf16_rows && fits_backward_weight(g);
+  return detail::bf16_rows && takes(g, 16) && g.kernel[2] <= 3;
 }
 
 /// The same for bfloat16 operands, with no float copy of them: two positions' products a lane,
