@@ -231,7 +231,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
-  int one_channel_cases = 0, bf16_cases = 0;
+  int one_channel_cases = 0, bf16_cases = 0, bf16_first_layer_cases = 0;
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
     const ConvGeometry& g = check.g;
@@ -291,6 +291,23 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
         CHECK(relative_gap(widen(check.y_ref), widen(std::vector<float>(y.begin(), y.end()))) <
               1e-5);
       }
+      // Its bfloat16 form: the float kernel's sums on the same (bfloat16) values, each rounded.
+      if (rows::fits_one_channel_forward_bf16(g)) {
+        ++bf16_first_layer_cases;
+        const ConvCheck exact(rc.c, true);
+        meshtensor::Buffer<float> y(check.out_n);
+        rows::conv_forward_one_channel(g, exact.x.data(), exact.w.data(), y.data(), false);
+        const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
+            w(exact.w.begin(), exact.w.end());
+        for (const bool around_cache : {false, true}) {
+          std::vector<meshtensor::bfloat16> y_bf16(check.out_n);
+          rows::conv_forward_one_channel(g, x.data(), w.data(), y_bf16.data(), around_cache);
+          rows::stream_fence();
+          CHECK(std::equal(y.begin(), y.end(), y_bf16.begin(), [](float a, meshtensor::bfloat16 b) {
+            return meshtensor::bfloat16(a).bits == b.bits;
+          }));
+        }
+      }
     }
     // Outputs written through the cache and around it (streamed, where a vector is aligned: the
     // buffers are, and so is every other row here).
@@ -314,6 +331,8 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
   // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
   CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
                                   int{rows::detail::one_channel_forward_kernel}));
+  CHECK(bf16_first_layer_cases ==
+        (rows::fits_one_channel_forward_bf16(geometry(row_cases[1].c)) ? 2 : 0));
 }
 
 TEST_CASE("the bfloat16 weight gradient takes up to 16 channels on one side") {

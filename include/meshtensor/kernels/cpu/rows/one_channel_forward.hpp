@@ -12,11 +12,15 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <vector>
 
+#include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
+#include "meshtensor/kernels/cpu/vector_rate.hpp"
 
 namespace meshtensor::kernels::rows {
 namespace detail {
@@ -34,10 +38,34 @@ struct OneChannelTap {
   const float* w;
 };
 
+// One position's 8 channels at `to` (`stream`: around the cache, where aligned).
+__attribute__((always_inline)) inline void store_eight(Y acc, float* to, bool stream) {
+  if (stream && reinterpret_cast<std::uintptr_t>(to) % 32 == 0)
+    _mm256_stream_ps(to, acc);
+  else
+    _mm256_storeu_ps(to, acc);
+}
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+constexpr bool one_channel_bf16_stores = true;
+// The same rounded to bfloat16 (to nearest, ties to even, as bfloat16(float) rounds).
+__attribute__((always_inline)) inline void store_eight(Y acc, bfloat16* to, bool stream) {
+  const __m128bh narrow = _mm256_cvtneps_pbh(acc);
+  __m128i bits;
+  std::memcpy(&bits, &narrow, sizeof bits);
+  auto* at = reinterpret_cast<__m128i*>(to);
+  if (stream && reinterpret_cast<std::uintptr_t>(to) % 16 == 0)
+    _mm_stream_si128(at, bits);
+  else
+    _mm_storeu_si128(at, bits);
+}
+#else
+constexpr bool one_channel_bf16_stores = false;
+#endif
+
 // Outputs [o, o + B) of a row, channels last at `out` (`around_cache`: streamed where aligned).
-template <int B>
+template <int B, class Out>
 __attribute__((always_inline)) inline void one_row_positions(const OneChannelTap* taps, int count,
-                                                             std::int64_t o, float* out,
+                                                             std::int64_t o, Out* out,
                                                              bool around_cache) {
   Y acc[B];
 #pragma GCC unroll 16
@@ -57,21 +85,15 @@ __attribute__((always_inline)) inline void one_row_positions(const OneChannelTap
         if (j - k2 >= 0 && j - k2 < B) acc[j - k2] = _mm256_fmadd_ps(w[k2], xv, acc[j - k2]);
     }
   }
-  float* to = out + o * 8;
-  const bool stream = around_cache && reinterpret_cast<std::uintptr_t>(to) % 32 == 0;
 #pragma GCC unroll 16
-  for (int b = 0; b < B; ++b) {
-    if (stream)
-      _mm256_stream_ps(to + b * 8, acc[b]);
-    else
-      _mm256_storeu_ps(to + b * 8, acc[b]);
-  }
+  for (int b = 0; b < B; ++b) store_eight(acc[b], out + (o + b) * 8, around_cache);
 }
 
 // Output row o1 of output plane q (batch q / out0, index q % out0).
-inline void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
-                            const std::vector<const float*>& planes, const float* weight,
-                            float* output, std::int64_t q, std::int64_t o1, bool around_cache) {
+template <class Out>
+void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
+                     const std::vector<const float*>& planes, const float* weight, Out* output,
+                     std::int64_t q, std::int64_t o1, bool around_cache) {
   std::array<OneChannelTap, 9> taps;
   int count = 0;
   for (int k0 = 0; k0 < 3; ++k0)
@@ -80,7 +102,7 @@ inline void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
       if (i1 >= 0 && i1 < g.in[1])
         taps[count++] = {planes[k0] + i1 * r.box.width + r.shift, weight + (k0 * 3 + k1) * 24};
     }
-  float* out = output + (q * g.out[1] + o1) * g.out[2] * 8;
+  Out* out = output + (q * g.out[1] + o1) * g.out[2] * 8;
   std::int64_t o = 0;
   for (; o + 8 <= g.out[2]; o += 8) one_row_positions<8>(taps.data(), count, o, out, around_cache);
   for (; o < g.out[2]; ++o) one_row_positions<1>(taps.data(), count, o, out, false);
@@ -97,12 +119,12 @@ inline bool fits_one_channel_forward(const ConvGeometry& g) {
   return detail::one_channel_forward_kernel && detail::first_layer_shape(g);
 }
 
-/// output = the convolution of input with weight, for shapes fits_one_channel_forward(g) takes
-/// (and rows::takes(g)); `around_cache`: written with streamed stores.
-inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, const float* weight,
-                                     float* output, bool around_cache) {
+namespace detail {
+// The float kernel on input planes widened as they are turned, outputs stored as Out.
+template <class In, class Out>
+void one_channel_planes(const ConvGeometry& g, const In* input, const float* weight, Out* output,
+                        bool around_cache) {
 #if defined(__AVX2__) && defined(__FMA__)
-  using namespace detail;
   const RowGeometry r = row_geometry(g);
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, r.box); },
@@ -116,6 +138,37 @@ inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, 
       });
 #else
   (void)g, (void)input, (void)weight, (void)output, (void)around_cache;
+#endif
+}
+}  // namespace detail
+
+/// output = the convolution of input with weight, for shapes fits_one_channel_forward(g) takes
+/// (and rows::takes(g)); `around_cache`: written with streamed stores.
+inline void conv_forward_one_channel(const ConvGeometry& g, const float* input, const float* weight,
+                                     float* output, bool around_cache) {
+  detail::one_channel_planes(g, input, weight, output, around_cache);
+}
+
+/// Whether the bfloat16 form below runs `g`: where the float one runs (rows/conv.hpp: on
+/// AVX-512 cores that multiply-add 256 bits at full rate), with AVX512_BF16's rounding stores.
+inline bool fits_one_channel_forward_bf16(const ConvGeometry& g) {
+  return detail::one_channel_bf16_stores && fits_one_channel_forward(g) &&
+         half_width_fma_at_full_rate();
+}
+
+/// The same for bfloat16 operands: the float kernel's sums on the widened values (exact), each
+/// output rounded once; no float copy of the block (the widened-slab way took twice the float
+/// pass's time at 128^3, 2 AMD cores).
+inline void conv_forward_one_channel(const ConvGeometry& g, const bfloat16* input,
+                                     const bfloat16* weight, bfloat16* output, bool around_cache) {
+  if (!fits_one_channel_forward_bf16(g))
+    throw std::invalid_argument("internal: the bfloat16 first-layer kernel needs AVX512_BF16");
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+  float widened[27 * 8];
+  for (int i = 0; i < 27 * 8; ++i) widened[i] = float(weight[i]);
+  detail::one_channel_planes(g, input, widened, output, around_cache);
+#else
+  (void)input, (void)weight, (void)output, (void)around_cache;
 #endif
 }
 

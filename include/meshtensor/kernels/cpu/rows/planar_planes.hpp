@@ -72,7 +72,9 @@ class PlanarPlanesOf {
         data_(plane_size_ * g.kernel[0]) {}
 
   /// Per tap k0, the plane output plane (p, o0) reads through it, or null where that is padding.
-  std::vector<const T*> read_by(const T* box, std::int64_t p, std::int64_t o0) {
+  /// A box of another type than T is converted as it is turned (to_planar).
+  template <class From>
+  std::vector<const T*> read_by(const From* box, std::int64_t p, std::int64_t o0) {
     std::vector<std::int64_t> wanted(slots_.size(), -1);
     for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
       const std::int64_t i = g_.taps[0].reads(o0, k);
@@ -85,7 +87,8 @@ class PlanarPlanesOf {
   }
 
  private:
-  const T* slot_of(const T* box, std::int64_t key, const std::vector<std::int64_t>& wanted) {
+  template <class From>
+  const T* slot_of(const From* box, std::int64_t key, const std::vector<std::int64_t>& wanted) {
     for (std::size_t s = 0; s < slots_.size(); ++s)
       if (slots_[s] == key) return data_.data() + s * plane_size_;
     // A slot no wanted plane is in: one output plane reads at most kernel[0] planes.

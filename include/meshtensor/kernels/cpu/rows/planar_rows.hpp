@@ -156,6 +156,21 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
   }
 }
 
+/// A plane of bfloat16 as float rows, each value widened (exact): the first layer's bfloat16
+/// input, read by the float one-channel kernel (rows/one_channel_forward.hpp).
+inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
+                      const RowFormat& format, float* out) {
+  const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
+  for (std::int64_t r = 0; r < n1; ++r)
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      const bfloat16* row = in + r * n2 * c + ch;
+      float* to = out + (r * c + ch) * format.width;
+      std::fill(to, to + format.before, 0.0f);
+      for (std::int64_t i = 0; i < n2; ++i) to[format.before + i] = float(row[i * c]);
+      std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
+    }
+}
+
 /// Eight channels' vectors of positions [0, n) (n at most a vector) into the channels-last row
 /// `out` (c channels per position, these from channel `first` on); `around_cache`: whole aligned
 /// vectors with streamed stores (stream_fence() before others read them). Inlined, so that the
