@@ -109,6 +109,7 @@ void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
 }
 #else
 constexpr bool one_channel_forward_kernel = false;
+constexpr bool one_channel_bf16_stores = false;
 #endif
 
 }  // namespace detail
