@@ -138,6 +138,10 @@ void backward_row(const T* __restrict grad_output, const std::uint8_t* __restric
 // 13 (bfloat16, whose backward loop miscompiled with its channels fixed); these in 2.1 and 1.3
 // (bfloat16).
 
+// The element types these rows take (a double block runs the loops above).
+template <class T>
+constexpr bool eights = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
+
 // 8 channels' values as floats (a bfloat16's bits are the upper half of a float's), and back.
 inline __m256 load_eight(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load_eight(const bfloat16* p) {
@@ -181,10 +185,6 @@ void forward_row_eights(const T* r0, const T* r1, const T* r2, const T* r3, T* o
       _mm_storel_epi64(reinterpret_cast<__m128i*>(at + o * c + ch), _mm256_cvtepi32_epi8(k_best));
     }
 }
-
-// The element types the rows above take (a double block runs the loops before them).
-template <class T>
-constexpr bool eights = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 
 // backward_row's results, 8 channels at a time.
 template <class T>

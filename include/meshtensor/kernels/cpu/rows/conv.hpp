@@ -367,7 +367,9 @@ inline bool fits_backward_input(const ConvGeometry& g) {
   return takes(reversed);
 }
 
-inline bool fits_backward_weight(const ConvGeometry& g) { return takes(g) && g.kernel[2] <= 3; }
+inline bool fits_backward_weight(const ConvGeometry& g, std::int64_t few = 8) {
+  return takes(g, few) && g.kernel[2] <= 3;
+}
 
 /// How the forward pass writes its output: through the cache; around it (streamed stores, which
 /// skip reading each line before it is written); or around it where the output is larger than the
@@ -510,7 +512,7 @@ inline void conv_backward_weight(const ConvGeometry& g, const float* input,
 /// against oneDNN's bf16 178 and the widened float kernels' 208; from 32 -> 16 on, oneDNN's bf16
 /// runs faster, and kernels::conv picks it by timing each shape).
 inline bool fits_backward_weight_bf16(const ConvGeometry& g) {
-  return detail::bf16_rows && takes(g, 16) && g.kernel[2] <= 3;
+  return detail::bf16_rows && fits_backward_weight(g, 16);
 }
 
 /// The same for bfloat16 operands, with no float copy of them: two positions' products a lane,
