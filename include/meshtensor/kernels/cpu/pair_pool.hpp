@@ -182,7 +182,9 @@ void forward_row_eights(const T* r0, const T* r1, const T* r2, const T* r3, T* o
         k_best = _mm256_mask_mov_epi32(k_best, larger, _mm256_set1_epi32(k));
       }
       store_eight(out + o * c + ch, best);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(at + o * c + ch), _mm256_cvtepi32_epi8(k_best));
+      // (the zero-masking form: GCC 12 warns of the plain one's undefined operand)
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(at + o * c + ch),
+                       _mm256_maskz_cvtepi32_epi8(0xff, k_best));
     }
 }
 
