@@ -2,9 +2,15 @@
 // tensors and dropout masks do not depend on the layout.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <random>
+#include <type_traits>
+#include <vector>
 
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/kernels/cpu/dice_cross_entropy.hpp>
 #include <meshtensor/kernels/cpu/vector_math.hpp>
 
 #include "support/op_check.hpp"
@@ -127,6 +133,90 @@ TEST_CASE("the loss's vectorizable exp and log are within 3e-7 of libm's") {
   CHECK(worst_exp < 3e-7);
   CHECK(worst_log < 3e-7);
   CHECK(kernels::cpu::exp_approx(-200.0f) < 1e-37f);  // clamped, not wrapped around
+#if defined(__AVX512F__)
+  // The 16-lane forms (the loss's class tiles) compute the same polynomials: within 1 ulp.
+  double worst_lanes = 0;
+  for (float x0 = -87.0f; x0 <= 88.0f; x0 += 16 * 0.01171875f) {
+    alignas(64) float in[16], e[16], l[16];
+    for (int j = 0; j < 16; ++j) in[j] = x0 + 0.01171875f * float(j);
+    _mm512_store_ps(e, kernels::cpu::exp_approx(_mm512_load_ps(in)));
+    for (int j = 0; j < 16; ++j) in[j] = std::exp(in[j] / 4);  // positive, normal
+    _mm512_store_ps(l, kernels::cpu::log_approx(_mm512_load_ps(in)));
+    for (int j = 0; j < 16; ++j) {
+      const float x = x0 + 0.01171875f * float(j), scalar_exp = kernels::cpu::exp_approx(x);
+      worst_lanes = std::max(worst_lanes, std::abs(double(e[j]) - scalar_exp) / scalar_exp);
+      const float scalar_log = kernels::cpu::log_approx(in[j]);
+      worst_lanes = std::max(
+          worst_lanes, std::abs(double(l[j]) - scalar_log) / std::max(1.0f, std::abs(scalar_log)));
+    }
+  }
+  CHECK(worst_lanes < 1.2e-7);
+  alignas(64) float nan[16];
+  _mm512_store_ps(nan, kernels::cpu::exp_approx(_mm512_set1_ps(NAN)));
+  CHECK(std::isnan(nan[0]));  // a NaN score makes a NaN loss, which the training loop stops on
+#endif
+}
+
+namespace {
+// The fused loss's kernels on positions with the classes innermost (the class tiles where the CPU
+// has them) and the same values with the classes outermost (the portable tiles): sums within 1e-6
+// relative, gradients within float's or bfloat16's rounding.
+template <class T, class L>
+void compare_class_layouts(std::int64_t classes) {
+  const std::int64_t positions = 16 * 9 + 7;  // whole tiles and a part tile
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<T> inner(std::size_t(positions * classes)), outer(inner.size());
+  std::vector<L> label_inner(inner.size(), L(0.0f)), label_outer(inner.size(), L(0.0f));
+  for (std::int64_t q = 0; q < positions; ++q) {
+    const std::int64_t truth = std::int64_t(random() % std::uint32_t(classes));
+    for (std::int64_t c = 0; c < classes; ++c) {
+      const T score = T(normal(random));
+      inner[std::size_t(q * classes + c)] = outer[std::size_t(c * positions + q)] = score;
+      const L label = L(c == truth ? 1.0f : 0.0f);
+      label_inner[std::size_t(q * classes + c)] = label_outer[std::size_t(c * positions + q)] =
+          label;
+    }
+  }
+  const std::vector<float> weights = {0.3f, 1.0f, 2.5f};
+  const kernels::ClassBlock last{positions, classes, 1}, first{1, classes, positions};
+  const kernels::DiceCrossEntropySums order{classes};
+  std::vector<double> sums_last(std::size_t(order.size())), sums_first(sums_last.size());
+  kernels::cpu::dice_cross_entropy_sums(last, inner.data(), label_inner.data(), weights.data(),
+                                        sums_last.data());
+  kernels::cpu::dice_cross_entropy_sums(first, outer.data(), label_outer.data(), weights.data(),
+                                        sums_first.data());
+  for (std::size_t k = 0; k < sums_last.size(); ++k)
+    CHECK(sums_last[k] == Approx(sums_first[k]).epsilon(1e-6));
+
+  kernels::DiceCrossEntropyCoefficients coefficients{
+      1.0 / 40, {0.02, -0.05, 0.03}, {0.1, 0.2, -0.1}};
+  std::vector<T> grad_last(inner.size()), grad_first(inner.size());
+  kernels::cpu::dice_cross_entropy_gradient(last, inner.data(), label_inner.data(), weights.data(),
+                                            coefficients, 0.7, grad_last.data());
+  kernels::cpu::dice_cross_entropy_gradient(first, outer.data(), label_outer.data(), weights.data(),
+                                            coefficients, 0.7, grad_first.data());
+  const double rounding = std::is_same_v<T, float> ? 1e-5 : 1.0 / 128;  // float: vs double terms
+  double worst = 0;
+  for (std::int64_t q = 0; q < positions; ++q)
+    for (std::int64_t c = 0; c < classes; ++c) {
+      const double a = float(grad_last[std::size_t(q * classes + c)]),
+                   b = float(grad_first[std::size_t(c * positions + q)]);
+      worst = std::max(worst, std::abs(a - b) / (std::abs(b) + 1e-3));
+    }
+  CHECK(worst < rounding);
+}
+}  // namespace
+
+TEST_CASE("the fused loss's kernels agree with classes innermost and outermost, 2 and 3 classes") {
+  INFO("class tiles in registers: " << (kernels::cpu::class_tiles_fit<3, float, float>() ? "yes"
+                                                                                         : "no"));
+  for (const std::int64_t classes : {2, 3}) {
+    INFO(classes << " classes");
+    compare_class_layouts<float, float>(classes);
+    compare_class_layouts<bf16, float>(classes);
+    compare_class_layouts<bf16, bf16>(classes);
+  }
 }
 
 TEST_CASE("the fused loss takes bfloat16 logits and labels and keeps nothing over the volume") {

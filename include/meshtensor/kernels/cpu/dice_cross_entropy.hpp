@@ -5,6 +5,8 @@
 //   gradient:  d loss / d score from the scores, the labels and the loss's coefficients
 // Positions are split over the processor's compute threads; the parts' sums are added in a fixed
 // order, so a run gives the same bits each time.
+// Blocks with 2 or 3 classes innermost take their whole tiles in AVX-512 registers where the CPU
+// has them (class_tiles.hpp), the rest here.
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/cpu/class_tiles.hpp"
 #include "meshtensor/kernels/cpu/vector_math.hpp"
 
 #ifdef _OPENMP
@@ -166,9 +169,12 @@ void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labe
   detail::with_class_count(b.classes, [&](auto known) {
     used = detail::over_positions(b.positions(), [&](int part, auto first, auto last) {
       double* s = parts[static_cast<std::size_t>(part)].data();
+      constexpr int C = decltype(known)::value;
+      if constexpr (class_tiles_fit<C, T, L>())  // classes innermost: whole tiles in registers
+        if (b.inner == 1) first = class_tile_sums<C>(scores, labels, weights, first, last, s);
       detail::TileSoftmax tile(b.classes);
       detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
-        tile.compute<decltype(known)::value>(b, scores, labels, t);
+        tile.compute<C>(b, scores, labels, t);
         float log_total[lanes];
         for (std::int64_t j = 0; j < t.n; ++j) log_total[j] = log_approx(tile.total[j]);
         for (std::int64_t c = 0; c < b.classes; ++c) {
@@ -207,10 +213,22 @@ void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* 
   using detail::lanes;
   detail::with_class_count(b.classes, [&](auto known) {
     detail::over_positions(b.positions(), [&](int, auto first, auto last) {
+      constexpr int C = decltype(known)::value;
+      if constexpr (class_tiles_fit<C, T, L>())  // classes innermost: whole tiles in registers
+        if (b.inner == 1) {
+          float label_term[C], constant[C];
+          for (int c = 0; c < C; ++c) {
+            label_term[c] = static_cast<float>(k.dice_label[std::size_t(c)]);
+            constant[c] = static_cast<float>(k.dice_constant[std::size_t(c)]);
+          }
+          first = class_tile_gradient<C>(scores, labels, weights, label_term, constant,
+                                         static_cast<float>(k.inverse_weight),
+                                         static_cast<float>(scale), first, last, grad);
+        }
       detail::TileSoftmax tile(b.classes);
       std::vector<float> h(tile.p.size());
       detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
-        tile.compute<decltype(known)::value>(b, scores, labels, t);
+        tile.compute<C>(b, scores, labels, t);
         double weight[lanes] = {}, p_dot_h[lanes] = {};
         for (std::int64_t c = 0; c < b.classes; ++c) {
           const double w = weights[c], label_term = k.dice_label[c], constant = k.dice_constant[c];
