@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "meshtensor/core/bfloat16.hpp"
@@ -18,6 +19,7 @@
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/cpu/key_lanes.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
+#include "meshtensor/kernels/cpu/norm_register_sums.hpp"
 
 namespace meshtensor::kernels::cpu {
 namespace norm_detail {
@@ -122,6 +124,19 @@ void add_terms(std::int64_t at, N n, std::int64_t width, T* acc, const Term& ter
   }
 }
 
+// The W sums per key of the first `used` threads' parts (parts[p][w * keys + k]), added in thread
+// order and interleaved per key (out[k * W + w]), as sum_per_key returns them.
+template <std::size_t W>
+std::vector<double> interleaved(std::vector<std::vector<double>>& parts, int used,
+                                std::size_t keys) {
+  for (int p = 1; p < used; ++p)
+    for (std::size_t i = 0; i < W * keys; ++i) parts[0][i] += parts[p][i];
+  std::vector<double> out(keys * W);
+  for (std::size_t k = 0; k < keys; ++k)
+    for (std::size_t w = 0; w < W; ++w) out[k * W + w] = parts[0][w * keys + k];
+  return out;
+}
+
 // Per key, the W sums of term(value offset, index) over a keys-innermost block, the index as
 // indexed() gives: per chunk in T across the lanes, then per key in double.
 template <class T, std::size_t W, class Term>
@@ -140,12 +155,7 @@ std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
         lanes.add_to_keys(acc + w * width, parts[p].data() + w * keys);
     }
   });
-  for (int p = 1; p < used; ++p)
-    for (std::size_t i = 0; i < W * keys; ++i) parts[0][i] += parts[p][i];
-  std::vector<double> out(keys * W);  // interleaved per key, as sum_per_key returns them
-  for (std::size_t k = 0; k < keys; ++k)
-    for (std::size_t w = 0; w < W; ++w) out[k * W + w] = parts[0][w * keys + k];
-  return out;
+  return interleaved<W>(parts, used, keys);
 }
 
 // Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
@@ -322,6 +332,35 @@ struct Masked {
   }
 };
 
+#ifdef MESHTENSOR_REGISTER_SUMS
+// norm_gradient_sums on a keys-innermost block whose keys divide 64, in AVX-512 registers (a
+// chunk's sums per lane in float, the chunks' per key in double, as lane_sums takes them).
+template <class T>
+std::vector<double> register_gradient_sums(const KeyedBlock& st, const T* g, const T* v,
+                                           const ReluMask<T>& mask,
+                                           const std::vector<double>& scale,
+                                           const std::vector<double>& shift) {
+  const KeyLanes lanes(std::int64_t(st.keys));
+  const std::int64_t keys = lanes.keys();
+  const std::vector<double> zeros(st.keys, 0.0);
+  const auto a = indexed<float>(st, mask.x ? *mask.scale : zeros);
+  const auto b = indexed<float>(st, mask.x ? *mask.shift : zeros);
+  const auto s = indexed<float>(st, scale), h = indexed<float>(st, shift);
+  std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(2 * st.keys, 0.0));
+  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+    alignas(64) float sums[2][KeyLanes::wide];
+    for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
+      const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
+      std::fill(&sums[0][0], &sums[0][0] + 2 * KeyLanes::wide, 0.0f);
+      add_register_gradient_sums(g, v, mask.x, a.data(), b.data(), s.data(), h.data(), c0 * keys,
+                                 c1 * keys, sums);
+      for (int w = 0; w < 2; ++w) lanes.add_to_keys(sums[w], parts[p].data() + w * keys);
+    }
+  });
+  return interleaved<2>(parts, used, st.keys);
+}
+#endif
+
 }  // namespace norm_detail
 
 /// Per key, the sums of g' and of g' (scale[key] v + shift[key]), g' being g masked by `mask`;
@@ -332,6 +371,11 @@ std::vector<double> norm_gradient_sums(const Sizes& sizes, const Strides& key_st
                                        const std::vector<double>& shift, const ReluMask<T>& mask) {
   using namespace norm_detail;
   const KeyedBlock st(sizes, key_strides, scale.size());
+#ifdef MESHTENSOR_REGISTER_SUMS  // AVX-512: float or bfloat16 values, keys dividing 64
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
+    if (st.keys_innermost() && KeyLanes::wide % std::int64_t(st.keys) == 0)
+      return register_gradient_sums(st, g, v, mask, scale, shift);
+#endif
   using C = compute_t<T>;
   const Masked<T> mask_of(st, g, v, mask);
   const auto masked = mask_of.at();
