@@ -4,6 +4,7 @@ beside each figure.
   python3 report.py raw.jsonl results.json results.md
 """
 import json
+import statistics
 import sys
 
 
@@ -64,7 +65,7 @@ def variant(r):
     return "fp32 --recompute" if r.get("recompute") else "fp32"
 
 
-def unet_section(rows, peak):
+def unet_section(rows, peak, pairs=()):
     ours = [r for r in rows if r["bench"] == "unet_step" and "impl" not in r
             and r["processors"] == 1 and r["transport"] == "threads"]
     torch = [r for r in rows if r["bench"] == "unet_step" and "impl" in r]
@@ -107,10 +108,26 @@ def unet_section(rows, peak):
             f32, b16 = by["fp32"], by["bf16"]
             mem = lambda r: r["rss_peak_mib"] - r["rss_before_model_mib"]
             lines += ["", f"{size}³: bf16 / fp32 step {b16['step_s'] / f32['step_s']:.2f}x "
-                      f"(target ≤ 0.6x), memory {mem(b16) / mem(f32):.2f}x RSS, "
+                      f"in the table{paired_ratios(pairs, size)} (target ≤ 0.6x), memory "
+                      f"{mem(b16) / mem(f32):.2f}x RSS, "
                       f"{b16['pool_step_mib'] / f32['pool_step_mib']:.2f}x pool "
                       f"(target ≤ 0.55x).", ""]
     return lines + breakdown_section(ours)
+
+
+def paired_ratios(pairs, size):
+    """', median of N alternated pairs X (from A to B)': bf16 / fp32 of runs made one after the
+    other, or nothing where there are none."""
+    step = {}
+    for r in pairs:
+        if r["size"] == size:
+            step[(r["pair"], r.get("precision", "fp32"))] = r["step_s"]
+    ratios = sorted(step[(p, "bf16")] / step[(p, "fp32")] for p, precision in step
+                    if precision == "fp32" and (p, "bf16") in step)
+    if not ratios:
+        return ""
+    return (f"; median of {len(ratios)} alternated pairs {statistics.median(ratios):.2f}x "
+            f"({ratios[0]:.2f}–{ratios[-1]:.2f})")
 
 
 def breakdown_section(ours):
@@ -220,15 +237,17 @@ def exposed_halo_section(rows, size):
 
 def main():
     raw, json_out, md_out = sys.argv[1:4]
-    rows = load(raw)
+    every = load(raw)
+    rows = [r for r in every if "pair" not in r]  # the pairs have their own line, nothing else
+    pairs = [r for r in every if "pair" in r]
     peak = next((r["gflops"] for r in rows if r["bench"] == "fma_peak"), None)
     lines = ["# meshtensor benchmarks", "",
              "Produced by `bash bench/run.sh`; every figure beside its PyTorch counterpart from "
              "the same run, same shapes, same thread count."]
     lines += [f"> {r['text']}" for r in rows if r["bench"] == "note"]
-    lines += [""] + conv_section(rows, peak) + unet_section(rows, peak) + scaling_section(rows)
+    lines += [""] + conv_section(rows, peak) + unet_section(rows, peak, pairs) + scaling_section(rows)
     with open(json_out, "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump(every, f, indent=1)
     with open(md_out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
