@@ -205,8 +205,8 @@ struct Bf16Choice {
 
 // Runs run(native, trial) as the setting or the shape's timing says. A timing runs each variant
 // once to build and warm it, then the best of three interleaved timed runs each (one slow moment
-// on a shared machine should not decide: a single run each chose the slower way for some of the
-// 64^3 U-Net's small shapes), with trial = true (a pass that adds into its result, the weight
+// on a shared machine should not decide; the float formats' choice takes the best of two), with
+// trial = true (a pass that adds into its result, the weight
 // gradient, then adds into scratch), and the chosen one last, for real. The trials allocate from
 // scratch memory, given back when they end: the processor's pool would otherwise keep caching
 // their buffers (both variants' at once) for the rest of the run.

@@ -63,9 +63,7 @@ inline constexpr Permutes<C> permutes{};
 
 inline __m512 load16(const float* from) { return _mm512_loadu_ps(from); }
 inline __m512 load16(const bfloat16* from) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
-  return _mm512_castsi512_ps(
-      _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
+  return widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
 }
 inline void store16(float* to, __m512 v) { _mm512_storeu_ps(to, v); }
 inline void store16(bfloat16* to, __m512 v) {

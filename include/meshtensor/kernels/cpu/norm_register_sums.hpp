@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "meshtensor/core/bfloat16.hpp"
+#include "meshtensor/kernels/cpu/convert.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -21,9 +22,7 @@ namespace register_sums_detail {
 // The first n (<= 16) values at `from` as floats, the rest zero.
 inline __m512 load(const float* from, __mmask16 n) { return _mm512_maskz_loadu_ps(n, from); }
 inline __m512 load(const bfloat16* from, __mmask16 n) {
-  const __m256i bits = _mm256_maskz_loadu_epi16(n, from);
-  return _mm512_castsi512_ps(
-      _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
+  return widened_bf16(_mm256_maskz_loadu_epi16(n, from));
 }
 
 }  // namespace register_sums_detail
