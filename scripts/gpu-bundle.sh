@@ -21,8 +21,11 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/ompi"
 
 programs=(tests/gpu/test_gpu_kernels tests/gpu/test_runtime_compile tests/gpu/test_kernels_on_host
   examples/unet3d/unet3d bench/bench_communication)
-for test in "$build"/tests/test_*_mpi; do programs+=("tests/$(basename "$test")"); done
+# The test programs that run under mpirun (tests/CMakeLists.txt lists them), for the nccl transport.
+mapfile -t mpi_tests <"$build/tests/mpi-test-programs.txt"
+for test in "${mpi_tests[@]}"; do [ -n "$test" ] && programs+=("tests/$test"); done
 for p in "${programs[@]}"; do cp "$build/$p" "$stage/bin/"; done
+for test in "${mpi_tests[@]}"; do [ -n "$test" ] && basename "$test"; done >"$stage/mpi-tests.txt"
 strip "$stage/bin/"*
 
 # The libraries the programs load, less those every Linux with CUDA has (the C and C++ runtimes)

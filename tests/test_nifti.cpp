@@ -50,15 +50,14 @@ xt::xarray<double> read_npy(const std::string& path, std::size_t rank = 3) {
 
 // Under MPI every rank runs the test: one rank handles the files, the others wait for it.
 bool lead_rank() {
-#ifdef MESHTENSOR_TEST_MPI
-  return boost::mpi::communicator().rank() == 0;
-#else
-  return true;
+#ifdef MESHTENSOR_WITH_MPI
+  if (in_mpi_job()) return boost::mpi::communicator().rank() == 0;
 #endif
+  return true;
 }
 void wait_for_all_ranks() {
-#ifdef MESHTENSOR_TEST_MPI
-  boost::mpi::communicator().barrier();
+#ifdef MESHTENSOR_WITH_MPI
+  if (in_mpi_job()) boost::mpi::communicator().barrier();
 #endif
 }
 

@@ -1,7 +1,9 @@
-// Catch2 main for the MPI builds of the tests: MPI lives for the whole test run, so that every
-// test case can build meshes on it. Built with meshtensor::cuda and run with
-// MESHTENSOR_TRANSPORT=nccl, the same tests run on NCCL, one GPU per rank; without enough GPUs
-// they are skipped (exit status 77, which ctest reports as skipped) with the reason on stdout.
+// Catch2 main for the test programs that run on every transport. Started by an MPI launcher (or
+// with MESHTENSOR_TRANSPORT=mpi or nccl) it starts MPI for the whole test run, so that every test
+// case can build meshes on it; started by hand it tests the threads transport, as meshtensor's
+// own run() chooses. Built with meshtensor::cuda and run with MESHTENSOR_TRANSPORT=nccl, the same
+// tests run on NCCL, one GPU per rank; without enough GPUs they are skipped (exit status 77,
+// which ctest reports as skipped) with the reason on stdout.
 #define CATCH_CONFIG_RUNNER
 // The emulated GPU's page tracking (MESHTENSOR_EMULATED_GPU_PAGES, under which ctest runs these on
 // the nccl transport) takes SIGSEGV for itself; Catch2 would put its own handler first for every
@@ -17,32 +19,49 @@
 
 #include "support/spmd.hpp"
 
+namespace {
+
+#ifdef MESHTENSOR_WITH_CUDA
+int run_on_nccl(int argc, char** argv) {
+  try {
+    meshtensor::testing::nccl_world() = meshtensor::nccl::start(boost::mpi::communicator());
+  } catch (const meshtensor::NoGpuError& e) {
+    if (boost::mpi::communicator().rank() == 0)
+      std::printf("SKIPPED: the nccl transport needs one GPU per rank here: %s\n", e.what());
+    return 77;
+  }
+  // Outside a mesh (a test's set-up), this rank computes on its GPU as its meshes do.
+  meshtensor::LocalProcessor gpu(meshtensor::testing::nccl_world()->device());
+  const int status = Catch::Session().run(argc, argv);
+  meshtensor::testing::nccl_world().reset();  // before MPI ends
+  return status;
+}
+#endif
+
+int run_mpi_job(int argc, char** argv, const std::string& transport) {
+  boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled);
+  if (transport != "nccl") return Catch::Session().run(argc, argv);
+#ifdef MESHTENSOR_WITH_CUDA
+  return run_on_nccl(argc, argv);
+#else
+  std::fprintf(stderr,
+               "MESHTENSOR_TRANSPORT=nccl but these tests were built without meshtensor::cuda "
+               "(CUDA, cuDNN and NCCL were not found)\n");
+  return 1;
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Every collective of the tests is checked (comm/collective_call.hpp) unless the run says
   // otherwise: two processors in different collectives fail with both named.
   setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", /*overwrite=*/0);
-  boost::mpi::environment environment(argc, argv, boost::mpi::threading::funneled);
-  const char* transport = std::getenv("MESHTENSOR_TRANSPORT");
-  if (transport && std::string(transport) == "nccl") {
-#ifdef MESHTENSOR_WITH_CUDA
-    try {
-      meshtensor::testing::nccl_world() = meshtensor::nccl::start(boost::mpi::communicator());
-    } catch (const meshtensor::NoGpuError& e) {
-      if (boost::mpi::communicator().rank() == 0)
-        std::printf("SKIPPED: the nccl transport needs one GPU per rank here: %s\n", e.what());
-      return 77;
-    }
-    // Outside a mesh (a test's set-up), this rank computes on its GPU as its meshes do.
-    meshtensor::LocalProcessor gpu(meshtensor::testing::nccl_world()->device());
-    const int status = Catch::Session().run(argc, argv);
-    meshtensor::testing::nccl_world().reset();  // before MPI ends
-    return status;
-#else
-    std::fprintf(stderr,
-                 "MESHTENSOR_TRANSPORT=nccl but these tests were built without "
-                 "meshtensor::cuda (CUDA, cuDNN and NCCL were not found)\n");
-    return 1;
-#endif
-  }
-  return Catch::Session().run(argc, argv);
+  // The transport as run() would choose it. nccl is named only by MESHTENSOR_TRANSPORT, which
+  // valid_transport() would refuse in a build without the GPU backend: say so here instead.
+  const char* forced = std::getenv("MESHTENSOR_TRANSPORT");
+  const std::string transport =
+      forced && std::string(forced) == "nccl" ? "nccl" : meshtensor::chosen_transport();
+  if (transport == "threads") return Catch::Session().run(argc, argv);
+  return run_mpi_job(argc, argv, transport);
 }

@@ -1,10 +1,11 @@
 #pragma once
 // Runs test code as SPMD on the transport under test and brings each processor's result back to
-// the code that checks it. Test files are compiled twice: for the threads transport (all processors
-// in this process) and for MPI (MESHTENSOR_TEST_MPI; one processor per rank, run by mpirun).
-// Checks happen after the run, on the calling thread, because Catch2 assertions are not
-// thread-safe. The MPI build also runs on the nccl transport (one GPU per rank) when it links
-// meshtensor::cuda and MESHTENSOR_TRANSPORT=nccl; main_mpi.cpp then starts NCCL once for the job.
+// the code that checks it. A test program of the distributed ops is built once and tests the
+// transport its start implies, as every meshtensor program does: run by hand, the threads
+// transport (all processors in this process); under mpirun, MPI (one processor per rank;
+// main_mpi.cpp starts MPI). Checks happen after the run, on the calling thread, because Catch2
+// assertions are not thread-safe. With meshtensor::cuda and MESHTENSOR_TRANSPORT=nccl the MPI job
+// runs on the nccl transport (one GPU per rank); main_mpi.cpp then starts NCCL once for the job.
 
 #include <cstdio>
 #include <exception>
@@ -15,16 +16,28 @@
 
 #include <meshtensor/meshtensor.hpp>
 
-#ifdef MESHTENSOR_TEST_MPI
+#ifdef MESHTENSOR_WITH_MPI
+#include <boost/mpi/environment.hpp>
 #include <meshtensor/comm/mpi.hpp>
 #endif
-#if defined(MESHTENSOR_TEST_MPI) && defined(MESHTENSOR_WITH_CUDA)
+#if defined(MESHTENSOR_WITH_MPI) && defined(MESHTENSOR_WITH_CUDA)
 #include <meshtensor/comm/nccl.hpp>
 #endif
 
 namespace meshtensor::testing {
 
-#if defined(MESHTENSOR_TEST_MPI) && defined(MESHTENSOR_WITH_CUDA)
+/// Whether this run is an MPI job: the test program's main started MPI, because a launcher
+/// started the program or MESHTENSOR_TRANSPORT asks for mpi or nccl. Otherwise the tests run on
+/// the threads transport.
+inline bool in_mpi_job() {
+#ifdef MESHTENSOR_WITH_MPI
+  return boost::mpi::environment::initialized() && !boost::mpi::environment::finalized();
+#else
+  return false;
+#endif
+}
+
+#if defined(MESHTENSOR_WITH_MPI) && defined(MESHTENSOR_WITH_CUDA)
 /// The job's NCCL communicator when the tests run on the nccl transport (set by main_mpi.cpp),
 /// else null.
 inline std::unique_ptr<nccl::NcclCommunicator>& nccl_world() {
@@ -34,26 +47,60 @@ inline std::unique_ptr<nccl::NcclCommunicator>& nccl_world() {
 #endif
 
 inline std::string transport_under_test() {
-#ifdef MESHTENSOR_TEST_MPI
-#ifdef MESHTENSOR_WITH_CUDA
+  if (!in_mpi_job()) return "threads";
+#if defined(MESHTENSOR_WITH_MPI) && defined(MESHTENSOR_WITH_CUDA)
   if (nccl_world()) return "nccl";
 #endif
   return "mpi";
-#else
-  return "threads";
-#endif
 }
 
 /// Whether the transport under test can run this mesh: threads always; MPI when the job has at
 /// least as many ranks (ranks beyond the mesh sit the run out).
 inline bool can_run(const MeshShape& shape) {
-#ifdef MESHTENSOR_TEST_MPI
-  return shape.num_processors() <= boost::mpi::communicator().size();
-#else
+#ifdef MESHTENSOR_WITH_MPI
+  if (in_mpi_job()) return shape.num_processors() <= boost::mpi::communicator().size();
+#endif
   (void)shape;
   return true;
-#endif
 }
+
+namespace spmd {
+
+#ifdef MESHTENSOR_WITH_MPI
+// This rank's part of an MPI job's run of `fn` (nothing on ranks outside the mesh). A failure on
+// one rank ends the job, so that no rank waits for it until ctest's timeout.
+template <class Result, class F>
+void on_mesh_of_ranks(const MeshShape& shape, F& fn, std::vector<Result>& results) {
+  boost::mpi::communicator world;
+  const bool inside = world.rank() < shape.num_processors();
+  std::unique_ptr<Communicator> part;
+#ifdef MESHTENSOR_WITH_CUDA
+  if (nccl_world()) part = nccl_world()->split(inside ? 0 : -1, world.rank());
+#endif
+  if (transport_under_test() == "mpi")
+    part = mpi::MpiCommunicator(world).split(inside ? 0 : -1, world.rank());
+  if (!part) return;
+  Mesh mesh(shape, std::move(part));
+  try {
+    results.push_back(fn(mesh));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d failed: %s; aborting the job\n", world.rank(), e.what());
+    std::fflush(stderr);
+    world.abort(1);
+  }
+}
+#endif
+
+// Every processor's result, each processor a thread of this process.
+template <class Result, class F>
+void on_mesh_of_threads(const MeshShape& shape, F& fn, std::vector<Result>& results) {
+  std::vector<std::unique_ptr<Result> > slots(shape.num_processors());
+  threads::run(shape,
+               [&](Mesh& mesh) { slots[mesh.processor()] = std::make_unique<Result>(fn(mesh)); });
+  for (auto& slot : slots) results.push_back(std::move(*slot));
+}
+
+}  // namespace spmd
 
 /**
  * Runs `fn(Mesh&)` on every processor of `shape` and returns the results this process can see:
@@ -65,34 +112,14 @@ template <class F>
 auto on_mesh(const MeshShape& shape, F&& fn) {
   using Result = std::invoke_result_t<F, Mesh&>;
   std::vector<Result> results;
-#ifdef MESHTENSOR_TEST_MPI
-  boost::mpi::communicator world;
   if (!can_run(shape)) return results;
-  const bool inside = world.rank() < shape.num_processors();
-  std::unique_ptr<Communicator> part;
-#ifdef MESHTENSOR_WITH_CUDA
-  if (nccl_world()) part = nccl_world()->split(inside ? 0 : -1, world.rank());
-#endif
-  if (transport_under_test() == "mpi")
-    part = mpi::MpiCommunicator(world).split(inside ? 0 : -1, world.rank());
-  if (part) {
-    Mesh mesh(shape, std::move(part));
-    try {
-      results.push_back(fn(mesh));
-    } catch (const std::exception& e) {
-      // The other ranks may be waiting for this one: end the job rather than hang until ctest's
-      // timeout.
-      std::fprintf(stderr, "rank %d failed: %s; aborting the job\n", world.rank(), e.what());
-      std::fflush(stderr);
-      world.abort(1);
-    }
+#ifdef MESHTENSOR_WITH_MPI
+  if (in_mpi_job()) {
+    spmd::on_mesh_of_ranks(shape, fn, results);
+    return results;
   }
-#else
-  std::vector<std::unique_ptr<Result> > slots(shape.num_processors());
-  threads::run(shape,
-               [&](Mesh& mesh) { slots[mesh.processor()] = std::make_unique<Result>(fn(mesh)); });
-  for (auto& slot : slots) results.push_back(std::move(*slot));
 #endif
+  spmd::on_mesh_of_threads(shape, fn, results);
   return results;
 }
 
