@@ -74,10 +74,8 @@ run_kind() {
   echo "sanitizers ($kind): building ${tests[*]:-everything}"
   local start=$SECONDS
   if ((${#tests[@]})); then
-    local -a targets=()
     # A test's program is also its MPI runs' (under asan, ctest runs those too).
-    for test in "${tests[@]}"; do targets+=("$test"); done
-    cmake --build "$dir" --parallel "$jobs" --target "${targets[@]}"
+    cmake --build "$dir" --parallel "$jobs" --target "${tests[@]}"
   else
     cmake --build "$dir" --parallel "$jobs"
   fi
