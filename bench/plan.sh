@@ -8,6 +8,7 @@ build="${1:-$root/build}"
 shift || true
 if [[ $# -gt 0 ]]; then sizes=("$@"); else sizes=(64 128); fi
 out="$root/bench/results/plan.jsonl"
+cmake --build "$build" -j "$(nproc)" --target bench_plan >/dev/null
 : > "$out"
 cases=("p:1|x:p|1" "p:2|x:p|1" "a:2, b:2|x:a, y:b|1" "a:2, b:2, c:2|x:a, y:b, z:c|1"
        "d:2, s:2|batch:d, x:s|2" "p:3|x:p|1")

@@ -7,7 +7,7 @@
 #   bash bench/precision.sh                  # 128^3, 3 rounds, all cores
 #   ROUNDS=5 SIZE=64 bash bench/precision.sh
 #
-# Needs build/bench/bench_unet (scripts/setup.sh --tests bench_unet) and PyTorch in
+# Needs a configured build/ (scripts/setup.sh --tests; bench_unet is built here) and PyTorch in
 # build/torch-venv (made here from PyPI if missing). Results: bench/results/precision.jsonl.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,6 +19,7 @@ out="$root/bench/results"
 mkdir -p "$out"
 raw="$out/precision.jsonl"
 : > "$raw"
+cmake --build "$root/build" -j "$cores" --target bench_unet >/dev/null
 venv="$root/build/torch-venv"
 if [[ ! -x "$venv/bin/python" ]]; then
   python3 -m venv "$venv"

@@ -12,6 +12,7 @@ build="${1:-$root/build}"
 size="${2:-128}"
 unet3d="$build/examples/unet3d/unet3d"
 bench="$build/bench/bench_unet"
+cmake --build "$build" -j "$(nproc)" --target bench_unet unet3d >/dev/null
 out="$root/bench/results/predict.md"
 mkdir -p "$(dirname "$out")"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -12,6 +12,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 unet3d="$build/examples/unet3d/unet3d"
 bench="$build/bench/bench_unet"
+cmake --build "$build" -j "$(nproc)" --target bench_unet unet3d >/dev/null
 a100="$root/bench/presets/a100-kernels.txt"
 out="$root/bench/results/scale.md"
 work="$(mktemp -d)"
