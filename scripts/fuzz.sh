@@ -34,18 +34,37 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/meshtensor-fuzz.XXXXXX")
 # without running exit handlers, so this script removes what they leave.
 inputs=$(mktemp -d /dev/shm/meshtensor-fuzz-inputs.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$inputs"' EXIT
-failed=()
-for target in strings npy nifti manifest; do
-  binary="$build/tests/fuzz/fuzz_$target"
-  [ -x "$binary" ] || { echo "fuzz: $target not built here (a library is missing); skipped"; continue; }
-  work="$scratch/$target"
+# fuzz_target TARGET: runs one target over a copy of its seeds; its exit status in $work/status.
+fuzz_target() {
+  local target=$1 binary="$build/tests/fuzz/fuzz_$1" work="$scratch/$1" status=0
   mkdir -p "$work/new"
   cp -r "tests/fuzz/corpus/$target" "$work/seeds"
   # One input may take at most 10 s and 2 GiB (one allocation 1 GiB): more is a bug to report.
-  status=0
   TMPDIR="$inputs" "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -max_len="${max_len[$target]}" -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/new" "$work/seeds" >"$work/log" 2>&1 || status=$?
+  echo "$status" >"$work/status"
+}
+
+# The targets run side by side, one per core: each is single-threaded.
+targets=()
+for target in strings npy nifti manifest; do
+  if [ -x "$build/tests/fuzz/fuzz_$target" ]; then
+    targets+=("$target")
+  else
+    echo "fuzz: $target not built here (a library is missing); skipped"
+  fi
+done
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  fuzz_target "$target" &
+done
+wait
+
+failed=()
+for target in "${targets[@]}"; do
+  work="$scratch/$target"
+  status=$(cat "$work/status")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -1)
   new=$(find "$work/new" -type f | wc -l)
@@ -59,6 +78,7 @@ for target in strings npy nifti manifest; do
   fi
   echo "fuzz: $target: ${runs:-?} runs in $seconds s (${rate:-?}/s), $new new inputs (--save keeps them)"
   if [ "$save" = 1 ] && [ "$new" -gt 0 ]; then
+    binary="$build/tests/fuzz/fuzz_$target"
     TMPDIR="$inputs" "$binary" -merge=1 -max_len="${max_len[$target]}" "tests/fuzz/corpus/$target" \
       "$work/new" >"$work/merge.log" 2>&1
     echo "  merged the inputs that reach new code into tests/fuzz/corpus/$target"
