@@ -4,7 +4,8 @@
 #         (build-asan; the packaging tests, which check install rules and not code, are left out);
 #   tsan: ThreadSanitizer over the threads transport's tests (label threads; build-tsan).
 #   scripts/run-sanitizers.sh [--ci] [asan|tsan]...       (both when none is named)
-# --ci runs the subset CI has time for (measured: 6.5 minutes on 2 cores, building included).
+# --ci runs the subset CI has time for (measured: 4.7 minutes on 2 AMD EPYC cores, building
+# included).
 # Any sanitizer report fails the run, also one from a program that a test expects to fail or whose
 # output a test swallows: reports go to files (log_path), checked after ctest.
 # Needs what scripts/setup.sh installs; the GPU backend and the benchmarks are not built.
