@@ -3,9 +3,12 @@
 // object per line, figures per processor (the largest over processors).
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
-//              [--precision fp32|bf16] [--layouts "x:a; y:b | channels:a"]
+//              [--precision fp32|bf16|pair] [--layouts "x:a; y:b | channels:a"]
 //              [--deep-halos off|on|2,3]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
+// --precision pair: an fp32 and a bf16 model in one process, their steps alternated, and the
+// median of the steps' bf16 / fp32 ratios (one line, "unet_precision_pair"): a shared host's speed
+// drifts by a fifth over minutes, which separate runs' medians take for the precisions' difference.
 // MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
 // "halo_overlap" field), to measure what the overlap hides.
 // "cpu_idle": the fraction of the machine's CPU time left idle over the timed steps (Linux): with
@@ -37,7 +40,7 @@ struct Options {
   int channels = 8;
   int depth = 3;
   bool recompute = false;
-  std::string precision = "fp32";  // or bf16
+  std::string precision = "fp32";  // or bf16, or pair (both, steps alternated)
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
   std::string deep_halos = "off";  // levels sharing a deep halo: off, on, or a list such as 2,3
 };
@@ -64,10 +67,10 @@ Options parse(int argc, char** argv) {
       o.layouts = value;
     else if (flag == "--deep-halos")
       o.deep_halos = value;
-    else if (flag == "--precision" && (value == "fp32" || value == "bf16"))
+    else if (flag == "--precision" && (value == "fp32" || value == "bf16" || value == "pair"))
       o.precision = value;
     else if (flag == "--precision")
-      throw mt::Error("--precision " + value + ": valid values are fp32 and bf16");
+      throw mt::Error("--precision " + value + ": valid values are fp32, bf16 and pair");
     else
       throw mt::Error(
           "unknown flag " + flag +
@@ -202,6 +205,46 @@ void print_breakdown(mt::Mesh& mesh, Step& step, int steps, double step_s, doubl
         families.c_str(), passes.c_str());
 }
 
+// One training step of each model in turn, `steps` times after a warm-up step each: the median
+// step of each and the median of the pairs' bf16 / fp32 ratios, with their range.
+template <class Batch, class Weights>
+void print_precision_pair(mt::Mesh& mesh, const Options& o, const unet3d::ModelConfig& fp32,
+                          const unet3d::ModelConfig& bf16, const Batch& batch,
+                          const Weights& weights) {
+  unet3d::UNet fp32_net(mesh, fp32), bf16_net(mesh, bf16);
+  mt::nn::Adam<float> fp32_adam(fp32_net.parameters().trainable(), 1e-3);
+  mt::nn::Adam<float> bf16_adam(bf16_net.parameters().trainable(), 1e-3);
+  const auto timed = [&](unet3d::UNet& net, mt::nn::Adam<float>& adam) {
+    mesh.world().barrier();
+    const auto start = std::chrono::steady_clock::now();
+    unet3d::train_step(net, adam, batch, weights);
+    mesh.world().barrier();
+    return largest(mesh,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  timed(fp32_net, fp32_adam), timed(bf16_net, bf16_adam);  // warm-up: kernels chosen, pool filled
+  std::vector<double> fp32_s, bf16_s, ratios;
+  for (int s = 0; s < o.steps; ++s) {
+    fp32_s.push_back(timed(fp32_net, fp32_adam));
+    bf16_s.push_back(timed(bf16_net, bf16_adam));
+    ratios.push_back(bf16_s.back() / fp32_s.back());
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  if (mesh.processor() == 0)
+    std::printf(
+        "{\"bench\":\"unet_precision_pair\",\"transport\":\"%s\",\"processors\":%d,"
+        "\"threads\":%d,\"size\":%lld,\"channels\":%d,\"depth\":%d,\"steps\":%d,"
+        "\"fp32_step_s\":%.4f,\"bf16_step_s\":%.4f,\"bf16_over_fp32\":%.4f,"
+        "\"bf16_over_fp32_low\":%.4f,\"bf16_over_fp32_high\":%.4f}\n",
+        mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(),
+        (long long)o.size, o.channels, o.depth, o.steps, median(fp32_s), median(bf16_s),
+        median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+        *std::max_element(ratios.begin(), ratios.end()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,13 +268,19 @@ int main(int argc, char** argv) {
     const double rss_before_model = largest(mesh, status_mib("VmRSS"));
     const auto pool_before_model = mt::memory_stats().in_use;
 
-    unet3d::ModelConfig config;
-    config.channels = o.channels;
-    config.depth = o.depth;
-    config.recompute = o.recompute;
-    config.precision = o.precision;
-    config.layouts = layouts;
-    config.deep_halos = unet3d::deep_halo_levels(o.deep_halos, o.depth);
+    const auto config_in = [&](const std::string& precision) {
+      unet3d::ModelConfig config;
+      config.channels = o.channels;
+      config.depth = o.depth;
+      config.recompute = o.recompute;
+      config.precision = precision;
+      config.layouts = layouts;
+      config.deep_halos = unet3d::deep_halo_levels(o.deep_halos, o.depth);
+      return config;
+    };
+    if (o.precision == "pair")
+      return print_precision_pair(mesh, o, config_in("fp32"), config_in("bf16"), batch, weights);
+    const unet3d::ModelConfig config = config_in(o.precision);
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
     auto step = [&] { unet3d::train_step(net, adam, batch, weights); };

@@ -116,18 +116,13 @@ def unet_section(rows, peak, pairs=()):
 
 
 def paired_ratios(pairs, size):
-    """', median of N alternated pairs X (from A to B)': bf16 / fp32 of runs made one after the
-    other, or nothing where there are none."""
-    step = {}
+    """', X in alternated steps (A to B)': the median of bf16 / fp32 over the steps of both models
+    run in turn in one process (bench_unet --precision pair), or nothing where there is none."""
     for r in pairs:
         if r["size"] == size:
-            step[(r["pair"], r.get("precision", "fp32"))] = r["step_s"]
-    ratios = sorted(step[(p, "bf16")] / step[(p, "fp32")] for p, precision in step
-                    if precision == "fp32" and (p, "bf16") in step)
-    if not ratios:
-        return ""
-    return (f"; median of {len(ratios)} alternated pairs {statistics.median(ratios):.2f}x "
-            f"({ratios[0]:.2f}–{ratios[-1]:.2f})")
+            return (f"; {r['bf16_over_fp32']:.2f}x in {r['steps']} alternated steps "
+                    f"({r['bf16_over_fp32_low']:.2f}–{r['bf16_over_fp32_high']:.2f})")
+    return ""
 
 
 def breakdown_section(ours):
@@ -238,8 +233,8 @@ def exposed_halo_section(rows, size):
 def main():
     raw, json_out, md_out = sys.argv[1:4]
     every = load(raw)
-    rows = [r for r in every if "pair" not in r]  # the pairs have their own line, nothing else
-    pairs = [r for r in every if "pair" in r]
+    rows = [r for r in every if r["bench"] != "unet_precision_pair"]  # a line of their own
+    pairs = [r for r in every if r["bench"] == "unet_precision_pair"]
     peak = next((r["gflops"] for r in rows if r["bench"] == "fma_peak"), None)
     lines = ["# meshtensor benchmarks", "",
              "Produced by `bash bench/run.sh`; every figure beside its PyTorch counterpart from "

@@ -59,16 +59,11 @@ for size in "${unet_sizes[@]}"; do
         --precision "$precision" >> "$raw"
     done
   done
-  # bf16 / fp32 again as five pairs, the two runs of a pair one after the other: a shared host's
+  # bf16 / fp32 again with the two models' steps alternated in one process: a shared host's
   # phases (its speed moves by a fifth over minutes) then move both alike, where the runs above
-  # sit minutes apart. The report gives the pairs' median ratio.
-  for pair in 1 2 3 4 5; do
-    for precision in fp32 bf16; do
-      MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" \
-        --steps 3 --precision "$precision" | grep '"bench":"unet_step"' |
-        sed "s/^{/{\"pair\":$pair,/" >> "$raw"
-    done
-  done
+  # sit minutes apart. The report gives the median of the steps' ratios.
+  MESHTENSOR_THREADS_PER_PROCESSOR="$cores" "$build/bench/bench_unet" --size "$size" --steps 10 \
+    --precision pair >> "$raw"
 done
 
 # unet_step <transport> <processors> <bench_unet flags...>: one run on threads or under mpirun,
