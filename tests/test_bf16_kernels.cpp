@@ -232,3 +232,30 @@ TEST_CASE("bfloat16 weight gradients on oneDNN keep its scratchpad small") {
     CHECK(gw[0] == Approx(2 * 0.125 * pairs).epsilon(1e-3));
   }
 }
+
+TEST_CASE(
+    "bfloat16 planes turned channel by channel keep every value in place, padded with zeros") {
+  // Channels in eights, rows of whole vectors of 32 and 16 positions and of left-overs: the
+  // 32-position word transpose, the 16-position widened one and the scalar tail.
+  for (const std::int64_t c : {8, 16, 24})
+    for (const std::int64_t n2 : {16, 31, 32, 48, 64, 70}) {
+      INFO(c << " channels, rows of " << n2);
+      const std::int64_t n1 = 3;
+      const kernels::rows::RowFormat format{1, kernels::rows::round_up(n2 + 3, 32)};
+      std::vector<bf16> plane(static_cast<std::size_t>(n1 * n2 * c));
+      for (std::size_t k = 0; k < plane.size(); ++k)
+        plane[k] = bf16::from_bits(std::uint16_t(k + 1));
+      std::vector<bf16> planar(static_cast<std::size_t>(n1 * c * format.width), bf16(7.0f));
+      kernels::rows::to_planar(plane.data(), n1, n2, c, format, planar.data());
+      std::size_t wrong = 0;
+      for (std::int64_t r = 0; r < n1; ++r)
+        for (std::int64_t ch = 0; ch < c; ++ch)
+          for (std::int64_t x = 0; x < format.width; ++x) {
+            const std::int64_t i = x - format.before;
+            const std::uint16_t want =
+                i >= 0 && i < n2 ? plane[std::size_t((r * n2 + i) * c + ch)].bits : 0;
+            wrong += planar[std::size_t((r * c + ch) * format.width + x)].bits != want;
+          }
+      CHECK(wrong == 0);
+    }
+}

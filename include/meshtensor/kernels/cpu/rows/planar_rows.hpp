@@ -130,28 +130,93 @@ inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c,
 #endif
 }
 
+#if defined(__AVX512BW__)
+// Channels [first, first + 8) of 32 positions [i, i + 32) of a bfloat16 channels-last row into
+// the planar rows `out`, as 16-bit words: each vector takes 4 positions' 8 channels, a word permute
+// groups them by channel (a channel's 4 positions in 64 bits), and an 8 x 8 transpose of those
+// 64-bit pieces gives each channel its 32 positions (32 permutes for 512 bytes, where widening to
+// float and back took five times the instructions: a fifth of the weight gradient's time).
+inline void thirty_two_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c,
+                                 std::int64_t first, std::int64_t width, bfloat16* out) {
+  const bfloat16* from = row + i * c + first;
+  const auto chunk = [&](std::int64_t p) {  // position p's 8 channels, 128 bits
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + p * c));
+  };
+  // Word j of a permuted vector: channel j / 4 of position j % 4.
+  const __m512i by_channel = _mm512_set_epi16(  // (from word 31 down to word 0)
+      31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4, 27, 19, 11, 3, 26, 18, 10, 2, 25,
+      17, 9, 1, 24, 16, 8, 0);
+  __m512i block[8];  // block[k]: positions 4k .. 4k + 3, then grouped by channel
+  for (int k = 0; k < 8; ++k) {
+    if (c == 8) {
+      block[k] = _mm512_loadu_si512(from + 32 * k);
+    } else {
+      block[k] = _mm512_castsi128_si512(chunk(4 * k));
+      block[k] = _mm512_inserti32x4(block[k], chunk(4 * k + 1), 1);
+      block[k] = _mm512_inserti32x4(block[k], chunk(4 * k + 2), 2);
+      block[k] = _mm512_inserti32x4(block[k], chunk(4 * k + 3), 3);
+    }
+    block[k] = _mm512_permutexvar_epi16(by_channel, block[k]);
+  }
+  // The transpose, in three rounds of pairs: 64-bit piece ch of block k ends as piece k of ch.
+  const auto pick = [](__m512i a, __m512i b, long long q0, long long q1, long long q2, long long q3,
+                       long long q4, long long q5, long long q6, long long q7) {
+    return _mm512_permutex2var_epi64(a, _mm512_setr_epi64(q0, q1, q2, q3, q4, q5, q6, q7), b);
+  };
+  __m512i pairs[4][2];  // blocks 2a, 2a + 1: channels 0-3, then 4-7, two pieces each
+  for (int a = 0; a < 4; ++a) {
+    pairs[a][0] = pick(block[2 * a], block[2 * a + 1], 0, 8, 1, 9, 2, 10, 3, 11);
+    pairs[a][1] = pick(block[2 * a], block[2 * a + 1], 4, 12, 5, 13, 6, 14, 7, 15);
+  }
+  __m512i fours[2][2][2];  // blocks 4b .. 4b + 3, channels 4h + 2s and 4h + 2s + 1
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 2; ++h) {
+      fours[b][h][0] = pick(pairs[2 * b][h], pairs[2 * b + 1][h], 0, 1, 8, 9, 2, 3, 10, 11);
+      fours[b][h][1] = pick(pairs[2 * b][h], pairs[2 * b + 1][h], 4, 5, 12, 13, 6, 7, 14, 15);
+    }
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 2; ++s) {
+      const std::int64_t ch = first + 4 * h + 2 * s;
+      _mm512_storeu_si512(out + ch * width + i,
+                          pick(fours[0][h][s], fours[1][h][s], 0, 1, 2, 3, 8, 9, 10, 11));
+      _mm512_storeu_si512(out + (ch + 1) * width + i,
+                          pick(fours[0][h][s], fours[1][h][s], 4, 5, 6, 7, 12, 13, 14, 15));
+    }
+}
+#endif
+
 }  // namespace detail
 
 /// The same for a plane of bfloat16 (for the bfloat16 row kernels, AVX-512).
 inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
                       const RowFormat& format, bfloat16* out) {
-  const bfloat16 zero = bfloat16::from_bits(0);
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   const std::int64_t whole = c % 8 == 0 ? n2 / 16 * 16 : 0;
+  // The padding as bytes (bfloat16 zero is all zero bits): std::fill of the class type stored
+  // one value at a time, 7% of the bfloat16 weight gradient at 64^3.
+  const auto zeros = [](bfloat16* to, std::int64_t n) {
+    std::memset(static_cast<void*>(to), 0, static_cast<std::size_t>(n) * sizeof(bfloat16));
+  };
   for (std::int64_t r = 0; r < n1; ++r) {
     const bfloat16* row = in + r * n2 * c;
     bfloat16* rows = out + r * c * format.width;
-    for (std::int64_t first = 0; first < c && whole > 0; first += 8)
-      for (std::int64_t i = 0; i < whole; i += 16)
+    for (std::int64_t first = 0; first < c && whole > 0; first += 8) {
+      std::int64_t i = 0;
+#if defined(__AVX512BW__)
+      for (; i + 32 <= whole; i += 32)
+        detail::thirty_two_to_planar(row, i, c, first, format.width, rows + format.before);
+#endif
+      for (; i < whole; i += 16)
         detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
+    }
     for (std::int64_t ch = 0; ch < c; ++ch) {
       bfloat16* to = rows + ch * format.width;
-      std::fill(to, to + format.before, zero);
+      zeros(to, format.before);
       if (c == 1)
         std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(bfloat16));
       else
         for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
-      std::fill(to + format.before + n2, to + format.before + n2 + after, zero);
+      zeros(to + format.before + n2, after);
     }
   }
 }
