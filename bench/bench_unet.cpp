@@ -309,6 +309,11 @@ int main(int argc, char** argv) {
     // What live tensors and buffers needed at most; held beyond it is cached for reuse.
     const double pool_in_use_peak = largest(mesh, double(stats.peak_in_use) / mib);
     const double rss_peak = largest(mesh, status_mib("VmHWM"));
+    // What the peak in use was made of, by what the blocks were for (the largest processor's).
+    std::string at_peak;
+    for (std::size_t u = 0; u < mt::memory_uses; ++u)
+      at_peak += std::string(u ? "," : "") + "\"" + mt::memory_use_name(mt::MemoryUse(u)) +
+                 "\":" + std::to_string(largest(mesh, double(stats.at_peak[u]) / mib));
     const double parameters_mib = largest(mesh, [&] {
       double bytes = 0;
       for (auto& p : net.parameters().trainable()) bytes += p.local().size() * sizeof(float);
@@ -328,7 +333,8 @@ int main(int argc, char** argv) {
           "\"cpu_idle\":%.4f,"
           "\"halo_exchanges\":%.0f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
-          "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"parameters_and_state_mib\":%.2f,"
+          "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"pool_at_peak_mib\":{%s},"
+          "\"parameters_and_state_mib\":%.2f,"
           "\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
@@ -338,7 +344,7 @@ int main(int argc, char** argv) {
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
           step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
-          pool_peak, pool_step_peak, pool_in_use_peak, parameters_mib, rss_start, rss_before_model,
+          pool_peak, pool_step_peak, pool_in_use_peak, at_peak.c_str(), parameters_mib, rss_start, rss_before_model,
           rss_peak, allocations, misses, fresh_mib, conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
