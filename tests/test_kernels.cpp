@@ -658,6 +658,26 @@ TEST_CASE("runs of a strided box visit every index once, however the threads cut
   CHECK(runs == 1);
 }
 
+TEST_CASE("a loop is shared among threads by the elements it covers, not by its indices") {
+  // A normalisation's rows of channels: a 32^3 block of 16 channels is 2^15 rows but 2^19
+  // elements, enough for two threads (counted as rows, it ran on one).
+  CHECK(threads_paid_for(1 << 15, std::int64_t(1) << 19, 2) == 2);
+  CHECK(threads_paid_for(1 << 15, 1 << 15, 2) == 1);
+  CHECK(threads_paid_for(1, std::int64_t(1) << 30, 8) == 1);  // one index: nothing to split
+  CHECK(threads_paid_for(1 << 20, 1 << 20, 8) == 8);
+  const auto nothing = [](int, const Sizes&, const std::array<std::int64_t, 1>&) {};
+  CHECK(for_each_part<1>({1 << 15}, {Strides{1}}, 2, nothing, 16) == 2);
+  CHECK(for_each_part<1>({1 << 15}, {Strides{1}}, 2, nothing) == 1);
+  // Ranges cover [0, n) once, in order, however many threads they are paid for.
+  for (const std::int64_t n : {std::int64_t(0), std::int64_t(7), std::int64_t(100003)}) {
+    std::vector<int> visits(static_cast<std::size_t>(n), 0);
+    parallel_for_ranges(n, 3, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) ++visits[static_cast<std::size_t>(i)];
+    });
+    CHECK(std::count(visits.begin(), visits.end(), 1) == n);
+  }
+}
+
 TEST_CASE("a box moved to the front of the array that holds it keeps every element, in order") {
   // Boxes of a 5x6x7x3 array: inner, touching each end, whole along the inner dims (one run) or
   // not, and the whole array (nothing moves).

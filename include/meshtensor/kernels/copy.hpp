@@ -134,7 +134,11 @@ void fill_values(T* to, std::int64_t n, T value) {
   if (n <= 0) return;
   dispatch([&] { plan::count_copy(double(n)); },
            MESHTENSOR_ON_GPU(gpu::map(UnaryOp::constant, value, to, to, n)),
-           [&] { std::fill(to, to + n, value); });
+           [&] {
+             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
+               std::fill(to + begin, to + end, value);
+             });
+           });
 }
 
 /// An array of `a`'s shape filled with zeros, where the processor's memory is (on a GPU, zeroed

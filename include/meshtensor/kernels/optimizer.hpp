@@ -1,12 +1,14 @@
 #pragma once
 // The optimiser family: one SGD or Adam update of a parameter block from its gradient, with the
 // optimiser's state beside it, by the same formulas on every backend
-// (kernels/common/optimizer_formulas.hpp). A plan counts the operations per element.
+// (kernels/common/optimizer_formulas.hpp), on the processor's compute threads. A plan counts the
+// operations per element.
 
 #include <cstdint>
 
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/optimizer_formulas.hpp"
+#include "meshtensor/kernels/cpu/loops.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/optimizer.hpp"
 #endif
@@ -19,8 +21,10 @@ void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
   dispatch([&] { plan::count(plan::Family::optimizer, 4.0 * double(n)); },
            MESHTENSOR_ON_GPU(gpu::sgd(h, parameter, velocity, gradient, n)),
            [&] {
-             for (std::int64_t i = 0; i < n; ++i)
-               shared::sgd_update(h, parameter[i], velocity[i], gradient[i]);
+             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
+               for (std::int64_t i = begin; i < end; ++i)
+                 shared::sgd_update(h, parameter[i], velocity[i], gradient[i]);
+             });
            });
 }
 
@@ -31,8 +35,10 @@ void adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T*
   dispatch([&] { plan::count(plan::Family::optimizer, 12.0 * double(n)); },
            MESHTENSOR_ON_GPU(gpu::adam(h, parameter, first, second, gradient, n)),
            [&] {
-             for (std::int64_t i = 0; i < n; ++i)
-               shared::adam_update(h, parameter[i], first[i], second[i], gradient[i]);
+             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
+               for (std::int64_t i = begin; i < end; ++i)
+                 shared::adam_update(h, parameter[i], first[i], second[i], gradient[i]);
+             });
            });
 }
 

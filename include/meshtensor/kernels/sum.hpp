@@ -60,7 +60,9 @@ void narrow(const Acc* in, T* out, std::int64_t n, double divisor = 1.0) {
            MESHTENSOR_ON_GPU(detail::narrow_on_gpu(in, out, n, divisor)),
            [&] {
              const Acc by = static_cast<Acc>(divisor);
-             for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] / by);
+             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
+               for (std::int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(in[i] / by);
+             });
            });
 }
 

@@ -39,9 +39,7 @@ void copy_short_row(const T* from, T* to, std::int64_t n) {
 // (one thread where they are few).
 template <class F>
 void parallel_for_rows(std::int64_t rows, std::int64_t width, F&& f) {
-  constexpr std::int64_t grain = 1 << 15;  // elements a thread takes at least, as for_each_part
-  const std::int64_t most = std::max<std::int64_t>(1, rows * width / grain);
-  const int parts = static_cast<int>(std::min<std::int64_t>(compute_threads(), most));
+  const int parts = threads_paid_for(rows, rows * width, compute_threads());
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
 #endif

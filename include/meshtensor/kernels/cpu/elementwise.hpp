@@ -61,12 +61,15 @@ void zip_repeated_row(const F& f, const T* a, const T* b, T* out, std::int64_t r
   T row[most];
   for (std::int64_t j = 0; j < chunk; ++j) row[j] = b[j % n];
   const std::int64_t total = rows * n, whole = total / chunk * chunk;
-  parallel_for(whole / chunk, compute_threads(), [&](std::int64_t c) {
-    const T* x = a + c * chunk;
-    T* o = out + c * chunk;
-    for (std::int64_t j = 0; j < chunk; ++j)
-      o[j] = static_cast<T>(b_repeats ? f(x[j], row[j]) : f(row[j], x[j]));
-  });
+  parallel_for(
+      whole / chunk, compute_threads(),
+      [&](std::int64_t c) {
+        const T* x = a + c * chunk;
+        T* o = out + c * chunk;
+        for (std::int64_t j = 0; j < chunk; ++j)
+          o[j] = static_cast<T>(b_repeats ? f(x[j], row[j]) : f(row[j], x[j]));
+      },
+      chunk);
   for (std::int64_t i = whole; i < total; ++i)
     out[i] = static_cast<T>(b_repeats ? f(a[i], b[i % n]) : f(b[i % n], a[i]));
 }
@@ -78,15 +81,17 @@ template <class T, class F, bool b_repeats>
 void zip_repeated_column(const F& f, const T* a, const T* b, T* out, std::int64_t rows,
                          std::int64_t n) {
   constexpr std::int64_t chunk = 1024;  // rows per call
-  parallel_for((rows + chunk - 1) / chunk, compute_threads(), [&](std::int64_t c) {
-    for (std::int64_t r = c * chunk; r < std::min(rows, (c + 1) * chunk); ++r) {
-      const T v = b[r];
-      const T* x = a + r * n;
-      T* o = out + r * n;
-      for (std::int64_t j = 0; j < n; ++j)
-        o[j] = static_cast<T>(b_repeats ? f(x[j], v) : f(v, x[j]));
-    }
-  });
+  parallel_for((rows + chunk - 1) / chunk, compute_threads(),
+               [&](std::int64_t c) {
+                 for (std::int64_t r = c * chunk; r < std::min(rows, (c + 1) * chunk); ++r) {
+                   const T v = b[r];
+                   const T* x = a + r * n;
+                   T* o = out + r * n;
+                   for (std::int64_t j = 0; j < n; ++j)
+                     o[j] = static_cast<T>(b_repeats ? f(x[j], v) : f(v, x[j]));
+                 }
+               },
+               chunk * n);
 }
 
 /// f of a and b at each index of `sizes` into out (strides: a's, b's, out's).

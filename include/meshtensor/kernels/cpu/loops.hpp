@@ -54,23 +54,31 @@ void for_each_offset(const Sizes& sizes, const std::array<Strides, N>& strides, 
   }
 }
 
+/// The threads a loop pays for: at most `threads`, one per index of the dim it splits (`extent`),
+/// and one per `grain` elements of the whole loop's `work` (below that, starting threads costs
+/// more than they save).
+inline int threads_paid_for(std::int64_t extent, std::int64_t work, int threads) {
+  constexpr std::int64_t grain = 1 << 15;
+  return static_cast<int>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>({threads, extent, work / grain})));
+}
+
 /**
  * Splits the box along its first dim of more than one index into at most `threads` parts and calls
  * `part(p, sizes_p, base_p)` for each part p, in parallel on OpenMP threads when the program has
  * them and the box is big enough to pay for them; `base_p[k]` is operand k's offset of the part's
- * first index. Returns the number of parts (1 when it ran on the calling thread alone).
+ * first index. `index_elements`: the elements each index of the box stands for (a row of a
+ * normalisation's channels, a chunk), which the threads are paid for by. Returns the number of
+ * parts (1 when it ran on the calling thread alone).
  */
 template <std::size_t N, class Part>
 int for_each_part(const Sizes& sizes, const std::array<Strides, N>& strides, int threads,
-                  Part&& part) {
-  constexpr std::int64_t grain = 1 << 15;  // elements per thread below which threads cost more
+                  Part&& part, std::int64_t index_elements = 1) {
   std::size_t d = 0;
   while (d < sizes.size() && sizes[d] == 1) ++d;
-  const std::int64_t n = num_elements(sizes);
   const int parts = d == sizes.size()
                         ? 1
-                        : static_cast<int>(std::max<std::int64_t>(
-                              1, std::min<std::int64_t>({threads, sizes[d], n / grain})));
+                        : threads_paid_for(sizes[d], num_elements(sizes) * index_elements, threads);
   auto run_part = [&](int p) {
     Sizes sub = sizes;
     const std::int64_t begin = sizes[d] * p / parts, end = sizes[d] * (p + 1) / parts;
@@ -97,14 +105,16 @@ int for_each_part(const Sizes& sizes, const std::array<Strides, N>& strides, int
 /// once (each call writes only its own outputs).
 template <std::size_t N, class F>
 void parallel_for_each_offset(const Sizes& sizes, const std::array<Strides, N>& strides,
-                              int threads, F&& f) {
-  for_each_part<N>(sizes, strides, threads,
-                   [&](int, const Sizes& sub, const std::array<std::int64_t, N>& base) {
-                     for_each_offset<N>(sub, strides, [&](std::array<std::int64_t, N> o) {
-                       for (std::size_t k = 0; k < N; ++k) o[k] += base[k];
-                       f(o);
-                     });
-                   });
+                              int threads, F&& f, std::int64_t index_elements = 1) {
+  for_each_part<N>(
+      sizes, strides, threads,
+      [&](int, const Sizes& sub, const std::array<std::int64_t, N>& base) {
+        for_each_offset<N>(sub, strides, [&](std::array<std::int64_t, N> o) {
+          for (std::size_t k = 0; k < N; ++k) o[k] += base[k];
+          f(o);
+        });
+      },
+      index_elements);
 }
 
 /**
@@ -153,9 +163,7 @@ void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& str
       }
     }
   };
-  constexpr std::int64_t grain = 1 << 15;  // as for_each_part
-  const int parts =
-      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, total / grain)));
+  const int parts = threads_paid_for(total, total, threads);
   if (parts == 1) return walk(0, total);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
@@ -165,11 +173,22 @@ void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& str
 #endif
 }
 
-/// f(i) for i in [0, n) on up to `threads` threads (f as for parallel_for_each_offset).
+/// f(begin, end) over contiguous parts of [0, n), a part per thread the n elements pay for.
 template <class F>
-void parallel_for(std::int64_t n, int threads, F&& f) {
-  parallel_for_each_offset<1>({n}, {Strides{1}}, threads,
-                              [&](const std::array<std::int64_t, 1>& i) { f(i[0]); });
+void parallel_for_ranges(std::int64_t n, int threads, F&& f) {
+  for_each_part<1>({n}, {Strides{1}}, threads,
+                   [&](int, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
+                     f(base[0], base[0] + sub[0]);
+                   });
+}
+
+/// f(i) for i in [0, n) on up to `threads` threads (f as for parallel_for_each_offset), each i
+/// standing for `index_elements` elements of work.
+template <class F>
+void parallel_for(std::int64_t n, int threads, F&& f, std::int64_t index_elements = 1) {
+  parallel_for_each_offset<1>(
+      {n}, {Strides{1}}, threads, [&](const std::array<std::int64_t, 1>& i) { f(i[0]); },
+      index_elements);
 }
 
 }  // namespace meshtensor::kernels

@@ -80,13 +80,16 @@ std::vector<double> sum_per_key(const Sizes& sizes, const std::array<Strides, 2>
   return std::move(parts[0]);
 }
 
-// f(p, first_row, end_row) over the rows of a keys-innermost block, on the compute threads.
+// f(p, first_row, end_row) over the rows of a keys-innermost block, on the compute threads (paid
+// for by its elements, not its rows: a 32^3 block of 16 channels is 2^15 rows).
 template <class F>
-int for_row_ranges(std::int64_t rows, F&& f) {
-  return for_each_part<1>({rows}, {Strides{1}}, compute_threads(),
-                          [&](int p, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
-                            f(p, base[0], base[0] + sub[0]);
-                          });
+int for_row_ranges(const KeyedBlock& st, F&& f) {
+  return for_each_part<1>(
+      {st.rows()}, {Strides{1}}, compute_threads(),
+      [&](int p, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
+        f(p, base[0], base[0] + sub[0]);
+      },
+      std::int64_t(st.keys));
 }
 
 // Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by
@@ -144,7 +147,7 @@ std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
   const KeyLanes lanes(std::int64_t(st.keys));
   const std::size_t keys = st.keys, width = std::size_t(lanes.width());
   std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(W * keys, 0.0));
-  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+  const int used = for_row_ranges(st, [&](int p, std::int64_t begin, std::int64_t end) {
     std::vector<T> sums(W * width);
     T* acc = sums.data();
     for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
@@ -176,7 +179,7 @@ template <class F>
 void for_each_value(const KeyedBlock& st, F&& f) {
   if (st.keys_innermost()) {
     const KeyLanes lanes(std::int64_t(st.keys));
-    for_row_ranges(st.rows(), [&](int, std::int64_t begin, std::int64_t end) {
+    for_row_ranges(st, [&](int, std::int64_t begin, std::int64_t end) {
       lanes.for_groups(begin, end, [&](std::int64_t at, auto n) {
 #ifdef _OPENMP
 #pragma omp simd
@@ -199,7 +202,7 @@ std::vector<Partial> lane_moments(const KeyedBlock& st, const T* in) {
   const KeyLanes lanes(std::int64_t(st.keys));
   const std::size_t keys = st.keys, width = std::size_t(lanes.width());
   std::vector<std::vector<Partial>> parts(compute_threads(), std::vector<Partial>(keys));
-  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+  const int used = for_row_ranges(st, [&](int p, std::int64_t begin, std::int64_t end) {
     // Per lane, what the values are taken from: the chunk's first row for the sum, then its mean
     // for the squared deviations.
     std::vector<C> lane_sum(width), centre(width), lane_m2(width);
@@ -347,7 +350,7 @@ std::vector<double> register_gradient_sums(const KeyedBlock& st, const T* g, con
   const auto b = indexed<float>(st, mask.x ? *mask.shift : zeros);
   const auto s = indexed<float>(st, scale), h = indexed<float>(st, shift);
   std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(2 * st.keys, 0.0));
-  const int used = for_row_ranges(st.rows(), [&](int p, std::int64_t begin, std::int64_t end) {
+  const int used = for_row_ranges(st, [&](int p, std::int64_t begin, std::int64_t end) {
     alignas(64) float sums[2][KeyLanes::wide];
     for (std::int64_t c0 = begin; c0 < end; c0 += lanes.chunk_rows()) {
       const std::int64_t c1 = std::min(end, c0 + lanes.chunk_rows());
