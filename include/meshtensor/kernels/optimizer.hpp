@@ -15,16 +15,23 @@
 
 namespace meshtensor::kernels {
 
+// Operations per element of an update, as a plan counts them; the CPU also pays threads by them
+// (Adam's square root and divisions in double: one thread ran a U-Net's small parameters alone).
+inline constexpr std::int64_t sgd_work = 4, adam_work = 12;
+
 /// parameter, velocity <- SGD with momentum and weight decay, for n elements.
 template <class T>
 void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n) {
-  dispatch([&] { plan::count(plan::Family::optimizer, 4.0 * double(n)); },
+  dispatch([&] { plan::count(plan::Family::optimizer, double(sgd_work) * double(n)); },
            MESHTENSOR_ON_GPU(gpu::sgd(h, parameter, velocity, gradient, n)),
            [&] {
-             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
-               for (std::int64_t i = begin; i < end; ++i)
-                 shared::sgd_update(h, parameter[i], velocity[i], gradient[i]);
-             });
+             parallel_for_ranges(
+                 n, compute_threads(),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i)
+                     shared::sgd_update(h, parameter[i], velocity[i], gradient[i]);
+                 },
+                 sgd_work);
            });
 }
 
@@ -32,13 +39,16 @@ void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
 template <class T>
 void adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
           std::int64_t n) {
-  dispatch([&] { plan::count(plan::Family::optimizer, 12.0 * double(n)); },
+  dispatch([&] { plan::count(plan::Family::optimizer, double(adam_work) * double(n)); },
            MESHTENSOR_ON_GPU(gpu::adam(h, parameter, first, second, gradient, n)),
            [&] {
-             parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
-               for (std::int64_t i = begin; i < end; ++i)
-                 shared::adam_update(h, parameter[i], first[i], second[i], gradient[i]);
-             });
+             parallel_for_ranges(
+                 n, compute_threads(),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i)
+                     shared::adam_update(h, parameter[i], first[i], second[i], gradient[i]);
+                 },
+                 adam_work);
            });
 }
 
