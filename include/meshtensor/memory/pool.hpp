@@ -502,9 +502,9 @@ class MemoryPool {
     char* const start = static_cast<char*>(p);
     const auto at = reinterpret_cast<std::uintptr_t>(p);
     char* const block = start + ((huge_page - at % huge_page) % huge_page);
+    // The spare huge page, split between the two ends (the tail always keeps a page of it or more).
     if (block > start) munmap(start, static_cast<std::size_t>(block - start));
-    if (block + size < start + mapped)
-      munmap(block + size, static_cast<std::size_t>(start + mapped - (block + size)));
+    munmap(block + size, static_cast<std::size_t>(start + mapped - (block + size)));
 #ifdef MADV_HUGEPAGE
     madvise(block, size, MADV_HUGEPAGE);
 #endif
