@@ -225,6 +225,8 @@ const std::vector<RowCase> row_cases{
     {{{3, 4, 18}, {3, 2, 3}, {2, 1, 1}, {1, 2, 1}, 2, 4, 8, false}, false},  // strided, no padding
     {{{4, 3, 17}, {1, 3, 2}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false}, true},   // one and two taps
     {{{3, 3, 22}, {3, 3, 3}, {2, 1, 1}, {1, 2, 1}, 2, 1, 8, false}, false},  // first, strided
+    // more rows than one weight-gradient block holds (64 at 128 KiB; 16 in 32 KiB)
+    {{{2, 70, 64}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false, false, 1}, true},
 };
 
 TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
@@ -326,9 +328,9 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
-  // bfloat16: every case's weight gradient, the forward pass of the 6 with input channels in
-  // pairs, the input gradient of the 6 that have one.
-  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 6 + 6 : 0));
+  // bfloat16: every case's weight gradient, the forward pass of the 7 with input channels in
+  // pairs, the input gradient of the 7 that have one.
+  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 7 + 7 : 0));
   // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
   CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
                                   int{rows::detail::one_channel_forward_kernel}));

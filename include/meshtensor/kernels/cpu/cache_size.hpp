@@ -1,6 +1,7 @@
 #pragma once
-// The CPU's last-level cache, for kernels that write outputs too large to stay in it: those skip
-// the cache rather than evict everything else from it.
+// The CPU's caches: the last level, for kernels that write outputs too large to stay in it (those
+// skip the cache rather than evict everything else from it), and the first level's data cache,
+// for kernels that size their blocks to it.
 
 #include <unistd.h>
 
@@ -39,6 +40,27 @@ inline std::int64_t last_level_cache_bytes() {
     if (size == 0) size = std::max<long>(sysconf(_SC_LEVEL3_CACHE_SIZE), 0);
 #endif
     return size > 0 ? size : std::int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+/// Bytes of the first processor's first-level data cache as Linux lists it, else as the C library
+/// reports it, else 32 KiB.
+inline std::int64_t first_level_data_cache_bytes() {
+  static const std::int64_t bytes = [] {
+    std::int64_t size = 0;
+    for (int index = 0; index < 8 && size == 0; ++index) {
+      const std::string cache = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+      std::ifstream level(cache + "/level"), type(cache + "/type");
+      int number = 0;
+      std::string kind;
+      if (level >> number && type >> kind && number == 1 && kind == "Data")
+        size = detail::cache_size_in(cache + "/size");
+    }
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    if (size == 0) size = std::max<long>(sysconf(_SC_LEVEL1_DCACHE_SIZE), 0);
+#endif
+    return size > 0 ? size : std::int64_t{32} << 10;
   }();
   return bytes;
 }

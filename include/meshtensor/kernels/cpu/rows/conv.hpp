@@ -279,14 +279,21 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const T* plane, co
 }
 
 // Rows of an output plane per weight tile: long enough that a tile's setup and its sums' update
-// cost little beside its multiply-adds, short enough that the rows stay in the second-level cache
-// while every tap and input channel passes over them (128 KiB: 79% of the FMA peak at 64^3 and
-// 128^3, 8 channels, 2 AVX-512 cores; 20 KiB, in the first-level cache: 66%).
+// cost little beside its multiply-adds, short enough that the cache holding them feeds the tile
+// while every tap and input channel passes over them. Where 512-bit multiply-adds run as two
+// halves (Zen 4), the second-level cache keeps up: 128 KiB (79% of the FMA peak at 64^3 and 128^3,
+// 8 channels, 2 cores; 20 KiB: 66%). Where they run at full rate (Zen 5, Intel's server cores), a
+// tile takes twice the data a cycle and the second-level cache does not: blocks of two thirds of
+// the first-level data cache (Zen 5's 48 KiB: 8 -> 8 at 64^3, 250-305 GFLOP/s against 205-245
+// with 128 KiB; FMA peak 505). AVX2 keeps 128 KiB.
 template <class T>
 std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
+  static const bool full_rate_512 = Simd::lanes == 16 && !half_width_fma_at_full_rate();
+  static const std::int64_t block_bytes =
+      full_rate_512 ? first_level_data_cache_bytes() * 2 / 3 : std::int64_t{128} << 10;
   const std::int64_t bytes_per_row =
       std::int64_t{sizeof(T)} * std::min<std::int64_t>(g.c_out, weight_channels) * r.outputs.width;
-  return std::max<std::int64_t>(1, (std::int64_t{128} << 10) / bytes_per_row);
+  return std::max<std::int64_t>(1, block_bytes / bytes_per_row);
 }
 
 // Weight tiles per output plane (weight_plane's calls of weight_tile, bounded above).
@@ -304,8 +311,9 @@ void weight_plane(const ConvGeometry& g, const RowGeometry& r, const std::vector
     for (std::int64_t first = 0; first < g.c_out; first += weight_channels)
       for (std::int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
         if (!planes[k0]) continue;
-        for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
-          for (std::int64_t ci = 0; ci < g.c_in; ++ci) {
+        // Taps k1 innermost: they read the same few input rows, from the first-level cache.
+        for (std::int64_t ci = 0; ci < g.c_in; ++ci)
+          for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
             for (Prefetch& p : next) p.next_piece();
             weight_tile<T, K2>(g, r, planes[k0], grad_plane, k1, ci, first, a,
                                std::min(g.out[1], a + block),
