@@ -159,6 +159,12 @@ TEST_CASE("bfloat16 convolution kernels run in slabs of rows as the float kernel
     CHECK(bf16_passes_match_float(geometry({12, 40, 40}, {12, 40, 40}, 3, same, 1, 1, 8)) == "");
     CHECK(bf16_passes_match_float(geometry({12, 20, 20}, {12, 20, 20}, 3, same, 1, 32, 16)) == "");
     CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {12, 20, 20}, 2, up, 1, 32, 16)) == "");
+    // The head (one tap, 8 -> 3), at batch 2 too. oneDNN's bf16 input gradients of such odd
+    // output channel counts were wrong (its kernels pair the channels); 3 -> 8 and 16 -> 3 beside.
+    CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 1, {}, 2, 8, 3)) == "");
+    CHECK(bf16_passes_match_float(geometry({24, 40, 40}, {24, 40, 40}, 1, {}, 1, 8, 3)) == "");
+    CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 1, {}, 1, 3, 8)) == "");
+    CHECK(bf16_passes_match_float(geometry({6, 10, 10}, {6, 10, 10}, 1, {}, 2, 16, 3)) == "");
   }
 }
 
