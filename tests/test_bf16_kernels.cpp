@@ -168,6 +168,27 @@ TEST_CASE("bfloat16 convolution kernels run in slabs of rows as the float kernel
   }
 }
 
+TEST_CASE("one-tap bfloat16 convolutions with few channels run in one pass over the positions") {
+  const kernels::Taps one_to_one;
+  CHECK(kernels::cpu::pointwise_takes(geometry({6, 10, 10}, {6, 10, 10}, 1, one_to_one, 2, 8, 3)));
+  CHECK(
+      kernels::cpu::pointwise_takes(geometry({6, 10, 10}, {6, 10, 10}, 1, one_to_one, 1, 16, 16)));
+  // more channels, three taps, padding, a stride, up-sampling: the other kernels run these
+  CHECK_FALSE(
+      kernels::cpu::pointwise_takes(geometry({6, 10, 10}, {6, 10, 10}, 1, one_to_one, 1, 17, 3)));
+  CHECK_FALSE(
+      kernels::cpu::pointwise_takes(geometry({8, 12, 12}, {6, 10, 10}, 3, one_to_one, 1, 8, 3)));
+  kernels::Taps padded, strided, up;
+  padded.origin = -1;
+  strided.stride = 2;
+  up.transposed = true;
+  CHECK_FALSE(
+      kernels::cpu::pointwise_takes(geometry({6, 10, 10}, {6, 10, 10}, 1, padded, 1, 8, 3)));
+  CHECK_FALSE(
+      kernels::cpu::pointwise_takes(geometry({12, 20, 20}, {6, 10, 10}, 1, strided, 1, 8, 3)));
+  CHECK_FALSE(kernels::cpu::pointwise_takes(geometry({6, 10, 10}, {6, 10, 10}, 1, up, 1, 8, 3)));
+}
+
 TEST_CASE("a widened bfloat16 slab gives every compute thread a row") {
   // Rows of 128 x 128 x 8 floats: 2 fit the slab's 1 MiB; 16 threads get 16 rows, and a block
   // of 40 rows then runs in slabs of 16, 16 and 8, each matching the float kernels.

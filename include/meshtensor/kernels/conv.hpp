@@ -23,6 +23,7 @@
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
+#include "meshtensor/kernels/cpu/pointwise.hpp"
 #include "meshtensor/kernels/cpu/reference/conv.hpp"
 #include "meshtensor/kernels/cpu/rows/conv.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
@@ -120,13 +121,16 @@ inline ConvGeometry one_entry(ConvGeometry g) {
 // Few channels on AVX512_BF16 run the row kernels' bfloat16 forms, with no float copies (2 AMD
 // cores, 8 -> 8: forward and input gradient at about twice their float rates, the weight gradient
 // at 280-305 GFLOP/s against 145-177), and the first layer's forward pass (1 -> 8, half the
-// widened slabs' time); the rest the float kernels on widened slabs.
+// widened slabs' time); one-tap ones with few channels (the head) run cpu/pointwise.hpp; the rest
+// the float kernels on widened slabs.
 inline bool bf16_rows_run(bool fits) { return !reference_kernels && fits; }
 
 inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
                          bfloat16* output) {
   if (bf16_rows_run(rows::fits_forward_bf16(g)))
     return rows::conv_forward(g, input, weight, output);
+  if (bf16_rows_run(cpu::pointwise_takes(g)))
+    return cpu::pointwise_forward(g, input, weight, output);
   if (bf16_rows_run(rows::fits_one_channel_forward_bf16(g)))
     return rows::conv_forward_one_channel(
         g, input, weight, output,
@@ -151,6 +155,8 @@ inline void bf16_backward_input(const ConvGeometry& g, const bfloat16* grad_outp
                                 const bfloat16* weight, bfloat16* grad_input) {
   if (bf16_rows_run(rows::fits_backward_input_bf16(g)))
     return rows::conv_backward_input(g, grad_output, weight, grad_input);
+  if (bf16_rows_run(cpu::pointwise_takes(g)))
+    return cpu::pointwise_backward_input(g, grad_output, weight, grad_input);
   Buffer<float> w, go, gi;
   widen_into(weight, conv_weight_size(g), w);
   const ConvGeometry one = one_entry(g);
@@ -171,6 +177,8 @@ inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
                                  const bfloat16* grad_output, double* grad_weight) {
   if (bf16_rows_run(rows::fits_backward_weight_bf16(g)))
     return rows::conv_backward_weight(g, input, grad_output, grad_weight);
+  if (bf16_rows_run(cpu::pointwise_takes(g)))
+    return cpu::pointwise_backward_weight(g, input, grad_output, grad_weight);
   Buffer<float> in, go;
   const ConvGeometry one = one_entry(g);
   const std::int64_t in_row = input_row_size(g), out_row = output_row_size(g);
