@@ -677,6 +677,19 @@ TEST_CASE("a loop is shared among threads by the elements it covers, not by its 
       for (std::int64_t i = begin; i < end; ++i) ++visits[static_cast<std::size_t>(i)];
     });
     CHECK(std::count(visits.begin(), visits.end(), 1) == n);
+    // for_each_range: each part once, numbered below the count it returns, the parts in order.
+    std::vector<std::int64_t> starts(3, -1), ends(3, -1);
+    const int parts = for_each_range(
+        n, 3,
+        [&](int p, std::int64_t begin, std::int64_t end) {
+          starts[std::size_t(p)] = begin;
+          ends[std::size_t(p)] = end;
+        },
+        16);
+    CHECK(parts == (n == 100003 ? 3 : 1));
+    CHECK(starts[0] == 0);
+    CHECK(ends[std::size_t(parts - 1)] == n);
+    for (int p = 1; p < parts; ++p) CHECK(starts[std::size_t(p)] == ends[std::size_t(p - 1)]);
   }
 }
 

@@ -39,12 +39,12 @@ void copy_short_row(const T* from, T* to, std::int64_t n) {
 // (one thread where they are few).
 template <class F>
 void parallel_for_rows(std::int64_t rows, std::int64_t width, F&& f) {
-  const int parts = threads_paid_for(rows, rows * width, compute_threads());
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
-#endif
-  for (int p = 0; p < parts; ++p)
-    for (std::int64_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) f(r);
+  for_each_range(
+      rows, compute_threads(),
+      [&](int, std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) f(r);
+      },
+      width);
 }
 
 }  // namespace copy_detail

@@ -173,16 +173,29 @@ void parallel_for_each_run(const Sizes& sizes, const std::array<Strides, N>& str
 #endif
 }
 
-/// f(begin, end) over contiguous parts of [0, n), a part per thread the n elements pay for, each
-/// element costing `element_work` times a copied one (an optimiser's update: a dozen operations).
+/// f(p, begin, end) for the contiguous parts p of [0, n), a part per thread the n elements pay
+/// for, each element costing `element_work` times a copied one (a normalisation's row of
+/// channels: their count; an optimiser's update: a dozen operations); returns the number of
+/// parts (1, with f(0, 0, n) on the calling thread, where they pay for one).
+template <class F>
+int for_each_range(std::int64_t n, int threads, F&& f, std::int64_t element_work = 1) {
+  const int parts = threads_paid_for(n, n * element_work, threads);
+  if (parts == 1) {
+    f(0, std::int64_t{0}, n);
+    return 1;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
+  for (int p = 0; p < parts; ++p) f(p, n * p / parts, n * (p + 1) / parts);
+  return parts;
+}
+
+/// f(begin, end) over the parts of for_each_range.
 template <class F>
 void parallel_for_ranges(std::int64_t n, int threads, F&& f, std::int64_t element_work = 1) {
-  for_each_part<1>(
-      {n}, {Strides{1}}, threads,
-      [&](int, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
-        f(base[0], base[0] + sub[0]);
-      },
-      element_work);
+  for_each_range(
+      n, threads, [&](int, std::int64_t begin, std::int64_t end) { f(begin, end); }, element_work);
 }
 
 /// f(i) for i in [0, n) on up to `threads` threads (f as for parallel_for_each_offset), each i

@@ -84,12 +84,7 @@ std::vector<double> sum_per_key(const Sizes& sizes, const std::array<Strides, 2>
 // for by its elements, not its rows: a 32^3 block of 16 channels is 2^15 rows).
 template <class F>
 int for_row_ranges(const KeyedBlock& st, F&& f) {
-  return for_each_part<1>(
-      {st.rows()}, {Strides{1}}, compute_threads(),
-      [&](int p, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
-        f(p, base[0], base[0] + sub[0]);
-      },
-      std::int64_t(st.keys));
+  return for_each_range(st.rows(), compute_threads(), f, std::int64_t(st.keys));
 }
 
 // Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by

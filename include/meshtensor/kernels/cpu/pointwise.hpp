@@ -33,12 +33,7 @@ inline std::int64_t positions(const ConvGeometry& g) {
 // returns the number of parts.
 template <class F>
 int for_position_parts(const ConvGeometry& g, F&& f) {
-  return for_each_part<1>(
-      {positions(g)}, {Strides{1}}, compute_threads(),
-      [&](int p, const Sizes& sub, const std::array<std::int64_t, 1>& base) {
-        f(p, base[0], base[0] + sub[0]);
-      },
-      g.c_in + g.c_out);
+  return for_each_range(positions(g), compute_threads(), f, g.c_in + g.c_out);
 }
 
 // out[p][n] = sum over m of in[p][m] * a[m][n], for `count` positions (M, N: the channel counts
