@@ -16,14 +16,16 @@
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
+#include "meshtensor/kernels/common/input_gradient_as_forward.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
 
 namespace meshtensor::kernels::cpu {
 
 namespace pointwise_detail {
-constexpr std::int64_t most_channels = 16;  // per side
-constexpr std::int64_t chunk = 512;         // positions a float buffer holds
+constexpr std::int64_t most_channels = 16;                         // per side
+constexpr std::int64_t chunk = 512;                                // positions a float buffer holds
+using Weights = std::array<float, most_channels * most_channels>;  // [m][n], in float
 
 inline std::int64_t positions(const ConvGeometry& g) {
   return g.batch * g.out[0] * g.out[1] * g.out[2];
@@ -122,7 +124,7 @@ inline bool pointwise_takes(const ConvGeometry& g) {
 /// out[p][co] = sum over ci of in[p][ci] * w[ci][co].
 inline void pointwise_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
                               bfloat16* output) {
-  std::array<float, pointwise_detail::most_channels * pointwise_detail::most_channels> w{};
+  pointwise_detail::Weights w{};
   to_float_run(weight, w.data(), g.c_in * g.c_out);
   pointwise_detail::apply_all(g, input, g.c_in, w.data(), g.c_out, output);
 }
@@ -130,10 +132,11 @@ inline void pointwise_forward(const ConvGeometry& g, const bfloat16* input, cons
 /// grad_in[p][ci] = sum over co of grad_out[p][co] * w[ci][co].
 inline void pointwise_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
                                      const bfloat16* weight, bfloat16* grad_input) {
-  std::array<float, pointwise_detail::most_channels * pointwise_detail::most_channels> w{};
-  for (std::int64_t ci = 0; ci < g.c_in; ++ci)  // transposed: [co][ci]
-    for (std::int64_t co = 0; co < g.c_out; ++co) w[co * g.c_in + ci] = weight[ci * g.c_out + co];
-  pointwise_detail::apply_all(g, grad_output, g.c_out, w.data(), g.c_in, grad_input);
+  // The forward pass of the reversed convolution: one tap's weights flipped are [co][ci].
+  pointwise_detail::Weights w{}, flipped{};
+  to_float_run(weight, w.data(), g.c_in * g.c_out);
+  flip_weights(g, w.data(), flipped.data());
+  pointwise_detail::apply_all(g, grad_output, g.c_out, flipped.data(), g.c_in, grad_input);
 }
 
 /// grad_w[ci][co] += sum over p of in[p][ci] * grad_out[p][co]: float sums over chunks of
@@ -152,7 +155,7 @@ inline void pointwise_backward_weight(const ConvGeometry& g, const bfloat16* inp
         const std::int64_t count = std::min(chunk, end - c);
         to_float_run(input + c * ci_n, x_f.data(), count * ci_n);
         to_float_run(grad_output + c * co_n, y_f.data(), count * co_n);
-        std::array<float, most_channels * most_channels> sums{};
+        Weights sums{};
         outer<decltype(m)::value, decltype(n)::value>(x_f.data(), y_f.data(), sums.data(), count,
                                                       ci_n, co_n, rows.data());
         for (std::int64_t i = 0; i < size; ++i) parts[part * size + i] += sums[i];
