@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
@@ -373,6 +374,86 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
       [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
       MESHTENSOR_ON_GPU(detail::cudnn_backward_weight(g, input, grad_output, grad_weight)),
       [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
+}
+
+// A convolution's input held as parts along its channels (a concatenation never written out):
+// the row kernels read the parts (float, where they run the pass), every other kernel a copy of
+// them joined. The input gradient goes to the parts the same way.
+namespace detail {
+
+// Positions of the box, each a row of channels (the parts' rows side by side).
+inline std::int64_t box_positions(const ConvGeometry& g) {
+  return g.batch * g.in[0] * g.in[1] * g.in[2];
+}
+
+template <class T>
+Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
+  Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
+  std::vector<cpu::RowsPart<const T>> pieces;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    pieces.push_back({parts.data[i], parts.channels[i]});
+  kernels::join_rows(box_positions(g), pieces, box.data());
+  return box;
+}
+
+// Whether the row kernels run a pass whose operand is in parts: float on the CPU (or a plan of
+// it), where they fit the pass.
+template <class T>
+bool rows_run_parts(const ConvGeometry& g, bool fits) {
+  return std::is_same_v<T, float> && !reference_kernels && fits && !conv_is_empty(g) &&
+         current_backend() != Backend::cuda;
+}
+constexpr auto no_gpu_arm = [] { return false; };
+
+}  // namespace detail
+
+/// conv_forward with the input held as parts along its channels (g.c_in in all).
+template <class T>
+void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, const T* weight,
+                  T* output) {
+  if (input.size() == 1) return conv_forward(g, input.data[0], weight, output);
+  if constexpr (std::is_same_v<T, float>)
+    if (detail::rows_run_parts<T>(g, rows::fits_forward(g)))
+      return dispatch(
+          [&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
+          detail::no_gpu_arm,
+          [&] { rows::conv_forward(g, input, weight, ChannelParts<float>(output, g.c_out)); });
+  conv_forward(g, detail::joined(g, input).data(), weight, output);
+}
+
+/// conv_backward_input with the input's gradient written to parts along its channels.
+template <class T>
+void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
+                         const ChannelParts<T>& grad_input) {
+  if (grad_input.size() == 1)
+    return conv_backward_input(g, grad_output, weight, grad_input.data[0]);
+  if constexpr (std::is_same_v<T, float>)
+    if (detail::rows_run_parts<T>(g, rows::fits_backward_input(g)) &&
+        rows::takes_output_parts(grad_input))
+      return dispatch(
+          [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
+          detail::no_gpu_arm,
+          [&] { rows::conv_backward_input(g, grad_output, weight, grad_input); });
+  Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
+  conv_backward_input(g, grad_output, weight, box.data());
+  std::vector<cpu::RowsPart<T>> pieces;
+  for (std::size_t i = 0; i < grad_input.size(); ++i)
+    pieces.push_back({grad_input.data[i], grad_input.channels[i]});
+  kernels::split_rows(detail::box_positions(g), box.data(), pieces);
+}
+
+/// conv_backward_weight with the input held as parts along its channels.
+template <class T>
+void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& input,
+                          const T* grad_output, double* grad_weight) {
+  if (input.size() == 1) return conv_backward_weight(g, input.data[0], grad_output, grad_weight);
+  if constexpr (std::is_same_v<T, float>)
+    if (detail::rows_run_parts<T>(g, rows::fits_backward_weight(g)))
+      return dispatch(
+          [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
+          detail::no_gpu_arm,
+          [&] { rows::conv_backward_weight(g, input, grad_output, grad_weight); });
+  conv_backward_weight(g, detail::joined(g, input).data(), grad_output, grad_weight);
 }
 
 }  // namespace meshtensor::kernels

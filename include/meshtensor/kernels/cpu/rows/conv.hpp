@@ -26,6 +26,7 @@
 
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/cpu/cache_size.hpp"
 #include "meshtensor/kernels/cpu/rows/one_channel_forward.hpp"
@@ -143,12 +144,20 @@ class Prefetch {
   std::int64_t lines_per_piece_ = 0;
 };
 
+// Where a register tile's outputs go: a row of the output part holding them, `channels` a
+// position, the tile's from channel `first` of that part on.
+template <class T>
+struct TileOut {
+  T* row;
+  std::int64_t channels, first;
+};
+
 // Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + register_channels), into `out`
 // (channels last; `around_cache`: with streamed stores where they can be). Each read's input
 // starts `shift` floats past its `x`.
 template <class T, int NB>
 void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std::int64_t shift,
-                  std::int64_t v0, std::int64_t first, T* out, bool around_cache) {
+                  std::int64_t v0, std::int64_t first, const TileOut<T>& out, bool around_cache) {
   shift += v0 * L;
   V acc[NB][register_channels];
   for (int b = 0; b < NB; ++b)
@@ -171,7 +180,9 @@ void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std:
       V rows[8];
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) rows[c] = acc[b][c];
-      if (n > 0) store_positions(rows, n, g.c_out, first, out + v * L * g.c_out, around_cache);
+      if (n > 0)
+        store_positions(rows, n, out.channels, out.first, out.row + v * L * out.channels,
+                        around_cache);
     }
     return;
   }
@@ -182,7 +193,7 @@ void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std:
     for (int c = 0; c < register_channels; ++c) Simd::store(planar[b][c], acc[b][c]);
   for (int b = 0; b < NB; ++b) {
     const std::int64_t v = v0 + b, n = std::min<std::int64_t>(L, g.out[2] - v * L);
-    if (n > 0) store_vector<register_channels>(planar[b], v, n, g.c_out, first, out);
+    if (n > 0) store_vector<register_channels>(planar[b], v, n, out.channels, out.first, out.row);
   }
 }
 
@@ -192,7 +203,7 @@ constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 2;  // vectors of po
 // multiply-adds' other operands) is avoided by ending on two tiles of two.
 template <class T, int NB>
 void forward_row(const ConvGeometry& g, const RowGeometry& r, const std::vector<TapRead>& reads,
-                 std::int64_t shift, std::int64_t first, T* out, bool around_cache) {
+                 std::int64_t shift, std::int64_t first, const TileOut<T>& out, bool around_cache) {
   std::int64_t v = 0;
   const std::int64_t left_over = NB > 2 && r.vectors % NB == 1 && r.vectors > NB ? NB + 1 : 0;
   for (; v + NB <= r.vectors - left_over; v += NB)
@@ -202,29 +213,47 @@ void forward_row(const ConvGeometry& g, const RowGeometry& r, const std::vector<
   if (v < r.vectors) forward_tile<T, 1>(g, reads, shift, v, first, out, around_cache);
 }
 
-// Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0). A bfloat16 output
-// comes from a geometry whose input "channels" are pairs of bfloat16 channels, one float's bits
-// each (the layout AVX512_BF16's dot product reads), as are the weights.
+// Which output part and which of its channels each register tile's channels [first, first +
+// register_channels) go to, tile by tile.
 template <class T>
-void forward_planes(const ConvGeometry& g, const float* input, const float* weight, T* output,
-                    std::int64_t a, std::int64_t b, PlanarPlanes& planes, bool around_cache) {
+std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& output) {
+  std::vector<std::array<std::int64_t, 2>> at;
+  for (std::size_t j = 0; j < output.size(); ++j)
+    for (std::int64_t c = 0; c < output.channels[j]; c += register_channels)
+      at.push_back({std::int64_t(j), c});
+  return at;
+}
+
+// Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0), the input read and
+// the output written in parts along the channels (register_channels a part at least). A bfloat16
+// output comes from a geometry whose input "channels" are pairs of bfloat16 channels, one float's
+// bits each (the layout AVX512_BF16's dot product reads), as are the weights.
+template <class T>
+void forward_planes(const ConvGeometry& g, const ChannelParts<const float>& input,
+                    const float* weight, const ChannelParts<T>& output, std::int64_t a,
+                    std::int64_t b, PlanarPlanes& planes, bool around_cache) {
   const RowGeometry r = row_geometry(g);
   std::vector<TapRead> reads;
   const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
-  const std::int64_t in_plane = g.in[1] * g.in[2] * g.c_in;
+  const std::int64_t in_positions = g.in[1] * g.in[2];
+  const auto tiles = tile_parts(output);
+  std::vector<Prefetch> next;
   for (std::int64_t q = a; q < b; ++q) {
     const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
     // The input plane the next output plane's last tap reads, the one it does not share.
-    Prefetch next;
+    next.clear();
     const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
     if (q + 1 < b && i >= 0 && i < g.in[0])
-      next = Prefetch(input + ((q + 1) / g.out[0] * g.in[0] + i) * in_plane,
-                      in_plane * std::int64_t(sizeof(float)), g.out[1]);
+      for (std::size_t j = 0; j < input.size(); ++j) {
+        const std::int64_t part_plane = in_positions * input.channels[j];
+        next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
+                          part_plane * std::int64_t(sizeof(float)), g.out[1]);
+      }
     std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
     std::int64_t shift = 0;                     // where this row's reads start past the list's
     for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      next.next_piece();
-      T* out = output + (q * g.out[1] + o1) * g.out[2] * g.c_out;
+      for (Prefetch& p : next) p.next_piece();
+      const std::int64_t row = (q * g.out[1] + o1) * g.out[2];  // positions before this row's
       // A row whose taps read inside the box as the previous row's did reads the same list a
       // row further on (shifted as the tiles read it: rewriting every read's pointer cost an
       // eighth of the 8 -> 8 forward pass at 64^3).
@@ -237,11 +266,19 @@ void forward_planes(const ConvGeometry& g, const float* input, const float* weig
       }
       reading = now;
       if (reads.empty()) {
-        std::fill(out, out + g.out[2] * g.c_out, T(0.0f));
+        for (std::size_t j = 0; j < output.size(); ++j) {
+          T* out = output.data[j] + row * output.channels[j];
+          std::fill(out, out + g.out[2] * output.channels[j], T(0.0f));
+        }
         continue;
       }
-      for (std::int64_t first = 0; first < g.c_out; first += register_channels)
-        forward_row<T, forward_vectors>(g, r, reads, shift, first, out, around_cache);
+      for (std::size_t t = 0; t < tiles.size(); ++t) {
+        const auto [j, first_in_part] = tiles[t];
+        const TileOut<T> out{output.data[j] + row * output.channels[j], output.channels[j],
+                             first_in_part};
+        forward_row<T, forward_vectors>(g, r, reads, shift, std::int64_t(t) * register_channels,
+                                        out, around_cache);
+      }
     }
   }
 }
@@ -339,10 +376,10 @@ struct WeightState {
 };
 
 template <class T, int K2>
-void weight_planes(const ConvGeometry& g, const RowGeometry& r, const T* input,
+void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelParts<const T>& input,
                    const T* grad_output, std::int64_t a, std::int64_t b, WeightState<T>& state) {
   const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out;
-  const std::int64_t in_plane = g.in[1] * g.in[2] * g.c_in;
+  const std::int64_t in_positions = g.in[1] * g.in[2];
   const std::int64_t tiles = weight_tiles_per_plane(g, weight_block_rows<T>(g, r));
   std::vector<Prefetch> next;
   for (std::int64_t q = a; q < b; ++q) {
@@ -357,8 +394,11 @@ void weight_planes(const ConvGeometry& g, const RowGeometry& r, const T* input,
                         tiles);
       const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
       if (i >= 0 && i < g.in[0])
-        next.emplace_back(input + ((q + 1) / g.out[0] * g.in[0] + i) * in_plane,
-                          in_plane * std::int64_t(sizeof(T)), tiles);
+        for (std::size_t j = 0; j < input.size(); ++j) {
+          const std::int64_t part_plane = in_positions * input.channels[j];
+          next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
+                            part_plane * std::int64_t(sizeof(T)), tiles);
+        }
     }
     weight_plane<T, K2>(g, r, read, state.grad_plane.data(), state.lanes.data(), next);
   }
@@ -366,8 +406,8 @@ void weight_planes(const ConvGeometry& g, const RowGeometry& r, const T* input,
 
 // The weight gradient on the planar kernel, in T's vectors.
 template <class T>
-void planar_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
-                            double* grad_weight) {
+void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& input,
+                            const T* grad_output, double* grad_weight) {
   const RowGeometry r = row_geometry(g, vector_positions<T>);
   const std::size_t size = static_cast<std::size_t>(conv_weight_size(g));
   auto states = on_plane_parts(
@@ -449,6 +489,30 @@ inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores,
   return conv_output_size(g) * value_bytes > last_level_cache_bytes();
 }
 
+/// Whether the passes below take operands in these parts along the channels: output parts (the
+/// forward pass's output, the input gradient) of whole register tiles.
+template <class T>
+bool takes_output_parts(const ChannelParts<T>& parts) {
+  return parts.parts_of(detail::register_channels);
+}
+
+/// output = the convolution of input with weight, for shapes takes(g) accepts, the input read and
+/// the output written in parts along the channels (a concatenation read as its parts; output parts
+/// as takes_output_parts).
+inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>& input,
+                         const float* weight, const ChannelParts<float>& output,
+                         OutputStores stores = OutputStores::by_size) {
+  using namespace detail;
+  const bool around_cache = writes_around_cache(g, stores);
+  const RowFormat format = row_geometry(g).box;
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        forward_planes<float>(g, input, weight, output, a, b, planes, around_cache);
+        if (around_cache) stream_fence();
+      });
+}
+
 /// output = the convolution of input with weight, for shapes takes(g) accepts.
 inline void conv_forward(const ConvGeometry& g, const float* input, const float* weight,
                          float* output, OutputStores stores = OutputStores::by_size) {
@@ -459,13 +523,8 @@ inline void conv_forward(const ConvGeometry& g, const float* input, const float*
   // against the planar kernel's 52-54%; AVX-512 build 71-78% against 61-70%).
   if (fits_one_channel_forward(g) && (Simd::lanes == 8 || half_width_fma_at_full_rate()))
     return conv_forward_one_channel(g, input, weight, output, around_cache);
-  const RowFormat format = row_geometry(g).box;
-  on_plane_parts(
-      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
-      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<float>(g, input, weight, output, a, b, planes, around_cache);
-        if (around_cache) stream_fence();
-      });
+  conv_forward(g, ChannelParts<const float>(input, g.c_in), weight,
+               ChannelParts<float>(output, g.c_out), stores);
 }
 
 namespace detail {
@@ -507,6 +566,15 @@ inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
                grad_input, stores);
 }
 
+/// The same with grad_input written in parts along the channels (takes_output_parts): the
+/// gradients of a concatenation's parts.
+inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
+                                const float* weight, const ChannelParts<float>& grad_input,
+                                OutputStores stores = OutputStores::by_size) {
+  conv_forward(detail::reversed(g), ChannelParts<const float>(grad_output, g.c_out),
+               detail::reversed_weight(g, weight).data(), grad_input, stores);
+}
+
 /// Whether the bfloat16 passes below run `g`: where the float ones do, with the input channels
 /// of the forward pass they run in pairs, on a CPU with AVX512_BF16.
 inline bool fits_forward_bf16(const ConvGeometry& g) {
@@ -544,8 +612,9 @@ inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfl
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(pairs, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<bfloat16>(pairs, reinterpret_cast<const float*>(input), words.data(), output,
-                                 a, b, planes, around_cache);
+        forward_planes<bfloat16>(
+            pairs, ChannelParts<const float>(reinterpret_cast<const float*>(input), pairs.c_in),
+            words.data(), ChannelParts<bfloat16>(output, g.c_out), a, b, planes, around_cache);
         if (around_cache) stream_fence();
       });
 #else
@@ -570,6 +639,13 @@ inline void conv_backward_weight(const ConvGeometry& g, const float* input,
   // planar kernel ran at 51% and 63%).
   if (fits_one_channel_weight(g))
     return conv_backward_weight_one_channel(g, input, grad_output, grad_weight);
+  detail::planar_backward_weight(g, ChannelParts<const float>(input, g.c_in), grad_output,
+                                 grad_weight);
+}
+
+/// The same with the input held as parts along its channels (a concatenation read as its parts).
+inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const float>& input,
+                                 const float* grad_output, double* grad_weight) {
   detail::planar_backward_weight(g, input, grad_output, grad_weight);
 }
 
@@ -589,7 +665,8 @@ inline void conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
     throw std::invalid_argument(
         "internal: the bfloat16 row kernels need AVX512_BF16 and a shape they take");
 #if defined(__AVX512BF16__)
-  detail::planar_backward_weight(g, input, grad_output, grad_weight);
+  detail::planar_backward_weight(g, ChannelParts<const bfloat16>(input, g.c_in), grad_output,
+                                 grad_weight);
 #else
   (void)input, (void)grad_output, (void)grad_weight;
 #endif

@@ -10,6 +10,7 @@
 
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
@@ -75,6 +76,12 @@ class PlanarPlanesOf {
   /// A box of another type than T is converted as it is turned (to_planar).
   template <class From>
   std::vector<const T*> read_by(const From* box, std::int64_t p, std::int64_t o0) {
+    return read_by(ChannelParts<const From>(box, g_.c_in), p, o0);
+  }
+  /// The same for a box held as parts along its channels, each turned into its channels' rows.
+  template <class From>
+  std::vector<const T*> read_by(const ChannelParts<const From>& box, std::int64_t p,
+                                std::int64_t o0) {
     std::vector<std::int64_t> wanted(slots_.size(), -1);
     for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
       const std::int64_t i = g_.taps[0].reads(o0, k);
@@ -88,7 +95,8 @@ class PlanarPlanesOf {
 
  private:
   template <class From>
-  const T* slot_of(const From* box, std::int64_t key, const std::vector<std::int64_t>& wanted) {
+  const T* slot_of(const ChannelParts<const From>& box, std::int64_t key,
+                   const std::vector<std::int64_t>& wanted) {
     for (std::size_t s = 0; s < slots_.size(); ++s)
       if (slots_[s] == key) return data_.data() + s * plane_size_;
     // A slot no wanted plane is in: one output plane reads at most kernel[0] planes.
@@ -97,8 +105,11 @@ class PlanarPlanesOf {
       ++s;
     slots_[s] = key;
     T* plane = data_.data() + s * plane_size_;
-    to_planar(box + key * g_.in[1] * g_.in[2] * g_.c_in, g_.in[1], g_.in[2], g_.c_in, format_,
-              plane);
+    const std::int64_t positions = g_.in[1] * g_.in[2];
+    for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++])
+      to_planar(box.data[i] + key * positions * box.channels[i], g_.in[1], g_.in[2],
+                box.channels[i], format_, plane + std::int64_t(first) * format_.width,
+                g_.c_in * format_.width);
     return plane;
   }
 

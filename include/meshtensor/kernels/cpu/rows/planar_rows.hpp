@@ -62,9 +62,11 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 
 }  // namespace detail
 
-/// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`.
+/// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`; `row_stride` apart (floats)
+/// where the c channels are some of a wider planar plane's (one part of a concatenation).
 inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, float* out) {
+                      const RowFormat& format, float* out, std::int64_t row_stride = 0) {
+  if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   // Whole vectors of positions through registers where the channels come in eights (or, with
   // AVX-512, four).
@@ -77,7 +79,7 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
   const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
   for (std::int64_t r = 0; r < n1; ++r) {
     const float* row = in + r * n2 * c;
-    float* rows = out + r * c * format.width;
+    float* rows = out + r * row_stride;
 #if defined(__AVX512F__)
     if (c == 4)
       for (std::int64_t i = 0; i < whole; i += Simd::lanes)
@@ -189,7 +191,8 @@ inline void thirty_two_to_planar(const bfloat16* row, std::int64_t i, std::int64
 
 /// The same for a plane of bfloat16 (for the bfloat16 row kernels, AVX-512).
 inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, bfloat16* out) {
+                      const RowFormat& format, bfloat16* out, std::int64_t row_stride = 0) {
+  if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   const std::int64_t whole = c % 8 == 0 ? n2 / 16 * 16 : 0;
   // The padding as bytes (bfloat16 zero is all zero bits): std::fill of the class type stored
@@ -199,7 +202,7 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
   };
   for (std::int64_t r = 0; r < n1; ++r) {
     const bfloat16* row = in + r * n2 * c;
-    bfloat16* rows = out + r * c * format.width;
+    bfloat16* rows = out + r * row_stride;
     for (std::int64_t first = 0; first < c && whole > 0; first += 8) {
       std::int64_t i = 0;
 #if defined(__AVX512BW__)
@@ -224,12 +227,13 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
 /// A plane of bfloat16 as float rows, each value widened (exact): the first layer's bfloat16
 /// input, read by the float one-channel kernel (rows/one_channel_forward.hpp).
 inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, float* out) {
+                      const RowFormat& format, float* out, std::int64_t row_stride = 0) {
+  if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   for (std::int64_t r = 0; r < n1; ++r)
     for (std::int64_t ch = 0; ch < c; ++ch) {
       const bfloat16* row = in + r * n2 * c + ch;
-      float* to = out + (r * c + ch) * format.width;
+      float* to = out + r * row_stride + ch * format.width;
       std::fill(to, to + format.before, 0.0f);
       for (std::int64_t i = 0; i < n2; ++i) to[format.before + i] = float(row[i * c]);
       std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
