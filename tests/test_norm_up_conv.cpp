@@ -178,6 +178,65 @@ TEST_CASE("the one op sends the skip's rows and the coarse rows in place of the 
   }
 }
 
+namespace {
+
+// conv_concat (the concatenation read as its parts where each block is read in place) or conv of
+// the concatenation written out: the output and the gradients of the parts and the weight.
+std::vector<Tensor<float>> concat_conv(Mesh& m, const Layout& l, std::int64_t first,
+                                       std::int64_t second, bool as_parts) {
+  const Shape a_shape("batch:2, x:6, y:5, z:18, channels:" + std::to_string(first));
+  const Shape b_shape("batch:2, x:6, y:5, z:18, channels:" + std::to_string(second));
+  auto a = test_input(m, a_shape, l, 1).set_requires_grad();
+  auto b = test_input(m, b_shape, l, 2).set_requires_grad();
+  auto weight =
+      test_input(m,
+                 Shape("kx:3, ky:3, kz:3, channels:" + std::to_string(first + second) + ", out:8"),
+                 l, 3)
+          .set_requires_grad();
+  const Window window = Window("x, y, z").kernel(3).padding("same");
+  const Tensor<float> out = as_parts ? conv_concat({a, b}, weight, window)
+                                     : conv(concat({a, b}, "channels"), weight, window);
+  backward(reduce_sum(out * test_input(m, out.shape(), l, 4)));
+  return {out, a.grad(), b.grad(), weight.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("a convolution reads a concatenation as its parts, with the ops' results") {
+  // 8 + 8 -> 8 rows of 18: the row kernels read the parts and write their gradients (float, on a
+  // CPU with AVX2 or AVX-512); 3 + 5: parts the input gradient cannot be written to in tiles.
+  // Layouts that split a spatial dim or the channels run the ops; a batch split reads in place.
+  std::vector<LayoutCase> cases = spatial_cases();
+  cases.push_back({"batch split 2 ways", "p:2", "batch:p"});
+  for (const auto& [first, second] : {std::pair<int, int>{8, 8}, {3, 5}}) {
+    INFO(first << " + " << second << " channels");
+    const auto parts = [=](Mesh& m, const Layout& l) {
+      return concat_conv(m, l, first, second, true);
+    };
+    CHECK(compare_with_one_processor(parts, 1e-4, cases) == "");
+    CHECK(largest_difference(cases, parts, [=](Mesh& m, const Layout& l) {
+            return concat_conv(m, l, first, second, false);
+          }) < 1e-3);
+  }
+  // On one processor the concatenation is never written: one copy fewer (the join; the row
+  // kernels read the parts) than conv of the concatenation.
+  const auto copies_of = [](bool as_parts) {
+    return on_one_processor([&](Mesh& m) {
+      kernels::kernel_times().on = true;
+      auto& calls = kernels::plan::counts().calls[std::size_t(kernels::plan::Family::copy)];
+      const auto a = test_input(m, Shape("batch:1, x:4, y:4, z:32, channels:8"), Layout{}, 1);
+      const auto b = test_input(m, Shape("batch:1, x:4, y:4, z:32, channels:8"), Layout{}, 2);
+      const auto w = test_input(m, Shape("kx:3, ky:3, kz:3, channels:16, out:8"), Layout{}, 3);
+      const Window window = Window("x, y, z").kernel(3).padding("same");
+      const auto before = calls;
+      const auto out =
+          as_parts ? conv_concat({a, b}, w, window) : conv(concat({a, b}, "channels"), w, window);
+      return calls - before;
+    });
+  };
+  if (kernels::rows::simd_available) CHECK(copies_of(true) < copies_of(false));
+}
+
 TEST_CASE("nn::norm_up_conv gives its layers' results one after the other") {
   // Batch norm in training takes the one op; in evaluation, and instance norm, the layers run
   // one by one. Either way the results are the layers' within rounding.

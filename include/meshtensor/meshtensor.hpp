@@ -33,6 +33,7 @@
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/argmax.hpp"
 #include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/conv_concat.hpp"
 #include "meshtensor/ops/conv_norm_conv.hpp"
 #include "meshtensor/ops/dice_cross_entropy.hpp"
 #include "meshtensor/ops/einsum.hpp"

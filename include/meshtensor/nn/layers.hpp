@@ -16,6 +16,7 @@
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/ops/cast.hpp"
 #include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/conv_concat.hpp"
 #include "meshtensor/ops/conv_norm_conv.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
@@ -280,8 +281,11 @@ Tensor<A> norm_up_conv(Norm<T>& norm, const Conv<T>& up, const Tensor<A>& skip, 
                        const Tensor<A>& x, bool training, Activation activation) {
   const std::string& c = conv.channels();
   if (norm.kind() != NormKind::batch || !training || !up.transposed() || conv.transposed() ||
-      norm.channels() != c || up.channels() != c || up.output_channels() != c)
-    return conv(concat({skip, up(norm(x, training, activation))}, c));
+      norm.channels() != c || up.channels() != c || up.output_channels() != c) {
+    const Tensor<A> u = up(norm(x, training, activation));
+    if (conv.transposed()) return conv(concat({skip, u}, c));
+    return conv.finish(conv_concat({skip, u}, conv.weight(), conv.window(), c));
+  }
   Moments<T> moments;
   auto y = batch_norm_up_conv(
       x, norm.gamma(), norm.beta(), UpSampling<T>{up.weight(), up.bias(), up.window()}, skip,

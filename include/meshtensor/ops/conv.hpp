@@ -550,20 +550,32 @@ struct ConvSetup {
   ConvCall<T> call;
 };
 
+// The same for an input laid out as `input` on `mesh` (one not written out: a concatenation read as
+// its parts, ops/conv_concat.hpp).
 template <class T, class W>
-ConvSetup<T, W> conv_setup(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
-                           const Window& window, const std::string& channels, bool transposed) {
+ConvSetup<T, W> conv_setup(const std::string& op, Mesh& mesh, const TensorLayout& input,
+                           const Tensor<W>& weight, const Window& window,
+                           const std::string& channels, bool transposed) {
   static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
                 "a convolution's weight has its input's element type, or fp32 for bfloat16 input");
-  if (&input.mesh() != &weight.mesh())
+  if (&mesh != &weight.mesh())
     throw LayoutError(op + ": operands " + input.to_string() + " and " + weight.to_string() +
                       " live on different meshes");
   ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
-  Layout layout = conv_layout(input.layout(), weight.layout(), dims.kernel_names);
+  Layout layout = conv_layout(input, weight.layout(), dims.kernel_names);
   auto w = relayout_to(weight, weight.layout().with_layout(layout));
-  ConvCall<T> call = conv_call<T>(input.mesh(), input.layout().with_layout(layout), w, window,
-                                  channels, dims, layout, transposed);
+  ConvCall<T> call =
+      conv_call<T>(mesh, input.with_layout(layout), w, window, channels, dims, layout, transposed);
   return {std::move(dims), std::move(layout), std::move(w), std::move(call)};
+}
+
+template <class T, class W>
+ConvSetup<T, W> conv_setup(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
+                           const Window& window, const std::string& channels, bool transposed) {
+  if (&input.mesh() != &weight.mesh())
+    throw LayoutError(op + ": operands " + input.to_string() + " and " + weight.to_string() +
+                      " live on different meshes");
+  return conv_setup<T>(op, input.mesh(), input.layout(), weight, window, channels, transposed);
 }
 
 // The convolution of `input` set up by `setup` (from an input of its layout and shape), its

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshtensor/ops/conv.hpp"
+#include "meshtensor/ops/conv_concat.hpp"
 #include "meshtensor/ops/detail/device_blocks.hpp"
 #include "meshtensor/ops/detail/nested_blocks.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -281,7 +282,7 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
       up_setup.call.geometry.c_out == c_up && !detail::blocks_on_device(z.array().space());
   if (!fits) {
     const Tensor<T> y = batch_norm(z, gamma, beta, channels, epsilon, moments, activation);
-    return conv(concat({skip, up_sampled(y)}, channels), weight, window, channels);
+    return conv_concat({skip, up_sampled(y)}, weight, window, channels);
   }
   Mesh& mesh = z.mesh();
   const std::size_t channel_dim = z.shape().position(channels);
@@ -307,8 +308,8 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
   detail::NormApplied<T> applied;
   const Tensor<T> y =
       detail::normalize_affine(z, reduced, gamma, beta, epsilon, moments, activation, &applied);
-  const Tensor<T> input = concat({skip, up_sampled(y)}, channels);
-  auto setup = detail::conv_setup("conv", input, weight, window, channels, /*transposed=*/false);
+  auto setup = detail::conv_setup<T>("conv", mesh, joined, weight, window, channels,
+                                     /*transposed=*/false);
   detail::EarlyHalo<T> early{
       [&] {
         skip_pending.progress();
@@ -332,12 +333,18 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
         }
         return pieces;
       }};
-  const bool aligned = input.layout() == input.layout().with_layout(setup.layout);
+  const bool aligned = joined == joined.with_layout(setup.layout);
   if (!aligned || setup.call.plan.halo.exchanged().empty()) {
     // The convolution reads the concatenation moved to another layout, or no halo: the rows
-    // arrive unused, on every processor alike.
+    // arrive unused, on every processor alike (and with no halo the concatenation is read as
+    // its parts).
     early.finish();
-    return detail::convolve(std::move(setup), input, weight, channels);
+    return conv_concat({skip, up_sampled(y)}, weight, window, channels);
+  }
+  const Tensor<T> input = concat({skip, up_sampled(y)}, channels);
+  if (input.layout() != joined) {  // not expected: the parts are laid out alike
+    early.finish();
+    return conv(input, weight, window, channels);
   }
   return detail::convolve(std::move(setup), input, weight, channels, &early);
 }
