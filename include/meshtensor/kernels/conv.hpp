@@ -68,6 +68,11 @@ inline std::size_t conv_class(const ConvGeometry& g, plan::ConvClass::Pass pass)
   return plan::ConvClass::of(pass, one_tap, g.c_in, g.c_out);
 }
 
+/// A plan's count of one pass of `g` (the plan arm of dispatch()).
+inline auto counted(const ConvGeometry& g, plan::ConvClass::Pass pass) {
+  return [&g, pass] { plan::count_conv(conv_class(g, pass), conv_flops(g)); };
+}
+
 /// Whether a block has nothing to sum: no channels on one side (an uneven channel split leaves
 /// some processors none) or no positions. oneDNN and cuDNN refuse such shapes.
 inline bool conv_is_empty(const ConvGeometry& g) {
@@ -352,7 +357,7 @@ bool cudnn_backward_weight(const ConvGeometry& g, const T* input, const T* grad_
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
-  dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
+  dispatch(counted(g, plan::ConvClass::forward),
            MESHTENSOR_ON_GPU(detail::cudnn_forward(g, input, weight, output)),
            [&] { detail::cpu_forward(g, input, weight, output); });
 }
@@ -361,7 +366,7 @@ template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
   if (conv_is_empty(g)) return fill_values(grad_input, conv_input_size(g), T(0));
-  dispatch([&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
+  dispatch(counted(g, plan::ConvClass::backward_input),
            MESHTENSOR_ON_GPU(detail::cudnn_backward_input(g, grad_output, weight, grad_input)),
            [&] { detail::cpu_backward_input(g, grad_output, weight, grad_input); });
 }
@@ -370,10 +375,9 @@ template <class T>
 void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                           double* grad_weight) {
   if (conv_is_empty(g)) return;  // adds nothing
-  dispatch(
-      [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
-      MESHTENSOR_ON_GPU(detail::cudnn_backward_weight(g, input, grad_output, grad_weight)),
-      [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
+  dispatch(counted(g, plan::ConvClass::backward_weight),
+           MESHTENSOR_ON_GPU(detail::cudnn_backward_weight(g, input, grad_output, grad_weight)),
+           [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
 }
 
 // A convolution's input held as parts along its channels (a concatenation never written out):
@@ -386,22 +390,26 @@ inline std::int64_t box_positions(const ConvGeometry& g) {
   return g.batch * g.in[0] * g.in[1] * g.in[2];
 }
 
+// The parts as the copy kernels' pieces of each position's row.
+template <class T>
+std::vector<cpu::RowsPart<T>> row_pieces(const ChannelParts<T>& parts) {
+  std::vector<cpu::RowsPart<T>> pieces;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    pieces.push_back({parts.data[i], parts.channels[i]});
+  return pieces;
+}
+
 template <class T>
 Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
   Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
-  std::vector<cpu::RowsPart<const T>> pieces;
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    pieces.push_back({parts.data[i], parts.channels[i]});
-  kernels::join_rows(box_positions(g), pieces, box.data());
+  kernels::join_rows(box_positions(g), row_pieces(parts), box.data());
   return box;
 }
 
-// Whether the row kernels run a pass whose operand is in parts: float on the CPU (or a plan of
+// Whether the row kernels run a float pass whose operand is in parts: on the CPU (or a plan of
 // it), where they fit the pass.
-template <class T>
-bool rows_run_parts(const ConvGeometry& g, bool fits) {
-  return std::is_same_v<T, float> && !reference_kernels && fits && !conv_is_empty(g) &&
-         current_backend() != Backend::cuda;
+inline bool rows_run_parts(const ConvGeometry& g, bool fits) {
+  return !reference_kernels && fits && !conv_is_empty(g) && current_backend() != Backend::cuda;
 }
 constexpr auto no_gpu_arm = [] { return false; };
 
@@ -413,11 +421,10 @@ void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, con
                   T* output) {
   if (input.size() == 1) return conv_forward(g, input.data[0], weight, output);
   if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts<T>(g, rows::fits_forward(g)))
-      return dispatch(
-          [&] { plan::count_conv(conv_class(g, plan::ConvClass::forward), conv_flops(g)); },
-          detail::no_gpu_arm,
-          [&] { rows::conv_forward(g, input, weight, ChannelParts<float>(output, g.c_out)); });
+    if (detail::rows_run_parts(g, rows::fits_forward(g)))
+      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm, [&] {
+        rows::conv_forward(g, input, weight, ChannelParts<float>(output, g.c_out));
+      });
   conv_forward(g, detail::joined(g, input).data(), weight, output);
 }
 
@@ -428,18 +435,13 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   if (grad_input.size() == 1)
     return conv_backward_input(g, grad_output, weight, grad_input.data[0]);
   if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts<T>(g, rows::fits_backward_input(g)) &&
+    if (detail::rows_run_parts(g, rows::fits_backward_input(g)) &&
         rows::takes_output_parts(grad_input))
-      return dispatch(
-          [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_input), conv_flops(g)); },
-          detail::no_gpu_arm,
-          [&] { rows::conv_backward_input(g, grad_output, weight, grad_input); });
+      return dispatch(counted(g, plan::ConvClass::backward_input), detail::no_gpu_arm,
+                      [&] { rows::conv_backward_input(g, grad_output, weight, grad_input); });
   Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
   conv_backward_input(g, grad_output, weight, box.data());
-  std::vector<cpu::RowsPart<T>> pieces;
-  for (std::size_t i = 0; i < grad_input.size(); ++i)
-    pieces.push_back({grad_input.data[i], grad_input.channels[i]});
-  kernels::split_rows(detail::box_positions(g), box.data(), pieces);
+  kernels::split_rows(detail::box_positions(g), box.data(), detail::row_pieces(grad_input));
 }
 
 /// conv_backward_weight with the input held as parts along its channels.
@@ -448,11 +450,9 @@ void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& in
                           const T* grad_output, double* grad_weight) {
   if (input.size() == 1) return conv_backward_weight(g, input.data[0], grad_output, grad_weight);
   if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts<T>(g, rows::fits_backward_weight(g)))
-      return dispatch(
-          [&] { plan::count_conv(conv_class(g, plan::ConvClass::backward_weight), conv_flops(g)); },
-          detail::no_gpu_arm,
-          [&] { rows::conv_backward_weight(g, input, grad_output, grad_weight); });
+    if (detail::rows_run_parts(g, rows::fits_backward_weight(g)))
+      return dispatch(counted(g, plan::ConvClass::backward_weight), detail::no_gpu_arm,
+                      [&] { rows::conv_backward_weight(g, input, grad_output, grad_weight); });
   conv_backward_weight(g, detail::joined(g, input).data(), grad_output, grad_weight);
 }
 

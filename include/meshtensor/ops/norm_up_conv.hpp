@@ -341,11 +341,8 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
     early.finish();
     return conv_concat({skip, up_sampled(y)}, weight, window, channels);
   }
+  // (The concatenation is laid out as `joined`, which the halo plans above assume too.)
   const Tensor<T> input = concat({skip, up_sampled(y)}, channels);
-  if (input.layout() != joined) {  // not expected: the parts are laid out alike
-    early.finish();
-    return conv(input, weight, window, channels);
-  }
   return detail::convolve(std::move(setup), input, weight, channels, &early);
 }
 
