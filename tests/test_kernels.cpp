@@ -229,12 +229,19 @@ const std::vector<RowCase> row_cases{
     {{{2, 70, 64}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false, false, 1}, true},
 };
 
+// The ways this build's bfloat16 row kernels multiply: float products always, AVX512_BF16's dot
+// products where it has them.
+std::vector<rows::Bf16Products> bf16_products_built() {
+  if (rows::detail::bf16_rows) return {rows::Bf16Products::widened, rows::Bf16Products::dot};
+  return {rows::Bf16Products::widened};
+}
+
 TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
   if (!rows::simd_available) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
-  int one_channel_cases = 0, bf16_cases = 0, bf16_first_layer_cases = 0;
+  int one_channel_cases = 0, bf16_dot_cases = 0, bf16_float_cases = 0, bf16_first_layer_cases = 0;
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
     const ConvGeometry& g = check.g;
@@ -247,33 +254,56 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     std::vector<double> dw(check.w_n, 0.0);
     rows::conv_backward_weight(g, check.x.data(), check.dy.data(), dw.data());
     CHECK(relative_gap(check.dw_ref, dw) < 1e-5);
-    // The weight gradient's bfloat16 form (AVX512_BF16) on values a bfloat16 holds: the float
-    // kernel's products exactly, summed in float.
-    if (rows::fits_backward_weight_bf16(g)) {
-      ++bf16_cases;
-      const ConvCheck exact(rc.c, true);
-      const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
-          dy(exact.dy.begin(), exact.dy.end());
-      std::vector<double> dw_bf16(check.w_n, 0.0);
-      rows::conv_backward_weight(g, x.data(), dy.data(), dw_bf16.data());
+    // The bfloat16 forms on values a bfloat16 holds, in each way this build multiplies. In dot
+    // products (AVX512_BF16): the weight gradient the float kernel's products exactly, summed in
+    // float; forward and input gradient summed in float, each output rounded once. In float
+    // products: every pass the float kernel's on the widened values, bit for bit, rounded once.
+    const ConvCheck exact(rc.c, true);
+    const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
+        dy(exact.dy.begin(), exact.dy.end()), w(exact.w.begin(), exact.w.end());
+    const auto widened = [](const std::vector<meshtensor::bfloat16>& v) {
+      return widen(std::vector<float>(v.begin(), v.end()));
+    };
+    const auto rounded_alike = [](const std::vector<float>& want,
+                                  const std::vector<meshtensor::bfloat16>& got) {
+      return std::equal(want.begin(), want.end(), got.begin(), [](float a, meshtensor::bfloat16 b) {
+        return meshtensor::bfloat16(a).bits == b.bits;
+      });
+    };
+    REQUIRE(rows::fits_forward_bf16(g) == rows::fits_forward(g));
+    REQUIRE(rows::fits_backward_input_bf16(g) == rows::fits_backward_input(g));
+    for (const rows::Bf16Products products : bf16_products_built()) {
+      const bool dot = products == rows::Bf16Products::dot;
+      INFO((dot ? "dot" : "float") << " products");
+      int& cases = dot ? bf16_dot_cases : bf16_float_cases;
+      REQUIRE(rows::fits_backward_weight_bf16(g, products));
+      ++cases;
+      std::vector<double> dw_bf16(check.w_n, 0.0), dw_float(check.w_n, 0.0);
+      rows::conv_backward_weight(g, x.data(), dy.data(), dw_bf16.data(), products);
       CHECK(relative_gap(exact.dw_ref, dw_bf16) < 1e-5);
-      // Forward and input gradient: sums in float, each output rounded once.
-      const std::vector<meshtensor::bfloat16> w(exact.w.begin(), exact.w.end());
-      const auto widened = [](const std::vector<meshtensor::bfloat16>& v) {
-        return widen(std::vector<float>(v.begin(), v.end()));
-      };
-      CHECK(rows::fits_forward_bf16(g) == (rows::fits_forward(g) && g.c_in % 2 == 0));
-      if (rows::fits_forward_bf16(g)) {
-        ++bf16_cases;
+      rows::conv_backward_weight(g, ChannelParts<const float>(exact.x.data(), g.c_in),
+                                 exact.dy.data(), dw_float.data());
+      if (!dot) CHECK(dw_bf16 == dw_float);
+      if (rows::fits_forward_bf16(g) && (!dot || g.c_in % 2 == 0)) {
+        ++cases;
         std::vector<meshtensor::bfloat16> y(check.out_n);
-        rows::conv_forward(g, x.data(), w.data(), y.data());
+        std::vector<float> y_float(check.out_n);
+        rows::conv_forward(g, x.data(), w.data(), y.data(), rows::OutputStores::by_size, products);
         CHECK(relative_gap(widen(exact.y_ref), widened(y)) < 4e-3);
+        rows::conv_forward(g, ChannelParts<const float>(exact.x.data(), g.c_in), exact.w.data(),
+                           ChannelParts<float>(y_float.data(), g.c_out));
+        if (!dot) CHECK(rounded_alike(y_float, y));
       }
-      if (rows::fits_backward_input_bf16(g)) {
-        ++bf16_cases;
+      if (rows::fits_backward_input_bf16(g) && (!dot || g.c_out % 2 == 0)) {
+        ++cases;
         std::vector<meshtensor::bfloat16> dx(check.in_n);
-        rows::conv_backward_input(g, dy.data(), w.data(), dx.data());
+        std::vector<float> dx_float(check.in_n);
+        rows::conv_backward_input(g, dy.data(), w.data(), dx.data(), rows::OutputStores::by_size,
+                                  products);
         CHECK(relative_gap(widen(exact.dx_ref), widened(dx)) < 4e-3);
+        rows::conv_backward_input(g, exact.dy.data(), exact.w.data(),
+                                  ChannelParts<float>(dx_float.data(), g.c_in));
+        if (!dot) CHECK(rounded_alike(dx_float, dx));
       }
     }
     // The first layer's kernel reading the output gradient channels last, called directly.
@@ -328,9 +358,11 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
     }
     CHECK_FALSE(rows::writes_around_cache(g, rows::OutputStores::by_size));  // small outputs
   }
-  // bfloat16: every case's weight gradient, the forward pass of the 7 with input channels in
-  // pairs, the input gradient of the 7 that have one.
-  CHECK(bf16_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 7 + 7 : 0));
+  // bfloat16: every case's weight gradient; in float products the forward pass of the 9 the
+  // float kernel runs, in dot products of the 7 of those with input channels in pairs; the input
+  // gradient of the 7 that have one.
+  CHECK(bf16_float_cases == int(row_cases.size()) + 9 + 7);
+  CHECK(bf16_dot_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 7 + 7 : 0));
   // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
   CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
                                   int{rows::detail::one_channel_forward_kernel}));
@@ -338,7 +370,7 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
         (rows::fits_one_channel_forward_bf16(geometry(row_cases[1].c)) ? 2 : 0));
 }
 
-TEST_CASE("the bfloat16 weight gradient takes up to 16 channels on one side") {
+TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels on one side") {
   if (!rows::detail::bf16_rows) {
     WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
     return;
@@ -353,16 +385,17 @@ TEST_CASE("the bfloat16 weight gradient takes up to 16 channels on one side") {
     const ConvCheck exact(c, true);
     INFO(c.c_in << " -> " << c.c_out);
     CHECK_FALSE(rows::takes(exact.g));
-    REQUIRE(rows::fits_backward_weight_bf16(exact.g));
+    REQUIRE(rows::fits_backward_weight_bf16(exact.g, rows::Bf16Products::dot));
+    CHECK_FALSE(rows::fits_backward_weight_bf16(exact.g, rows::Bf16Products::widened));
     const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
         dy(exact.dy.begin(), exact.dy.end());
     std::vector<double> dw(exact.w_n, 0.0);
-    rows::conv_backward_weight(exact.g, x.data(), dy.data(), dw.data());
+    rows::conv_backward_weight(exact.g, x.data(), dy.data(), dw.data(), rows::Bf16Products::dot);
     CHECK(relative_gap(exact.dw_ref, dw) < 1e-5);
   }
   Case wide = cases.front();
   wide.c_in = wide.c_out = 32;
-  CHECK_FALSE(rows::fits_backward_weight_bf16(ConvCheck(wide).g));
+  CHECK_FALSE(rows::fits_backward_weight_bf16(ConvCheck(wide).g, rows::Bf16Products::dot));
 }
 
 TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {

@@ -124,23 +124,24 @@ inline ConvGeometry one_entry(ConvGeometry g) {
   return g;
 }
 
-// Few channels on AVX512_BF16 run the row kernels' bfloat16 forms, with no float copies (2 AMD
-// cores, 8 -> 8: forward and input gradient at about twice their float rates, the weight gradient
-// at 280-305 GFLOP/s against 145-177), and the first layer's forward pass (1 -> 8, half the
-// widened slabs' time); one-tap ones with few channels (the head) run cpu/pointwise.hpp; the rest
-// the float kernels on widened slabs.
+// Few channels run the row kernels' bfloat16 forms, with no float copies: in AVX512_BF16's dot
+// products where they pay (2 AMD cores, 8 -> 8: forward and input gradient at about twice their
+// float rates, the weight gradient at 280-305 GFLOP/s against 145-177), else in float products
+// on values widened as the rows are turned; the first layer's forward pass channels last where
+// that kernel runs (1 -> 8, half the widened slabs' time); one-tap ones with few channels (the
+// head) run cpu/pointwise.hpp; the rest the float kernels on widened slabs.
 inline bool bf16_rows_run(bool fits) { return !reference_kernels && fits; }
 
 inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
                          bfloat16* output) {
-  if (bf16_rows_run(rows::fits_forward_bf16(g)))
-    return rows::conv_forward(g, input, weight, output);
-  if (bf16_rows_run(cpu::pointwise_takes(g)))
-    return cpu::pointwise_forward(g, input, weight, output);
   if (bf16_rows_run(rows::fits_one_channel_forward_bf16(g)))
     return rows::conv_forward_one_channel(
         g, input, weight, output,
         rows::writes_around_cache(g, rows::OutputStores::by_size, sizeof(bfloat16)));
+  if (bf16_rows_run(rows::fits_forward_bf16(g)))
+    return rows::conv_forward(g, input, weight, output);
+  if (bf16_rows_run(cpu::pointwise_takes(g)))
+    return cpu::pointwise_forward(g, input, weight, output);
   Buffer<float> w, in, out;
   widen_into(weight, conv_weight_size(g), w);
   const ConvGeometry one = one_entry(g);

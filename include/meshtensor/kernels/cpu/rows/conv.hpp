@@ -154,8 +154,8 @@ struct TileOut {
 
 // Outputs [v0*L, (v0+NB)*L) of one row, channels [first, first + register_channels), into `out`
 // (channels last; `around_cache`: with streamed stores where they can be). Each read's input
-// starts `shift` floats past its `x`.
-template <class T, int NB>
+// starts `shift` floats past its `x`. P: the products' type (multiply_add), T: the output's.
+template <class P, class T, int NB>
 void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std::int64_t shift,
                   std::int64_t v0, std::int64_t first, const TileOut<T>& out, bool around_cache) {
   shift += v0 * L;
@@ -168,7 +168,7 @@ void forward_tile(const ConvGeometry& g, const std::vector<TapRead>& reads, std:
 #pragma GCC unroll 8
     for (int c = 0; c < register_channels; ++c) {
       const V wv = Simd::broadcast(read.w + first + c);
-      for (int b = 0; b < NB; ++b) acc[b][c] = multiply_add<T>(xv[b], wv, acc[b][c]);
+      for (int b = 0; b < NB; ++b) acc[b][c] = multiply_add<P>(xv[b], wv, acc[b][c]);
     }
   }
   // Eight channels: transposed straight from the registers (through memory, a tile's overhead
@@ -201,16 +201,16 @@ constexpr int forward_vectors = Simd::registers >= 32 ? 3 : 2;  // vectors of po
 
 // A row in tiles of NB vectors; a last tile of one vector (whose broadcasts outnumber its
 // multiply-adds' other operands) is avoided by ending on two tiles of two.
-template <class T, int NB>
+template <class P, class T, int NB>
 void forward_row(const ConvGeometry& g, const RowGeometry& r, const std::vector<TapRead>& reads,
                  std::int64_t shift, std::int64_t first, const TileOut<T>& out, bool around_cache) {
   std::int64_t v = 0;
   const std::int64_t left_over = NB > 2 && r.vectors % NB == 1 && r.vectors > NB ? NB + 1 : 0;
   for (; v + NB <= r.vectors - left_over; v += NB)
-    forward_tile<T, NB>(g, reads, shift, v, first, out, around_cache);
+    forward_tile<P, T, NB>(g, reads, shift, v, first, out, around_cache);
   for (; v + 2 <= r.vectors; v += 2)
-    forward_tile<T, 2>(g, reads, shift, v, first, out, around_cache);
-  if (v < r.vectors) forward_tile<T, 1>(g, reads, shift, v, first, out, around_cache);
+    forward_tile<P, T, 2>(g, reads, shift, v, first, out, around_cache);
+  if (v < r.vectors) forward_tile<P, T, 1>(g, reads, shift, v, first, out, around_cache);
 }
 
 // Which output part and which of its channels each register tile's channels [first, first +
@@ -225,13 +225,14 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
 }
 
 // Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0), the input read and
-// the output written in parts along the channels (register_channels a part at least). A bfloat16
-// output comes from a geometry whose input "channels" are pairs of bfloat16 channels, one float's
-// bits each (the layout AVX512_BF16's dot product reads), as are the weights.
-template <class T>
-void forward_planes(const ConvGeometry& g, const ChannelParts<const float>& input,
-                    const float* weight, const ChannelParts<T>& output, std::int64_t a,
-                    std::int64_t b, PlanarPlanes& planes, bool around_cache) {
+// the output written in parts along the channels (register_channels a part at least). Products P
+// of bfloat16 come from a geometry whose input "channels" are pairs of bfloat16 channels, one
+// float's bits each (the layout AVX512_BF16's dot product reads), as are the weights; an input In
+// of bfloat16 is widened as its planes are turned (float products).
+template <class P, class T, class In>
+void forward_planes(const ConvGeometry& g, const ChannelParts<const In>& input, const float* weight,
+                    const ChannelParts<T>& output, std::int64_t a, std::int64_t b,
+                    PlanarPlanes& planes, bool around_cache) {
   const RowGeometry r = row_geometry(g);
   std::vector<TapRead> reads;
   const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
@@ -247,7 +248,7 @@ void forward_planes(const ConvGeometry& g, const ChannelParts<const float>& inpu
       for (std::size_t j = 0; j < input.size(); ++j) {
         const std::int64_t part_plane = in_positions * input.channels[j];
         next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
-                          part_plane * std::int64_t(sizeof(float)), g.out[1]);
+                          part_plane * std::int64_t(sizeof(In)), g.out[1]);
       }
     std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
     std::int64_t shift = 0;                     // where this row's reads start past the list's
@@ -276,8 +277,8 @@ void forward_planes(const ConvGeometry& g, const ChannelParts<const float>& inpu
         const auto [j, first_in_part] = tiles[t];
         const TileOut<T> out{output.data[j] + row * output.channels[j], output.channels[j],
                              first_in_part};
-        forward_row<T, forward_vectors>(g, r, reads, shift, std::int64_t(t) * register_channels,
-                                        out, around_cache);
+        forward_row<P, T, forward_vectors>(g, r, reads, shift, std::int64_t(t) * register_channels,
+                                           out, around_cache);
       }
     }
   }
@@ -375,9 +376,9 @@ struct WeightState {
   Buffer<float> lanes;
 };
 
-template <class T, int K2>
-void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelParts<const T>& input,
-                   const T* grad_output, std::int64_t a, std::int64_t b, WeightState<T>& state) {
+template <class T, int K2, class In>
+void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelParts<const In>& input,
+                   const In* grad_output, std::int64_t a, std::int64_t b, WeightState<T>& state) {
   const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out;
   const std::int64_t in_positions = g.in[1] * g.in[2];
   const std::int64_t tiles = weight_tiles_per_plane(g, weight_block_rows<T>(g, r));
@@ -390,24 +391,25 @@ void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelPar
     // planes it shares with this one do not hold).
     next.clear();
     if (q + 1 < b) {
-      next.emplace_back(grad_output + (q + 1) * out_plane, out_plane * std::int64_t(sizeof(T)),
+      next.emplace_back(grad_output + (q + 1) * out_plane, out_plane * std::int64_t(sizeof(In)),
                         tiles);
       const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
       if (i >= 0 && i < g.in[0])
         for (std::size_t j = 0; j < input.size(); ++j) {
           const std::int64_t part_plane = in_positions * input.channels[j];
           next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
-                            part_plane * std::int64_t(sizeof(T)), tiles);
+                            part_plane * std::int64_t(sizeof(In)), tiles);
         }
     }
     weight_plane<T, K2>(g, r, read, state.grad_plane.data(), state.lanes.data(), next);
   }
 }
 
-// The weight gradient on the planar kernel, in T's vectors.
-template <class T>
-void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& input,
-                            const T* grad_output, double* grad_weight) {
+// The weight gradient on the planar kernel, in T's vectors, from operands In (bfloat16 operands
+// of float vectors widened as their planes are turned).
+template <class T, class In = T>
+void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const In>& input,
+                            const In* grad_output, double* grad_weight) {
   const RowGeometry r = row_geometry(g, vector_positions<T>);
   const std::size_t size = static_cast<std::size_t>(conv_weight_size(g));
   auto states = on_plane_parts(
@@ -508,7 +510,7 @@ inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>&
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<float>(g, input, weight, output, a, b, planes, around_cache);
+        forward_planes<float, float>(g, input, weight, output, a, b, planes, around_cache);
         if (around_cache) stream_fence();
       });
 }
@@ -575,26 +577,46 @@ inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
                detail::reversed_weight(g, weight).data(), grad_input, stores);
 }
 
-/// Whether the bfloat16 passes below run `g`: where the float ones do, with the input channels
-/// of the forward pass they run in pairs, on a CPU with AVX512_BF16.
-inline bool fits_forward_bf16(const ConvGeometry& g) {
-  return detail::bf16_rows && fits_forward(g) && g.c_in % 2 == 0;
-}
-inline bool fits_backward_input_bf16(const ConvGeometry& g) {
-  return detail::bf16_rows && fits_backward_input(g) && g.c_out % 2 == 0;
+/// How the bfloat16 passes below multiply: AVX512_BF16's dot products (two products a lane an
+/// instruction, the operands never widened) or float multiply-adds on values widened as the
+/// planes are turned (no float copy of a block either). By default the dot products where they
+/// give more products a second (AMD's Zen 4 and 5: twice as many), else float (Intel's AVX-512
+/// cores without AMX, whose dot product gives half as many; AVX2); MESHTENSOR_BF16_PRODUCTS=
+/// dot|float forces one.
+enum class Bf16Products { dot, widened };
+
+inline Bf16Products bf16_products() {
+  const char* set = std::getenv("MESHTENSOR_BF16_PRODUCTS");
+  const std::string value = set ? set : "auto";
+  if (value == "float") return Bf16Products::widened;
+  if (value == "dot" && !detail::bf16_rows)
+    throw std::invalid_argument(
+        "MESHTENSOR_BF16_PRODUCTS=dot: this build has no AVX512_BF16; expected auto or float");
+  if (value == "dot") return Bf16Products::dot;
+  if (value != "auto")
+    throw std::invalid_argument("MESHTENSOR_BF16_PRODUCTS=" + value +
+                                ": expected auto, dot or float");
+  return detail::bf16_rows && bf16_dot_products_pay() ? Bf16Products::dot : Bf16Products::widened;
 }
 
-/// The forward pass for bfloat16 operands, with no float copy of them: each lane of a vector
-/// holds a position's pair of input channels and meets the pair's weights in an AVX512_BF16 dot
-/// product (two multiply-adds an instruction, summed in float); outputs rounded to bfloat16.
-inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
-                         bfloat16* output, OutputStores stores = OutputStores::by_size) {
-  if (!detail::bf16_rows || !takes(g) || g.c_in % 2 != 0)
-    throw std::invalid_argument(
-        "internal: the bfloat16 row kernels need AVX512_BF16 and input channels in pairs");
+/// Whether the bfloat16 passes below run `g`: where the float ones do.
+inline bool fits_forward_bf16(const ConvGeometry& g) { return fits_forward(g); }
+inline bool fits_backward_input_bf16(const ConvGeometry& g) { return fits_backward_input(g); }
+
+namespace detail {
+
+// The weights of a bfloat16 pass, widened (the float products' form).
+inline Buffer<float> widened(const bfloat16* weight, std::int64_t n) {
+  Buffer<float> w(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) w[i] = float(weight[i]);
+  return w;
+}
+
 #if defined(__AVX512BF16__)
-  using namespace detail;
-  // Channels-last bfloat16 operands read as floats' bits: one "channel" per pair of channels.
+// The forward pass in dot products: channels-last bfloat16 operands read as floats' bits, one
+// "channel" per pair of channels, the weights paired alike.
+inline void forward_in_dot_products(const ConvGeometry& g, const bfloat16* input,
+                                    const bfloat16* weight, bfloat16* output, bool around_cache) {
   ConvGeometry pairs = g;
   pairs.c_in = g.c_in / 2;
   const std::int64_t taps = g.kernel[0] * g.kernel[1] * g.kernel[2];
@@ -608,26 +630,57 @@ inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfl
         std::memcpy(&words[(k * pairs.c_in + j) * g.c_out + co], &bits, sizeof bits);
       }
   const RowFormat format = row_geometry(pairs).box;
-  const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(pairs, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<bfloat16>(
+        forward_planes<bfloat16, bfloat16>(
             pairs, ChannelParts<const float>(reinterpret_cast<const float*>(input), pairs.c_in),
             words.data(), ChannelParts<bfloat16>(output, g.c_out), a, b, planes, around_cache);
         if (around_cache) stream_fence();
       });
-#else
-  (void)input, (void)weight, (void)output, (void)stores;
+}
 #endif
+
+// The forward pass in float products, each input plane widened as it is turned.
+inline void forward_in_float_products(const ConvGeometry& g, const bfloat16* input,
+                                      const bfloat16* weight, bfloat16* output, bool around_cache) {
+  const Buffer<float> w = widened(weight, conv_weight_size(g));
+  const RowFormat format = row_geometry(g).box;
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        forward_planes<float, bfloat16>(g, ChannelParts<const bfloat16>(input, g.c_in), w.data(),
+                                        ChannelParts<bfloat16>(output, g.c_out), a, b, planes,
+                                        around_cache);
+        if (around_cache) stream_fence();
+      });
+}
+
+}  // namespace detail
+
+/// The forward pass for bfloat16 operands, with no float copy of them, in `products` (dot
+/// products where the input channels come in pairs); sums in float, outputs rounded to bfloat16.
+inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
+                         bfloat16* output, OutputStores stores = OutputStores::by_size,
+                         Bf16Products products = bf16_products()) {
+  if (!takes(g))
+    throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
+  const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
+#if defined(__AVX512BF16__)
+  if (products == Bf16Products::dot && g.c_in % 2 == 0)
+    return detail::forward_in_dot_products(g, input, weight, output, around_cache);
+#endif
+  (void)products;
+  detail::forward_in_float_products(g, input, weight, output, around_cache);
 }
 
 /// The input gradient for bfloat16 operands (the reversed convolution's forward pass above).
 inline void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
                                 const bfloat16* weight, bfloat16* grad_input,
-                                OutputStores stores = OutputStores::by_size) {
+                                OutputStores stores = OutputStores::by_size,
+                                Bf16Products products = bf16_products()) {
   conv_forward(detail::reversed(g), grad_output, detail::reversed_weight(g, weight).data(),
-               grad_input, stores);
+               grad_input, stores, products);
 }
 
 /// grad_weight += the gradient of the forward pass's output with respect to the weight, for
@@ -639,37 +692,39 @@ inline void conv_backward_weight(const ConvGeometry& g, const float* input,
   // planar kernel ran at 51% and 63%).
   if (fits_one_channel_weight(g))
     return conv_backward_weight_one_channel(g, input, grad_output, grad_weight);
-  detail::planar_backward_weight(g, ChannelParts<const float>(input, g.c_in), grad_output,
-                                 grad_weight);
+  detail::planar_backward_weight<float>(g, ChannelParts<const float>(input, g.c_in), grad_output,
+                                        grad_weight);
 }
 
 /// The same with the input held as parts along its channels (a concatenation read as its parts).
 inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const float>& input,
                                  const float* grad_output, double* grad_weight) {
-  detail::planar_backward_weight(g, input, grad_output, grad_weight);
+  detail::planar_backward_weight<float>(g, input, grad_output, grad_weight);
 }
 
-/// Whether the bfloat16 weight gradient below runs `g`: where the float one does and with up to
-/// 16 channels on one side, on a CPU with AVX512_BF16 (2 AMD cores, 16 -> 16 at 64^3: 357 GFLOP/s
-/// against oneDNN's bf16 178 and the widened float kernels' 208; from 32 -> 16 on, oneDNN's bf16
-/// runs faster, and kernels::conv picks it by timing each shape).
-inline bool fits_backward_weight_bf16(const ConvGeometry& g) {
-  return detail::bf16_rows && fits_backward_weight(g, 16);
+/// Whether the bfloat16 weight gradient below runs `g` in `products`: where the float one does;
+/// in dot products with up to 16 channels on one side (2 AMD cores, 16 -> 16 at 64^3: 357
+/// GFLOP/s against oneDNN's bf16 178 and the widened float kernels' 208; from 32 -> 16 on,
+/// oneDNN's bf16 runs faster, and kernels::conv picks it by timing each shape).
+inline bool fits_backward_weight_bf16(const ConvGeometry& g,
+                                      Bf16Products products = bf16_products()) {
+  return products == Bf16Products::dot ? fits_backward_weight(g, 16) : fits_backward_weight(g);
 }
 
-/// The same for bfloat16 operands, with no float copy of them: two positions' products a lane,
-/// summed in float (exactly the float kernel's products; only the order of the sums differs).
+/// The same for bfloat16 operands, with no float copy of them: in dot products, two positions'
+/// products a lane; in float products, the operands widened as their planes are turned. Exactly
+/// the float kernel's products either way, summed in float (in dot products in another order).
 inline void conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
-                                 const bfloat16* grad_output, double* grad_weight) {
-  if (!fits_backward_weight_bf16(g))
-    throw std::invalid_argument(
-        "internal: the bfloat16 row kernels need AVX512_BF16 and a shape they take");
+                                 const bfloat16* grad_output, double* grad_weight,
+                                 Bf16Products products = bf16_products()) {
+  if (!fits_backward_weight_bf16(g, products))
+    throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
+  const ChannelParts<const bfloat16> parts(input, g.c_in);
 #if defined(__AVX512BF16__)
-  detail::planar_backward_weight(g, ChannelParts<const bfloat16>(input, g.c_in), grad_output,
-                                 grad_weight);
-#else
-  (void)input, (void)grad_output, (void)grad_weight;
+  if (products == Bf16Products::dot)
+    return detail::planar_backward_weight<bfloat16>(g, parts, grad_output, grad_weight);
 #endif
+  detail::planar_backward_weight<float>(g, parts, grad_output, grad_weight);
 }
 
 }  // namespace meshtensor::kernels::rows

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
@@ -25,14 +26,16 @@ inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
 namespace detail {
 
 // Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
-// rows `out` (channel ch's row at out + ch * width), through registers.
-inline void eight_to_planar(const float* row, std::int64_t i, std::int64_t c, std::int64_t first,
-                            std::int64_t width, float* out) {
+// rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
+// is loaded.
+template <class From>
+void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64_t first,
+                     std::int64_t width, float* out) {
   constexpr int L = Simd::lanes;
-  alignas(64) float positions[L * 8];
-  const float* from = row + i * c + first;
+  alignas(64) From positions[L * 8];
+  const From* from = row + i * c + first;
   if (c != 8) {
-    for (int p = 0; p < L; ++p) std::memcpy(positions + 8 * p, from + p * c, 8 * sizeof(float));
+    for (int p = 0; p < L; ++p) std::memcpy(positions + 8 * p, from + p * c, 8 * sizeof(From));
     from = positions;
   }
   Simd::V in[8], rows[8];
@@ -63,27 +66,31 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 }  // namespace detail
 
 /// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`; `row_stride` apart (floats)
-/// where the c channels are some of a wider planar plane's (one part of a concatenation).
-inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, float* out, std::int64_t row_stride = 0) {
+/// where the c channels are some of a wider planar plane's (one part of a concatenation). A plane
+/// of bfloat16 is widened as it is turned (exact): the float kernels read it with no float copy.
+template <class From>
+void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
+               const RowFormat& format, float* out, std::int64_t row_stride = 0) {
+  static_assert(std::is_same_v<From, float> || std::is_same_v<From, bfloat16>);
   if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   // Whole vectors of positions through registers where the channels come in eights (or, with
-  // AVX-512, four).
+  // AVX-512, four: bfloat16 pairs read as floats).
 #if defined(__AVX512F__)
-  constexpr bool fours = true;
+  constexpr bool fours = std::is_same_v<From, float>;
 #else
   constexpr bool fours = false;
 #endif
   const bool through_registers = (c % 8 == 0 || (fours && c == 4)) && simd_available;
   const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
   for (std::int64_t r = 0; r < n1; ++r) {
-    const float* row = in + r * n2 * c;
+    const From* row = in + r * n2 * c;
     float* rows = out + r * row_stride;
 #if defined(__AVX512F__)
-    if (c == 4)
-      for (std::int64_t i = 0; i < whole; i += Simd::lanes)
-        detail::four_to_planar(row, i, format.width, rows + format.before);
+    if constexpr (fours)
+      if (c == 4)
+        for (std::int64_t i = 0; i < whole; i += Simd::lanes)
+          detail::four_to_planar(row, i, format.width, rows + format.before);
 #endif
     for (std::int64_t first = 0; first + 8 <= c && whole > 0; first += 8)
       for (std::int64_t i = 0; i < whole; i += Simd::lanes)
@@ -91,7 +98,12 @@ inline void to_planar(const float* in, std::int64_t n1, std::int64_t n2, std::in
     for (std::int64_t ch = 0; ch < c; ++ch) {
       float* to = rows + ch * format.width;
       std::fill(to, to + format.before, 0.0f);
-      if (c == 1)  // already a channel's row (the first layer's input)
+      if constexpr (std::is_same_v<From, bfloat16>) {
+        if (c == 1)
+          cpu::to_float_run(row + whole, to + format.before + whole, n2 - whole);
+        else
+          for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = float(row[i * c + ch]);
+      } else if (c == 1)  // already a channel's row (the first layer's input)
         std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(float));
       else  // as bits: the bfloat16 forward pass hands pairs of bfloat16 in as floats
         for (std::int64_t i = whole; i < n2; ++i)
@@ -224,22 +236,6 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
   }
 }
 
-/// A plane of bfloat16 as float rows, each value widened (exact): the first layer's bfloat16
-/// input, read by the float one-channel kernel (rows/one_channel_forward.hpp).
-inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, float* out, std::int64_t row_stride = 0) {
-  if (row_stride == 0) row_stride = c * format.width;
-  const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
-  for (std::int64_t r = 0; r < n1; ++r)
-    for (std::int64_t ch = 0; ch < c; ++ch) {
-      const bfloat16* row = in + r * n2 * c + ch;
-      float* to = out + r * row_stride + ch * format.width;
-      std::fill(to, to + format.before, 0.0f);
-      for (std::int64_t i = 0; i < n2; ++i) to[format.before + i] = float(row[i * c]);
-      std::fill(to + format.before + n2, to + format.before + n2 + after, 0.0f);
-    }
-}
-
 /// Eight channels' vectors of positions [0, n) (n at most a vector) into the channels-last row
 /// `out` (c channels per position, these from channel `first` on); `around_cache`: whole aligned
 /// vectors with streamed stores (stream_fence() before others read them). Inlined, so that the
@@ -263,7 +259,7 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
     std::memcpy(out + p * c + first, positions + 8 * p, 8 * sizeof(float));
 }
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512F__)
 /// The same into a bfloat16 row, each value rounded to nearest (ties to even) as bfloat16(float)
 /// rounds it.
 __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)[8], std::int64_t n,
@@ -274,10 +270,7 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
   Simd::V by_position[8];
   Simd::to_positions(rows, by_position);
   __m256i rounded[8];
-  for (int v = 0; v < 8; ++v) {
-    const __m256bh narrow = _mm512_cvtneps_pbh(__m512(by_position[v]));
-    std::memcpy(&rounded[v], &narrow, sizeof narrow);
-  }
+  for (int v = 0; v < 8; ++v) rounded[v] = cpu::narrowed_bf16(__m512(by_position[v]));
   if (c == 8 && n == L) {
     auto* to = reinterpret_cast<__m256i*>(out);
     if (around_cache && reinterpret_cast<std::uintptr_t>(out) % sizeof(__m256i) == 0)

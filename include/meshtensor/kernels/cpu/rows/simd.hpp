@@ -7,6 +7,9 @@
 #include <immintrin.h>
 #endif
 
+#include "meshtensor/core/bfloat16.hpp"
+#include "meshtensor/kernels/cpu/convert.hpp"
+
 namespace meshtensor::kernels::rows {
 
 #if defined(__AVX512F__)
@@ -19,6 +22,9 @@ struct Simd {
   static constexpr int registers = 32;
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const bfloat16* p) {  // widened (exact)
+    return cpu::widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   // Around the cache (p aligned to a vector): the line is not read before it is written.
   static void stream(float* p, V v) { _mm512_stream_ps(p, v); }
@@ -88,6 +94,9 @@ struct Simd {
   static constexpr int registers = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const bfloat16* p) {  // widened (exact)
+    return cpu::widened_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void stream(float* p, V v) { _mm256_stream_ps(p, v); }
   static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -128,6 +137,7 @@ struct Simd {  // keeps the kernels compiling; they are never chosen
   static constexpr int registers = 16;
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
+  static V load(const bfloat16* p) { return float(*p); }
   static void store(float* p, V v) { *p = v; }
   static void stream(float* p, V v) { *p = v; }
   static V broadcast(const float* p) { return *p; }
