@@ -1,12 +1,16 @@
 // A convolution whose input is a concatenation held as its parts (kernels/common/channel_parts.hpp)
 // gives, bit for bit, what it gives on the parts joined: forward, weight gradient and the input
-// gradient written to the parts — on the row kernels, which read and write the parts in place,
-// and on every other kernel, which runs on a joined copy.
+// gradient written to the parts — on the row kernels, which read and write the parts in place
+// (float, and bfloat16 in either way of multiplying), and on every other kernel, which runs on a
+// joined copy.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,83 +42,135 @@ std::vector<float> sines(std::size_t n, double phase) {
   return v;
 }
 
+struct PartsCase {
+  std::array<std::int64_t, 3> out;
+  std::int64_t batch;
+  std::vector<std::int64_t> parts;  // the input's channels, part by part
+  std::int64_t c_out;
+};
+
+// Row kernels (8 + 8 -> 8: the U-Net decoder's skip and up-sampled channels; 8 + 16 -> 8), parts
+// of other than whole tiles (3 + 5: the input gradient through a joined copy), and a shape the row
+// kernels do not take (16 + 16 -> 16: oneDNN's, on a joined copy).
+const std::vector<PartsCase> parts_cases{{{5, 6, 20}, 1, {8, 8}, 8},
+                                         {{4, 5, 17}, 2, {8, 16}, 8},
+                                         {{3, 4, 18}, 1, {3, 5}, 8},
+                                         {{4, 4, 16}, 1, {16, 16}, 16}};
+
+// Whether the row kernels run a pass of T that fits (`fits`) on the parts in place.
+template <class T>
+bool rows_read_parts(bool fits) {
+  return rows::simd_available && rows::enabled() && fits;
+}
+
+// The case's passes on the parts against the same on them joined, on `threads` compute threads:
+// the first that differs (or copies where the row kernels should read the parts), or "".
+template <class T>
+std::string parts_match_joined(const PartsCase& pc, int threads) {
+  std::int64_t c_in = 0;
+  for (std::int64_t c : pc.parts) c_in += c;
+  const ConvGeometry g = same_geometry(pc.out, pc.batch, c_in, pc.c_out);
+  const auto positions = std::size_t(g.batch * g.in[0] * g.in[1] * g.in[2]);
+  const auto values = [](std::size_t n, double phase) {
+    const std::vector<float> v = sines(n, phase);
+    return std::vector<T>(v.begin(), v.end());
+  };
+  const auto x = values(positions * std::size_t(c_in), 0.1);
+  const auto w = values(std::size_t(conv_weight_size(g)), 0.7);
+  const auto dy = values(std::size_t(conv_output_size(g)), 1.3);
+  // The parts as their own arrays, channels last.
+  std::vector<std::vector<T>> parts;
+  for (std::size_t j = 0, first = 0; j < pc.parts.size(); first += std::size_t(pc.parts[j++])) {
+    parts.emplace_back(positions * std::size_t(pc.parts[j]));
+    for (std::size_t p = 0; p < positions; ++p)
+      for (std::int64_t c = 0; c < pc.parts[j]; ++c)
+        parts[j][p * std::size_t(pc.parts[j]) + std::size_t(c)] =
+            x[p * std::size_t(c_in) + first + std::size_t(c)];
+  }
+  const auto same = [](const std::vector<T>& a, const std::vector<T>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(),
+                      [](T u, T v) { return std::memcmp(&u, &v, sizeof u) == 0; });
+  };
+  return on_one_processor([&](meshtensor::Mesh&) -> std::string {
+    meshtensor::current_processor().set_compute_threads(threads);
+    // Kernel calls counted (kernels/timing.hpp): a joined copy is a copy call.
+    kernel_times().on = true;
+    const auto copies = [] { return plan::counts().calls[std::size_t(plan::Family::copy)]; };
+    ChannelParts<const T> in;
+    for (std::size_t j = 0; j < parts.size(); ++j) in.add(parts[j].data(), pc.parts[j]);
+    std::vector<T> y(dy.size()), y_parts(dy.size());
+    conv_forward(g, x.data(), w.data(), y.data());
+    auto before = copies();
+    conv_forward(g, in, w.data(), y_parts.data());
+    if (!same(y, y_parts)) return "forward";
+    if ((copies() == before) != rows_read_parts<T>(rows::fits_forward(g)))
+      return "forward's copies";
+    std::vector<double> dw(w.size(), 0.0), dw_parts(w.size(), 0.0);
+    conv_backward_weight(g, x.data(), dy.data(), dw.data());
+    before = copies();
+    conv_backward_weight(g, in, dy.data(), dw_parts.data());
+    if (dw != dw_parts) return "weight gradient";
+    const bool weight_fits = std::is_same_v<T, float> ? rows::fits_backward_weight(g)
+                                                      : rows::fits_backward_weight_bf16(g);
+    if ((copies() == before) != rows_read_parts<T>(weight_fits)) return "weight gradient's copies";
+    std::vector<T> dx(x.size());
+    conv_backward_input(g, dy.data(), w.data(), dx.data());
+    std::vector<std::vector<T>> dx_parts;
+    ChannelParts<T> out;
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      dx_parts.emplace_back(parts[j].size(), T(-1.0f));
+      out.add(dx_parts[j].data(), pc.parts[j]);
+    }
+    before = copies();
+    conv_backward_input(g, dy.data(), w.data(), out);
+    if ((copies() == before) !=
+        rows_read_parts<T>(rows::fits_backward_input(g) && rows::takes_output_parts(out)))
+      return "input gradient's copies";
+    for (std::size_t j = 0, first = 0; j < parts.size(); first += std::size_t(pc.parts[j++]))
+      for (std::size_t p = 0; p < positions; ++p)
+        for (std::int64_t c = 0; c < pc.parts[j]; ++c) {
+          const T got = dx_parts[j][p * std::size_t(pc.parts[j]) + std::size_t(c)];
+          const T want = dx[p * std::size_t(c_in) + first + std::size_t(c)];
+          if (std::memcmp(&got, &want, sizeof got) != 0) return "input gradient";
+        }
+    return "";
+  });
+}
+
+// An environment variable set to `value` while it lives.
+class Setting {
+ public:
+  Setting(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~Setting() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
 }  // namespace
 
 TEST_CASE("a convolution reads its input, and writes its input's gradient, in channel parts") {
-  struct PartsCase {
-    std::array<std::int64_t, 3> out;
-    std::int64_t batch;
-    std::vector<std::int64_t> parts;  // the input's channels, part by part
-    std::int64_t c_out;
-  };
-  // Row kernels (8 + 8 -> 8: the U-Net decoder's skip and up-sampled channels; 8 + 16 -> 8),
-  // parts of other than whole tiles (3 + 5: the input gradient through a joined copy), and a
-  // shape the row kernels do not take (16 + 16 -> 16: oneDNN's, on a joined copy).
-  const std::vector<PartsCase> cases{{{5, 6, 20}, 1, {8, 8}, 8},
-                                     {{4, 5, 17}, 2, {8, 16}, 8},
-                                     {{3, 4, 18}, 1, {3, 5}, 8},
-                                     {{4, 4, 16}, 1, {16, 16}, 16}};
   for (int threads : {1, 2})
-    for (const PartsCase& pc : cases) {
-      std::int64_t c_in = 0;
-      for (std::int64_t c : pc.parts) c_in += c;
-      const ConvGeometry g = same_geometry(pc.out, pc.batch, c_in, pc.c_out);
-      INFO(c_in << " -> " << g.c_out << ", batch " << g.batch << ", " << threads << " threads");
-      const auto positions = std::size_t(g.batch * g.in[0] * g.in[1] * g.in[2]);
-      const auto x = sines(positions * std::size_t(c_in), 0.1);
-      const auto w = sines(std::size_t(conv_weight_size(g)), 0.7);
-      const auto dy = sines(std::size_t(conv_output_size(g)), 1.3);
-      // The parts as their own arrays, channels last.
-      std::vector<std::vector<float>> parts;
-      for (std::size_t j = 0, first = 0; j < pc.parts.size(); first += std::size_t(pc.parts[j++])) {
-        parts.emplace_back(positions * std::size_t(pc.parts[j]));
-        for (std::size_t p = 0; p < positions; ++p)
-          for (std::int64_t c = 0; c < pc.parts[j]; ++c)
-            parts[j][p * std::size_t(pc.parts[j]) + std::size_t(c)] =
-                x[p * std::size_t(c_in) + first + std::size_t(c)];
-      }
-      const std::string failed = on_one_processor([&](meshtensor::Mesh&) -> std::string {
-        meshtensor::current_processor().set_compute_threads(threads);
-        // Kernel calls counted (kernels/timing.hpp): a joined copy is a copy call.
-        kernel_times().on = true;
-        const auto copies = [] { return plan::counts().calls[std::size_t(plan::Family::copy)]; };
-        const bool rows_on = rows::simd_available && rows::enabled();
-        ChannelParts<const float> in;
-        for (std::size_t j = 0; j < parts.size(); ++j) in.add(parts[j].data(), pc.parts[j]);
-        std::vector<float> y(dy.size()), y_parts(dy.size());
-        conv_forward(g, x.data(), w.data(), y.data());
-        auto before = copies();
-        conv_forward(g, in, w.data(), y_parts.data());
-        if (y != y_parts) return "forward";
-        if ((copies() == before) != (rows_on && rows::fits_forward(g))) return "forward's copies";
-        std::vector<double> dw(w.size(), 0.0), dw_parts(w.size(), 0.0);
-        conv_backward_weight(g, x.data(), dy.data(), dw.data());
-        before = copies();
-        conv_backward_weight(g, in, dy.data(), dw_parts.data());
-        if (dw != dw_parts) return "weight gradient";
-        if ((copies() == before) != (rows_on && rows::fits_backward_weight(g)))
-          return "weight gradient's copies";
-        std::vector<float> dx(x.size());
-        conv_backward_input(g, dy.data(), w.data(), dx.data());
-        std::vector<std::vector<float>> dx_parts;
-        ChannelParts<float> out;
-        for (std::size_t j = 0; j < parts.size(); ++j) {
-          dx_parts.emplace_back(parts[j].size(), -1.0f);
-          out.add(dx_parts[j].data(), pc.parts[j]);
-        }
-        before = copies();
-        conv_backward_input(g, dy.data(), w.data(), out);
-        if ((copies() == before) !=
-            (rows_on && rows::fits_backward_input(g) && rows::takes_output_parts(out)))
-          return "input gradient's copies";
-        for (std::size_t j = 0, first = 0; j < parts.size(); first += std::size_t(pc.parts[j++]))
-          for (std::size_t p = 0; p < positions; ++p)
-            for (std::int64_t c = 0; c < pc.parts[j]; ++c)
-              if (dx_parts[j][p * std::size_t(pc.parts[j]) + std::size_t(c)] !=
-                  dx[p * std::size_t(c_in) + first + std::size_t(c)])
-                return "input gradient";
-        return "";
-      });
-      CHECK(failed == "");
+    for (const PartsCase& pc : parts_cases) {
+      INFO(pc.parts.front() << " + " << pc.parts.back() << " -> " << pc.c_out << ", batch "
+                            << pc.batch << ", " << threads << " threads");
+      CHECK(parts_match_joined<float>(pc, threads) == "");
     }
+}
+
+TEST_CASE("a bfloat16 convolution reads its input, and writes its input's gradient, in parts") {
+  // meshtensor's kernels (MESHTENSOR_BF16_CONV=widened, else the first call's timing may pick
+  // oneDNN's, which read a joined copy), in each way this build multiplies.
+  const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
+  std::vector<const char*> products{"float"};
+  if (rows::detail::bf16_rows) products.push_back("dot");
+  for (const char* way : products) {
+    const Setting multiply("MESHTENSOR_BF16_PRODUCTS", way);
+    for (int threads : {1, 2})
+      for (const PartsCase& pc : parts_cases) {
+        INFO(way << " products, " << pc.parts.front() << " + " << pc.parts.back() << " -> "
+                 << pc.c_out << ", batch " << pc.batch << ", " << threads << " threads");
+        CHECK(parts_match_joined<meshtensor::bfloat16>(pc, threads) == "");
+      }
+  }
 }

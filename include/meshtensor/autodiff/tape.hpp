@@ -65,6 +65,54 @@ class NoGrad {
   bool was_recording_;
 };
 
+}  // namespace meshtensor::autodiff
+
+namespace meshtensor::detail {
+// Adds `grad` to `node`'s gradient where both exist; a gradient laid out other than its input is
+// a bug in the op's backward step.
+template <class T>
+void accumulate_checked(const std::shared_ptr<GradNode<T>>& node, const TensorLayout& layout,
+                        const Tensor<T>& grad) {
+  if (!node || !grad.defined()) return;
+  if (grad.layout() != layout)
+    throw Error("internal: a backward step returned a gradient of layout " +
+                grad.layout().to_string() + " for an input of layout " + layout.to_string());
+  Tensor<T>::accumulate(node->grad, grad);
+}
+
+// An op's inputs as its backward step keeps them: their gradient nodes (null where none is
+// needed) and layouts.
+template <class T>
+struct TapeInputs {
+  std::vector<std::shared_ptr<GradNode<T>>> nodes;
+  std::vector<TensorLayout> layouts;
+
+  explicit TapeInputs(const std::vector<Tensor<T>>& inputs) {
+    for (const auto& input : inputs) {
+      nodes.push_back(input.node());
+      layouts.push_back(input.layout());
+    }
+  }
+  bool any_needed() const {
+    for (const auto& node : nodes)
+      if (node) return true;
+    return false;
+  }
+  std::vector<bool> needed() const {
+    std::vector<bool> flags;
+    for (const auto& node : nodes) flags.push_back(node != nullptr);
+    return flags;
+  }
+  template <class Grads>
+  void accumulate(const Grads& grads) const {
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      accumulate_checked(nodes[i], layouts[i], grads.at(i));
+  }
+};
+}  // namespace meshtensor::detail
+
+namespace meshtensor::autodiff {
+
 /**
  * Records the backward step of an op with output `out` and inputs `inputs`, if recording is on and
  * some input needs a gradient. `backward(grad_out, needed)` returns one gradient per input (an
@@ -77,33 +125,42 @@ void record(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, Backward backw
   } else {
     Tape& steps = tape(out.mesh());
     if (!steps.recording()) return;
-    std::vector<std::shared_ptr<GradNode<T>>> nodes;
-    std::vector<TensorLayout> layouts;
-    bool any = false;
-    for (const auto& input : inputs) {
-      nodes.push_back(input.node());
-      layouts.push_back(input.layout());
-      any |= input.node() != nullptr;
-    }
-    if (!any) return;
+    const meshtensor::detail::TapeInputs<T> in(inputs);
+    if (!in.any_needed()) return;
     auto out_node = out.make_node();
     // The step owns the backward closure (moved, never copied: it may hold big saved arrays).
-    steps.push([out_node, nodes, layouts, backward = std::move(backward)]() {
+    steps.push([out_node, in, backward = std::move(backward)]() {
       if (!out_node->grad.defined()) return;  // nothing downstream reached this op
-      std::vector<bool> needed;
-      for (const auto& node : nodes) needed.push_back(node != nullptr);
-      auto grads = backward(out_node->hand_over(), needed);
-      for (std::size_t i = 0; i < nodes.size(); ++i) {
-        if (!nodes[i] || !grads.at(i).defined()) continue;
-        if (grads[i].layout() != layouts[i])
-          throw Error("internal: a backward step returned a gradient of layout " +
-                      grads[i].layout().to_string() + " for an input of layout " +
-                      layouts[i].to_string());
-        Tensor<T>::accumulate(nodes[i]->grad, grads[i]);
-      }
+      in.accumulate(backward(out_node->hand_over(), in.needed()));
       if (!out_node->keep) out_node->grad = Tensor<T>();
     });
   }
+}
+
+/**
+ * record() for an op whose inputs are `inputs`, of the output's type, and `other`, of another (a
+ * bfloat16 concatenation's parts and their convolution's fp32 weight): `backward(grad_out,
+ * needed)`, `needed` one flag per input and then other's, returns the inputs' gradients and
+ * other's as a pair.
+ */
+template <class T, class U, class Backward>
+void record_with(Tensor<T>& out, const std::vector<Tensor<T>>& inputs, const Tensor<U>& other,
+                 Backward backward) {
+  Tape& steps = tape(out.mesh());
+  if (!steps.recording()) return;
+  const meshtensor::detail::TapeInputs<T> in(inputs);
+  if (!in.any_needed() && !other.node()) return;
+  auto out_node = out.make_node();
+  steps.push([out_node, in, other_node = other.node(), other_layout = other.layout(),
+              backward = std::move(backward)]() {
+    if (!out_node->grad.defined()) return;
+    std::vector<bool> needed = in.needed();
+    needed.push_back(other_node != nullptr);
+    auto [grads, other_grad] = backward(out_node->hand_over(), needed);
+    in.accumulate(grads);
+    meshtensor::detail::accumulate_checked(other_node, other_layout, other_grad);
+    if (!out_node->keep) out_node->grad = Tensor<T>();
+  });
 }
 
 }  // namespace meshtensor::autodiff
@@ -114,11 +171,7 @@ template <class Nodes, class Layouts, class Grads, std::size_t... i>
 void accumulate_each(const Nodes& nodes, const Layouts& layouts, Grads& grads,
                      std::index_sequence<i...>) {
   auto one = [](const auto& node, const TensorLayout& layout, const auto& grad) {
-    if (!node || !grad.defined()) return;
-    if (grad.layout() != layout)
-      throw Error("internal: a backward step returned a gradient of layout " +
-                  grad.layout().to_string() + " for an input of layout " + layout.to_string());
-    std::decay_t<decltype(grad)>::accumulate(node->grad, grad);
+    accumulate_checked(node, layout, grad);
   };
   (one(std::get<i>(nodes), std::get<i>(layouts), std::get<i>(grads)), ...);
 }

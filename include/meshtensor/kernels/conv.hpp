@@ -91,6 +91,27 @@ template <class T>
 void cpu_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                          double* grad_weight);
 
+// Positions of the box, each a row of channels (the parts' rows side by side).
+inline std::int64_t box_positions(const ConvGeometry& g) {
+  return g.batch * g.in[0] * g.in[1] * g.in[2];
+}
+
+// The parts as the copy kernels' pieces of each position's row.
+template <class T>
+std::vector<cpu::RowsPart<T>> row_pieces(const ChannelParts<T>& parts) {
+  std::vector<cpu::RowsPart<T>> pieces;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    pieces.push_back({parts.data[i], parts.channels[i]});
+  return pieces;
+}
+
+template <class T>
+Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
+  Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
+  kernels::join_rows(box_positions(g), row_pieces(parts), box.data());
+  return box;
+}
+
 // bfloat16 operands on the CPU run the float kernels a slab of rows at a time (rows along the
 // first dim, per batch entry), each slab widened for its call and its result rounded once: the
 // float copies stay about 1 MiB whatever the block, so bfloat16 keeps its halved memory (at 4 MiB,
@@ -278,7 +299,56 @@ inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* i
     bf16_backward_weight(g, input, grad_output, into);
   });
 }
+
+// A pass with an operand in parts along the channels: the row kernels read (or write) the parts
+// in place, oneDNN's bf16 kernels a joined copy, as bf16_kernels picks for the shape.
+inline void bf16_forward_faster(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
+                                const bfloat16* weight, bfloat16* output) {
+  bf16_kernels(g, 0, [&](bool native, bool) {
+    if (native)
+      return onednn::conv_forward_or(g, joined(g, input).data(), weight, output, &bf16_forward);
+    rows::conv_forward(g, input, weight, ChannelParts<bfloat16>(output, g.c_out));
+  });
+}
+
+inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* grad_output,
+                                       const bfloat16* weight,
+                                       const ChannelParts<bfloat16>& grad_input) {
+  bf16_kernels(g, 1, [&](bool native, bool) {
+    if (!native) return rows::conv_backward_input(g, grad_output, weight, grad_input);
+    Buffer<bfloat16> box(static_cast<std::size_t>(conv_input_size(g)));
+    onednn::conv_backward_input_or(g, grad_output, weight, box.data(), &bf16_backward_input);
+    kernels::split_rows(box_positions(g), box.data(), row_pieces(grad_input));
+  });
+}
+
+inline void bf16_backward_weight_faster(const ConvGeometry& g,
+                                        const ChannelParts<const bfloat16>& input,
+                                        const bfloat16* grad_output, double* grad_weight) {
+  bf16_kernels(g, 2, [&](bool native, bool trial) {
+    Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
+    double* into = trial ? discarded.data() : grad_weight;
+    if (native)
+      return onednn::conv_backward_weight_or(g, joined(g, input).data(), grad_output, into,
+                                             &bf16_backward_weight);
+    rows::conv_backward_weight(g, input, grad_output, into);
+  });
+}
 #else
+inline void bf16_forward_faster(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
+                                const bfloat16* weight, bfloat16* output) {
+  rows::conv_forward(g, input, weight, ChannelParts<bfloat16>(output, g.c_out));
+}
+inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* grad_output,
+                                       const bfloat16* weight,
+                                       const ChannelParts<bfloat16>& grad_input) {
+  rows::conv_backward_input(g, grad_output, weight, grad_input);
+}
+inline void bf16_backward_weight_faster(const ConvGeometry& g,
+                                        const ChannelParts<const bfloat16>& input,
+                                        const bfloat16* grad_output, double* grad_weight) {
+  rows::conv_backward_weight(g, input, grad_output, grad_weight);
+}
 inline void bf16_forward_faster(const ConvGeometry& g, const bfloat16* input,
                                 const bfloat16* weight, bfloat16* output) {
   bf16_forward(g, input, weight, output);
@@ -382,37 +452,44 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
 }
 
 // A convolution's input held as parts along its channels (a concatenation never written out):
-// the row kernels read the parts (float, where they run the pass), every other kernel a copy of
-// them joined. The input gradient goes to the parts the same way.
+// the row kernels read the parts (float, and bfloat16 where bf16_kernels picks them), every other
+// kernel a copy of them joined. The input gradient goes to the parts the same way.
 namespace detail {
 
-// Positions of the box, each a row of channels (the parts' rows side by side).
-inline std::int64_t box_positions(const ConvGeometry& g) {
-  return g.batch * g.in[0] * g.in[1] * g.in[2];
-}
-
-// The parts as the copy kernels' pieces of each position's row.
+// Whether the row kernels run a float or bfloat16 pass whose operand is in parts: on the CPU (or
+// a plan of it), where they fit the pass.
 template <class T>
-std::vector<cpu::RowsPart<T>> row_pieces(const ChannelParts<T>& parts) {
-  std::vector<cpu::RowsPart<T>> pieces;
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    pieces.push_back({parts.data[i], parts.channels[i]});
-  return pieces;
-}
-
-template <class T>
-Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
-  Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
-  kernels::join_rows(box_positions(g), row_pieces(parts), box.data());
-  return box;
-}
-
-// Whether the row kernels run a float pass whose operand is in parts: on the CPU (or a plan of
-// it), where they fit the pass.
-inline bool rows_run_parts(const ConvGeometry& g, bool fits) {
-  return !reference_kernels && fits && !conv_is_empty(g) && current_backend() != Backend::cuda;
+bool rows_run_parts(const ConvGeometry& g, bool fits) {
+  constexpr bool rows_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
+  return rows_type && !reference_kernels && fits && !conv_is_empty(g) &&
+         current_backend() != Backend::cuda;
 }
 constexpr auto no_gpu_arm = [] { return false; };
+
+inline void parts_forward(const ConvGeometry& g, const ChannelParts<const float>& input,
+                          const float* weight, float* output) {
+  rows::conv_forward(g, input, weight, ChannelParts<float>(output, g.c_out));
+}
+inline void parts_forward(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
+                          const bfloat16* weight, bfloat16* output) {
+  bf16_forward_faster(g, input, weight, output);
+}
+inline void parts_backward_input(const ConvGeometry& g, const float* grad_output,
+                                 const float* weight, const ChannelParts<float>& grad_input) {
+  rows::conv_backward_input(g, grad_output, weight, grad_input);
+}
+inline void parts_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
+                                 const bfloat16* weight, const ChannelParts<bfloat16>& grad_input) {
+  bf16_backward_input_faster(g, grad_output, weight, grad_input);
+}
+inline void parts_backward_weight(const ConvGeometry& g, const ChannelParts<const float>& input,
+                                  const float* grad_output, double* grad_weight) {
+  rows::conv_backward_weight(g, input, grad_output, grad_weight);
+}
+inline void parts_backward_weight(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
+                                  const bfloat16* grad_output, double* grad_weight) {
+  bf16_backward_weight_faster(g, input, grad_output, grad_weight);
+}
 
 }  // namespace detail
 
@@ -421,11 +498,10 @@ template <class T>
 void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, const T* weight,
                   T* output) {
   if (input.size() == 1) return conv_forward(g, input.data[0], weight, output);
-  if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts(g, rows::fits_forward(g)))
-      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm, [&] {
-        rows::conv_forward(g, input, weight, ChannelParts<float>(output, g.c_out));
-      });
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
+    if (detail::rows_run_parts<T>(g, rows::fits_forward(g)))
+      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm,
+                      [&] { detail::parts_forward(g, input, weight, output); });
   conv_forward(g, detail::joined(g, input).data(), weight, output);
 }
 
@@ -435,11 +511,11 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
                          const ChannelParts<T>& grad_input) {
   if (grad_input.size() == 1)
     return conv_backward_input(g, grad_output, weight, grad_input.data[0]);
-  if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts(g, rows::fits_backward_input(g)) &&
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
+    if (detail::rows_run_parts<T>(g, rows::fits_backward_input(g)) &&
         rows::takes_output_parts(grad_input))
       return dispatch(counted(g, plan::ConvClass::backward_input), detail::no_gpu_arm,
-                      [&] { rows::conv_backward_input(g, grad_output, weight, grad_input); });
+                      [&] { detail::parts_backward_input(g, grad_output, weight, grad_input); });
   Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
   conv_backward_input(g, grad_output, weight, box.data());
   kernels::split_rows(detail::box_positions(g), box.data(), detail::row_pieces(grad_input));
@@ -450,10 +526,13 @@ template <class T>
 void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& input,
                           const T* grad_output, double* grad_weight) {
   if (input.size() == 1) return conv_backward_weight(g, input.data[0], grad_output, grad_weight);
-  if constexpr (std::is_same_v<T, float>)
-    if (detail::rows_run_parts(g, rows::fits_backward_weight(g)))
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
+    const bool fits = std::is_same_v<T, float> ? rows::fits_backward_weight(g)
+                                               : rows::fits_backward_weight_bf16(g);
+    if (detail::rows_run_parts<T>(g, fits))
       return dispatch(counted(g, plan::ConvClass::backward_weight), detail::no_gpu_arm,
-                      [&] { rows::conv_backward_weight(g, input, grad_output, grad_weight); });
+                      [&] { detail::parts_backward_weight(g, input, grad_output, grad_weight); });
+  }
   conv_backward_weight(g, detail::joined(g, input).data(), grad_output, grad_weight);
 }
 

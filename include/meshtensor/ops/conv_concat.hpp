@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "meshtensor/kernels/common/channel_parts.hpp"
@@ -47,9 +48,10 @@ std::optional<TensorLayout> joined_layout(const std::vector<Tensor<T>>& parts,
   return TensorLayout(Shape(dims), first.mesh_shape(), first.layout());
 }
 
-// The backward of a convolution whose input is read as its parts: the weight's gradient from the
-// parts where they lie, the parts' gradients written to each.
-template <class T>
+// The backward of a convolution whose input is read as its parts: the weight's gradient (of the
+// weight's type W: fp32 for a bfloat16 convolution's master weight) from the parts where they lie,
+// the parts' gradients written to each.
+template <class T, class W>
 struct PartsConvBackward {
   ConvCall<T> call;
   std::vector<KeptBlock<T>> parts;
@@ -57,22 +59,23 @@ struct PartsConvBackward {
   std::vector<std::string> summed;  // dims a weight gradient sums over: all but the channels
   TensorLayout aligned_weight, weight_layout;
 
-  std::vector<Tensor<T>> operator()(const Tensor<T>& g, const std::vector<bool>& need) const {
+  std::pair<std::vector<Tensor<T>>, Tensor<W>> operator()(const Tensor<T>& g,
+                                                          const std::vector<bool>& need) const {
     const Tensor<T> g_aligned = relayout_to(g, call.plan.output_layout);
     const T* dy = g_aligned.array().data();
     const std::size_t n = parts.size();
-    std::vector<Tensor<T>> grads(n + 1);
-    if (need[n]) grads[n] = weight_gradient(g.mesh(), dy);
+    std::pair<std::vector<Tensor<T>>, Tensor<W>> grads{std::vector<Tensor<T>>(n), Tensor<W>()};
+    if (need[n]) grads.second = weight_gradient(g.mesh(), dy);
     if (std::find(need.begin(), need.begin() + std::ptrdiff_t(n), true) !=
         need.begin() + std::ptrdiff_t(n))
-      input_gradients(g.mesh(), dy, need, grads);
+      input_gradients(g.mesh(), dy, need, grads.first);
     return grads;
   }
 
  private:
   static std::int64_t channels_of(const Block& block) { return block.sizes().back(); }
 
-  Tensor<T> weight_gradient(Mesh& mesh, const T* dy) const {
+  Tensor<W> weight_gradient(Mesh& mesh, const T* dy) const {
     std::vector<Array<T>> scratch;  // a part kept as its recipe, recomputed
     scratch.reserve(parts.size());
     kernels::ChannelParts<const T> in;
@@ -82,7 +85,7 @@ struct PartsConvBackward {
     }
     Buffer<double> acc = zero_weight_accumulator(call.w_kernel);
     kernels::conv_backward_weight(call.geometry, in, dy, acc.data());
-    return weight_gradient_of<T>(mesh, acc, call.w_kernel.shape(), call.w_order,
+    return weight_gradient_of<W>(mesh, acc, call.w_kernel.shape(), call.w_order,
                                  axes_splitting(call.plan.input_layout, summed), aligned_weight,
                                  weight_layout);
   }
@@ -117,46 +120,43 @@ bool reads_parts_in_place(const ConvCall<T>& call, const std::string& out_channe
 /**
  * conv(concat(parts, channels), weight, window, channels), the concatenation never written out
  * where each processor's convolution reads its block in place (see above); the same values and
- * gradients either way. The parts have the same dims but the channels' size, and one layout.
+ * gradients either way. The parts have the same dims but the channels' size, and one layout. As
+ * conv, bfloat16 parts take a bfloat16 weight or an fp32 one (rounded for the call, its gradient
+ * summed in fp32).
  */
 template <class T, class W>
 Tensor<T> conv_concat(const std::vector<Tensor<T>>& parts, const Tensor<W>& weight,
                       const Window& window, const std::string& channels = "channels") {
   const auto joined_parts = [&] { return conv(concat(parts, channels), weight, window, channels); };
-  if constexpr (!std::is_same_v<T, W>) {
-    return joined_parts();  // a bfloat16 convolution's fp32 weight: recorded as conv records it
-  } else {
-    if (parts.size() < 2) return joined_parts();
-    const auto joined = detail::joined_layout(parts, channels);
-    if (!joined) return joined_parts();
-    Mesh& mesh = parts[0].mesh();
-    auto setup = detail::conv_setup<T>("conv", mesh, *joined, weight, window, channels, false);
-    detail::ConvCall<T>& call = setup.call;
-    const std::string out_channels = setup.dims.out_channels.name;
-    if (*joined != joined->with_layout(setup.layout) ||
-        !detail::reads_parts_in_place(call, out_channels))
-      return joined_parts();
+  if (parts.size() < 2) return joined_parts();
+  const auto joined = detail::joined_layout(parts, channels);
+  if (!joined) return joined_parts();
+  Mesh& mesh = parts[0].mesh();
+  auto setup = detail::conv_setup<T>("conv", mesh, *joined, weight, window, channels, false);
+  detail::ConvCall<T>& call = setup.call;
+  const std::string out_channels = setup.dims.out_channels.name;
+  if (*joined != joined->with_layout(setup.layout) ||
+      !detail::reads_parts_in_place(call, out_channels))
+    return joined_parts();
 
-    kernels::ChannelParts<const T> in;
-    for (const auto& p : parts) in.add(p.array().data(), p.block().sizes().back());
-    Array<T> out = detail::windowed_output<T>(call.plan);
-    kernels::conv_forward(call.geometry, in, call.w_kernel.data(), out.data());
-    Tensor<T> result(mesh, call.plan.output_layout, std::move(out));
+  kernels::ChannelParts<const T> in;
+  for (const auto& p : parts) in.add(p.array().data(), p.block().sizes().back());
+  Array<T> out = detail::windowed_output<T>(call.plan);
+  kernels::conv_forward(call.geometry, in, call.w_kernel.data(), out.data());
+  Tensor<T> result(mesh, call.plan.output_layout, std::move(out));
 
-    detail::PartsConvBackward<T> backward{std::move(call), {}, {}, {}, setup.weight.layout(),
-                                          weight.layout()};
-    std::vector<Tensor<T>> inputs;
-    for (const auto& p : parts) {
-      backward.parts.emplace_back(p);
-      backward.layouts.push_back(p.layout());
-      inputs.push_back(p);
-    }
-    inputs.push_back(weight);
-    for (const Dim& dim : joined->shape())
-      if (dim.name != channels) backward.summed.push_back(dim.name);
-    autodiff::record(result, inputs, std::move(backward));
-    return result;
+  detail::PartsConvBackward<T, W> backward{std::move(call), {}, {}, {}, setup.weight.layout(),
+                                           weight.layout()};
+  std::vector<Tensor<T>> inputs;
+  for (const auto& p : parts) {
+    backward.parts.emplace_back(p);
+    backward.layouts.push_back(p.layout());
+    inputs.push_back(p);
   }
+  for (const Dim& dim : joined->shape())
+    if (dim.name != channels) backward.summed.push_back(dim.name);
+  autodiff::record_with(result, inputs, weight, std::move(backward));
+  return result;
 }
 
 template <class T, class W>

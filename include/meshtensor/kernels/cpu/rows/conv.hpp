@@ -612,11 +612,20 @@ inline Buffer<float> widened(const bfloat16* weight, std::int64_t n) {
   return w;
 }
 
+// Whether every part's channels come in pairs (what the dot products read).
+inline bool in_pairs(const ChannelParts<const bfloat16>& parts) {
+  for (const std::int64_t c : parts.channels)
+    if (c % 2 != 0) return false;
+  return true;
+}
+
 #if defined(__AVX512BF16__)
 // The forward pass in dot products: channels-last bfloat16 operands read as floats' bits, one
-// "channel" per pair of channels, the weights paired alike.
-inline void forward_in_dot_products(const ConvGeometry& g, const bfloat16* input,
-                                    const bfloat16* weight, bfloat16* output, bool around_cache) {
+// "channel" per pair of channels (in_pairs), the weights paired alike.
+inline void forward_in_dot_products(const ConvGeometry& g,
+                                    const ChannelParts<const bfloat16>& input,
+                                    const bfloat16* weight, const ChannelParts<bfloat16>& output,
+                                    bool around_cache) {
   ConvGeometry pairs = g;
   pairs.c_in = g.c_in / 2;
   const std::int64_t taps = g.kernel[0] * g.kernel[1] * g.kernel[2];
@@ -629,29 +638,31 @@ inline void forward_in_dot_products(const ConvGeometry& g, const bfloat16* input
                                                            << 16;
         std::memcpy(&words[(k * pairs.c_in + j) * g.c_out + co], &bits, sizeof bits);
       }
+  ChannelParts<const float> words_in;
+  for (std::size_t i = 0; i < input.size(); ++i)
+    words_in.add(reinterpret_cast<const float*>(input.data[i]), input.channels[i] / 2);
   const RowFormat format = row_geometry(pairs).box;
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(pairs, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<bfloat16, bfloat16>(
-            pairs, ChannelParts<const float>(reinterpret_cast<const float*>(input), pairs.c_in),
-            words.data(), ChannelParts<bfloat16>(output, g.c_out), a, b, planes, around_cache);
+        forward_planes<bfloat16, bfloat16>(pairs, words_in, words.data(), output, a, b, planes,
+                                           around_cache);
         if (around_cache) stream_fence();
       });
 }
 #endif
 
 // The forward pass in float products, each input plane widened as it is turned.
-inline void forward_in_float_products(const ConvGeometry& g, const bfloat16* input,
-                                      const bfloat16* weight, bfloat16* output, bool around_cache) {
+inline void forward_in_float_products(const ConvGeometry& g,
+                                      const ChannelParts<const bfloat16>& input,
+                                      const bfloat16* weight, const ChannelParts<bfloat16>& output,
+                                      bool around_cache) {
   const Buffer<float> w = widened(weight, conv_weight_size(g));
   const RowFormat format = row_geometry(g).box;
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
       [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<float, bfloat16>(g, ChannelParts<const bfloat16>(input, g.c_in), w.data(),
-                                        ChannelParts<bfloat16>(output, g.c_out), a, b, planes,
-                                        around_cache);
+        forward_planes<float, bfloat16>(g, input, w.data(), output, a, b, planes, around_cache);
         if (around_cache) stream_fence();
       });
 }
@@ -660,27 +671,45 @@ inline void forward_in_float_products(const ConvGeometry& g, const bfloat16* inp
 
 /// The forward pass for bfloat16 operands, with no float copy of them, in `products` (dot
 /// products where the input channels come in pairs); sums in float, outputs rounded to bfloat16.
-inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
-                         bfloat16* output, OutputStores stores = OutputStores::by_size,
+/// The input read and the output written in parts along the channels (a concatenation read as its
+/// parts; output parts as takes_output_parts).
+inline void conv_forward(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
+                         const bfloat16* weight, const ChannelParts<bfloat16>& output,
+                         OutputStores stores = OutputStores::by_size,
                          Bf16Products products = bf16_products()) {
   if (!takes(g))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
   const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
 #if defined(__AVX512BF16__)
-  if (products == Bf16Products::dot && g.c_in % 2 == 0)
+  if (products == Bf16Products::dot && detail::in_pairs(input))
     return detail::forward_in_dot_products(g, input, weight, output, around_cache);
 #endif
   (void)products;
   detail::forward_in_float_products(g, input, weight, output, around_cache);
 }
 
+inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
+                         bfloat16* output, OutputStores stores = OutputStores::by_size,
+                         Bf16Products products = bf16_products()) {
+  conv_forward(g, ChannelParts<const bfloat16>(input, g.c_in), weight,
+               ChannelParts<bfloat16>(output, g.c_out), stores, products);
+}
+
 /// The input gradient for bfloat16 operands (the reversed convolution's forward pass above).
+inline void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
+                                const bfloat16* weight, const ChannelParts<bfloat16>& grad_input,
+                                OutputStores stores = OutputStores::by_size,
+                                Bf16Products products = bf16_products()) {
+  conv_forward(detail::reversed(g), ChannelParts<const bfloat16>(grad_output, g.c_out),
+               detail::reversed_weight(g, weight).data(), grad_input, stores, products);
+}
+
 inline void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_output,
                                 const bfloat16* weight, bfloat16* grad_input,
                                 OutputStores stores = OutputStores::by_size,
                                 Bf16Products products = bf16_products()) {
-  conv_forward(detail::reversed(g), grad_output, detail::reversed_weight(g, weight).data(),
-               grad_input, stores, products);
+  conv_backward_input(g, grad_output, weight, ChannelParts<bfloat16>(grad_input, g.c_in), stores,
+                      products);
 }
 
 /// grad_weight += the gradient of the forward pass's output with respect to the weight, for
@@ -714,17 +743,24 @@ inline bool fits_backward_weight_bf16(const ConvGeometry& g,
 /// The same for bfloat16 operands, with no float copy of them: in dot products, two positions'
 /// products a lane; in float products, the operands widened as their planes are turned. Exactly
 /// the float kernel's products either way, summed in float (in dot products in another order).
-inline void conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
+/// The input held as parts along its channels (a concatenation read as its parts).
+inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                                  const bfloat16* grad_output, double* grad_weight,
                                  Bf16Products products = bf16_products()) {
   if (!fits_backward_weight_bf16(g, products))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
-  const ChannelParts<const bfloat16> parts(input, g.c_in);
 #if defined(__AVX512BF16__)
   if (products == Bf16Products::dot)
-    return detail::planar_backward_weight<bfloat16>(g, parts, grad_output, grad_weight);
+    return detail::planar_backward_weight<bfloat16>(g, input, grad_output, grad_weight);
 #endif
-  detail::planar_backward_weight<float>(g, parts, grad_output, grad_weight);
+  detail::planar_backward_weight<float>(g, input, grad_output, grad_weight);
+}
+
+inline void conv_backward_weight(const ConvGeometry& g, const bfloat16* input,
+                                 const bfloat16* grad_output, double* grad_weight,
+                                 Bf16Products products = bf16_products()) {
+  conv_backward_weight(g, ChannelParts<const bfloat16>(input, g.c_in), grad_output, grad_weight,
+                       products);
 }
 
 }  // namespace meshtensor::kernels::rows
