@@ -288,12 +288,19 @@ inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* gr
   });
 }
 
+// bf16_kernels for the weight gradient: run(native, into) adds into grad_weight, or (a trial,
+// whose sums are discarded) into scratch.
+template <class Run>
+void bf16_weight_kernels(const ConvGeometry& g, double* grad_weight, Run&& run) {
+  bf16_kernels(g, 2, [&](bool native, bool trial) {
+    Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
+    run(native, trial ? discarded.data() : grad_weight);
+  });
+}
+
 inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* input,
                                         const bfloat16* grad_output, double* grad_weight) {
-  bf16_kernels(g, 2, [&](bool native, bool trial) {
-    // A trial's sums are discarded.
-    Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
-    double* into = trial ? discarded.data() : grad_weight;
+  bf16_weight_kernels(g, grad_weight, [&](bool native, double* into) {
     if (native)
       return onednn::conv_backward_weight_or(g, input, grad_output, into, &bf16_backward_weight);
     bf16_backward_weight(g, input, grad_output, into);
@@ -325,9 +332,7 @@ inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* gr
 inline void bf16_backward_weight_faster(const ConvGeometry& g,
                                         const ChannelParts<const bfloat16>& input,
                                         const bfloat16* grad_output, double* grad_weight) {
-  bf16_kernels(g, 2, [&](bool native, bool trial) {
-    Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
-    double* into = trial ? discarded.data() : grad_weight;
+  bf16_weight_kernels(g, grad_weight, [&](bool native, double* into) {
     if (native)
       return onednn::conv_backward_weight_or(g, joined(g, input).data(), grad_output, into,
                                              &bf16_backward_weight);

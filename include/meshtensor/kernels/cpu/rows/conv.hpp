@@ -608,7 +608,7 @@ namespace detail {
 // The weights of a bfloat16 pass, widened (the float products' form).
 inline Buffer<float> widened(const bfloat16* weight, std::int64_t n) {
   Buffer<float> w(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) w[i] = float(weight[i]);
+  cpu::to_float_run(weight, w.data(), n);
   return w;
 }
 
