@@ -16,6 +16,7 @@
 
 #include <meshtensor/kernels/conv.hpp>
 
+#include "support/environment.hpp"
 #include "support/spmd.hpp"
 
 using namespace meshtensor::kernels;
@@ -136,16 +137,6 @@ std::string parts_match_joined(const PartsCase& pc, int threads) {
     return "";
   });
 }
-
-// An environment variable set to `value` while it lives.
-class Setting {
- public:
-  Setting(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~Setting() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 }  // namespace
 

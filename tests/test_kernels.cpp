@@ -33,6 +33,7 @@
 #endif
 
 #include "support/conv_cases.hpp"
+#include "support/environment.hpp"
 
 using namespace meshtensor::kernels;
 using namespace meshtensor::kernels::reference;
@@ -368,6 +369,83 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
                                   int{rows::detail::one_channel_forward_kernel}));
   CHECK(bf16_first_layer_cases ==
         (rows::fits_one_channel_forward_bf16(geometry(row_cases[1].c)) ? 2 : 0));
+}
+
+namespace {
+// What the row kernels give on one case: each pass in float, and in bfloat16 in each way this
+// build multiplies.
+struct RowPasses {
+  std::vector<float> y, dx;
+  std::vector<double> dw;
+  std::vector<std::vector<meshtensor::bfloat16>> y_bf16;
+  std::vector<std::vector<double>> dw_bf16;
+};
+
+RowPasses row_passes(const RowCase& rc, const ConvCheck& check) {
+  const ConvGeometry& g = check.g;
+  RowPasses p{std::vector<float>(check.out_n),
+              std::vector<float>(check.in_n),
+              std::vector<double>(check.w_n, 0.0),
+              {},
+              {}};
+  rows::conv_forward(g, check.x.data(), check.w.data(), p.y.data());
+  if (rc.input_gradient) rows::conv_backward_input(g, check.dy.data(), check.w.data(), p.dx.data());
+  rows::conv_backward_weight(g, check.x.data(), check.dy.data(), p.dw.data());
+  const std::vector<meshtensor::bfloat16> x(check.x.begin(), check.x.end()),
+      dy(check.dy.begin(), check.dy.end()), w(check.w.begin(), check.w.end());
+  for (const rows::Bf16Products products : bf16_products_built()) {
+    std::vector<meshtensor::bfloat16> y(check.out_n);
+    if (products == rows::Bf16Products::widened || g.c_in % 2 == 0)
+      rows::conv_forward(g, x.data(), w.data(), y.data(), rows::OutputStores::by_size, products);
+    p.y_bf16.push_back(std::move(y));
+    p.dw_bf16.emplace_back(check.w_n, 0.0);
+    rows::conv_backward_weight(g, x.data(), dy.data(), p.dw_bf16.back().data(), products);
+  }
+  return p;
+}
+}  // namespace
+
+// Planes too big for the second-level cache are taken in bands of rows, only the input rows a
+// band reads turned (MESHTENSOR_ROW_BANDS=N forces bands of N rows): forward and input gradient
+// sum the same products in the same order, bit for bit; the weight gradient's lane sums are cut
+// at other rows, equal within float rounding.
+TEST_CASE("row kernels in bands of rows give what they give on whole planes") {
+  if (!rows::simd_available) {
+    WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
+    return;
+  }
+  for (const RowCase& rc : row_cases) {
+    const ConvCheck check(rc.c, true);
+    INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << rc.c.c_in
+                << " -> " << rc.c.c_out);
+    RowPasses whole;
+    {
+      const Setting planes("MESHTENSOR_ROW_BANDS", "off");
+      whole = row_passes(rc, check);
+    }
+    CHECK(relative_gap(check.dw_ref, whole.dw) < 1e-5);
+    for (const char* band : {"1", "2", "3", "5"}) {
+      INFO("bands of " << band << " rows");
+      const Setting bands("MESHTENSOR_ROW_BANDS", band);
+      const RowPasses banded = row_passes(rc, check);
+      CHECK(banded.y == whole.y);
+      CHECK(banded.dx == whole.dx);
+      CHECK(relative_gap(whole.dw, banded.dw) < 1e-5);
+      for (std::size_t k = 0; k < whole.y_bf16.size(); ++k) {
+        CHECK(std::equal(
+            whole.y_bf16[k].begin(), whole.y_bf16[k].end(), banded.y_bf16[k].begin(),
+            [](meshtensor::bfloat16 a, meshtensor::bfloat16 b) { return a.bits == b.bits; }));
+        CHECK(relative_gap(check.dw_ref, banded.dw_bf16[k]) < 1e-5);
+      }
+    }
+  }
+  // A knob that is neither auto, off nor a count of rows is refused, naming what would do.
+  const Setting wrong("MESHTENSOR_ROW_BANDS", "half");
+  const ConvCheck check(row_cases.front().c);
+  std::vector<float> y(check.out_n);
+  CHECK_THROWS_WITH(rows::conv_forward(check.g, check.x.data(), check.w.data(), y.data()),
+                    Catch::Contains("MESHTENSOR_ROW_BANDS=half") &&
+                        Catch::Contains("auto, off or a number of rows"));
 }
 
 TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels on one side") {

@@ -224,6 +224,79 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
   return at;
 }
 
+// Output rows per band (planar_planes.hpp): as many as keep what a band of rows touches in three
+// quarters of the second-level cache — the rows of the kernel[0] planes it reads, turned
+// (`box_bytes` a position and channel), the raw rows of the plane turned next, and
+// `out_row_bytes` per output row. At 8 channels and 2 MiB, 64^3 is one band (whole planes) and
+// 128^3 two (whole planes there, 1.8 MiB turned and 1 MiB raw and out beside them, ran the three
+// passes 10-15% slower). MESHTENSOR_ROW_BANDS=off takes whole planes, =N bands of N rows (tests).
+inline std::int64_t band_rows(const ConvGeometry& g, const RowGeometry& r, std::int64_t box_bytes,
+                              std::int64_t in_bytes, std::int64_t out_row_bytes) {
+  const std::int64_t plane = std::max<std::int64_t>(1, g.out[1]);
+  const char* set = std::getenv("MESHTENSOR_ROW_BANDS");
+  const std::string setting = set ? set : "auto";
+  if (setting == "off") return plane;
+  if (setting != "auto") {
+    char* end = nullptr;
+    const long rows = std::strtol(setting.c_str(), &end, 10);
+    if (*end != '\0' || rows < 1)
+      throw std::invalid_argument("MESHTENSOR_ROW_BANDS=" + setting +
+                                  ": expected auto, off or a number of rows (1 or more)");
+    return std::min<std::int64_t>(rows, plane);
+  }
+  const std::int64_t budget = second_level_cache_bytes() * 3 / 4;
+  const Taps& t = g.taps[1];
+  const std::int64_t turned_row = g.kernel[0] * g.c_in * r.box.width * box_bytes;
+  const std::int64_t fixed = turned_row * (g.kernel[1] - 1) * std::max<std::int64_t>(1, t.dilation);
+  const std::int64_t per_row =
+      t.stride * (turned_row + g.in[2] * g.c_in * in_bytes) + out_row_bytes;
+  const std::int64_t most = std::min(plane, std::max<std::int64_t>(8, (budget - fixed) / per_row));
+  const std::int64_t bands = (plane + most - 1) / most;
+  return (plane + bands - 1) / bands;  // bands of equal size (a short last one turns as many)
+}
+
+// Rows `band` of output plane q from its taps' planes `read` (`reads`: the list of a row, reused).
+template <class P, class T>
+void forward_rows(const ConvGeometry& g, const RowGeometry& r,
+                  const std::vector<const float*>& read, const float* weight,
+                  const std::vector<std::array<std::int64_t, 2>>& tiles,
+                  const ChannelParts<T>& output, std::int64_t q, PlaneRows band,
+                  std::vector<Prefetch>& next, std::vector<TapRead>& reads, bool around_cache) {
+  const auto [lo, hi] = band;
+  const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
+  std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
+  std::int64_t shift = 0;                     // where this row's reads start past the list's
+  for (std::int64_t o1 = lo; o1 < hi; ++o1) {
+    for (Prefetch& p : next) p.next_piece();
+    const std::int64_t row = (q * g.out[1] + o1) * g.out[2];  // positions before this row's
+    // A row whose taps read inside the box as the previous row's did reads the same list a
+    // row further on (shifted as the tiles read it: rewriting every read's pointer cost an
+    // eighth of the 8 -> 8 forward pass at 64^3).
+    const std::uint64_t now = taps_inside(g, o1);
+    if (now == reading && o1 > lo && g.kernel[1] <= 64) {
+      shift += row_step;
+    } else {
+      tap_reads(g, r, read, o1, weight, reads);
+      shift = 0;
+    }
+    reading = now;
+    if (reads.empty()) {
+      for (std::size_t j = 0; j < output.size(); ++j) {
+        T* out = output.data[j] + row * output.channels[j];
+        std::fill(out, out + g.out[2] * output.channels[j], T(0.0f));
+      }
+      continue;
+    }
+    for (std::size_t t = 0; t < tiles.size(); ++t) {
+      const auto [j, first_in_part] = tiles[t];
+      const TileOut<T> out{output.data[j] + row * output.channels[j], output.channels[j],
+                           first_in_part};
+      forward_row<P, T, forward_vectors>(g, r, reads, shift, std::int64_t(t) * register_channels,
+                                         out, around_cache);
+    }
+  }
+}
+
 // Output planes [a, b) (plane q is batch q / out0, first-dim index q % out0), the input read and
 // the output written in parts along the channels (register_channels a part at least). Products P
 // of bfloat16 come from a geometry whose input "channels" are pairs of bfloat16 channels, one
@@ -232,56 +305,47 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
 template <class P, class T, class In>
 void forward_planes(const ConvGeometry& g, const ChannelParts<const In>& input, const float* weight,
                     const ChannelParts<T>& output, std::int64_t a, std::int64_t b,
-                    PlanarPlanes& planes, bool around_cache) {
+                    std::int64_t band, PlanarPlanes& planes, bool around_cache) {
   const RowGeometry r = row_geometry(g);
-  std::vector<TapRead> reads;
-  const std::int64_t row_step = g.taps[1].stride * g.c_in * r.box.width;
-  const std::int64_t in_positions = g.in[1] * g.in[2];
+  std::vector<TapRead> reads;  // (reused: one list per row)
   const auto tiles = tile_parts(output);
   std::vector<Prefetch> next;
-  for (std::int64_t q = a; q < b; ++q) {
-    const auto read = planes.read_by(input, q / g.out[0], q % g.out[0]);
-    // The input plane the next output plane's last tap reads, the one it does not share.
-    next.clear();
-    const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
-    if (q + 1 < b && i >= 0 && i < g.in[0])
-      for (std::size_t j = 0; j < input.size(); ++j) {
-        const std::int64_t part_plane = in_positions * input.channels[j];
-        next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
-                          part_plane * std::int64_t(sizeof(In)), g.out[1]);
-      }
-    std::uint64_t reading = ~std::uint64_t{0};  // the previous row's taps k1 inside the box
-    std::int64_t shift = 0;                     // where this row's reads start past the list's
-    for (std::int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      for (Prefetch& p : next) p.next_piece();
-      const std::int64_t row = (q * g.out[1] + o1) * g.out[2];  // positions before this row's
-      // A row whose taps read inside the box as the previous row's did reads the same list a
-      // row further on (shifted as the tiles read it: rewriting every read's pointer cost an
-      // eighth of the 8 -> 8 forward pass at 64^3).
-      const std::uint64_t now = taps_inside(g, o1);
-      if (now == reading && o1 > 0 && g.kernel[1] <= 64) {
-        shift += row_step;
-      } else {
-        tap_reads(g, r, read, o1, weight, reads);
-        shift = 0;
-      }
-      reading = now;
-      if (reads.empty()) {
-        for (std::size_t j = 0; j < output.size(); ++j) {
-          T* out = output.data[j] + row * output.channels[j];
-          std::fill(out, out + g.out[2] * output.channels[j], T(0.0f));
+  for (std::int64_t lo = 0; lo < g.out[1]; lo += band) {
+    const std::int64_t hi = std::min(g.out[1], lo + band);
+    const PlaneRows rows = rows_read(g, lo, hi);
+    for (std::int64_t q = a; q < b; ++q) {
+      const auto read = planes.read_by(input, q / g.out[0], q % g.out[0], rows);
+      // The band's rows of the input plane the next output plane's last tap reads, the one it
+      // does not share.
+      next.clear();
+      const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
+      if (q + 1 < b && i >= 0 && i < g.in[0])
+        for (std::size_t j = 0; j < input.size(); ++j) {
+          const std::int64_t part_row = g.in[2] * input.channels[j];
+          next.emplace_back(
+              input.data[j] + (((q + 1) / g.out[0] * g.in[0] + i) * g.in[1] + rows.lo) * part_row,
+              (rows.hi - rows.lo) * part_row * std::int64_t(sizeof(In)), hi - lo);
         }
-        continue;
-      }
-      for (std::size_t t = 0; t < tiles.size(); ++t) {
-        const auto [j, first_in_part] = tiles[t];
-        const TileOut<T> out{output.data[j] + row * output.channels[j], output.channels[j],
-                             first_in_part};
-        forward_row<P, T, forward_vectors>(g, r, reads, shift, std::int64_t(t) * register_channels,
-                                           out, around_cache);
-      }
+      forward_rows<P, T>(g, r, read, weight, tiles, output, q, {lo, hi}, next, reads, around_cache);
     }
   }
+}
+
+// forward_planes over all output planes, a part of them on each of the processor's compute threads
+// (the bands chosen here, outside the threads: a bad MESHTENSOR_ROW_BANDS throws where it can be
+// caught).
+template <class P, class T, class In>
+void forward_on_threads(const ConvGeometry& g, const ChannelParts<const In>& input,
+                        const float* weight, const ChannelParts<T>& output, bool around_cache) {
+  const RowGeometry r = row_geometry(g);
+  const std::int64_t band =
+      band_rows(g, r, sizeof(float), sizeof(In), g.out[2] * g.c_out * std::int64_t(sizeof(T)));
+  on_plane_parts(
+      g.batch * g.out[0], [&] { return PlanarPlanes(g, r.box); },
+      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
+        forward_planes<P, T>(g, input, weight, output, a, b, band, planes, around_cache);
+        if (around_cache) stream_fence();
+      });
 }
 
 // Weight-gradient sums of taps (k0, k1, *) and input channel ci over rows [a, b) of one output
@@ -341,18 +405,20 @@ std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
   return std::max<std::int64_t>(1, block_bytes / bytes_per_row);
 }
 
-// Weight tiles per output plane (weight_plane's calls of weight_tile, bounded above).
-inline std::int64_t weight_tiles_per_plane(const ConvGeometry& g, std::int64_t block) {
-  return (g.out[1] + block - 1) / block * ((g.c_out + weight_channels - 1) / weight_channels) *
+// Weight tiles per `rows` rows of an output plane (weight_plane's calls of weight_tile, bounded
+// above).
+inline std::int64_t weight_tiles_per_band(const ConvGeometry& g, std::int64_t block,
+                                          std::int64_t rows) {
+  return (rows + block - 1) / block * ((g.c_out + weight_channels - 1) / weight_channels) *
          g.kernel[0] * g.kernel[1] * g.c_in;
 }
 
 template <class T, int K2>
 void weight_plane(const ConvGeometry& g, const RowGeometry& r, const std::vector<const T*>& planes,
-                  const T* grad_plane, float* lanes, std::vector<Prefetch>& next) {
+                  const T* grad_plane, PlaneRows band, float* lanes, std::vector<Prefetch>& next) {
   const std::int64_t block = weight_block_rows<T>(g, r);
   const std::int64_t tap_size = K2 * g.c_in * g.c_out * L;
-  for (std::int64_t a = 0; a < g.out[1]; a += block)
+  for (std::int64_t a = band.lo; a < band.hi; a += block)
     for (std::int64_t first = 0; first < g.c_out; first += weight_channels)
       for (std::int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
         if (!planes[k0]) continue;
@@ -361,7 +427,7 @@ void weight_plane(const ConvGeometry& g, const RowGeometry& r, const std::vector
           for (std::int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
             for (Prefetch& p : next) p.next_piece();
             weight_tile<T, K2>(g, r, planes[k0], grad_plane, k1, ci, first, a,
-                               std::min(g.out[1], a + block),
+                               std::min(band.hi, a + block),
                                lanes + (k0 * g.kernel[1] + k1) * tap_size);
           }
       }
@@ -378,30 +444,36 @@ struct WeightState {
 
 template <class T, int K2, class In>
 void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelParts<const In>& input,
-                   const In* grad_output, std::int64_t a, std::int64_t b, WeightState<T>& state) {
-  const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out;
-  const std::int64_t in_positions = g.in[1] * g.in[2];
-  const std::int64_t tiles = weight_tiles_per_plane(g, weight_block_rows<T>(g, r));
+                   const In* grad_output, std::int64_t a, std::int64_t b, std::int64_t band,
+                   WeightState<T>& state) {
+  const std::int64_t out_plane = g.out[1] * g.out[2] * g.c_out, out_row = g.out[2] * g.c_out;
   std::vector<Prefetch> next;
-  for (std::int64_t q = a; q < b; ++q) {
-    const auto read = state.planes.read_by(input, q / g.out[0], q % g.out[0]);
-    to_planar(grad_output + q * out_plane, g.out[1], g.out[2], g.c_out, r.outputs,
-              state.grad_plane.data());
-    // The next plane's output gradient, and the input plane its last tap reads (the one the
-    // planes it shares with this one do not hold).
-    next.clear();
-    if (q + 1 < b) {
-      next.emplace_back(grad_output + (q + 1) * out_plane, out_plane * std::int64_t(sizeof(In)),
-                        tiles);
-      const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
-      if (i >= 0 && i < g.in[0])
-        for (std::size_t j = 0; j < input.size(); ++j) {
-          const std::int64_t part_plane = in_positions * input.channels[j];
-          next.emplace_back(input.data[j] + ((q + 1) / g.out[0] * g.in[0] + i) * part_plane,
-                            part_plane * std::int64_t(sizeof(In)), tiles);
-        }
+  for (std::int64_t lo = 0; lo < g.out[1]; lo += band) {
+    const std::int64_t hi = std::min(g.out[1], lo + band);
+    const PlaneRows rows = rows_read(g, lo, hi);
+    const std::int64_t tiles = weight_tiles_per_band(g, weight_block_rows<T>(g, r), hi - lo);
+    for (std::int64_t q = a; q < b; ++q) {
+      const auto read = state.planes.read_by(input, q / g.out[0], q % g.out[0], rows);
+      T* grad_rows = state.grad_plane.data() + lo * g.c_out * r.outputs.width;
+      to_planar(grad_output + q * out_plane + lo * out_row, hi - lo, g.out[2], g.c_out, r.outputs,
+                grad_rows);
+      // The band's rows of the next plane's output gradient, and of the input plane its last tap
+      // reads (the one the planes it shares with this one do not hold).
+      next.clear();
+      if (q + 1 < b) {
+        next.emplace_back(grad_output + (q + 1) * out_plane + lo * out_row,
+                          (hi - lo) * out_row * std::int64_t(sizeof(In)), tiles);
+        const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
+        if (i >= 0 && i < g.in[0])
+          for (std::size_t j = 0; j < input.size(); ++j) {
+            const std::int64_t part_row = g.in[2] * input.channels[j];
+            next.emplace_back(
+                input.data[j] + (((q + 1) / g.out[0] * g.in[0] + i) * g.in[1] + rows.lo) * part_row,
+                (rows.hi - rows.lo) * part_row * std::int64_t(sizeof(In)), tiles);
+          }
+      }
+      weight_plane<T, K2>(g, r, read, state.grad_plane.data(), {lo, hi}, state.lanes.data(), next);
     }
-    weight_plane<T, K2>(g, r, read, state.grad_plane.data(), state.lanes.data(), next);
   }
 }
 
@@ -412,6 +484,11 @@ void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const In>&
                             const In* grad_output, double* grad_weight) {
   const RowGeometry r = row_geometry(g, vector_positions<T>);
   const std::size_t size = static_cast<std::size_t>(conv_weight_size(g));
+  // Each band's rows of the output gradient, raw and turned, beside the input's (chosen here,
+  // outside the threads, as forward_on_threads does).
+  const std::int64_t band = band_rows(g, r, sizeof(T), sizeof(In),
+                                      g.out[2] * g.c_out * std::int64_t(sizeof(In)) +
+                                          g.c_out * r.outputs.width * std::int64_t(sizeof(T)));
   auto states = on_plane_parts(
       g.batch * g.out[0],
       [&] {
@@ -421,9 +498,11 @@ void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const In>&
                               Buffer<float>(size * L, 0.0f)};
       },
       [&](WeightState<T>& state, std::int64_t a, std::int64_t b) {
-        if (g.kernel[2] == 1) return weight_planes<T, 1>(g, r, input, grad_output, a, b, state);
-        if (g.kernel[2] == 2) return weight_planes<T, 2>(g, r, input, grad_output, a, b, state);
-        weight_planes<T, 3>(g, r, input, grad_output, a, b, state);
+        if (g.kernel[2] == 1)
+          return weight_planes<T, 1>(g, r, input, grad_output, a, b, band, state);
+        if (g.kernel[2] == 2)
+          return weight_planes<T, 2>(g, r, input, grad_output, a, b, band, state);
+        weight_planes<T, 3>(g, r, input, grad_output, a, b, band, state);
       });
   // The parts' sums in a fixed order: the same bits on every run.
   for (const WeightState<T>& state : states)
@@ -505,14 +584,7 @@ inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>&
                          const float* weight, const ChannelParts<float>& output,
                          OutputStores stores = OutputStores::by_size) {
   using namespace detail;
-  const bool around_cache = writes_around_cache(g, stores);
-  const RowFormat format = row_geometry(g).box;
-  on_plane_parts(
-      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
-      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<float, float>(g, input, weight, output, a, b, planes, around_cache);
-        if (around_cache) stream_fence();
-      });
+  forward_on_threads<float>(g, input, weight, output, writes_around_cache(g, stores));
 }
 
 /// output = the convolution of input with weight, for shapes takes(g) accepts.
@@ -641,14 +713,7 @@ inline void forward_in_dot_products(const ConvGeometry& g,
   ChannelParts<const float> words_in;
   for (std::size_t i = 0; i < input.size(); ++i)
     words_in.add(reinterpret_cast<const float*>(input.data[i]), input.channels[i] / 2);
-  const RowFormat format = row_geometry(pairs).box;
-  on_plane_parts(
-      g.batch * g.out[0], [&] { return PlanarPlanes(pairs, format); },
-      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<bfloat16, bfloat16>(pairs, words_in, words.data(), output, a, b, planes,
-                                           around_cache);
-        if (around_cache) stream_fence();
-      });
+  forward_on_threads<bfloat16>(pairs, words_in, words.data(), output, around_cache);
 }
 #endif
 
@@ -658,13 +723,7 @@ inline void forward_in_float_products(const ConvGeometry& g,
                                       const bfloat16* weight, const ChannelParts<bfloat16>& output,
                                       bool around_cache) {
   const Buffer<float> w = widened(weight, conv_weight_size(g));
-  const RowFormat format = row_geometry(g).box;
-  on_plane_parts(
-      g.batch * g.out[0], [&] { return PlanarPlanes(g, format); },
-      [&](PlanarPlanes& planes, std::int64_t a, std::int64_t b) {
-        forward_planes<float, bfloat16>(g, input, w.data(), output, a, b, planes, around_cache);
-        if (around_cache) stream_fence();
-      });
+  forward_on_threads<float>(g, input, w.data(), output, around_cache);
 }
 
 }  // namespace detail

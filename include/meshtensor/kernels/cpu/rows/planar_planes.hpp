@@ -60,8 +60,31 @@ inline RowGeometry row_geometry(const ConvGeometry& g, std::int64_t positions = 
   return r;
 }
 
+// Rows [lo, hi) along a plane's first dim.
+struct PlaneRows {
+  std::int64_t lo = 0, hi = 0;
+};
+
+// The box rows that output rows [lo, hi) (lo < hi) read along the planes' first dim through any
+// tap, within the box: the ordinary taps' reads grow with the output row.
+inline PlaneRows rows_read(const ConvGeometry& g, std::int64_t lo, std::int64_t hi) {
+  const Taps& t = g.taps[1];
+  std::int64_t first = g.in[1], last = -1;
+  for (std::int64_t k = 0; k < g.kernel[1]; ++k)
+    for (const std::int64_t o : {lo, hi - 1}) {
+      const std::int64_t i = t.reads(o, k);
+      if (i < 0) continue;
+      first = std::min(first, i);
+      last = std::max(last, i);
+    }
+  first = std::clamp<std::int64_t>(first, 0, g.in[1]);
+  return {first, std::clamp<std::int64_t>(last + 1, first, g.in[1])};
+}
+
 // The box's planes (batch p, first-dim index i) in planar form, a few at a time: the ones the
-// current output plane reads, each turned once while consecutive output planes share it.
+// current output plane reads, each turned once while consecutive output planes share it. Where
+// whole planes would not stay in the second-level cache while the planes that share them pass,
+// the kernels take the output planes in bands of rows, and only the rows a band reads are turned.
 template <class T>
 class PlanarPlanesOf {
  public:
@@ -76,12 +99,17 @@ class PlanarPlanesOf {
   /// A box of another type than T is converted as it is turned (to_planar).
   template <class From>
   std::vector<const T*> read_by(const From* box, std::int64_t p, std::int64_t o0) {
-    return read_by(ChannelParts<const From>(box, g_.c_in), p, o0);
+    return read_by(ChannelParts<const From>(box, g_.c_in), p, o0, {0, g_.in[1]});
   }
-  /// The same for a box held as parts along its channels, each turned into its channels' rows.
+  /// The same for a box held as parts along its channels, each turned into its channels' rows;
+  /// of each plane only `rows` (a band: PlaneRows), at their places in the plane.
   template <class From>
   std::vector<const T*> read_by(const ChannelParts<const From>& box, std::int64_t p,
-                                std::int64_t o0) {
+                                std::int64_t o0, PlaneRows rows) {
+    if (rows.lo != rows_.lo || rows.hi != rows_.hi) {  // a new band: no slot holds its rows
+      std::fill(slots_.begin(), slots_.end(), -1);
+      rows_ = rows;
+    }
     std::vector<std::int64_t> wanted(slots_.size(), -1);
     for (std::int64_t k = 0; k < g_.kernel[0]; ++k) {
       const std::int64_t i = g_.taps[0].reads(o0, k);
@@ -105,11 +133,11 @@ class PlanarPlanesOf {
       ++s;
     slots_[s] = key;
     T* plane = data_.data() + s * plane_size_;
-    const std::int64_t positions = g_.in[1] * g_.in[2];
+    const std::int64_t row_stride = g_.c_in * format_.width;
     for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++])
-      to_planar(box.data[i] + key * positions * box.channels[i], g_.in[1], g_.in[2],
-                box.channels[i], format_, plane + std::int64_t(first) * format_.width,
-                g_.c_in * format_.width);
+      to_planar(box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i],
+                rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_,
+                plane + rows_.lo * row_stride + std::int64_t(first) * format_.width, row_stride);
     return plane;
   }
 
@@ -117,6 +145,7 @@ class PlanarPlanesOf {
   RowFormat format_;
   std::int64_t plane_size_;
   std::vector<std::int64_t> slots_;  // the key (p * in0 + i) held by each slot, or -1
+  PlaneRows rows_{0, 0};             // the rows of their planes the slots hold
   Buffer<T> data_;
 };
 using PlanarPlanes = PlanarPlanesOf<float>;
