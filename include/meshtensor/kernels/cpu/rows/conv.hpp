@@ -228,7 +228,7 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
 // quarters of the second-level cache — the rows of the kernel[0] planes it reads, turned
 // (`box_bytes` a position and channel), the raw rows of the plane turned next, and
 // `out_row_bytes` per output row. At 8 channels and 2 MiB, 64^3 is one band (whole planes) and
-// 128^3 two (whole planes there, 1.8 MiB turned and 1 MiB raw and out beside them, ran the three
+// 128^3 two (whole planes there, 1.7 MiB turned and 1 MiB raw and out beside them, ran the three
 // passes 10-15% slower). MESHTENSOR_ROW_BANDS=off takes whole planes, =N bands of N rows (tests).
 inline std::int64_t band_rows(const ConvGeometry& g, const RowGeometry& r, std::int64_t box_bytes,
                               std::int64_t in_bytes, std::int64_t out_row_bytes) {
