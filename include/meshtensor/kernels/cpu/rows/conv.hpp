@@ -255,6 +255,20 @@ inline std::int64_t band_rows(const ConvGeometry& g, const RowGeometry& r, std::
   return (plane + bands - 1) / bands;  // bands of equal size (a short last one turns as many)
 }
 
+// Prefetches (in `pieces`) of `rows` of the input plane output plane q's last tap reads: the one
+// it does not share with the plane before it, where that is inside the box.
+template <class In>
+void prefetch_next_rows(const ConvGeometry& g, const ChannelParts<const In>& input, std::int64_t q,
+                        PlaneRows rows, std::int64_t pieces, std::vector<Prefetch>& next) {
+  const std::int64_t i = g.taps[0].reads(q % g.out[0], g.kernel[0] - 1);
+  if (i < 0 || i >= g.in[0]) return;
+  for (std::size_t j = 0; j < input.size(); ++j) {
+    const std::int64_t part_row = g.in[2] * input.channels[j];
+    next.emplace_back(input.data[j] + ((q / g.out[0] * g.in[0] + i) * g.in[1] + rows.lo) * part_row,
+                      (rows.hi - rows.lo) * part_row * std::int64_t(sizeof(In)), pieces);
+  }
+}
+
 // Rows `band` of output plane q from its taps' planes `read` (`reads`: the list of a row, reused).
 template <class P, class T>
 void forward_rows(const ConvGeometry& g, const RowGeometry& r,
@@ -318,14 +332,7 @@ void forward_planes(const ConvGeometry& g, const ChannelParts<const In>& input, 
       // The band's rows of the input plane the next output plane's last tap reads, the one it
       // does not share.
       next.clear();
-      const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
-      if (q + 1 < b && i >= 0 && i < g.in[0])
-        for (std::size_t j = 0; j < input.size(); ++j) {
-          const std::int64_t part_row = g.in[2] * input.channels[j];
-          next.emplace_back(
-              input.data[j] + (((q + 1) / g.out[0] * g.in[0] + i) * g.in[1] + rows.lo) * part_row,
-              (rows.hi - rows.lo) * part_row * std::int64_t(sizeof(In)), hi - lo);
-        }
+      if (q + 1 < b) prefetch_next_rows(g, input, q + 1, rows, hi - lo, next);
       forward_rows<P, T>(g, r, read, weight, tiles, output, q, {lo, hi}, next, reads, around_cache);
     }
   }
@@ -463,14 +470,7 @@ void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelPar
       if (q + 1 < b) {
         next.emplace_back(grad_output + (q + 1) * out_plane + lo * out_row,
                           (hi - lo) * out_row * std::int64_t(sizeof(In)), tiles);
-        const std::int64_t i = g.taps[0].reads((q + 1) % g.out[0], g.kernel[0] - 1);
-        if (i >= 0 && i < g.in[0])
-          for (std::size_t j = 0; j < input.size(); ++j) {
-            const std::int64_t part_row = g.in[2] * input.channels[j];
-            next.emplace_back(
-                input.data[j] + (((q + 1) / g.out[0] * g.in[0] + i) * g.in[1] + rows.lo) * part_row,
-                (rows.hi - rows.lo) * part_row * std::int64_t(sizeof(In)), tiles);
-          }
+        prefetch_next_rows(g, input, q + 1, rows, tiles, next);
       }
       weight_plane<T, K2>(g, r, read, state.grad_plane.data(), {lo, hi}, state.lanes.data(), next);
     }
