@@ -58,6 +58,20 @@ const std::vector<PartsCase> parts_cases{{{5, 6, 20}, 1, {8, 8}, 8},
                                          {{3, 4, 18}, 1, {3, 5}, 8},
                                          {{4, 4, 16}, 1, {16, 16}, 16}};
 
+// The case's convolution: 'same', the parts' channels in.
+ConvGeometry geometry_of(const PartsCase& pc) {
+  std::int64_t c_in = 0;
+  for (std::int64_t c : pc.parts) c_in += c;
+  return same_geometry(pc.out, pc.batch, c_in, pc.c_out);
+}
+
+// sines() in T.
+template <class T>
+std::vector<T> sines_of(std::size_t n, double phase) {
+  const std::vector<float> v = sines(n, phase);
+  return std::vector<T>(v.begin(), v.end());
+}
+
 // Whether the row kernels run a pass of T that fits (`fits`) on the parts in place.
 template <class T>
 bool rows_read_parts(bool fits) {
@@ -68,14 +82,10 @@ bool rows_read_parts(bool fits) {
 // the first that differs (or copies where the row kernels should read the parts), or "".
 template <class T>
 std::string parts_match_joined(const PartsCase& pc, int threads) {
-  std::int64_t c_in = 0;
-  for (std::int64_t c : pc.parts) c_in += c;
-  const ConvGeometry g = same_geometry(pc.out, pc.batch, c_in, pc.c_out);
+  const ConvGeometry g = geometry_of(pc);
+  const std::int64_t c_in = g.c_in;
   const auto positions = std::size_t(g.batch * g.in[0] * g.in[1] * g.in[2]);
-  const auto values = [](std::size_t n, double phase) {
-    const std::vector<float> v = sines(n, phase);
-    return std::vector<T>(v.begin(), v.end());
-  };
+  const auto values = sines_of<T>;
   const auto x = values(positions * std::size_t(c_in), 0.1);
   const auto w = values(std::size_t(conv_weight_size(g)), 0.7);
   const auto dy = values(std::size_t(conv_output_size(g)), 1.3);
@@ -164,4 +174,61 @@ TEST_CASE("a bfloat16 convolution reads its input, and writes its input's gradie
         CHECK(parts_match_joined<meshtensor::bfloat16>(pc, threads) == "");
       }
   }
+}
+
+namespace {
+
+// The case's weight gradient with its first part given as a per-channel affine map (batch norm's
+// output with its ReLU) against the same with the map's values written out: the first that
+// differs (or a copy where the row kernels should map the part as they read it), or "".
+template <class T>
+std::string mapped_part_matches_written(const PartsCase& pc) {
+  const ConvGeometry g = geometry_of(pc);
+  const auto positions = std::int64_t(g.batch * g.in[0] * g.in[1] * g.in[2]);
+  const auto values = sines_of<T>;
+  std::vector<std::vector<T>> parts;
+  for (std::size_t j = 0; j < pc.parts.size(); ++j)
+    parts.push_back(values(std::size_t(positions * pc.parts[j]), 0.1 + double(j)));
+  const auto dy = values(std::size_t(conv_output_size(g)), 1.3);
+  ChannelAffine f;
+  f.floor = 0;
+  for (std::int64_t c = 0; c < pc.parts[0]; ++c) {
+    f.scale.push_back(1.5 * std::cos(double(c)));
+    f.shift.push_back(0.3 * std::sin(2.0 * double(c)));
+  }
+  std::vector<T> written(parts[0].size());
+  cpu::norm_affine(Sizes{positions, pc.parts[0]}, Strides{0, 1}, parts[0].data(), f.scale, f.shift,
+                   T(0.0f), written.data());
+  return on_one_processor([&](meshtensor::Mesh&) -> std::string {
+    kernel_times().on = true;  // a copy of the map's values is a normalisation's call
+    const auto norms = [] { return plan::counts().calls[std::size_t(plan::Family::norm)]; };
+    ChannelParts<const T> as_map, as_written;
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      as_map.add(parts[j].data(), pc.parts[j], j == 0 ? &f : nullptr);
+      as_written.add(j == 0 ? written.data() : parts[j].data(), pc.parts[j]);
+    }
+    std::vector<double> dw_map(std::size_t(conv_weight_size(g)), 0.0), dw_written(dw_map);
+    conv_backward_weight(g, as_written, dy.data(), dw_written.data());
+    const auto before = norms();
+    conv_backward_weight(g, as_map, dy.data(), dw_map.data());
+    if (dw_map != dw_written) return "weight gradient";
+    if ((norms() == before) != takes_mapped_input<T>(g)) return "copies of the mapped part";
+    return "";
+  });
+}
+
+}  // namespace
+
+// The float row kernels compute the mapped part as they read it; every other kernel (bfloat16,
+// shapes the row kernels do not take, MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
+TEST_CASE("a weight gradient reads a part given as its affine map as the values it maps to") {
+  for (const char* mapped : {"on", "off"})
+    for (const PartsCase& pc : parts_cases) {
+      const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
+      INFO(pc.parts.front() << " + " << pc.parts.back() << " -> " << pc.c_out << ", mapped inputs "
+                            << mapped);
+      CHECK(mapped_part_matches_written<float>(pc) == "");
+      const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
+      CHECK(mapped_part_matches_written<meshtensor::bfloat16>(pc) == "");
+    }
 }

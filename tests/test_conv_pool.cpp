@@ -12,6 +12,7 @@
 #include <meshtensor/autodiff/backward.hpp>
 #include <meshtensor/ops/detail/conv_boxes.hpp>
 
+#include "support/environment.hpp"
 #include "support/errors.hpp"
 #include "support/op_check.hpp"
 #include "support/spatial_cases.hpp"
@@ -179,23 +180,38 @@ TEST_CASE("transposed convolutions match one processor (the U-Net's 2x2x2 stride
 
 namespace {
 
+const Window same_3x3x3 = Window("x, y, z").padding("same");
+
+// h = relu(batch_norm(conv(x, w))) with `features` channels, and the parameters it takes.
+struct NormalisedConv {
+  Tensor<float> w, gamma, beta, h;
+};
+NormalisedConv normalised_conv(Mesh& m, const Layout& l, const Tensor<float>& x,
+                               std::int64_t features) {
+  const std::string in = std::to_string(x.shape().dim("channels").size),
+                    out = std::to_string(features);
+  NormalisedConv n{
+      test_input(m, Shape("kx:3, ky:3, kz:3, channels:" + in + ", features:" + out), l, 2),
+      test_input(m, Shape("channels:" + out), l, 4), test_input(m, Shape("channels:" + out), l, 5),
+      Tensor<float>()};
+  for (Tensor<float>* p : {&n.w, &n.gamma, &n.beta}) p->set_requires_grad();
+  n.h = rename(conv(x, n.w, same_3x3x3), "features", "channels");
+  n.h = batch_norm(n.h, n.gamma, n.beta, "channels", 1e-5, nullptr, Activation::relu);
+  return n;
+}
+
 // conv(concat(relu(batch_norm(conv(x))), x)): the second convolution saves a concatenation of a
 // normalisation's output, both of which it keeps as recipes. `plain` multiplies by one first,
 // which gives the same values without a recipe.
 std::vector<Tensor<float>> norm_concat_chain(Mesh& m, const Layout& l, bool plain) {
   auto x = test_input(m, volume_shape, l, 1).set_requires_grad();
-  auto w1 = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:3", l, 2).set_requires_grad();
+  const NormalisedConv n = normalised_conv(m, l, x, 3);
   auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:6, features:2", l, 3).set_requires_grad();
-  auto gamma = test_input(m, "channels:3", l, 4).set_requires_grad();
-  auto beta = test_input(m, "channels:3", l, 5).set_requires_grad();
-  const Window same = Window("x, y, z").padding("same");
-  auto h = rename(conv(x, w1, same), "features", "channels");
-  h = batch_norm(h, gamma, beta, "channels", 1e-5, nullptr, Activation::relu);
-  auto joined = concat({h, x}, "channels");
+  auto joined = concat({n.h, x}, "channels");
   if (plain) joined = joined * 1.0f;
-  auto out = conv(joined, w2, same);
+  auto out = conv(joined, w2, same_3x3x3);
   backward(reduce_sum(out * test_input(m, out.shape(), l, 6)));
-  return {out, x.grad(), w1.grad(), w2.grad(), gamma.grad(), beta.grad()};
+  return {out, x.grad(), n.w.grad(), w2.grad(), n.gamma.grad(), n.beta.grad()};
 }
 
 // Each run below is a fresh processor, which times its own kernel choices (oneDNN's formats, an
@@ -261,6 +277,58 @@ TEST_CASE("a convolution keeps the recipes of a normalisation's output and of a 
     };
     const double volume = 32.0 * 32 * 32 * sizeof(float);
     CHECK(held_after_forward(true) - held_after_forward(false) >= 5.5 * volume);
+  }
+}
+
+namespace {
+
+// h = relu(batch_norm(conv(x, w1))), 8 channels, read by conv(h, w2) and conv_concat({h, x}, w3)
+// (8 features each): both weight gradients compute h from conv(x, w1) as they read it (the row
+// kernels take h as its affine map) where MESHTENSOR_MAPPED_INPUTS is on, else from a copy.
+std::vector<Tensor<float>> mapped_norm_chain(Mesh& m, const Layout& l) {
+  // Rows of 21: a vector's positions through registers and a tail of 5.
+  auto x = test_input(m, "batch:2, x:8, y:6, z:21, channels:5", l, 1).set_requires_grad();
+  const NormalisedConv n = normalised_conv(m, l, x, 8);
+  auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:8, features:8", l, 3).set_requires_grad();
+  auto w3 = test_input(m, "kx:3, ky:3, kz:3, channels:13, features:8", l, 6).set_requires_grad();
+  auto out = conv(n.h, w2, same_3x3x3) + conv_concat({n.h, x}, w3, same_3x3x3);
+  backward(reduce_sum(out * test_input(m, out.shape(), l, 7)));
+  return {out, x.grad(), n.w.grad(), w2.grad(), w3.grad(), n.gamma.grad(), n.beta.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("a convolution's weight gradient computes a normalisation's output as it reads it") {
+  SECTION("the same bits as from the output recomputed, with two block copies fewer") {
+    const FixedKernelChoice fixed;
+    auto run = [](const char* mapped) {
+      const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
+      return on_one_processor([](Mesh& m) {
+        const std::size_t before = memory_stats().allocations;
+        auto results = mapped_norm_chain(m, "");
+        return std::make_pair(std::move(results), memory_stats().allocations - before);
+      });
+    };
+    const auto [copied, copied_allocations] = run("off");
+    const auto [mapped, mapped_allocations] = run("on");
+    for (std::size_t k = 0; k < copied.size(); ++k) {
+      INFO("result " << k);
+      const bool same_bits = gather(copied[k]) == gather(mapped[k]);
+      CHECK(same_bits);
+    }
+    // h recomputed for each of the two weight gradients, or never.
+    CHECK(copied_allocations - mapped_allocations == 2);
+  }
+  SECTION("and match one processor, with halos (recomputed) and without (mapped)") {
+    std::vector<LayoutCase> cases = spatial_cases();
+    cases.push_back({"batch split 2 ways", "p:2", "batch:p"});
+    CHECK(compare_with_one_processor(mapped_norm_chain, 1e-4, cases) == "");
+  }
+  SECTION("a setting that is neither on nor off is refused, naming it") {
+    const Setting wrong("MESHTENSOR_MAPPED_INPUTS", "yes");
+    CHECK_THROWS_WITH(on_one_processor([](Mesh& m) { return mapped_norm_chain(m, ""); }),
+                      Catch::Contains("MESHTENSOR_MAPPED_INPUTS=yes") &&
+                          Catch::Contains("on (the default) and off"));
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -446,6 +447,89 @@ TEST_CASE("row kernels in bands of rows give what they give on whole planes") {
   CHECK_THROWS_WITH(rows::conv_forward(check.g, check.x.data(), check.w.data(), y.data()),
                     Catch::Contains("MESHTENSOR_ROW_BANDS=half") &&
                         Catch::Contains("auto, off or a number of rows"));
+}
+
+namespace {
+// A per-channel affine map with scales of both signs and shifts that put some values under the
+// floor (a ReLU's 0, or none).
+ChannelAffine test_affine(std::int64_t channels, double floor) {
+  ChannelAffine f;
+  f.floor = floor;
+  for (std::int64_t c = 0; c < channels; ++c) {
+    f.scale.push_back(std::cos(0.9 * double(c) + 0.2) * 1.7);
+    f.shift.push_back(std::sin(1.3 * double(c)) * 0.4);
+  }
+  return f;
+}
+
+// x's positions written out through f as batch norm writes them (norm_affine).
+template <class T>
+std::vector<T> mapped(const ChannelAffine& f, const std::vector<T>& x) {
+  std::vector<T> out(x.size());
+  cpu::norm_affine(Sizes{std::int64_t(x.size()) / f.channels(), f.channels()}, Strides{0, 1},
+                   x.data(), f.scale, f.shift, T(f.floor), out.data());
+  return out;
+}
+
+template <class T>
+void check_mapped_planes(std::int64_t c) {
+  const std::int64_t n1 = 3, n2 = 37;  // rows through registers and a scalar tail
+  const rows::RowFormat format{1, 48};
+  std::vector<T> x(static_cast<std::size_t>(n1 * n2 * c));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = T(float(std::sin(0.37 * double(i))));
+  for (const double floor : {0.0, -std::numeric_limits<double>::infinity()}) {
+    const ChannelAffine f = test_affine(c, floor);
+    const std::vector<T> written = mapped(f, x);
+    std::vector<float> expected(static_cast<std::size_t>(n1 * c * format.width), -1.0f),
+        got(expected);
+    rows::to_planar(written.data(), n1, n2, c, format, expected.data());
+    rows::to_planar(x.data(), n1, n2, c, format, got.data(), 0, &f);
+    CHECK(got == expected);
+  }
+}
+}  // namespace
+
+// The weight gradient reads a part given as a per-channel affine map (batch norm's output, never
+// written out) as if the map's values had been written out: the same turned planes, the same
+// sums bit for bit, whole or as one part of a concatenation, in whole planes or bands.
+TEST_CASE("row kernels read a part given as its affine map as the values it maps to") {
+  if (!rows::simd_available) {
+    WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
+    return;
+  }
+  for (const std::int64_t c : {1, 3, 8, 16}) {
+    INFO(c << " channels");
+    check_mapped_planes<float>(c);
+    check_mapped_planes<meshtensor::bfloat16>(c);
+  }
+  for (const RowCase& rc : row_cases) {
+    const ConvCheck check(rc.c);
+    const ConvGeometry& g = check.g;
+    INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << g.c_in
+                << " -> " << g.c_out);
+    // The first part mapped, the rest (where there are two) as they are.
+    const std::int64_t first = g.c_in > 1 ? g.c_in / 2 : 1, positions = check.in_n / g.c_in;
+    std::vector<float> x0, x1;
+    for (std::int64_t p = 0; p < positions; ++p)
+      for (std::int64_t ch = 0; ch < g.c_in; ++ch)
+        (ch < first ? x0 : x1).push_back(check.x[std::size_t(p * g.c_in + ch)]);
+    for (const char* bands : {"auto", "1"}) {
+      const Setting setting("MESHTENSOR_ROW_BANDS", bands);
+      const ChannelAffine f = test_affine(first, 0.0);
+      const std::vector<float> written = mapped(f, x0);
+      ChannelParts<const float> as_map, as_written;
+      as_map.add(x0.data(), first, &f);
+      as_written.add(written.data(), first);
+      if (first < g.c_in) {
+        as_map.add(x1.data(), g.c_in - first);
+        as_written.add(x1.data(), g.c_in - first);
+      }
+      std::vector<double> from_map(check.w_n, 0.0), from_written(check.w_n, 0.0);
+      rows::conv_backward_weight(g, as_map, check.dy.data(), from_map.data());
+      rows::conv_backward_weight(g, as_written, check.dy.data(), from_written.data());
+      CHECK(from_map == from_written);
+    }
+  }
 }
 
 TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels on one side") {

@@ -27,6 +27,7 @@
 #include "meshtensor/kernels/cpu/pointwise.hpp"
 #include "meshtensor/kernels/cpu/reference/conv.hpp"
 #include "meshtensor/kernels/cpu/rows/conv.hpp"
+#include "meshtensor/kernels/norm.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/conv.hpp"
 #endif
@@ -526,10 +527,66 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   kernels::split_rows(detail::box_positions(g), box.data(), detail::row_pieces(grad_input));
 }
 
-/// conv_backward_weight with the input held as parts along its channels.
+/// MESHTENSOR_MAPPED_INPUTS=off: a part given as an affine map is written out first (the
+/// normalisation recomputed into a copy, as before the kernels could map it), to compare; on by
+/// default.
+inline bool mapped_inputs_enabled() {
+  const char* set = std::getenv("MESHTENSOR_MAPPED_INPUTS");
+  const std::string setting = set ? set : "on";
+  if (setting != "on" && setting != "off")
+    throw std::invalid_argument("MESHTENSOR_MAPPED_INPUTS=" + setting +
+                                ": the choices are on (the default) and off");
+  return setting == "on";
+}
+
+/// Whether conv_backward_weight computes parts given as affine maps (ChannelParts::affine) as it
+/// reads them, with no copy of the mapped part: the float row kernels on the CPU.
+template <class T>
+bool takes_mapped_input(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, rows::fits_backward_weight(g)) &&
+         mapped_inputs_enabled();
+}
+
+namespace detail {
+// The parts with each affine map applied into a copy (norm_affine: the same values), for the
+// kernels that read only data.
+template <class T>
+ChannelParts<const T> mapped_copies(const ConvGeometry& g, const ChannelParts<const T>& input,
+                                    std::vector<Buffer<T>>& copies) {
+  const std::int64_t positions = g.batch * g.in[0] * g.in[1] * g.in[2];
+  ChannelParts<const T> plain;
+  copies.reserve(input.size());
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const ChannelAffine* f = input.affine_of(i);
+    if (!f) {
+      plain.add(input.data[i], input.channels[i]);
+      continue;
+    }
+    copies.emplace_back(static_cast<std::size_t>(positions * input.channels[i]));
+    norm_affine(Sizes{positions, input.channels[i]}, Strides{0, 1}, input.data[i], f->scale,
+                f->shift, T(f->floor), copies.back().data());
+    plain.add(copies.back().data(), input.channels[i]);
+  }
+  return plain;
+}
+}  // namespace detail
+
+/// conv_backward_weight with the input held as parts along its channels, each its data or an
+/// affine map of it (a normalisation's output, never written out where takes_mapped_input).
 template <class T>
 void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& input,
                           const T* grad_output, double* grad_weight) {
+  if (input.has_affine()) {
+    if (conv_is_empty(g)) return;  // adds nothing
+    if (takes_mapped_input<T>(g))
+      return dispatch(counted(g, plan::ConvClass::backward_weight), detail::no_gpu_arm, [&] {
+        if constexpr (std::is_same_v<T, float>)
+          rows::conv_backward_weight(g, input, grad_output, grad_weight);
+      });
+    std::vector<Buffer<T>> copies;
+    return conv_backward_weight(g, detail::mapped_copies(g, input, copies), grad_output,
+                                grad_weight);
+  }
   if (input.size() == 1) return conv_backward_weight(g, input.data[0], grad_output, grad_weight);
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
     const bool fits = std::is_same_v<T, float> ? rows::fits_backward_weight(g)

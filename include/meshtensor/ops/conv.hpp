@@ -482,6 +482,11 @@ struct ConvBackward {
     if (call.plan.empty()) return weight_gradient_from(mesh, acc);
     if (saved.in_pieces() && call.plan.pass_size == 1) {
       weight_gradient_by_slabs(g, acc.data(), progress);
+    } else if (saved.halo().empty() && saved.own().defined()) {  // the box is the input block
+      kernels::ChannelParts<const T> block;
+      Array<T> recomputed = empty_array<T>();  // where the kernels do not compute it as they read
+      saved.own().add_to(block, kernels::takes_mapped_input<T>(call.geometry), recomputed);
+      kernels::conv_backward_weight(call.geometry, block, g, acc.data());
     } else {
       Array<T> rebuilt = empty_array<T>();
       kernels::conv_backward_weight(call.geometry, saved.data(rebuilt), g, acc.data());

@@ -79,9 +79,10 @@ struct PartsConvBackward {
     std::vector<Array<T>> scratch;  // a part kept as its recipe, recomputed
     scratch.reserve(parts.size());
     kernels::ChannelParts<const T> in;
+    const bool mapped = kernels::takes_mapped_input<T>(call.geometry);
     for (const KeptBlock<T>& part : parts) {
       scratch.push_back(empty_array<T>());
-      in.add(part.data(scratch.back()), channels_of(part.block()));
+      part.add_to(in, mapped, scratch.back());
     }
     Buffer<double> acc = zero_weight_accumulator(call.w_kernel);
     kernels::conv_backward_weight(call.geometry, in, dy, acc.data());

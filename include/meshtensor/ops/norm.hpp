@@ -261,6 +261,14 @@ inline InputGradientTerms input_gradient_terms(const NormStatistics& st,
   return t;
 }
 
+// Whether each element's key is its index along the block's innermost dim (the channels, last).
+inline bool keys_innermost(const NormStatistics& st) {
+  if (st.sizes.empty() || std::int64_t(st.keys) != st.sizes.back()) return false;
+  for (std::size_t d = 0; d + 1 < st.key_strides.size(); ++d)
+    if (st.key_strides[d] != 0) return false;
+  return st.key_strides.back() == 1;
+}
+
 // Sums per key (`which` 0: of g', the beta's gradient; 1: of g' x̂, gamma's) as a tensor of the
 // parameter's `layout`.
 template <class W>
@@ -305,7 +313,10 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   Array<T> out = Array<T>::from_shape(x.array().shape());
   (*recipe)(out.data());
   Tensor<T> y(mesh, x.layout(), std::move(out));
-  y.set_recipe(std::move(recipe));
+  y.set_recipe(std::move(recipe), keys_innermost(st)
+                                      ? std::make_shared<const MappedRecipe<T>>(MappedRecipe<T>{
+                                            x.detach(), {a_key, b_key, double(floor)}})
+                                      : nullptr);
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record_mixed(

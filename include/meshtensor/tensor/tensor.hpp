@@ -20,6 +20,7 @@
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
@@ -39,6 +40,15 @@ struct GradNode {
   /// The gradient for the tensor's backward step: moved out where nothing keeps it, so that a
   /// step taking it by value may reuse its block (a relabelling) or free it early.
   Tensor<T> hand_over() { return keep ? grad : std::move(grad); }
+};
+
+/// A recipe's structure where the block it computes is a per-channel affine map of another block
+/// of the same sizes, channels innermost (batch norm's output with its ReLU): a kernel reading the
+/// block can compute it from `of` as it reads, with no copy written out.
+template <class T>
+struct MappedRecipe {
+  Tensor<T> of;
+  kernels::ChannelAffine map;
 };
 
 namespace detail {
@@ -157,8 +167,8 @@ class Tensor {
   /// The same data (shared, not copied), cut off from gradient history: backward stops here.
   Tensor detach() const {
     Tensor out = *this;
-    out.state_ = std::make_shared<State>(
-        State{state().layout, state().block, state().data, nullptr, state().recipe});
+    out.state_ = std::make_shared<State>(State{state().layout, state().block, state().data, nullptr,
+                                               state().recipe, state().mapped});
     return out;
   }
 
@@ -169,11 +179,16 @@ class Tensor {
   /// keeps the recipe instead of the block, so the block is freed as soon as forward is done with
   /// it; the recipe must reproduce the block bit for bit.
   const std::shared_ptr<const Recipe>& recipe() const { return state().recipe; }
-  /// For ops: attaches the recipe of an output they computed with that same recipe.
-  Tensor& set_recipe(std::shared_ptr<const Recipe> recipe) {
+  /// For ops: attaches the recipe of an output they computed with that same recipe, and its
+  /// structure where it is a per-channel affine map (the same values as the recipe's).
+  Tensor& set_recipe(std::shared_ptr<const Recipe> recipe,
+                     std::shared_ptr<const MappedRecipe<T>> mapped = nullptr) {
     state().recipe = std::move(recipe);
+    state().mapped = std::move(mapped);
     return *this;
   }
+  /// The recipe as a per-channel affine map, or null.
+  const std::shared_ptr<const MappedRecipe<T>>& mapped_recipe() const { return state().mapped; }
 
   // --- gradients -------------------------------------------------------------------------------
 
@@ -242,7 +257,8 @@ class Tensor {
     Block block;
     std::shared_ptr<array_type> data;  // shared with detached views of the same tensor
     std::shared_ptr<GradNode<T>> node = nullptr;
-    std::shared_ptr<const Recipe> recipe = nullptr;  // see recipe()
+    std::shared_ptr<const Recipe> recipe = nullptr;           // see recipe()
+    std::shared_ptr<const MappedRecipe<T>> mapped = nullptr;  // see mapped_recipe()
   };
 
   const State& state() const {

@@ -3,7 +3,9 @@
 // around it; keeping it whole would hold a second copy of every split input until backward. So
 // the own part is kept as the input tensor itself (shared, not copied) and only the halo regions
 // are saved; backward rebuilds the box when it needs it, one op at a time. An input with a recipe
-// (a normalisation's output) is not kept at all: its recipe is, and backward recomputes the block.
+// (a normalisation's output) is not kept at all: its recipe is, and backward recomputes the block
+// (or, where the recipe is a per-channel affine map, the weight gradient's kernels compute it as
+// they read the block it maps).
 
 #include <algorithm>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/ops/halo.hpp"
@@ -26,10 +29,12 @@ class KeptBlock {
  public:
   KeptBlock() = default;
   explicit KeptBlock(const Tensor<T>& input) : block_(input.block()) {
-    if (input.recipe())
+    if (input.recipe()) {
       recipe_ = input.recipe();
-    else
+      mapped_ = input.mapped_recipe();
+    } else {
       tensor_ = input.detach();
+    }
   }
 
   bool defined() const { return tensor_.defined() || recipe_ != nullptr; }
@@ -45,6 +50,17 @@ class KeptBlock {
     return scratch.data();
   }
 
+  /// Adds the block to `parts` (its channels innermost): as the affine map of the block it is
+  /// computed from, where its recipe is one and `mapped` (the kernel computes it as it reads);
+  /// else its data, recomputed into `scratch` where backward keeps the recipe.
+  void add_to(kernels::ChannelParts<const T>& parts, bool mapped, Array<T>& scratch) const {
+    const std::int64_t channels = block_.sizes().back();
+    if (mapped && !tensor_.defined() && mapped_)
+      parts.add(mapped_->of.array().data(), channels, &mapped_->map);
+    else
+      parts.add(data(scratch), channels);
+  }
+
   /// Writes the block's elements, in order, to `out`.
   void write_to(T* out) const {
     if (tensor_.defined())
@@ -57,6 +73,7 @@ class KeptBlock {
   Block block_;
   Tensor<T> tensor_;
   std::shared_ptr<const typename Tensor<T>::Recipe> recipe_;
+  std::shared_ptr<const MappedRecipe<T>> mapped_;  // the recipe's structure, where it has one
 };
 
 template <class T>

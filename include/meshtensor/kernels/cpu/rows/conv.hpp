@@ -808,6 +808,8 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
                                  Bf16Products products = bf16_products()) {
   if (!fits_backward_weight_bf16(g, products))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
+  if (input.has_affine())
+    throw std::invalid_argument("internal: the bfloat16 row kernels take no mapped parts");
 #if defined(__AVX512BF16__)
   if (products == Bf16Products::dot)
     return detail::planar_backward_weight<bfloat16>(g, input, grad_output, grad_weight);

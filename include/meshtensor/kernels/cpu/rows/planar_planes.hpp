@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "meshtensor/device/array.hpp"
@@ -134,10 +135,17 @@ class PlanarPlanesOf {
     slots_[s] = key;
     T* plane = data_.data() + s * plane_size_;
     const std::int64_t row_stride = g_.c_in * format_.width;
-    for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++])
-      to_planar(box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i],
-                rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_,
-                plane + rows_.lo * row_stride + std::int64_t(first) * format_.width, row_stride);
+    for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++]) {
+      const From* rows = box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i];
+      T* to = plane + rows_.lo * row_stride + std::int64_t(first) * format_.width;
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<From, float>)
+        // A part given as its affine map is mapped here (float parts alone: the bfloat16
+        // weight gradient refuses mapped parts, rows::conv_backward_weight).
+        to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
+                  box.affine_of(i));
+      else
+        to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride);
+    }
     return plane;
   }
 

@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "meshtensor/core/bfloat16.hpp"
+#include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/cpu/rows/simd.hpp"
 
 namespace meshtensor::kernels::rows {
@@ -28,9 +31,31 @@ namespace detail {
 // Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
 // rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
 // is loaded.
+// A per-channel affine map (ChannelAffine) as vectors of channels-last floats: per group of 8
+// channels, the scale and shift of each lane's channel (a vector holds L / 8 positions' 8).
+struct AffineVectors {
+  std::vector<Simd::V> scale, shift;
+  Simd::V floor;
+
+  AffineVectors(const ChannelAffineIn<float>& f, std::int64_t c) {
+    alignas(64) float lanes[Simd::lanes];
+    const auto vector_of = [&](auto&& value) {
+      for (int lane = 0; lane < Simd::lanes; ++lane) lanes[lane] = value(lane);
+      return Simd::load(lanes);
+    };
+    for (std::int64_t group = 0; group < c / 8; ++group) {
+      scale.push_back(vector_of([&](int lane) { return f.scale[group * 8 + lane % 8]; }));
+      shift.push_back(vector_of([&](int lane) { return f.shift[group * 8 + lane % 8]; }));
+    }
+    floor = vector_of([&](int) { return f.floor; });
+  }
+};
+
+// With `affine` (float rows), each value is its affine map: the same formula as written out
+// (shared::affine_floor), in vectors.
 template <class From>
 void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64_t first,
-                     std::int64_t width, float* out) {
+                     std::int64_t width, float* out, const AffineVectors* affine = nullptr) {
   constexpr int L = Simd::lanes;
   alignas(64) From positions[L * 8];
   const From* from = row + i * c + first;
@@ -40,6 +65,10 @@ void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64
   }
   Simd::V in[8], rows[8];
   for (int v = 0; v < 8; ++v) in[v] = Simd::load(from + v * L);
+  if (affine)
+    for (int v = 0; v < 8; ++v)
+      in[v] = shared::affine_floor(affine->scale[first / 8], in[v], affine->shift[first / 8],
+                                   affine->floor);
   Simd::to_channels(in, rows);
   for (int ch = 0; ch < 8; ++ch) Simd::store(out + (first + ch) * width + i, rows[ch]);
 }
@@ -68,37 +97,50 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 /// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`; `row_stride` apart (floats)
 /// where the c channels are some of a wider planar plane's (one part of a concatenation). A plane
 /// of bfloat16 is widened as it is turned (exact): the float kernels read it with no float copy.
+/// With `affine` (c channels), the plane turned is its affine map, computed on the way.
 template <class From>
 void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-               const RowFormat& format, float* out, std::int64_t row_stride = 0) {
+               const RowFormat& format, float* out, std::int64_t row_stride = 0,
+               const ChannelAffine* affine = nullptr) {
   static_assert(std::is_same_v<From, float> || std::is_same_v<From, bfloat16>);
   if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
+  std::optional<ChannelAffineIn<float>> mapped;
+  if (affine) mapped.emplace(*affine);
+  const ChannelAffineIn<float>* map = affine ? &*mapped : nullptr;
   // Whole vectors of positions through registers where the channels come in eights (or, with
-  // AVX-512, four: bfloat16 pairs read as floats).
+  // AVX-512, four: bfloat16 pairs read as floats, never mapped). Mapped bfloat16 rows, which
+  // would round each mapped value to bfloat16, one at a time.
 #if defined(__AVX512F__)
   constexpr bool fours = std::is_same_v<From, float>;
 #else
   constexpr bool fours = false;
 #endif
-  const bool through_registers = (c % 8 == 0 || (fours && c == 4)) && simd_available;
+  const bool through_registers = (c % 8 == 0 || (fours && c == 4 && !map)) && simd_available &&
+                                 !(map && std::is_same_v<From, bfloat16>);
   const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
+  std::optional<detail::AffineVectors> vectors;
+  if (map && whole > 0) vectors.emplace(*map, c);
+  const detail::AffineVectors* map_vectors = vectors ? &*vectors : nullptr;
   for (std::int64_t r = 0; r < n1; ++r) {
     const From* row = in + r * n2 * c;
     float* rows = out + r * row_stride;
 #if defined(__AVX512F__)
     if constexpr (fours)
-      if (c == 4)
+      if (c == 4 && !map)
         for (std::int64_t i = 0; i < whole; i += Simd::lanes)
           detail::four_to_planar(row, i, format.width, rows + format.before);
 #endif
     for (std::int64_t first = 0; first + 8 <= c && whole > 0; first += 8)
       for (std::int64_t i = 0; i < whole; i += Simd::lanes)
-        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
+        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before, map_vectors);
     for (std::int64_t ch = 0; ch < c; ++ch) {
       float* to = rows + ch * format.width;
       std::fill(to, to + format.before, 0.0f);
-      if constexpr (std::is_same_v<From, bfloat16>) {
+      if (map) {
+        for (std::int64_t i = whole; i < n2; ++i)
+          to[format.before + i] = float((*map)(ch, row[i * c + ch]));
+      } else if constexpr (std::is_same_v<From, bfloat16>) {
         if (c == 1)
           cpu::to_float_run(row + whole, to + format.before + whole, n2 - whole);
         else
