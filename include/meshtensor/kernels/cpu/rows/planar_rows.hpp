@@ -28,9 +28,6 @@ inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
 
 namespace detail {
 
-// Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
-// rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
-// is loaded.
 // A per-channel affine map (ChannelAffine) as vectors of channels-last floats: per group of 8
 // channels, the scale and shift of each lane's channel (a vector holds L / 8 positions' 8).
 struct AffineVectors {
@@ -51,8 +48,10 @@ struct AffineVectors {
   }
 };
 
-// With `affine` (float rows), each value is its affine map: the same formula as written out
-// (shared::affine_floor), in vectors.
+// Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
+// rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
+// is loaded. With `affine` (float rows), each value is its affine map: the same formula as
+// written out (shared::affine_floor), in vectors.
 template <class From>
 void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64_t first,
                      std::int64_t width, float* out, const AffineVectors* affine = nullptr) {
