@@ -16,22 +16,19 @@ template <class T>
 struct ChannelParts {
   std::vector<T*> data;
   std::vector<std::int64_t> channels;
-  std::vector<const ChannelAffine*> affine;  // per part (null, or none: the part is its data)
+  std::vector<const ChannelAffine*> affine;  // per part (null: the part is its data)
 
   ChannelParts() = default;
   /// One part: an operand held whole.
-  ChannelParts(T* whole, std::int64_t c) : data{whole}, channels{c} {}
+  ChannelParts(T* whole, std::int64_t c) : data{whole}, channels{c}, affine{nullptr} {}
 
   /// A part: its data, or `f` of its data.
   void add(T* part, std::int64_t c, const ChannelAffine* f = nullptr) {
     data.push_back(part);
     channels.push_back(c);
-    affine.resize(data.size() - 1, nullptr);
     affine.push_back(f);
   }
-  const ChannelAffine* affine_of(std::size_t i) const {
-    return i < affine.size() ? affine[i] : nullptr;
-  }
+  const ChannelAffine* affine_of(std::size_t i) const { return affine[i]; }
   bool has_affine() const {
     for (const ChannelAffine* f : affine)
       if (f) return true;

@@ -55,7 +55,7 @@ class KeptBlock {
   /// else its data, recomputed into `scratch` where backward keeps the recipe.
   void add_to(kernels::ChannelParts<const T>& parts, bool mapped, Array<T>& scratch) const {
     const std::int64_t channels = block_.sizes().back();
-    if (mapped && !tensor_.defined() && mapped_)
+    if (mapped && mapped_)
       parts.add(mapped_->of.array().data(), channels, &mapped_->map);
     else
       parts.add(data(scratch), channels);

@@ -126,7 +126,7 @@ void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
     float* rows = out + r * row_stride;
 #if defined(__AVX512F__)
     if constexpr (fours)
-      if (c == 4 && !map)
+      if (c == 4)
         for (std::int64_t i = 0; i < whole; i += Simd::lanes)
           detail::four_to_planar(row, i, format.width, rows + format.before);
 #endif
