@@ -178,11 +178,13 @@ TEST_CASE("a bfloat16 convolution reads its input, and writes its input's gradie
 
 namespace {
 
-// The case's weight gradient with its first part given as a per-channel affine map (batch norm's
-// output with its ReLU) against the same with the map's values written out: the first that
-// differs (or a copy where the row kernels should map the part as they read it), or "".
+// The case's forward pass and weight gradient with its first part given as a per-channel affine
+// map (batch norm's output with its ReLU) against the same with the map's values written out: the
+// first that differs (or a copy where the row kernels should map the part as they read it), or
+// "". `whole`: the first part alone is the input.
 template <class T>
-std::string mapped_part_matches_written(const PartsCase& pc) {
+std::string mapped_part_matches_written(PartsCase pc, bool whole) {
+  if (whole) pc.parts.resize(1);
   const ConvGeometry g = geometry_of(pc);
   const auto positions = std::int64_t(g.batch * g.in[0] * g.in[1] * g.in[2]);
   const auto values = sines_of<T>;
@@ -209,10 +211,19 @@ std::string mapped_part_matches_written(const PartsCase& pc) {
     }
     std::vector<double> dw_map(std::size_t(conv_weight_size(g)), 0.0), dw_written(dw_map);
     conv_backward_weight(g, as_written, dy.data(), dw_written.data());
-    const auto before = norms();
+    auto before = norms();
     conv_backward_weight(g, as_map, dy.data(), dw_map.data());
     if (dw_map != dw_written) return "weight gradient";
-    if ((norms() == before) != takes_mapped_input<T>(g)) return "copies of the mapped part";
+    if ((norms() == before) != takes_mapped_input<T>(g, plan::ConvClass::backward_weight))
+      return "copies of the mapped part in the weight gradient";
+    const auto w = values(std::size_t(conv_weight_size(g)), 2.2);
+    std::vector<T> y_map(std::size_t(conv_output_size(g))), y_written(y_map.size());
+    conv_forward(g, as_written, w.data(), y_written.data());
+    before = norms();
+    conv_forward(g, as_map, w.data(), y_map.data());
+    if (y_map != y_written) return "forward";
+    if ((norms() == before) != takes_mapped_input<T>(g, plan::ConvClass::forward))
+      return "copies of the mapped part in forward";
     return "";
   });
 }
@@ -221,14 +232,18 @@ std::string mapped_part_matches_written(const PartsCase& pc) {
 
 // The float row kernels compute the mapped part as they read it; every other kernel (bfloat16,
 // shapes the row kernels do not take, MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
-TEST_CASE("a weight gradient reads a part given as its affine map as the values it maps to") {
+TEST_CASE(
+    "forward and the weight gradient read a part given as its affine map as the values it maps "
+    "to") {
   for (const char* mapped : {"on", "off"})
-    for (const PartsCase& pc : parts_cases) {
-      const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
-      INFO(pc.parts.front() << " + " << pc.parts.back() << " -> " << pc.c_out << ", mapped inputs "
-                            << mapped);
-      CHECK(mapped_part_matches_written<float>(pc) == "");
-      const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
-      CHECK(mapped_part_matches_written<meshtensor::bfloat16>(pc) == "");
-    }
+    for (const PartsCase& pc : parts_cases)
+      for (const bool whole : {false, true}) {
+        const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
+        INFO(pc.parts.front() << " + " << pc.parts.back() << " -> " << pc.c_out
+                              << (whole ? ", the first part alone" : "") << ", mapped inputs "
+                              << mapped);
+        CHECK(mapped_part_matches_written<float>(pc, whole) == "");
+        const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
+        CHECK(mapped_part_matches_written<meshtensor::bfloat16>(pc, whole) == "");
+      }
 }

@@ -489,9 +489,9 @@ void check_mapped_planes(std::int64_t c) {
 }
 }  // namespace
 
-// The weight gradient reads a part given as a per-channel affine map (batch norm's output, never
-// written out) as if the map's values had been written out: the same turned planes, the same
-// sums bit for bit, whole or as one part of a concatenation, in whole planes or bands.
+// The weight gradient and forward read a part given as a per-channel affine map (batch norm's
+// output, never written out) as if the map's values had been written out: the same turned planes,
+// the same sums bit for bit, whole or as one part of a concatenation, in whole planes or bands.
 TEST_CASE("row kernels read a part given as its affine map as the values it maps to") {
   if (!rows::simd_available) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
@@ -528,6 +528,13 @@ TEST_CASE("row kernels read a part given as its affine map as the values it maps
       rows::conv_backward_weight(g, as_map, check.dy.data(), from_map.data());
       rows::conv_backward_weight(g, as_written, check.dy.data(), from_written.data());
       CHECK(from_map == from_written);
+      // Forward reads its input's planes the same way (a normalisation's output read by the
+      // next convolution, never written out).
+      std::vector<float> y_map(check.out_n), y_written(check.out_n);
+      rows::conv_forward(g, as_map, check.w.data(), ChannelParts<float>(y_map.data(), g.c_out));
+      rows::conv_forward(g, as_written, check.w.data(),
+                         ChannelParts<float>(y_written.data(), g.c_out));
+      CHECK(y_map == y_written);
     }
   }
 }

@@ -99,6 +99,32 @@ TEST_CASE("relayout to the same layout shares the data; clone copies it") {
   for (bool b : ok) CHECK(b);
 }
 
+TEST_CASE("a tensor computed on read writes its block at its first read, once, for every handle") {
+  auto results = on_mesh("p:2", [](Mesh& m) {
+    int runs = 0;
+    const TensorLayout layout(Shape("x:6, y:2"), m.shape(), Layout("x:p"));
+    auto recipe = std::make_shared<const Tensor<float>::Recipe>([&runs](float* into) {
+      ++runs;
+      for (int i = 0; i < 6; ++i) into[i] = float(i);
+    });
+    auto t = Tensor<float>::computed_on_read(m, layout, recipe);
+    const auto in_use = memory_stats().in_use;
+    auto view = t.detach();
+    const bool unwritten = t.unwritten() && view.unwritten() && runs == 0;
+    const bool recipe_kept = t.recipe() == recipe;
+    const float read = view.local()(2, 1);  // a detached view writes the block for both handles
+    const bool written_once = !t.unwritten() && t.array().data() == view.array().data() &&
+                              t.local()(1, 0) == 2.0f && runs == 1;
+    const bool block_held = memory_stats().in_use - in_use >= 6 * sizeof(float);
+    auto other = Tensor<float>::computed_on_read(m, layout, recipe);
+    other.set_block(Array<float>::from_shape({3, 2}));  // replaced before any read: never run
+    other.array();
+    return unwritten && recipe_kept && read == 5.0f && written_once && block_held && runs == 1 &&
+           !other.unwritten();
+  });
+  for (bool ok : results) CHECK(ok);
+}
+
 TEST_CASE("tensor errors name the shapes involved") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     ErrorLog record;

@@ -499,18 +499,6 @@ inline void parts_backward_weight(const ConvGeometry& g, const ChannelParts<cons
 
 }  // namespace detail
 
-/// conv_forward with the input held as parts along its channels (g.c_in in all).
-template <class T>
-void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, const T* weight,
-                  T* output) {
-  if (input.size() == 1) return conv_forward(g, input.data[0], weight, output);
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
-    if (detail::rows_run_parts<T>(g, rows::fits_forward(g)))
-      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm,
-                      [&] { detail::parts_forward(g, input, weight, output); });
-  conv_forward(g, detail::joined(g, input).data(), weight, output);
-}
-
 /// conv_backward_input with the input's gradient written to parts along its channels.
 template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
@@ -539,12 +527,16 @@ inline bool mapped_inputs_enabled() {
   return setting == "on";
 }
 
-/// Whether conv_backward_weight computes parts given as affine maps (ChannelParts::affine) as it
-/// reads them, with no copy of the mapped part: the float row kernels on the CPU.
+/// Whether `pass` (forward or the weight gradient) computes parts given as affine maps
+/// (ChannelParts::affine) as it reads them, with no copy of the mapped part: the float row kernels
+/// on the CPU, where they read the input as planes (not the first layer's one-channel forward).
 template <class T>
-bool takes_mapped_input(const ConvGeometry& g) {
-  return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, rows::fits_backward_weight(g)) &&
-         mapped_inputs_enabled();
+bool takes_mapped_input(const ConvGeometry& g, plan::ConvClass::Pass pass) {
+  if (pass != plan::ConvClass::forward && pass != plan::ConvClass::backward_weight)
+    throw std::invalid_argument("internal: only forward and the weight gradient read the input");
+  const bool fits = pass == plan::ConvClass::forward ? rows::forward_reads_planes(g)
+                                                     : rows::fits_backward_weight(g);
+  return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, fits) && mapped_inputs_enabled();
 }
 
 namespace detail {
@@ -571,6 +563,28 @@ ChannelParts<const T> mapped_copies(const ConvGeometry& g, const ChannelParts<co
 }
 }  // namespace detail
 
+/// conv_forward with the input held as parts along its channels (g.c_in in all), each its data or
+/// an affine map of it (a normalisation's output, never written out where takes_mapped_input).
+template <class T>
+void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, const T* weight,
+                  T* output) {
+  if (input.has_affine()) {
+    if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
+    if (takes_mapped_input<T>(g, plan::ConvClass::forward))
+      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm, [&] {
+        if constexpr (std::is_same_v<T, float>) detail::parts_forward(g, input, weight, output);
+      });
+    std::vector<Buffer<T>> copies;
+    return conv_forward(g, detail::mapped_copies(g, input, copies), weight, output);
+  }
+  if (input.size() == 1) return conv_forward(g, input.data[0], weight, output);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
+    if (detail::rows_run_parts<T>(g, rows::fits_forward(g)))
+      return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm,
+                      [&] { detail::parts_forward(g, input, weight, output); });
+  conv_forward(g, detail::joined(g, input).data(), weight, output);
+}
+
 /// conv_backward_weight with the input held as parts along its channels, each its data or an
 /// affine map of it (a normalisation's output, never written out where takes_mapped_input).
 template <class T>
@@ -578,7 +592,7 @@ void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& in
                           const T* grad_output, double* grad_weight) {
   if (input.has_affine()) {
     if (conv_is_empty(g)) return;  // adds nothing
-    if (takes_mapped_input<T>(g))
+    if (takes_mapped_input<T>(g, plan::ConvClass::backward_weight))
       return dispatch(counted(g, plan::ConvClass::backward_weight), detail::no_gpu_arm, [&] {
         if constexpr (std::is_same_v<T, float>)
           rows::conv_backward_weight(g, input, grad_output, grad_weight);

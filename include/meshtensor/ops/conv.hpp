@@ -337,10 +337,22 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
   const bool identity = kernels::is_identity(p.to_kernel_order);
   const bool in_place = p.reads_block_in_place();
   Array<T> box = box_of(p, x, in_place, early);
-  const T* box_data = in_place ? x.array().data() : box.data();
-  const auto& box_shape = in_place ? x.array().shape() : box.shape();
-  box_sizes.assign(box_shape.begin(), box_shape.end());
-  if (!p.empty()) kernels::conv_forward(c.geometry, box_data, c.w_kernel.data(), out.data());
+  if (in_place)
+    box_sizes = to_xshape(x.block().sizes());
+  else
+    box_sizes.assign(box.shape().begin(), box.shape().end());
+  if (!p.empty()) {
+    if (in_place && x.unwritten() && x.mapped_recipe()) {
+      // The block, never written out, as the affine map of the block it is computed from.
+      const MappedRecipe<T>& mapped = *x.mapped_recipe();
+      kernels::ChannelParts<const T> input;
+      input.add(mapped.of.array().data(), c.geometry.c_in, &mapped.map);
+      kernels::conv_forward(c.geometry, input, c.w_kernel.data(), out.data());
+    } else {
+      const T* box_data = in_place ? x.array().data() : box.data();
+      kernels::conv_forward(c.geometry, box_data, c.w_kernel.data(), out.data());
+    }
+  }
   // Backward keeps the input block and the halo, not a second copy of the block (nor the box of
   // a transposed convolution that needs neither halo nor padding: that box is the block).
   if (p.halo.local_only() && identity && box_sizes == to_xshape(x.block().sizes()))
@@ -485,7 +497,10 @@ struct ConvBackward {
     } else if (saved.halo().empty() && saved.own().defined()) {  // the box is the input block
       kernels::ChannelParts<const T> block;
       Array<T> recomputed = empty_array<T>();  // where the kernels do not compute it as they read
-      saved.own().add_to(block, kernels::takes_mapped_input<T>(call.geometry), recomputed);
+      saved.own().add_to(
+          block,
+          kernels::takes_mapped_input<T>(call.geometry, kernels::plan::ConvClass::backward_weight),
+          recomputed);
       kernels::conv_backward_weight(call.geometry, block, g, acc.data());
     } else {
       Array<T> rebuilt = empty_array<T>();

@@ -79,7 +79,8 @@ struct PartsConvBackward {
     std::vector<Array<T>> scratch;  // a part kept as its recipe, recomputed
     scratch.reserve(parts.size());
     kernels::ChannelParts<const T> in;
-    const bool mapped = kernels::takes_mapped_input<T>(call.geometry);
+    const bool mapped =
+        kernels::takes_mapped_input<T>(call.geometry, kernels::plan::ConvClass::backward_weight);
     for (const KeptBlock<T>& part : parts) {
       scratch.push_back(empty_array<T>());
       part.add_to(in, mapped, scratch.back());

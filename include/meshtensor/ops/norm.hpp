@@ -281,6 +281,10 @@ Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const std::vect
   return relayout_to(Tensor<W>(mesh, stats_layout, std::move(v)), layout);
 }
 
+// When normalize_affine writes its output block: now, or when it is first read — for a consumer
+// that computes it from the input as it reads it (a convolution, through mapped_recipe()).
+enum class OutputBlock { now, on_read };
+
 /**
  * activation(gamma * (x - mean) * inv_std + beta) in one pass, for gamma and beta over exactly the
  * kept dims (batch norm's channels). It keeps x alone (not x̂, not the output: the ReLU's mask is
@@ -288,12 +292,14 @@ Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const std::vect
  *   g' = g masked by the ReLU, dbeta = sum g', dgamma = sum g' x̂,
  *   dx = gamma inv_std (g' - dbeta / n - x̂ dgamma / n).
  * gamma, beta and the statistics have the parameters' type W: T, or fp32 for bfloat16 x (their
- * gradients summed in double and rounded once into fp32).
+ * gradients summed in double and rounded once into fp32). `written`: OutputBlock::on_read leaves
+ * the output's block to be computed when first read, where a consumer can map x instead.
  */
 template <class T, class W>
 Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>& gamma,
                            const Tensor<W>& beta, double epsilon, Moments<W>* moments,
-                           Activation activation, NormApplied<T>* applied = nullptr) {
+                           Activation activation, NormApplied<T>* applied = nullptr,
+                           OutputBlock written = OutputBlock::now) {
   const auto st = norm_statistics(x, reduced, epsilon, "batch_norm");
   store_moments(st, x.mesh(), x.layout().layout(), moments);
   Mesh& mesh = x.mesh();
@@ -310,13 +316,18 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
         const T* in = x.array().data();
         kernels::norm_affine(st.sizes, st.key_strides, in, a_key, b_key, floor, into);
       });
-  Array<T> out = Array<T>::from_shape(x.array().shape());
-  (*recipe)(out.data());
-  Tensor<T> y(mesh, x.layout(), std::move(out));
-  y.set_recipe(std::move(recipe), keys_innermost(st)
-                                      ? std::make_shared<const MappedRecipe<T>>(MappedRecipe<T>{
-                                            x.detach(), {a_key, b_key, double(floor)}})
-                                      : nullptr);
+  auto mapped = keys_innermost(st) ? std::make_shared<const MappedRecipe<T>>(
+                                         MappedRecipe<T>{x.detach(), {a_key, b_key, double(floor)}})
+                                   : nullptr;
+  Tensor<T> y;
+  if (written == OutputBlock::on_read && mapped) {
+    y = Tensor<T>::computed_on_read(mesh, x.layout(), std::move(recipe), std::move(mapped));
+  } else {
+    Array<T> out = Array<T>::from_shape(x.array().shape());
+    (*recipe)(out.data());
+    y = Tensor<T>(mesh, x.layout(), std::move(out));
+    y.set_recipe(std::move(recipe), std::move(mapped));
+  }
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record_mixed(

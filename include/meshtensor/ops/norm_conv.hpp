@@ -36,11 +36,19 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
   // Every processor must take the same road (each receiver normalises what it receives), so the
   // choice rests on what all share: the layouts and whether a spatial dim is split.
   const bool aligned = x.layout() == x.layout().with_layout(setup.layout);
-  if (!detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() || !aligned ||
-      setup.call.plan.halo.exchanged().empty())  // the two ops one after the other
+  if (!detail::affine_per_key(x, reduced, gamma, beta))
     return detail::convolve(std::move(setup),
                             batch_norm(x, gamma, beta, channels, epsilon, moments, activation),
                             weight, channels);
+  if (!halo_overlap() || !aligned || setup.call.plan.halo.exchanged().empty())
+    // The two ops one after the other; the norm's output is written only if the convolution
+    // cannot compute it as it reads its input (conv_forward_on_box).
+    return detail::convolve(
+        std::move(setup),
+        detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation,
+                                 static_cast<detail::NormApplied<T>*>(nullptr),
+                                 detail::OutputBlock::on_read),
+        weight, channels);
 
   // The plan lives in `setup` until the convolution's backward is recorded, after its forward.
   const HaloExchange& halo = setup.call.plan.halo;

@@ -79,10 +79,7 @@ class Tensor {
 
   /// Wraps a block this processor already holds; its shape must be this processor's block shape.
   Tensor(Mesh& mesh, TensorLayout layout, array_type local) : mesh_(&mesh) {
-    if (layout.mesh_shape() != mesh.shape())
-      throw LayoutError("tensor " + layout.to_string() + " is laid out on mesh " +
-                        layout.mesh_shape().to_string() + " but this mesh is " +
-                        mesh.shape().to_string());
+    check_mesh(mesh, layout);
     Block block = layout.block(mesh.coord());
     const auto expected = detail::to_xshape(block.sizes());
     if (!std::equal(expected.begin(), expected.end(), local.shape().begin(), local.shape().end()))
@@ -93,6 +90,22 @@ class Tensor {
     state_ = std::make_shared<State>(State{std::move(layout), std::move(block),
                                            std::make_shared<array_type>(std::move(local)), nullptr,
                                            nullptr});
+  }
+
+  /// A tensor whose block is computed by `recipe` when it is first read (array(), local()), not
+  /// here: an op whose consumer computes the values itself as it reads them (a convolution
+  /// reading a normalisation's output as its `mapped` affine map) never writes the block out.
+  static Tensor computed_on_read(Mesh& mesh, TensorLayout layout,
+                                 std::shared_ptr<const Recipe> recipe,
+                                 std::shared_ptr<const MappedRecipe<T>> mapped = nullptr) {
+    check_mesh(mesh, layout);
+    Tensor t;
+    t.mesh_ = &mesh;
+    Block block = layout.block(mesh.coord());
+    t.state_ = std::make_shared<State>(State{std::move(layout), std::move(block),
+                                             std::make_shared<array_type>(), nullptr, recipe,
+                                             std::move(mapped), recipe});
+    return t;
   }
 
   /// A block the host holds (an xtensor container of this processor's block shape), copied into
@@ -116,27 +129,34 @@ class Tensor {
   /// (see recipe()).
   HostView<T> local() {
     state().recipe = nullptr;
-    return on_host(*state().data, state().data);
+    return on_host(written(), state().data);
   }
   HostView<const T> local() const {
-    return on_host(static_cast<const array_type&>(*state().data), state().data);
+    return on_host(static_cast<const array_type&>(written()), state().data);
   }
 
   /// The block where the processor keeps it, for kernels (no wait: in a GPU's memory the host
   /// reaches it only through local()). Ops writing into it drop the recipe too.
   array_type& array() {
     state().recipe = nullptr;
-    return *state().data;
+    return written();
   }
-  const array_type& array() const { return *state().data; }
+  const array_type& array() const { return written(); }
+
+  /// Whether the block is still to be computed from its recipe, on first read (computed_on_read).
+  bool unwritten() const {
+    return state().unwritten && state().data->shape() != detail::to_xshape(block().sizes());
+  }
 
   /// Puts `block` (this processor's block sizes) in place of the block, e.g. one read from a file.
   void set_block(array_type&& block) {
-    if (block.shape() != state().data->shape())
+    const auto expected = detail::to_xshape(this->block().sizes());
+    if (block.shape() != expected)
       throw ShapeError("set_block: tensor " + layout().to_string() + " has the block shape " +
-                       shape_string(state().data->shape()) + " on processor " +
+                       shape_string(expected) + " on processor " +
                        std::to_string(mesh().processor()) + ", not " + shape_string(block.shape()));
     state().recipe = nullptr;
+    state().unwritten = nullptr;
     *state().data = std::move(block);
   }
 
@@ -157,8 +177,8 @@ class Tensor {
   /// For ops consuming an rvalue tensor: its block, moved out if this handle is its sole owner
   /// (the tensor is left without data, as a moved-from object), else copied.
   array_type release_local() {
-    if (sole_owner()) return std::move(*state().data);
-    return kernels::copy_of(*state().data);
+    if (sole_owner()) return std::move(written());
+    return kernels::copy_of(written());
   }
 
   /// A tensor with its own copy of the data (and no gradient history).
@@ -168,7 +188,7 @@ class Tensor {
   Tensor detach() const {
     Tensor out = *this;
     out.state_ = std::make_shared<State>(State{state().layout, state().block, state().data, nullptr,
-                                               state().recipe, state().mapped});
+                                               state().recipe, state().mapped, state().unwritten});
     return out;
   }
 
@@ -259,7 +279,31 @@ class Tensor {
     std::shared_ptr<GradNode<T>> node = nullptr;
     std::shared_ptr<const Recipe> recipe = nullptr;           // see recipe()
     std::shared_ptr<const MappedRecipe<T>> mapped = nullptr;  // see mapped_recipe()
+    // Writes the block on first read (computed_on_read); kept by every handle sharing `data`,
+    // each of which finds it written once one of them has read it.
+    mutable std::shared_ptr<const Recipe> unwritten = nullptr;
   };
+
+  static void check_mesh(const Mesh& mesh, const TensorLayout& layout) {
+    if (layout.mesh_shape() != mesh.shape())
+      throw LayoutError("tensor " + layout.to_string() + " is laid out on mesh " +
+                        layout.mesh_shape().to_string() + " but this mesh is " +
+                        mesh.shape().to_string());
+  }
+
+  // The block, computed first where it is still unwritten.
+  array_type& written() const {
+    const State& s = state();
+    if (s.unwritten) {
+      if (unwritten()) {
+        array_type block = array_type::from_shape(detail::to_xshape(s.block.sizes()));
+        (*s.unwritten)(block.data());
+        *s.data = std::move(block);
+      }
+      s.unwritten = nullptr;
+    }
+    return *s.data;
+  }
 
   const State& state() const {
     if (!state_)

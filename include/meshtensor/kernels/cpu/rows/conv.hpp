@@ -587,15 +587,25 @@ inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>&
   forward_on_threads<float>(g, input, weight, output, writes_around_cache(g, stores));
 }
 
+/// Whether the forward pass below runs g on the first layer's kernel, channels last in 256-bit
+/// vectors: where those are the widest or as fast as 512-bit ones (2 AMD cores, bench_conv: AVX2
+/// build 78-80% of the FMA peak at 64^3 and 128^3, against the planar kernel's 52-54%; AVX-512
+/// build 71-78% against 61-70%).
+inline bool runs_one_channel_forward(const ConvGeometry& g) {
+  return fits_one_channel_forward(g) && (Simd::lanes == 8 || half_width_fma_at_full_rate());
+}
+/// Whether it fits g and runs it on the planar kernel, which reads its input's planes through
+/// PlanarPlanes (so also in parts, mapped ones included).
+inline bool forward_reads_planes(const ConvGeometry& g) {
+  return fits_forward(g) && !runs_one_channel_forward(g);
+}
+
 /// output = the convolution of input with weight, for shapes takes(g) accepts.
 inline void conv_forward(const ConvGeometry& g, const float* input, const float* weight,
                          float* output, OutputStores stores = OutputStores::by_size) {
   using namespace detail;
   const bool around_cache = writes_around_cache(g, stores);
-  // The first layer channels last in 256-bit vectors, where those are the widest or as fast as
-  // 512-bit ones (2 AMD cores, bench_conv: AVX2 build 78-80% of the FMA peak at 64^3 and 128^3,
-  // against the planar kernel's 52-54%; AVX-512 build 71-78% against 61-70%).
-  if (fits_one_channel_forward(g) && (Simd::lanes == 8 || half_width_fma_at_full_rate()))
+  if (runs_one_channel_forward(g))
     return conv_forward_one_channel(g, input, weight, output, around_cache);
   conv_forward(g, ChannelParts<const float>(input, g.c_in), weight,
                ChannelParts<float>(output, g.c_out), stores);
