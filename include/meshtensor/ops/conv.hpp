@@ -344,9 +344,8 @@ SavedBox<T> conv_forward_on_box(const ConvCall<T>& c, const Tensor<T>& x, Array<
   if (!p.empty()) {
     if (in_place && x.unwritten() && x.mapped_recipe()) {
       // The block, never written out, as the affine map of the block it is computed from.
-      const MappedRecipe<T>& mapped = *x.mapped_recipe();
       kernels::ChannelParts<const T> input;
-      input.add(mapped.of.array().data(), c.geometry.c_in, &mapped.map);
+      x.mapped_recipe()->add_to(input);
       kernels::conv_forward(c.geometry, input, c.w_kernel.data(), out.data());
     } else {
       const T* box_data = in_place ? x.array().data() : box.data();

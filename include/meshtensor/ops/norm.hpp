@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -298,7 +299,8 @@ enum class OutputBlock { now, on_read };
 template <class T, class W>
 Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>& gamma,
                            const Tensor<W>& beta, double epsilon, Moments<W>* moments,
-                           Activation activation, NormApplied<T>* applied = nullptr,
+                           Activation activation,
+                           std::common_type_t<NormApplied<T>>* applied = nullptr,
                            OutputBlock written = OutputBlock::now) {
   const auto st = norm_statistics(x, reduced, epsilon, "batch_norm");
   store_moments(st, x.mesh(), x.layout().layout(), moments);
@@ -319,15 +321,9 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   auto mapped = keys_innermost(st) ? std::make_shared<const MappedRecipe<T>>(
                                          MappedRecipe<T>{x.detach(), {a_key, b_key, double(floor)}})
                                    : nullptr;
-  Tensor<T> y;
-  if (written == OutputBlock::on_read && mapped) {
-    y = Tensor<T>::computed_on_read(mesh, x.layout(), std::move(recipe), std::move(mapped));
-  } else {
-    Array<T> out = Array<T>::from_shape(x.array().shape());
-    (*recipe)(out.data());
-    y = Tensor<T>(mesh, x.layout(), std::move(out));
-    y.set_recipe(std::move(recipe), std::move(mapped));
-  }
+  const bool read_later = written == OutputBlock::on_read && mapped;
+  Tensor<T> y = Tensor<T>::computed_on_read(mesh, x.layout(), std::move(recipe), std::move(mapped));
+  if (!read_later) std::as_const(y).array();  // written now (a const read keeps the recipe)
 
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record_mixed(

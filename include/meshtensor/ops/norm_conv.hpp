@@ -45,8 +45,7 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
     // cannot compute it as it reads its input (conv_forward_on_box).
     return detail::convolve(
         std::move(setup),
-        detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation,
-                                 static_cast<detail::NormApplied<T>*>(nullptr),
+        detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation, nullptr,
                                  detail::OutputBlock::on_read),
         weight, channels);
 

@@ -21,6 +21,7 @@
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/channel_affine.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
@@ -49,6 +50,11 @@ template <class T>
 struct MappedRecipe {
   Tensor<T> of;
   kernels::ChannelAffine map;
+
+  /// Adds the block to `parts` as the map of `of`, for a kernel that computes it as it reads.
+  void add_to(kernels::ChannelParts<const T>& parts) const {
+    parts.add(of.array().data(), map.channels(), &map);
+  }
 };
 
 namespace detail {

@@ -54,11 +54,10 @@ class KeptBlock {
   /// computed from, where its recipe is one and `mapped` (the kernel computes it as it reads);
   /// else its data, recomputed into `scratch` where backward keeps the recipe.
   void add_to(kernels::ChannelParts<const T>& parts, bool mapped, Array<T>& scratch) const {
-    const std::int64_t channels = block_.sizes().back();
     if (mapped && mapped_)
-      parts.add(mapped_->of.array().data(), channels, &mapped_->map);
+      mapped_->add_to(parts);
     else
-      parts.add(data(scratch), channels);
+      parts.add(data(scratch), block_.sizes().back());
   }
 
   /// Writes the block's elements, in order, to `out`.
