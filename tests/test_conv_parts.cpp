@@ -230,11 +230,17 @@ std::string mapped_part_matches_written(PartsCase pc, bool whole) {
 
 }  // namespace
 
-// The float row kernels compute the mapped part as they read it; every other kernel (bfloat16,
-// shapes the row kernels do not take, MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
+// The row kernels compute the mapped part as they read it (float, and bfloat16 in float
+// products); every other kernel (bfloat16 dot products, oneDNN's bf16 ones, shapes the row kernels
+// do not take, MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
 TEST_CASE(
     "forward and the weight gradient read a part given as its affine map as the values it maps "
     "to") {
+  std::vector<const char*> products{"float"}, bf16_kernels{"widened"};
+  if (rows::detail::bf16_rows) products.push_back("dot");
+#ifdef MESHTENSOR_WITH_ONEDNN
+  bf16_kernels.push_back("native");
+#endif
   for (const char* mapped : {"on", "off"})
     for (const PartsCase& pc : parts_cases)
       for (const bool whole : {false, true}) {
@@ -243,7 +249,39 @@ TEST_CASE(
                               << (whole ? ", the first part alone" : "") << ", mapped inputs "
                               << mapped);
         CHECK(mapped_part_matches_written<float>(pc, whole) == "");
-        const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
-        CHECK(mapped_part_matches_written<meshtensor::bfloat16>(pc, whole) == "");
+        for (const char* way : products)
+          for (const char* kernels : bf16_kernels) {
+            const Setting multiply("MESHTENSOR_BF16_PRODUCTS", way);
+            const Setting chosen("MESHTENSOR_BF16_CONV", kernels);
+            INFO("bfloat16 on " << kernels << " kernels, " << way << " products");
+            CHECK(mapped_part_matches_written<meshtensor::bfloat16>(pc, whole) == "");
+          }
       }
+}
+
+// Which bfloat16 roads compute a mapped part as they read it: the row kernels in float products;
+// not the dot products (they read bfloat16 pairs as they lie), nor oneDNN's bf16 kernels.
+TEST_CASE("the bfloat16 row kernels in float products map a part as they read it") {
+  const ConvGeometry g = geometry_of(parts_cases.front());  // 8 + 8 -> 8
+  if (!rows::fits_forward(g)) {
+    WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
+    return;
+  }
+  const auto maps = [&](const char* products, const char* kernels) {
+    const Setting multiply("MESHTENSOR_BF16_PRODUCTS", products);
+    const Setting chosen("MESHTENSOR_BF16_CONV", kernels);
+    const bool forward = takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::forward);
+    const bool weight =
+        takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::backward_weight);
+    CHECK(forward == weight);
+    return forward;
+  };
+  CHECK(maps("float", "widened"));
+  CHECK(maps("float", "auto"));  // where the timing picks oneDNN's, that reads a copy
+  if (rows::detail::bf16_rows) CHECK_FALSE(maps("dot", "widened"));
+#ifdef MESHTENSOR_WITH_ONEDNN
+  CHECK_FALSE(maps("float", "native"));
+#endif
+  const Setting off("MESHTENSOR_MAPPED_INPUTS", "off");
+  CHECK_FALSE(maps("float", "widened"));
 }

@@ -337,49 +337,69 @@ namespace {
 
 // conv(relu(batch_norm(conv(x, w1))), w2), 8 channels between: `fused` runs the last two as
 // batch_norm_conv, whose convolution computes the normalisation's output as it reads it where no
-// halo is exchanged and the row kernels take the shape; else batch_norm, then conv.
+// halo is exchanged and the row kernels take the shape; else batch_norm, then conv. Activations
+// in T (the parameters and the input's gradient in fp32).
+template <class T = float>
 std::vector<Tensor<float>> norm_then_conv(Mesh& m, const Layout& l, bool fused) {
   auto x = test_input(m, "batch:2, x:8, y:6, z:21, channels:5", l, 1).set_requires_grad();
   auto w1 = test_input(m, "kx:3, ky:3, kz:3, channels:5, features:8", l, 2).set_requires_grad();
   auto gamma = test_input(m, "channels:8", l, 4).set_requires_grad();
   auto beta = test_input(m, "channels:8", l, 5).set_requires_grad();
   auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:8, features:8", l, 3).set_requires_grad();
-  auto y = rename(conv(x, w1, same_3x3x3), "features", "channels");
+  auto y = rename(conv(cast<T>(x), w1, same_3x3x3), "features", "channels");
   auto out = fused ? batch_norm_conv(y, gamma, beta, w2, same_3x3x3, "channels", 1e-5, nullptr,
                                      Activation::relu)
                    : conv(batch_norm(y, gamma, beta, "channels", 1e-5, nullptr, Activation::relu),
                           w2, same_3x3x3);
-  backward(reduce_sum(out * test_input(m, out.shape(), l, 7)));
-  return {out, x.grad(), w1.grad(), w2.grad(), gamma.grad(), beta.grad()};
+  const Tensor<float> result = cast<float>(out);
+  backward(reduce_sum(result * test_input(m, out.shape(), l, 7)));
+  return {result, x.grad(), w1.grad(), w2.grad(), gamma.grad(), beta.grad()};
+}
+
+}  // namespace
+
+namespace {
+
+// norm_then_conv in T, fused and mapped against the two ops and against mapping off: the same
+// bits, and the norm's output never written out (the block allocations each other road makes).
+template <class T>
+void check_norm_read_as_mapped() {
+  const FixedKernelChoice fixed;
+  auto run = [](const char* mapped, bool fused) {
+    const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
+    return on_one_processor([fused](Mesh& m) {
+      const std::size_t before = memory_stats().allocations;
+      auto results = norm_then_conv<T>(m, "", fused);
+      return std::make_pair(std::move(results), memory_stats().allocations - before);
+    });
+  };
+  const auto [two_ops, two_ops_allocations] = run("on", false);
+  const auto [copied, copied_allocations] = run("off", true);
+  const auto [mapped, mapped_allocations] = run("on", true);
+  for (std::size_t k = 0; k < two_ops.size(); ++k) {
+    INFO("result " << k);
+    const bool as_two_ops = gather(two_ops[k]) == gather(mapped[k]);
+    const bool as_copied = gather(copied[k]) == gather(mapped[k]);
+    CHECK(as_two_ops);
+    CHECK(as_copied);
+  }
+  // The norm's output written in forward by the two ops (their weight gradient maps it); by
+  // the fused pair mapped off, in forward and again for the weight gradient; on, never.
+  CHECK(two_ops_allocations - mapped_allocations == 1);
+  CHECK(copied_allocations - mapped_allocations == 2);
 }
 
 }  // namespace
 
 TEST_CASE("a convolution after batch norm computes the norm's output as it reads it, in forward") {
   SECTION("the same bits as the two ops, with the norm's output never written out") {
-    const FixedKernelChoice fixed;
-    auto run = [](const char* mapped, bool fused) {
-      const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
-      return on_one_processor([fused](Mesh& m) {
-        const std::size_t before = memory_stats().allocations;
-        auto results = norm_then_conv(m, "", fused);
-        return std::make_pair(std::move(results), memory_stats().allocations - before);
-      });
-    };
-    const auto [two_ops, two_ops_allocations] = run("on", false);
-    const auto [copied, copied_allocations] = run("off", true);
-    const auto [mapped, mapped_allocations] = run("on", true);
-    for (std::size_t k = 0; k < two_ops.size(); ++k) {
-      INFO("result " << k);
-      const bool as_two_ops = gather(two_ops[k]) == gather(mapped[k]);
-      const bool as_copied = gather(copied[k]) == gather(mapped[k]);
-      CHECK(as_two_ops);
-      CHECK(as_copied);
-    }
-    // The norm's output written in forward by the two ops (their weight gradient maps it); by
-    // the fused pair mapped off, in forward and again for the weight gradient; on, never.
-    CHECK(two_ops_allocations - mapped_allocations == 1);
-    CHECK(copied_allocations - mapped_allocations == 2);
+    check_norm_read_as_mapped<float>();
+  }
+  SECTION("in bfloat16 too, on the row kernels in float products") {
+    // (oneDNN's bf16 kernels and the dot products read a copy: test_conv_parts.)
+    const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
+    const Setting products("MESHTENSOR_BF16_PRODUCTS", "float");
+    check_norm_read_as_mapped<bfloat16>();
   }
   SECTION("and match one processor on every layout and a batch split") {
     std::vector<LayoutCase> cases = spatial_cases();
@@ -387,6 +407,13 @@ TEST_CASE("a convolution after batch norm computes the norm's output as it reads
     CHECK(compare_with_one_processor(
               [](Mesh& m, const Layout& l) { return norm_then_conv(m, l, true); }, 1e-4, cases) ==
           "");
+    // bfloat16 on a batch split, where each processor's convolution maps its block: against
+    // one processor, whose reductions round in another order (held to bfloat16's 1/32).
+    const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
+    const Setting products("MESHTENSOR_BF16_PRODUCTS", "float");
+    CHECK(compare_with_one_processor(
+              [](Mesh& m, const Layout& l) { return norm_then_conv<bfloat16>(m, l, true); },
+              1.0 / 32, {{"batch split 2 ways", "p:2", "batch:p"}}) == "");
   }
 }
 

@@ -489,9 +489,79 @@ void check_mapped_planes(std::int64_t c) {
 }
 }  // namespace
 
+namespace {
+// The row kernels' passes on T: bfloat16 in float products, the road that maps its parts.
+template <class T>
+void weight_gradient(const ConvGeometry& g, const ChannelParts<const T>& x, const T* dy,
+                     double* dw) {
+  if constexpr (std::is_same_v<T, float>)
+    rows::conv_backward_weight(g, x, dy, dw);
+  else
+    rows::conv_backward_weight(g, x, dy, dw, rows::Bf16Products::widened);
+}
+template <class T>
+void forward(const ConvGeometry& g, const ChannelParts<const T>& x, const T* w, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    rows::conv_forward(g, x, w, ChannelParts<T>(y, g.c_out));
+  else
+    rows::conv_forward(g, x, w, ChannelParts<T>(y, g.c_out), rows::OutputStores::by_size,
+                       rows::Bf16Products::widened);
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <class T>
+void check_mapped_parts(const ConvCheck& check) {
+  const ConvGeometry& g = check.g;
+  // The first part mapped, the rest (where there are two) as they are.
+  const std::int64_t first = g.c_in > 1 ? g.c_in / 2 : 1, positions = check.in_n / g.c_in;
+  std::vector<T> x0, x1;
+  for (std::int64_t p = 0; p < positions; ++p)
+    for (std::int64_t ch = 0; ch < g.c_in; ++ch)
+      (ch < first ? x0 : x1).push_back(T(check.x[std::size_t(p * g.c_in + ch)]));
+  const std::vector<T> w(check.w.begin(), check.w.end()), dy(check.dy.begin(), check.dy.end());
+  for (const char* bands : {"auto", "1"}) {
+    const Setting setting("MESHTENSOR_ROW_BANDS", bands);
+    const ChannelAffine f = test_affine(first, 0.0);
+    const std::vector<T> written = mapped(f, x0);
+    ChannelParts<const T> as_map, as_written;
+    as_map.add(x0.data(), first, &f);
+    as_written.add(written.data(), first);
+    if (first < g.c_in) {
+      as_map.add(x1.data(), g.c_in - first);
+      as_written.add(x1.data(), g.c_in - first);
+    }
+    std::vector<double> from_map(check.w_n, 0.0), from_written(check.w_n, 0.0);
+    weight_gradient(g, as_map, dy.data(), from_map.data());
+    weight_gradient(g, as_written, dy.data(), from_written.data());
+    CHECK(from_map == from_written);
+    // Forward reads its input's planes the same way (a normalisation's output read by the
+    // next convolution, never written out).
+    std::vector<T> y_map(check.out_n), y_written(check.out_n);
+    forward(g, as_map, w.data(), y_map.data());
+    forward(g, as_written, w.data(), y_written.data());
+    CHECK(same_bits(y_map, y_written));
+    if constexpr (std::is_same_v<T, meshtensor::bfloat16>)
+      if (rows::detail::bf16_rows) {  // the dot products read pairs as they lie: no map
+        CHECK_THROWS_WITH(
+            rows::conv_forward(g, as_map, w.data(), ChannelParts<T>(y_map.data(), g.c_out),
+                               rows::OutputStores::by_size, rows::Bf16Products::dot),
+            Catch::Contains("take no mapped parts"));
+        CHECK_THROWS_WITH(rows::conv_backward_weight(g, as_map, dy.data(), from_map.data(),
+                                                     rows::Bf16Products::dot),
+                          Catch::Contains("take no mapped parts"));
+      }
+  }
+}
+}  // namespace
+
 // The weight gradient and forward read a part given as a per-channel affine map (batch norm's
 // output, never written out) as if the map's values had been written out: the same turned planes,
-// the same sums bit for bit, whole or as one part of a concatenation, in whole planes or bands.
+// the same sums bit for bit, whole or as one part of a concatenation, in whole planes or bands;
+// bfloat16 parts mapped and rounded as norm_affine writes them, read in float products.
 TEST_CASE("row kernels read a part given as its affine map as the values it maps to") {
   if (!rows::simd_available) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
@@ -504,38 +574,10 @@ TEST_CASE("row kernels read a part given as its affine map as the values it maps
   }
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
-    const ConvGeometry& g = check.g;
-    INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << g.c_in
-                << " -> " << g.c_out);
-    // The first part mapped, the rest (where there are two) as they are.
-    const std::int64_t first = g.c_in > 1 ? g.c_in / 2 : 1, positions = check.in_n / g.c_in;
-    std::vector<float> x0, x1;
-    for (std::int64_t p = 0; p < positions; ++p)
-      for (std::int64_t ch = 0; ch < g.c_in; ++ch)
-        (ch < first ? x0 : x1).push_back(check.x[std::size_t(p * g.c_in + ch)]);
-    for (const char* bands : {"auto", "1"}) {
-      const Setting setting("MESHTENSOR_ROW_BANDS", bands);
-      const ChannelAffine f = test_affine(first, 0.0);
-      const std::vector<float> written = mapped(f, x0);
-      ChannelParts<const float> as_map, as_written;
-      as_map.add(x0.data(), first, &f);
-      as_written.add(written.data(), first);
-      if (first < g.c_in) {
-        as_map.add(x1.data(), g.c_in - first);
-        as_written.add(x1.data(), g.c_in - first);
-      }
-      std::vector<double> from_map(check.w_n, 0.0), from_written(check.w_n, 0.0);
-      rows::conv_backward_weight(g, as_map, check.dy.data(), from_map.data());
-      rows::conv_backward_weight(g, as_written, check.dy.data(), from_written.data());
-      CHECK(from_map == from_written);
-      // Forward reads its input's planes the same way (a normalisation's output read by the
-      // next convolution, never written out).
-      std::vector<float> y_map(check.out_n), y_written(check.out_n);
-      rows::conv_forward(g, as_map, check.w.data(), ChannelParts<float>(y_map.data(), g.c_out));
-      rows::conv_forward(g, as_written, check.w.data(),
-                         ChannelParts<float>(y_written.data(), g.c_out));
-      CHECK(y_map == y_written);
-    }
+    INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << check.g.c_in
+                << " -> " << check.g.c_out);
+    check_mapped_parts<float>(check);
+    check_mapped_parts<meshtensor::bfloat16>(check);
   }
 }
 

@@ -106,10 +106,36 @@ std::vector<cpu::RowsPart<T>> row_pieces(const ChannelParts<T>& parts) {
   return pieces;
 }
 
+// The parts with each affine map applied into a copy (norm_affine: the same values), for the
+// kernels that read only data.
+template <class T>
+ChannelParts<const T> mapped_copies(const ConvGeometry& g, const ChannelParts<const T>& input,
+                                    std::vector<Buffer<T>>& copies) {
+  const std::int64_t positions = g.batch * g.in[0] * g.in[1] * g.in[2];
+  ChannelParts<const T> plain;
+  copies.reserve(input.size());
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const ChannelAffine* f = input.affine_of(i);
+    if (!f) {
+      plain.add(input.data[i], input.channels[i]);
+      continue;
+    }
+    copies.emplace_back(static_cast<std::size_t>(positions * input.channels[i]));
+    norm_affine(Sizes{positions, input.channels[i]}, Strides{0, 1}, input.data[i], f->scale,
+                f->shift, T(f->floor), copies.back().data());
+    plain.add(copies.back().data(), input.channels[i]);
+  }
+  return plain;
+}
+
+// The parts as one box of data (what kernels that read no parts take), each affine map applied.
 template <class T>
 Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
+  std::vector<Buffer<T>> copies;
+  const ChannelParts<const T> plain = mapped_copies(g, parts, copies);
+  if (plain.size() == 1 && copies.size() == 1) return std::move(copies.front());
   Buffer<T> box(static_cast<std::size_t>(conv_input_size(g)));
-  kernels::join_rows(box_positions(g), row_pieces(parts), box.data());
+  kernels::join_rows(box_positions(g), row_pieces(plain), box.data());
   return box;
 }
 
@@ -292,8 +318,8 @@ inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* gr
 // bf16_kernels for the weight gradient: run(native, into) adds into grad_weight, or (a trial,
 // whose sums are discarded) into scratch.
 template <class Run>
-void bf16_weight_kernels(const ConvGeometry& g, double* grad_weight, Run&& run) {
-  bf16_kernels(g, 2, [&](bool native, bool trial) {
+void bf16_weight_kernels(const ConvGeometry& g, double* grad_weight, Run&& run, int pass = 2) {
+  bf16_kernels(g, pass, [&](bool native, bool trial) {
     Buffer<double> discarded(trial ? static_cast<std::size_t>(conv_weight_size(g)) : 0, 0.0);
     run(native, trial ? discarded.data() : grad_weight);
   });
@@ -309,10 +335,16 @@ inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* i
 }
 
 // A pass with an operand in parts along the channels: the row kernels read (or write) the parts
-// in place, oneDNN's bf16 kernels a joined copy, as bf16_kernels picks for the shape.
+// in place, oneDNN's bf16 kernels a joined copy, as bf16_kernels picks for the shape. Input parts
+// given as affine maps are mapped by the row kernels as they read them, written into oneDNN's
+// copy: a pass that reads some is timed apart (the copy is part of oneDNN's cost there).
+inline int timed_as(int pass, const ChannelParts<const bfloat16>& input) {
+  return input.has_affine() ? pass + 3 : pass;
+}
+
 inline void bf16_forward_faster(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                                 const bfloat16* weight, bfloat16* output) {
-  bf16_kernels(g, 0, [&](bool native, bool) {
+  bf16_kernels(g, timed_as(0, input), [&](bool native, bool) {
     if (native)
       return onednn::conv_forward_or(g, joined(g, input).data(), weight, output, &bf16_forward);
     rows::conv_forward(g, input, weight, ChannelParts<bfloat16>(output, g.c_out));
@@ -333,12 +365,15 @@ inline void bf16_backward_input_faster(const ConvGeometry& g, const bfloat16* gr
 inline void bf16_backward_weight_faster(const ConvGeometry& g,
                                         const ChannelParts<const bfloat16>& input,
                                         const bfloat16* grad_output, double* grad_weight) {
-  bf16_weight_kernels(g, grad_weight, [&](bool native, double* into) {
-    if (native)
-      return onednn::conv_backward_weight_or(g, joined(g, input).data(), grad_output, into,
-                                             &bf16_backward_weight);
-    rows::conv_backward_weight(g, input, grad_output, into);
-  });
+  bf16_weight_kernels(
+      g, grad_weight,
+      [&](bool native, double* into) {
+        if (native)
+          return onednn::conv_backward_weight_or(g, joined(g, input).data(), grad_output, into,
+                                                 &bf16_backward_weight);
+        rows::conv_backward_weight(g, input, grad_output, into);
+      },
+      timed_as(2, input));
 }
 #else
 inline void bf16_forward_faster(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
@@ -368,6 +403,15 @@ inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* i
   bf16_backward_weight(g, input, grad_output, grad_weight);
 }
 #endif
+
+// Whether a bfloat16 pass may run on the row kernels: not where MESHTENSOR_BF16_CONV=native.
+inline bool bf16_rows_may_run() {
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+  return bf16_kernels_setting() != "native";
+#else
+  return true;
+#endif
+}
 
 // The row kernels where they fit (float, few channels), else the CPU family's.
 template <class T>
@@ -465,9 +509,10 @@ namespace detail {
 // Whether the row kernels run a float or bfloat16 pass whose operand is in parts: on the CPU (or
 // a plan of it), where they fit the pass.
 template <class T>
+constexpr bool rows_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
+template <class T>
 bool rows_run_parts(const ConvGeometry& g, bool fits) {
-  constexpr bool rows_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
-  return rows_type && !reference_kernels && fits && !conv_is_empty(g) &&
+  return rows_type<T> && !reference_kernels && fits && !conv_is_empty(g) &&
          current_backend() != Backend::cuda;
 }
 constexpr auto no_gpu_arm = [] { return false; };
@@ -528,40 +573,26 @@ inline bool mapped_inputs_enabled() {
 }
 
 /// Whether `pass` (forward or the weight gradient) computes parts given as affine maps
-/// (ChannelParts::affine) as it reads them, with no copy of the mapped part: the float row kernels
-/// on the CPU, where they read the input as planes (not the first layer's one-channel forward).
+/// (ChannelParts::affine) as it reads them, with no copy of the mapped part: the row kernels on
+/// the CPU, where they read the input as float planes — float ones not on the first layer's
+/// one-channel forward, bfloat16 ones in float products (rows::takes_mapped_parts) unless
+/// MESHTENSOR_BF16_CONV=native. (Where oneDNN's bf16 kernels time faster they read a mapped copy.)
 template <class T>
 bool takes_mapped_input(const ConvGeometry& g, plan::ConvClass::Pass pass) {
   if (pass != plan::ConvClass::forward && pass != plan::ConvClass::backward_weight)
     throw std::invalid_argument("internal: only forward and the weight gradient read the input");
-  const bool fits = pass == plan::ConvClass::forward ? rows::forward_reads_planes(g)
-                                                     : rows::fits_backward_weight(g);
-  return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, fits) && mapped_inputs_enabled();
-}
-
-namespace detail {
-// The parts with each affine map applied into a copy (norm_affine: the same values), for the
-// kernels that read only data.
-template <class T>
-ChannelParts<const T> mapped_copies(const ConvGeometry& g, const ChannelParts<const T>& input,
-                                    std::vector<Buffer<T>>& copies) {
-  const std::int64_t positions = g.batch * g.in[0] * g.in[1] * g.in[2];
-  ChannelParts<const T> plain;
-  copies.reserve(input.size());
-  for (std::size_t i = 0; i < input.size(); ++i) {
-    const ChannelAffine* f = input.affine_of(i);
-    if (!f) {
-      plain.add(input.data[i], input.channels[i]);
-      continue;
-    }
-    copies.emplace_back(static_cast<std::size_t>(positions * input.channels[i]));
-    norm_affine(Sizes{positions, input.channels[i]}, Strides{0, 1}, input.data[i], f->scale,
-                f->shift, T(f->floor), copies.back().data());
-    plain.add(copies.back().data(), input.channels[i]);
+  const bool forward = pass == plan::ConvClass::forward;
+  if (!mapped_inputs_enabled()) return false;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    const rows::Bf16Products products = rows::bf16_products();
+    const bool fits =
+        forward ? rows::fits_forward_bf16(g) : rows::fits_backward_weight_bf16(g, products);
+    return detail::rows_run_parts<T>(g, fits) && detail::bf16_rows_may_run() &&
+           rows::takes_mapped_parts(products);
   }
-  return plain;
+  const bool fits = forward ? rows::forward_reads_planes(g) : rows::fits_backward_weight(g);
+  return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, fits);
 }
-}  // namespace detail
 
 /// conv_forward with the input held as parts along its channels (g.c_in in all), each its data or
 /// an affine map of it (a normalisation's output, never written out where takes_mapped_input).
@@ -572,7 +603,7 @@ void conv_forward(const ConvGeometry& g, const ChannelParts<const T>& input, con
     if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
     if (takes_mapped_input<T>(g, plan::ConvClass::forward))
       return dispatch(counted(g, plan::ConvClass::forward), detail::no_gpu_arm, [&] {
-        if constexpr (std::is_same_v<T, float>) detail::parts_forward(g, input, weight, output);
+        if constexpr (detail::rows_type<T>) detail::parts_forward(g, input, weight, output);
       });
     std::vector<Buffer<T>> copies;
     return conv_forward(g, detail::mapped_copies(g, input, copies), weight, output);
@@ -594,8 +625,8 @@ void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const T>& in
     if (conv_is_empty(g)) return;  // adds nothing
     if (takes_mapped_input<T>(g, plan::ConvClass::backward_weight))
       return dispatch(counted(g, plan::ConvClass::backward_weight), detail::no_gpu_arm, [&] {
-        if constexpr (std::is_same_v<T, float>)
-          rows::conv_backward_weight(g, input, grad_output, grad_weight);
+        if constexpr (detail::rows_type<T>)
+          detail::parts_backward_weight(g, input, grad_output, grad_weight);
       });
     std::vector<Buffer<T>> copies;
     return conv_backward_weight(g, detail::mapped_copies(g, input, copies), grad_output,

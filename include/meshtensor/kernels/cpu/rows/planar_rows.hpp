@@ -50,8 +50,9 @@ struct AffineVectors {
 
 // Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
 // rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
-// is loaded. With `affine` (float rows), each value is its affine map: the same formula as
-// written out (shared::affine_floor), in vectors.
+// is loaded. With `affine`, each value is its affine map: the same formula as written out
+// (shared::affine_floor), in vectors, and of bfloat16 rows rounded to bfloat16 as it would be
+// written.
 template <class From>
 void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64_t first,
                      std::int64_t width, float* out, const AffineVectors* affine = nullptr) {
@@ -65,9 +66,11 @@ void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64
   Simd::V in[8], rows[8];
   for (int v = 0; v < 8; ++v) in[v] = Simd::load(from + v * L);
   if (affine)
-    for (int v = 0; v < 8; ++v)
+    for (int v = 0; v < 8; ++v) {
       in[v] = shared::affine_floor(affine->scale[first / 8], in[v], affine->shift[first / 8],
                                    affine->floor);
+      if constexpr (std::is_same_v<From, bfloat16>) in[v] = Simd::rounded_to_bf16(in[v]);
+    }
   Simd::to_channels(in, rows);
   for (int ch = 0; ch < 8; ++ch) Simd::store(out + (first + ch) * width + i, rows[ch]);
 }
@@ -96,7 +99,8 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 /// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`; `row_stride` apart (floats)
 /// where the c channels are some of a wider planar plane's (one part of a concatenation). A plane
 /// of bfloat16 is widened as it is turned (exact): the float kernels read it with no float copy.
-/// With `affine` (c channels), the plane turned is its affine map, computed on the way.
+/// With `affine` (c channels), the plane turned is its affine map, computed on the way (a
+/// bfloat16 plane's rounded to bfloat16, the values norm_affine would have written).
 template <class From>
 void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
                const RowFormat& format, float* out, std::int64_t row_stride = 0,
@@ -108,15 +112,13 @@ void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
   if (affine) mapped.emplace(*affine);
   const ChannelAffineIn<float>* map = affine ? &*mapped : nullptr;
   // Whole vectors of positions through registers where the channels come in eights (or, with
-  // AVX-512, four: bfloat16 pairs read as floats, never mapped). Mapped bfloat16 rows, which
-  // would round each mapped value to bfloat16, one at a time.
+  // AVX-512, four: bfloat16 pairs read as floats, never mapped).
 #if defined(__AVX512F__)
   constexpr bool fours = std::is_same_v<From, float>;
 #else
   constexpr bool fours = false;
 #endif
-  const bool through_registers = (c % 8 == 0 || (fours && c == 4 && !map)) && simd_available &&
-                                 !(map && std::is_same_v<From, bfloat16>);
+  const bool through_registers = (c % 8 == 0 || (fours && c == 4 && !map)) && simd_available;
   const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
   std::optional<detail::AffineVectors> vectors;
   if (map && whole > 0) vectors.emplace(*map, c);

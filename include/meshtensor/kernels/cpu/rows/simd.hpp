@@ -25,6 +25,8 @@ struct Simd {
   static V load(const bfloat16* p) {  // widened (exact)
     return cpu::widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  // Each value rounded to bfloat16 as bfloat16(float) rounds it, and widened again (exact).
+  static V rounded_to_bf16(V v) { return cpu::widened_bf16(cpu::narrowed_bf16(__m512(v))); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   // Around the cache (p aligned to a vector): the line is not read before it is written.
   static void stream(float* p, V v) { _mm512_stream_ps(p, v); }
@@ -97,6 +99,7 @@ struct Simd {
   static V load(const bfloat16* p) {  // widened (exact)
     return cpu::widened_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static V rounded_to_bf16(V v) { return cpu::widened_bf16(cpu::narrowed_bf16(__m256(v))); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void stream(float* p, V v) { _mm256_stream_ps(p, v); }
   static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -138,6 +141,7 @@ struct Simd {  // keeps the kernels compiling; they are never chosen
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
   static V load(const bfloat16* p) { return float(*p); }
+  static V rounded_to_bf16(V v) { return float(bfloat16(v)); }
   static void store(float* p, V v) { *p = v; }
   static void stream(float* p, V v) { *p = v; }
   static V broadcast(const float* p) { return *p; }
