@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include <meshtensor/autodiff/backward.hpp>
 #include <meshtensor/ops/detail/conv_boxes.hpp>
@@ -286,9 +287,10 @@ namespace {
 // h = relu(batch_norm(conv(x, w1))), 8 channels, read by conv(h, w2) and conv_concat({h, x}, w3)
 // (8 features each): both weight gradients compute h from conv(x, w1) as they read it (the row
 // kernels take h as its affine map) where MESHTENSOR_MAPPED_INPUTS is on, else from a copy.
-std::vector<Tensor<float>> mapped_norm_chain(Mesh& m, const Layout& l) {
+std::vector<Tensor<float>> mapped_norm_chain(Mesh& m, const Layout& l, std::int64_t batch = 2) {
   // Rows of 21: a vector's positions through registers and a tail of 5.
-  auto x = test_input(m, "batch:2, x:8, y:6, z:21, channels:5", l, 1).set_requires_grad();
+  const Shape volume("batch:" + std::to_string(batch) + ", x:8, y:6, z:21, channels:5");
+  auto x = test_input(m, volume, l, 1).set_requires_grad();
   const NormalisedConv n = normalised_conv(m, l, x, 8);
   auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:8, features:8", l, 3).set_requires_grad();
   auto w3 = test_input(m, "kx:3, ky:3, kz:3, channels:13, features:8", l, 6).set_requires_grad();
@@ -320,10 +322,46 @@ TEST_CASE("a convolution's weight gradient computes a normalisation's output as 
     // h recomputed for each of the two weight gradients, or never.
     CHECK(copied_allocations - mapped_allocations == 2);
   }
-  SECTION("and match one processor, with halos (recomputed) and without (mapped)") {
+  SECTION("and on a split, by rows: the same bits, the block not recomputed") {
+    // Each processor's convolution reads its own rows in place and the halo rows kept apart
+    // (conv_rows.hpp): its weight gradient reads the own rows as the norm's map too.
+    const FixedKernelChoice fixed;
+    auto run = [](const char* mapped) {
+      const Setting setting("MESHTENSOR_MAPPED_INPUTS", mapped);
+      return on_mesh(MeshShape("p:2"), [](Mesh& m) {
+        const std::size_t before = memory_stats().allocations;
+        std::vector<xt::xarray<float>> blocks;
+        for (const auto& t : mapped_norm_chain(m, "x:p", 1)) blocks.push_back(local_block(t).data);
+        const std::size_t allocations = memory_stats().allocations - before;
+        return std::make_tuple(std::move(blocks), allocations,
+                               kernels::current_backend() == kernels::Backend::cpu);
+      });
+    };
+    const auto copied = run("off"), mapped = run("on");
+    REQUIRE(copied.size() == mapped.size());
+    for (std::size_t p = 0; p < mapped.size(); ++p) {
+      INFO("processor " << p);
+      const auto& [copied_blocks, copied_allocations, on_cpu] = copied[p];
+      const auto& [mapped_blocks, mapped_allocations, also_on_cpu] = mapped[p];
+      const bool same_bits = copied_blocks == mapped_blocks;
+      CHECK(same_bits);
+      // conv(h, w2)'s weight gradient recomputed h's block, or never (conv_concat runs on the
+      // joined concatenation on a split, whose recipe is not a map). With overlap off the
+      // convolution reads its box in slabs, each copied together from h recomputed either way;
+      // on a GPU's blocks the kernels read a copy of the map's values.
+      const bool maps = on_cpu && also_on_cpu && halo_overlap();
+      CHECK(copied_allocations - mapped_allocations == (maps ? 1u : 0u));
+    }
+  }
+  SECTION("and match one processor, with halos and without") {
     std::vector<LayoutCase> cases = spatial_cases();
     cases.push_back({"batch split 2 ways", "p:2", "batch:p"});
-    CHECK(compare_with_one_processor(mapped_norm_chain, 1e-4, cases) == "");
+    CHECK(compare_with_one_processor(
+              [](Mesh& m, const Layout& l) { return mapped_norm_chain(m, l); }, 1e-4, cases) == "");
+    // Batch 1: a split's convolutions go by rows (the weight gradient maps its own rows).
+    CHECK(compare_with_one_processor(
+              [](Mesh& m, const Layout& l) { return mapped_norm_chain(m, l, 1); }, 1e-4,
+              spatial_cases()) == "");
   }
   SECTION("a setting that is neither on nor off is refused, naming it") {
     const Setting wrong("MESHTENSOR_MAPPED_INPUTS", "yes");

@@ -51,11 +51,12 @@ struct RowsOfBox {
         own_lo(plan.halo.own().ranges[split_dim].begin - box_begin),
         own_hi(plan.halo.own().ranges[split_dim].end - box_begin) {}
 
-  // The box's rows with only the own block's (at `own`) known yet.
+  // The box's rows with only the own block's (at `own`, or `map` of it) known yet.
   template <class T>
-  BoxRows<T> own(const kernels::ConvGeometry& g, const T* own_data) const {
-    BoxRows<T> rows(kernels::input_row_size(g));
-    rows.add(own_lo, own_hi - own_lo, own_data);
+  BoxRows<T> own(const kernels::ConvGeometry& g, const T* own_data,
+                 const kernels::ChannelAffine* map = nullptr) const {
+    BoxRows<T> rows(kernels::input_row_size(g), g.c_in);
+    rows.add(own_lo, own_hi - own_lo, own_data, map);
     return rows;
   }
   template <class T>
@@ -476,8 +477,11 @@ struct ConvBackward {
   Tensor<W> weight_gradient_by_rows(Mesh& mesh, const RowsOfBox& rows_of, const T* g) const {
     const kernels::ConvGeometry& geometry = call.geometry;
     Buffer<double> acc = zero_accumulator();
-    Array<T> recomputed = empty_array<T>();  // the input block, where backward keeps its recipe
-    BoxRows<T> rows = rows_of.own(geometry, saved.own().data(recomputed));
+    // The input block where backward keeps its recipe: its map, which the kernels compute as
+    // they read (else recomputed here, with mapped inputs off).
+    Array<T> recomputed = empty_array<T>();
+    const auto [own, map] = saved.own().read_as(kernels::mapped_inputs_enabled(), recomputed);
+    BoxRows<T> rows = rows_of.own(geometry, own, map);
     rows_of.add_halo(rows, saved.halo());
     const auto [lo, hi] = interior_rows(geometry, rows_of.own_lo, rows_of.own_hi);
     weight_rows(geometry, rows, g, acc.data(), lo, hi);

@@ -15,46 +15,65 @@
 
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/common/channel_affine.hpp"
+#include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/norm.hpp"
 
 namespace meshtensor::detail {
 
 /// The rows of a convolution's box, held as runs of consecutive rows in separate arrays (the own
-/// block, halo pieces).
+/// block, halo pieces); a run may be given as the per-channel affine map of its array (a batch
+/// norm's output never written out, kernels::ChannelAffine: its channels innermost).
 template <class T>
 class BoxRows {
  public:
-  explicit BoxRows(std::int64_t row_size) : row_size_(row_size) {}
+  BoxRows(std::int64_t row_size, std::int64_t channels)
+      : row_size_(row_size), channels_(channels) {}
 
-  /// Rows [first, first + count) of the box are at `data`.
-  void add(std::int64_t first, std::int64_t count, const T* data) {
-    if (count > 0) runs_.push_back({first, first + count, data});
+  /// Rows [first, first + count) of the box are at `data`, or are `map` of the rows there.
+  void add(std::int64_t first, std::int64_t count, const T* data,
+           const kernels::ChannelAffine* map = nullptr) {
+    if (count > 0) runs_.push_back({first, first + count, data, map});
   }
 
-  /// Rows [r0, r1): a pointer into the run that holds them all, else copied into `scratch`.
-  const T* rows(std::int64_t r0, std::int64_t r1, Buffer<T>& scratch) const {
+  /// Rows [r0, r1) as the kernels' operand: in place in the run that holds them all (as its
+  /// map, where it is one), else copied (and mapped) into `scratch`.
+  kernels::ChannelParts<const T> rows(std::int64_t r0, std::int64_t r1, Buffer<T>& scratch) const {
+    kernels::ChannelParts<const T> part;
     for (const Run& run : runs_)
-      if (run.begin <= r0 && r1 <= run.end) return run.data + (r0 - run.begin) * row_size_;
+      if (run.begin <= r0 && r1 <= run.end) {
+        part.add(run.data + (r0 - run.begin) * row_size_, channels_, run.map);
+        return part;
+      }
     scratch.resize(static_cast<std::size_t>((r1 - r0) * row_size_));
     std::int64_t filled = 0;
     for (const Run& run : runs_) {
       const std::int64_t a = std::max(r0, run.begin), b = std::min(r1, run.end);
       if (a >= b) continue;
-      kernels::copy_values(run.data + (a - run.begin) * row_size_, (b - a) * row_size_,
-                           scratch.data() + (a - r0) * row_size_);
+      const T* from = run.data + (a - run.begin) * row_size_;
+      T* to = scratch.data() + (a - r0) * row_size_;
+      if (run.map)  // the values norm_affine writes
+        kernels::norm_affine(kernels::Sizes{(b - a) * row_size_ / channels_, channels_},
+                             kernels::Strides{0, 1}, from, run.map->scale, run.map->shift,
+                             T(run.map->floor), to);
+      else
+        kernels::copy_values(from, (b - a) * row_size_, to);
       filled += b - a;
     }
     if (filled != r1 - r0) throw Error("internal: a convolution read box rows nobody holds");
-    return scratch.data();
+    part.add(scratch.data(), channels_);
+    return part;
   }
 
  private:
   struct Run {
     std::int64_t begin, end;
     const T* data;
+    const kernels::ChannelAffine* map;
   };
-  std::int64_t row_size_;
+  std::int64_t row_size_, channels_;
   std::vector<Run> runs_;
 };
 

@@ -50,14 +50,19 @@ class KeptBlock {
     return scratch.data();
   }
 
-  /// Adds the block to `parts` (its channels innermost): as the affine map of the block it is
-  /// computed from, where its recipe is one and `mapped` (the kernel computes it as it reads);
-  /// else its data, recomputed into `scratch` where backward keeps the recipe.
+  /// The block for a kernel to read: where its recipe is an affine map and `mapped` (the kernel
+  /// computes it as it reads), the data of the block it is computed from and that map (its
+  /// channels innermost); else its data (recomputed into `scratch` where backward keeps the
+  /// recipe) and null.
+  std::pair<const T*, const kernels::ChannelAffine*> read_as(bool mapped, Array<T>& scratch) const {
+    if (mapped && mapped_) return {mapped_->of.array().data(), &mapped_->map};
+    return {data(scratch), nullptr};
+  }
+
+  /// Adds the block to `parts` (its channels innermost), as read_as gives it.
   void add_to(kernels::ChannelParts<const T>& parts, bool mapped, Array<T>& scratch) const {
-    if (mapped && mapped_)
-      mapped_->add_to(parts);
-    else
-      parts.add(data(scratch), block_.sizes().back());
+    const auto [values, map] = read_as(mapped, scratch);
+    parts.add(values, block_.sizes().back(), map);
   }
 
   /// Writes the block's elements, in order, to `out`.
