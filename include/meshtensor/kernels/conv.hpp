@@ -121,8 +121,7 @@ ChannelParts<const T> mapped_copies(const ConvGeometry& g, const ChannelParts<co
       continue;
     }
     copies.emplace_back(static_cast<std::size_t>(positions * input.channels[i]));
-    norm_affine(Sizes{positions, input.channels[i]}, Strides{0, 1}, input.data[i], f->scale,
-                f->shift, T(f->floor), copies.back().data());
+    norm_affine(*f, positions, input.data[i], copies.back().data());
     plain.add(copies.back().data(), input.channels[i]);
   }
   return plain;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/common/norm_formulas.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/cpu/norm.hpp"
@@ -38,6 +39,13 @@ void norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
   dispatch([&] { plan::count(plan::Family::norm, 3.0 * double(num_elements(sizes))); },
            MESHTENSOR_ON_GPU(gpu::norm_affine(sizes, key_strides, x, scale, shift, floor, out)),
            [&] { cpu::norm_affine(sizes, key_strides, x, scale, shift, floor, out); });
+}
+
+/// `positions` channels-last positions of x (f.channels() each) through the per-channel map `f`
+/// into out: the values batch norm writes, for a kernel that cannot compute them as it reads.
+template <class T>
+void norm_affine(const ChannelAffine& f, std::int64_t positions, const T* x, T* out) {
+  norm_affine(Sizes{positions, f.channels()}, Strides{0, 1}, x, f.scale, f.shift, T(f.floor), out);
 }
 
 /// Per key, the sums of g' and of g' (scale[key] v + shift[key]), g' being g masked by `mask`;

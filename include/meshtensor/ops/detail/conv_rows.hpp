@@ -54,10 +54,8 @@ class BoxRows {
       if (a >= b) continue;
       const T* from = run.data + (a - run.begin) * row_size_;
       T* to = scratch.data() + (a - r0) * row_size_;
-      if (run.map)  // the values norm_affine writes
-        kernels::norm_affine(kernels::Sizes{(b - a) * row_size_ / channels_, channels_},
-                             kernels::Strides{0, 1}, from, run.map->scale, run.map->shift,
-                             T(run.map->floor), to);
+      if (run.map)
+        kernels::norm_affine(*run.map, (b - a) * row_size_ / channels_, from, to);
       else
         kernels::copy_values(from, (b - a) * row_size_, to);
       filled += b - a;
