@@ -28,6 +28,7 @@
 #include <meshtensor/kernels/cpu/reference/fold.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
 #include <meshtensor/kernels/cpu/rows/conv.hpp>
+#include <meshtensor/kernels/cpu/vector_rate.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/cpu/onednn/conv.hpp>
 #include <meshtensor/kernels/cpu/onednn/pool.hpp>
@@ -935,6 +936,30 @@ TEST_CASE("a loop is shared among threads by the elements it covers, not by its 
     CHECK(ends[std::size_t(parts - 1)] == n);
     for (int p = 1; p < parts; ++p) CHECK(starts[std::size_t(p)] == ends[std::size_t(p - 1)]);
   }
+}
+
+TEST_CASE("the vector rates count operations a second, not one chain's latency") {
+#if defined(__AVX512F__)
+  namespace rate = meshtensor::kernels::detail;
+  // One chain of multiply-adds, each waiting for the last (4 cycles on every AVX-512 core); twelve
+  // independent ones issue at least one a cycle. A measurement the compiler had folded into one
+  // chain read as this one, and chose Zen 4's bf16 kernels and weight blocks wrongly.
+  const double one_chain =
+      16 * rate::operation_rate([](long n) {
+        __m512 acc = _mm512_setzero_ps();
+        const __m512 x = rate::rate_operand();
+        asm volatile("1:\n\tvfmadd231ps %[x], %[x], %[acc]\n\tdec %[n]\n\tjnz 1b"
+                     : [n] "+r"(n), [acc] "+v"(acc)
+                     : [x] "v"(x)
+                     : "cc");
+      }) /
+      12;
+  INFO("floats a second: twelve chains " << rate::wide_fma_rate() << ", one " << one_chain);
+  CHECK(rate::wide_fma_rate() >= 2 * one_chain);
+#else
+  CHECK_FALSE(half_width_fma_at_full_rate());
+  CHECK_FALSE(bf16_dot_products_pay());
+#endif
 }
 
 TEST_CASE("a box moved to the front of the array that holds it keeps every element, in order") {

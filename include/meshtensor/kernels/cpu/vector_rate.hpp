@@ -18,35 +18,49 @@ namespace meshtensor::kernels {
 namespace detail {
 
 #if defined(__AVX512F__)
-// Operations a second of acc = op(acc, x) into 12 independent accumulators (enough to hide the
-// latency on every core with AVX-512), best of three loops of 100000 rounds (about a millisecond).
-// An earlier loop that fed each result back as a multiplicand, a compiler barrier after every
-// operation, measured an Emerald Rapids core's 512-bit multiply-adds at half their rate.
-template <class V, class Op>
-double operation_rate(V x, Op op) {
+// Operations a second of `chains(iterations)`, which runs twelve independent chains of one
+// operation (enough to hide its latency on every core with AVX-512) that many rounds: best of
+// three loops of 100000 rounds (about a millisecond).
+template <class Chains>
+double operation_rate(Chains chains) {
   double best = 0;
   for (int round = 0; round < 3; ++round) {
-    V acc[12];
-    for (V& a : acc) a = x;
     constexpr long iterations = 100000;
     const auto start = std::chrono::steady_clock::now();
-    for (long i = 0; i < iterations; ++i) {
-#pragma GCC unroll 12
-      for (V& a : acc) a = op(a, x);
-      asm volatile("" : "+v"(x));  // not folded away
-    }
+    chains(iterations);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (V& a : acc) asm volatile("" : : "v"(a));
     best = std::max(best, double(iterations) * 12 / std::max(seconds, 1e-9));
   }
   return best;
 }
 
+// `op x, x, acc` on twelve accumulator registers named `reg`0 to 11, each x * x first, `n` rounds,
+// in one asm loop. Loops written in C++ measured latency, not throughput: GCC -O3 folded twelve
+// chains that started equal into one, or kept them in memory across each round.
+#define MESHTENSOR_OP12(op, reg)                                                             \
+  op " %[x], %[x], %%" reg "0\n\t" op " %[x], %[x], %%" reg "1\n\t" op " %[x], %[x], %%" reg \
+     "2\n\t" op " %[x], %[x], %%" reg "3\n\t" op " %[x], %[x], %%" reg "4\n\t" op            \
+     " %[x], %[x], %%" reg "5\n\t" op " %[x], %[x], %%" reg "6\n\t" op " %[x], %[x], %%" reg \
+     "7\n\t" op " %[x], %[x], %%" reg "8\n\t" op " %[x], %[x], %%" reg "9\n\t" op            \
+     " %[x], %[x], %%" reg "10\n\t" op " %[x], %[x], %%" reg "11\n\t"
+#define MESHTENSOR_CHAINS(op, reg, n, x)                                                         \
+  asm volatile(                                                                                  \
+      MESHTENSOR_OP12("vmulps", reg) "1:\n\t" MESHTENSOR_OP12(op, reg) "dec %[n]\n\tjnz 1b"      \
+      : [n] "+r"(n)                                                                              \
+      : [x] "v"(x)                                                                               \
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+        "xmm11", "cc")
+
+// A vector whose lanes read as floats or as pairs of bfloat16 are all near 1e-3: no chain ever
+// meets a subnormal or an infinity.
+inline __m512 rate_operand() { return _mm512_castsi512_ps(_mm512_set1_epi32(0x3A833A83)); }
+
 // Floats a second of 512-bit multiply-adds on the calling core, measured once.
 inline double wide_fma_rate() {
-  static const double rate = 16 * operation_rate(_mm512_set1_ps(1e-9f), [](__m512 a, __m512 x) {
-                               return _mm512_fmadd_ps(x, x, a);
+  static const double rate = 16 * operation_rate([](long n) {
+                               const __m512 x = rate_operand();
+                               MESHTENSOR_CHAINS("vfmadd231ps", "zmm", n, x);
                              });
   return rate;
 }
@@ -59,8 +73,9 @@ inline double wide_fma_rate() {
 inline bool half_width_fma_at_full_rate() {
 #if defined(__AVX512F__)
   static const bool same = [] {
-    const double narrow = 8 * detail::operation_rate(_mm256_set1_ps(1e-9f), [](__m256 a, __m256 x) {
-                            return _mm256_fmadd_ps(x, x, a);
+    const double narrow = 8 * detail::operation_rate([](long n) {
+                            const __m256 x = _mm512_castps512_ps256(detail::rate_operand());
+                            MESHTENSOR_CHAINS("vfmadd231ps", "ymm", n, x);
                           });
     return narrow >= 0.85 * detail::wide_fma_rate();
   }();
@@ -76,8 +91,9 @@ inline bool bf16_dot_products_pay() {
 #if defined(__AVX512BF16__)
   static const bool pay = [] {
     // A dot product's lane takes two products.
-    const double dot = 32 * detail::operation_rate(_mm512_set1_ps(1e-9f), [](__m512 a, __m512 x) {
-                         return _mm512_dpbf16_ps(a, __m512bh(x), __m512bh(x));
+    const double dot = 32 * detail::operation_rate([](long n) {
+                         const __m512 x = detail::rate_operand();
+                         MESHTENSOR_CHAINS("vdpbf16ps", "zmm", n, x);
                        });
     return dot >= 1.2 * detail::wide_fma_rate();
   }();
@@ -86,5 +102,10 @@ inline bool bf16_dot_products_pay() {
   return false;
 #endif
 }
+
+#if defined(__AVX512F__)
+#undef MESHTENSOR_CHAINS
+#undef MESHTENSOR_OP12
+#endif
 
 }  // namespace meshtensor::kernels
