@@ -4,8 +4,12 @@
 // raw oneDNN primitives in the formats oneDNN picks, data already in those formats (the floor any
 // framework on oneDNN can reach). Also the machine's FMA peak, and each line's share of it. One
 // JSON object per line. A channel entry is C (C -> C) or CIN:COUT (1:8, the U-Net's first layer).
+// --precision bf16 adds meshtensor's bfloat16 kernels pass by pass (impl meshtensor_kernels_bf16:
+// the roads MESHTENSOR_BF16_CONV and MESHTENSOR_BF16_PRODUCTS pick; weight gradients summed in
+// double, as in training); --precision both runs fp32's set and these.
 //
 //   bench_conv [--channels 8,16,32,64] [--sizes 32,64,128] [--threads 2] [--seconds 2]
+//              [--precision fp32|bf16|both]
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -35,6 +39,7 @@ struct Options {
   std::vector<long> sizes{32, 64, 128};
   int threads = 0;       // 0: all cores
   double seconds = 2.0;  // measuring time per case (at least 2 repetitions)
+  bool fp32 = true, bf16 = false;
 };
 
 std::vector<long> parse_list(const std::string& flag, const std::string& text) {
@@ -81,9 +86,14 @@ Options parse(int argc, char** argv) {
       options.threads = std::stoi(value);
     else if (flag == "--seconds")
       options.seconds = std::stod(value);
+    else if (flag == "--precision" && (value == "fp32" || value == "bf16" || value == "both")) {
+      options.fp32 = value != "bf16";
+      options.bf16 = value != "fp32";
+    } else if (flag == "--precision")
+      throw mt::Error("--precision: " + mt::detail::quote(value) + " is not fp32, bf16 or both");
     else
       throw mt::Error("unknown flag " + flag +
-                      "; valid flags are --channels, --sizes, --threads and --seconds");
+                      "; valid flags are --channels, --sizes, --threads, --seconds and --precision");
   }
   return options;
 }
@@ -219,7 +229,9 @@ std::array<double, 3> meshtensor_conv(mt::Mesh& mesh, Channels c, long s, double
   });
 }
 
-// The kernels the conv op calls, pass by pass, on a whole block with 'same' zero padding.
+// The kernels the conv op calls, pass by pass, on a whole block with 'same' zero padding, in
+// element type T (float or bfloat16).
+template <class T>
 std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
   namespace kernels = mt::kernels;
   kernels::ConvGeometry g;
@@ -233,13 +245,13 @@ std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
   // Aligned as the library's tensors are: streamed stores need whole aligned vectors, and an
   // unaligned vector load spans two cache lines.
   auto filled = [&](std::int64_t n) {
-    mt::Buffer<float> v(static_cast<std::size_t>(n));
-    for (auto& e : v) e = uniform(rng);
+    mt::Buffer<T> v(static_cast<std::size_t>(n));
+    for (auto& e : v) e = T(uniform(rng));
     return v;
   };
   const auto x = filled(kernels::conv_input_size(g)), w = filled(27 * c.in * c.out),
              dy = filled(kernels::conv_output_size(g));
-  mt::Buffer<float> y(dy.size()), dx(x.size());
+  mt::Buffer<T> y(dy.size()), dx(x.size());
   std::vector<double> dw(w.size());
   return median_phases<3>(seconds, [&](std::array<double, 3>& t) {
     double start = now();
@@ -268,17 +280,23 @@ int main(int argc, char** argv) {
   omp_set_num_threads(threads);
   fma_peak = bench::fma_peak_gflops(threads);
   std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"gflops\":%.1f}\n", threads, fma_peak);
-  for (long s : options.sizes)
-    for (Channels c : options.channels)
-      print("onednn_raw", c, s, threads, raw_onednn(c, s, options.seconds, false));
-  for (long s : options.sizes)
-    for (Channels c : options.channels)
-      print("onednn_raw_ndhwc", c, s, threads, raw_onednn(c, s, options.seconds, true));
+  for (bool ndhwc : {false, true})
+    for (long s : options.fp32 ? options.sizes : std::vector<long>{})
+      for (Channels c : options.channels)
+        print(ndhwc ? "onednn_raw_ndhwc" : "onednn_raw", c, s, threads,
+              raw_onednn(c, s, options.seconds, ndhwc));
   setenv("MESHTENSOR_THREADS_PER_PROCESSOR", std::to_string(threads).c_str(), 1);
   return mt::run(argc, argv, mt::MeshShape("p:1"), [&](mt::Mesh& mesh) {
     for (long s : options.sizes)
-      for (Channels c : options.channels)
-        print("meshtensor_kernels", c, s, threads, meshtensor_kernels(c, s, options.seconds));
+      for (Channels c : options.channels) {
+        if (options.fp32)
+          print("meshtensor_kernels", c, s, threads,
+                meshtensor_kernels<float>(c, s, options.seconds));
+        if (options.bf16)
+          print("meshtensor_kernels_bf16", c, s, threads,
+                meshtensor_kernels<mt::bfloat16>(c, s, options.seconds));
+      }
+    if (!options.fp32) return;
     for (long s : options.sizes)
       for (Channels c : options.channels)
         print("meshtensor", c, s, threads, meshtensor_conv(mesh, c, s, options.seconds));

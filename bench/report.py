@@ -37,15 +37,18 @@ def conv_section(rows, peak):
     by = {(r["impl"], r["size"], r["channels"]): r for r in convs}
     lines = ["## 3x3x3 convolution, forward + backward (GFLOP/s, batch 1, same padding)", "",
              f"Machine FMA peak by a plain FMA loop: **{fmt(peak, 1)} GFLOP/s**. "
-             "Target: meshtensor ≥ 0.9x the raw oneDNN primitives on every shape, ≥ 1.0x PyTorch.",
+             "Target: meshtensor ≥ 0.9x the raw oneDNN primitives on every shape, ≥ 1.0x PyTorch. "
+             "bf16: meshtensor's bfloat16 kernels pass by pass (the roads training takes), against "
+             "the fp32 op.",
              "",
              "| size | C | meshtensor | raw oneDNN (blocked) | raw oneDNN (ndhwc) | "
              + " | ".join(impls) + " | meshtensor / raw blocked | meshtensor / raw best | "
-             "meshtensor / best PyTorch | % of peak |",
-             "|---" * (9 + len(impls)) + "|"]
+             "meshtensor / best PyTorch | % of peak | meshtensor bf16 kernels | bf16 / fp32 |",
+             "|---" * (11 + len(impls)) + "|"]
     for s, c in shapes:
         get = lambda impl: by.get((impl, s, c), {}).get("gflops")
         ours, blocked, ndhwc = get("meshtensor"), get("onednn_raw"), get("onednn_raw_ndhwc")
+        bf16 = get("meshtensor_kernels_bf16")
         torch = [get(i) for i in impls]
         best_torch = max([t for t in torch if t] or [None]) if any(torch) else None
         best_raw = max(v for v in (blocked, ndhwc) if v) if (blocked or ndhwc) else None
@@ -54,7 +57,8 @@ def conv_section(rows, peak):
                      + " | ".join(fmt(t) for t in torch)
                      + f" | {ratio(ours, blocked)} | {ratio(ours, best_raw)} | "
                      f"{ratio(ours, best_torch)} | "
-                     f"{fmt(100 * ours / peak if ours and peak else None)}% |")
+                     f"{fmt(100 * ours / peak if ours and peak else None)}% | "
+                     f"{fmt(bf16)} | {ratio(bf16, ours)} |")
     return lines
 
 

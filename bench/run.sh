@@ -40,7 +40,7 @@ fi
 
 echo "convolution throughput ..."
 "$build/bench/bench_conv" --channels "$channels" --sizes "$sizes" --threads "$cores" \
-  --seconds "$seconds" >> "$raw"
+  --seconds "$seconds" --precision both >> "$raw"
 for py in "${pythons[@]}"; do
   "$py" "$root/bench/torch_bench.py" conv --channels "$channels" --sizes "$sizes" \
     --threads "$cores" --seconds "$seconds" >> "$raw"
