@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <meshtensor/kernels/conv.hpp>
@@ -230,9 +231,10 @@ std::string mapped_part_matches_written(PartsCase pc, bool whole) {
 
 }  // namespace
 
-// The row kernels compute the mapped part as they read it (float, and bfloat16 in float
-// products); every other kernel (bfloat16 dot products, oneDNN's bf16 ones, shapes the row kernels
-// do not take, MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
+// The row kernels compute the mapped part as they read it (float; bfloat16 in float products,
+// and the weight gradient in dot products); every other kernel (the bfloat16 dot products'
+// forward pass, oneDNN's bf16 ones, shapes the row kernels do not take,
+// MESHTENSOR_MAPPED_INPUTS=off) reads a copy written first.
 TEST_CASE(
     "forward and the weight gradient read a part given as its affine map as the values it maps "
     "to") {
@@ -259,29 +261,30 @@ TEST_CASE(
       }
 }
 
-// Which bfloat16 roads compute a mapped part as they read it: the row kernels in float products;
-// not the dot products (they read bfloat16 pairs as they lie), nor oneDNN's bf16 kernels.
-TEST_CASE("the bfloat16 row kernels in float products map a part as they read it") {
+// Which bfloat16 roads compute a mapped part as they read it: the row kernels in float products,
+// both passes; in dot products the weight gradient (its bfloat16 planes are turned through float
+// registers) but not forward (it reads channel pairs as floats' bits); never oneDNN's bf16 kernels.
+TEST_CASE("which bfloat16 roads map a part as they read it") {
   const ConvGeometry g = geometry_of(parts_cases.front());  // 8 + 8 -> 8
   if (!rows::fits_forward(g)) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
+  // {forward, weight gradient}
   const auto maps = [&](const char* products, const char* kernels) {
     const Setting multiply("MESHTENSOR_BF16_PRODUCTS", products);
     const Setting chosen("MESHTENSOR_BF16_CONV", kernels);
-    const bool forward = takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::forward);
-    const bool weight =
-        takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::backward_weight);
-    CHECK(forward == weight);
-    return forward;
+    return std::pair<bool, bool>{
+        takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::forward),
+        takes_mapped_input<meshtensor::bfloat16>(g, plan::ConvClass::backward_weight)};
   };
-  CHECK(maps("float", "widened"));
-  CHECK(maps("float", "auto"));  // where the timing picks oneDNN's, that reads a copy
-  if (rows::detail::bf16_rows) CHECK_FALSE(maps("dot", "widened"));
+  const std::pair<bool, bool> both{true, true}, weight_alone{false, true}, neither{false, false};
+  CHECK(maps("float", "widened") == both);
+  CHECK(maps("float", "auto") == both);  // where the timing picks oneDNN's, that reads a copy
+  if (rows::detail::bf16_rows) CHECK(maps("dot", "widened") == weight_alone);
 #ifdef MESHTENSOR_WITH_ONEDNN
-  CHECK_FALSE(maps("float", "native"));
+  CHECK(maps("float", "native") == neither);
 #endif
   const Setting off("MESHTENSOR_MAPPED_INPUTS", "off");
-  CHECK_FALSE(maps("float", "widened"));
+  CHECK(maps("float", "widened") == neither);
 }

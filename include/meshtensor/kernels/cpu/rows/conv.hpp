@@ -681,10 +681,16 @@ inline Bf16Products bf16_products() {
   return detail::bf16_rows && bf16_dot_products_pay() ? Bf16Products::dot : Bf16Products::widened;
 }
 
-/// Whether the bfloat16 passes below compute parts given as affine maps as they read them: in
-/// float products, where each plane is widened as it is turned (the dot products read the
-/// bfloat16 pairs as they lie).
-inline bool takes_mapped_parts(Bf16Products products) { return products == Bf16Products::widened; }
+/// Whether the bfloat16 forward pass below computes parts given as affine maps as it reads them:
+/// in float products, where each plane is widened as it is turned (the dot products read the
+/// input's channel pairs as floats' bits).
+inline bool forward_takes_mapped_parts(Bf16Products products) {
+  return products == Bf16Products::widened;
+}
+
+/// The same for the bfloat16 weight gradient: in either products (the dot products turn
+/// bfloat16 planes through float registers, where the map is applied and rounded).
+inline bool weight_gradient_takes_mapped_parts(Bf16Products) { return true; }
 
 /// Whether the bfloat16 passes below run `g`: where the float ones do.
 inline bool fits_forward_bf16(const ConvGeometry& g) { return fits_forward(g); }
@@ -747,14 +753,14 @@ inline void forward_in_float_products(const ConvGeometry& g,
 /// products where the input channels come in pairs); sums in float, outputs rounded to bfloat16.
 /// The input read and the output written in parts along the channels (a concatenation read as its
 /// parts; output parts as takes_output_parts); in float products, input parts given as affine maps
-/// are mapped as they are read (takes_mapped_parts).
+/// are mapped as they are read (forward_takes_mapped_parts).
 inline void conv_forward(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                          const bfloat16* weight, const ChannelParts<bfloat16>& output,
                          OutputStores stores = OutputStores::by_size,
                          Bf16Products products = bf16_products()) {
   if (!takes(g))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
-  if (input.has_affine() && !takes_mapped_parts(products))
+  if (input.has_affine() && !forward_takes_mapped_parts(products))
     throw std::invalid_argument("internal: the bfloat16 dot products take no mapped parts");
   const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
 #if defined(__AVX512BF16__)
@@ -820,15 +826,13 @@ inline bool fits_backward_weight_bf16(const ConvGeometry& g,
 /// The same for bfloat16 operands, with no float copy of them: in dot products, two positions'
 /// products a lane; in float products, the operands widened as their planes are turned. Exactly
 /// the float kernel's products either way, summed in float (in dot products in another order).
-/// The input held as parts along its channels (a concatenation read as its parts; in float
-/// products, parts given as affine maps mapped as they are read).
+/// The input held as parts along its channels (a concatenation read as its parts; parts given as
+/// affine maps mapped as they are read, weight_gradient_takes_mapped_parts).
 inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                                  const bfloat16* grad_output, double* grad_weight,
                                  Bf16Products products = bf16_products()) {
   if (!fits_backward_weight_bf16(g, products))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
-  if (input.has_affine() && !takes_mapped_parts(products))
-    throw std::invalid_argument("internal: the bfloat16 dot products take no mapped parts");
 #if defined(__AVX512BF16__)
   if (products == Bf16Products::dot)
     return detail::planar_backward_weight<bfloat16>(g, input, grad_output, grad_weight);

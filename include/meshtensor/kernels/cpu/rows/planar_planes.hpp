@@ -138,13 +138,10 @@ class PlanarPlanesOf {
     for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++]) {
       const From* rows = box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i];
       T* to = plane + rows_.lo * row_stride + std::int64_t(first) * format_.width;
-      if constexpr (std::is_same_v<T, float>)
-        // A part given as its affine map is mapped here (into float planes alone: the bfloat16
-        // dot products refuse mapped parts, rows::conv_forward and conv_backward_weight).
-        to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
-                  box.affine_of(i));
-      else
-        to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride);
+      // A part given as its affine map is mapped here (the forward pass in dot products, which
+      // reads bfloat16 pairs as floats, refuses mapped parts: rows::conv_forward).
+      to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
+                box.affine_of(i));
     }
     return plane;
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -160,9 +161,11 @@ namespace detail {
 
 // Channels [first, first + 8) of 16 positions [i, i + 16) of a bfloat16 channels-last row into
 // the planar rows `out`, through float registers (a bfloat16 is the upper half of a float, so
-// both conversions are exact shifts).
+// both conversions are exact shifts). With `affine` (AVX-512 only), each value is its affine map
+// rounded to bfloat16, as norm_affine writes it.
 inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c, std::int64_t first,
-                            std::int64_t width, bfloat16* out) {
+                            std::int64_t width, bfloat16* out,
+                            const AffineVectors* affine = nullptr) {
 #if defined(__AVX512F__)
   alignas(64) bfloat16 positions[16 * 8];
   const bfloat16* from = row + i * c + first;
@@ -175,12 +178,17 @@ inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c,
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + 16 * v));
     in[v] = Simd::V(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
   }
+  if (affine)  // two positions' 8 channels a vector: the layout AffineVectors holds
+    for (int v = 0; v < 8; ++v)
+      in[v] = Simd::rounded_to_bf16(shared::affine_floor(affine->scale[first / 8], in[v],
+                                                         affine->shift[first / 8], affine->floor));
   Simd::to_channels(in, rows);
   for (int ch = 0; ch < 8; ++ch)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (first + ch) * width + i),
                         _mm512_maskz_cvtepi32_epi16(
                             0xffff, _mm512_maskz_srli_epi32(0xffff, __m512i(rows[ch]), 16)));
 #else
+  if (affine) throw std::logic_error("internal: bfloat16 planes map in vectors on AVX-512 only");
   for (int p = 0; p < 16; ++p)
     for (int ch = 0; ch < 8; ++ch)
       out[(first + ch) * width + i + p] = row[(i + p) * c + first + ch];
@@ -244,12 +252,25 @@ inline void thirty_two_to_planar(const bfloat16* row, std::int64_t i, std::int64
 
 }  // namespace detail
 
-/// The same for a plane of bfloat16 (for the bfloat16 row kernels, AVX-512).
+/// The same for a plane of bfloat16 (for the bfloat16 row kernels, AVX-512). With `affine` (c
+/// channels), the plane turned is its affine map rounded to bfloat16, the values norm_affine
+/// would have written.
 inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-                      const RowFormat& format, bfloat16* out, std::int64_t row_stride = 0) {
+                      const RowFormat& format, bfloat16* out, std::int64_t row_stride = 0,
+                      const ChannelAffine* affine = nullptr) {
   if (row_stride == 0) row_stride = c * format.width;
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
-  const std::int64_t whole = c % 8 == 0 ? n2 / 16 * 16 : 0;
+  std::optional<ChannelAffineIn<float>> map;
+  if (affine) map.emplace(*affine);
+#if defined(__AVX512F__)
+  const bool vectors_map = true;
+#else
+  const bool vectors_map = false;
+#endif
+  const std::int64_t whole = c % 8 == 0 && (!map || vectors_map) ? n2 / 16 * 16 : 0;
+  std::optional<detail::AffineVectors> vectors;
+  if (map && whole > 0) vectors.emplace(*map, c);
+  const detail::AffineVectors* map_vectors = vectors ? &*vectors : nullptr;
   // The padding as bytes (bfloat16 zero is all zero bits): std::fill of the class type stored
   // one value at a time, 7% of the bfloat16 weight gradient at 64^3.
   const auto zeros = [](bfloat16* to, std::int64_t n) {
@@ -261,16 +282,19 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
     for (std::int64_t first = 0; first < c && whole > 0; first += 8) {
       std::int64_t i = 0;
 #if defined(__AVX512BW__)
-      for (; i + 32 <= whole; i += 32)
+      for (; i + 32 <= whole && !map; i += 32)  // words permuted as they lie: never mapped
         detail::thirty_two_to_planar(row, i, c, first, format.width, rows + format.before);
 #endif
       for (; i < whole; i += 16)
-        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before);
+        detail::eight_to_planar(row, i, c, first, format.width, rows + format.before, map_vectors);
     }
     for (std::int64_t ch = 0; ch < c; ++ch) {
       bfloat16* to = rows + ch * format.width;
       zeros(to, format.before);
-      if (c == 1)
+      if (map)
+        for (std::int64_t i = whole; i < n2; ++i)
+          to[format.before + i] = (*map)(ch, row[i * c + ch]);
+      else if (c == 1)
         std::memcpy(to + format.before + whole, row + whole, (n2 - whole) * sizeof(bfloat16));
       else
         for (std::int64_t i = whole; i < n2; ++i) to[format.before + i] = row[i * c + ch];
