@@ -195,14 +195,25 @@ void print_breakdown(mt::Mesh& mesh, Step& step, int steps, double step_s, doubl
   for (int p = 0; p < kernels::plan::ConvClass::passes; ++p)
     passes += std::string(p ? "," : "") + "\"" + names[p] +
               "\":" + std::to_string(largest(mesh, by_pass[p]));
+  // By class too: "pass/width" (3x3x3 or one tap, narrower side's channels rounded down to a
+  // power of two), where a precision's gains and losses show.
+  std::string classes;
+  for (std::size_t c = 0; c < times.conv_seconds.size(); ++c) {
+    const double seconds = largest(mesh, times.conv_seconds[c] / steps);
+    if (seconds == 0) continue;
+    using Class = kernels::plan::ConvClass;
+    classes += std::string(classes.empty() ? "" : ",") + "\"" + names[Class::pass_of(c)] + "/" +
+               (Class::one_tap_of(c) ? "1x1x1/" : "") + std::to_string(1 << Class::width_of(c)) +
+               "\":" + std::to_string(seconds);
+  }
   const double kernels_s = largest(mesh, all);
   if (mesh.processor() == 0)
     std::printf(
         "{\"bench\":\"unet_step_breakdown\",\"processors\":%d,\"step_s\":%.4f,"
         "\"kernels_s\":%.4f,\"halo_s\":%.4f,\"rest_s\":%.4f,\"kernel_s\":{%s},"
-        "\"conv_pass_s\":{%s}}\n",
+        "\"conv_pass_s\":{%s},\"conv_class_s\":{%s}}\n",
         mesh.num_processors(), step_s, kernels_s, halo_s, step_s - kernels_s - halo_s,
-        families.c_str(), passes.c_str());
+        families.c_str(), passes.c_str(), classes.c_str());
 }
 
 // One training step of each model in turn, `steps` times after a warm-up step each: the median
@@ -239,9 +250,9 @@ void print_precision_pair(mt::Mesh& mesh, const Options& o, const unet3d::ModelC
         "\"threads\":%d,\"size\":%lld,\"channels\":%d,\"depth\":%d,\"steps\":%d,"
         "\"fp32_step_s\":%.4f,\"bf16_step_s\":%.4f,\"bf16_over_fp32\":%.4f,"
         "\"bf16_over_fp32_low\":%.4f,\"bf16_over_fp32_high\":%.4f}\n",
-        mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(),
-        (long long)o.size, o.channels, o.depth, o.steps, median(fp32_s), median(bf16_s),
-        median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+        mesh.transport().c_str(), mesh.num_processors(), mt::compute_threads(), (long long)o.size,
+        o.channels, o.depth, o.steps, median(fp32_s), median(bf16_s), median(ratios),
+        *std::min_element(ratios.begin(), ratios.end()),
         *std::max_element(ratios.begin(), ratios.end()));
 }
 
@@ -289,7 +300,7 @@ int main(int argc, char** argv) {
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
     double cpu_idle = 0;
-  const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle);
+    const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle);
     const auto halo = mt::halo_profile(mesh);
     const auto stats = mt::memory_stats();
     const double mib = 1024.0 * 1024.0;
@@ -343,9 +354,10 @@ int main(int argc, char** argv) {
           layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
-          step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size),
-          pool_peak, pool_step_peak, pool_in_use_peak, at_peak.c_str(), parameters_mib, rss_start, rss_before_model,
-          rss_peak, allocations, misses, fresh_mib, conv_gflop, conv_gflop / step_s);
+          step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
+          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
+          at_peak.c_str(), parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
+          misses, fresh_mib, conv_gflop, conv_gflop / step_s);
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

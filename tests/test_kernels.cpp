@@ -608,8 +608,8 @@ TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels 
     WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
     return;
   }
-  // 'same' padding, batch 2, rows that are not whole vectors of bfloat16 pairs; 32 -> 32 is
-  // oneDNN's or the widened float kernels'.
+  // 'same' padding, batch 2, rows that are not whole vectors of bfloat16 pairs; 16 -> 24 on the
+  // planar kernel (output channels not in sixteens), the others with the output channels in lanes.
   const std::vector<Case> cases{
       {{4, 5, 37}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 16, 16, false, false, 1},
       {{3, 4, 40}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 32, 16, false, false, 1},
@@ -620,15 +620,75 @@ TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels 
     CHECK_FALSE(rows::takes(exact.g));
     REQUIRE(rows::fits_backward_weight_bf16(exact.g, rows::Bf16Products::dot));
     CHECK_FALSE(rows::fits_backward_weight_bf16(exact.g, rows::Bf16Products::widened));
+    CHECK(rows::runs_channel_lanes_weight(exact.g) == (c.c_out % 16 == 0));
     const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
         dy(exact.dy.begin(), exact.dy.end());
     std::vector<double> dw(exact.w_n, 0.0);
     rows::conv_backward_weight(exact.g, x.data(), dy.data(), dw.data(), rows::Bf16Products::dot);
     CHECK(relative_gap(exact.dw_ref, dw) < 1e-5);
   }
-  Case wide = cases.front();
-  wide.c_in = wide.c_out = 32;
-  CHECK_FALSE(rows::fits_backward_weight_bf16(ConvCheck(wide).g, rows::Bf16Products::dot));
+}
+
+// Output channels in the lanes, pairs of positions in each dot product: odd rows (a last pair
+// with one position), rows shorter than a vector (16^3's level), dilation, two taps along the
+// rows, no padding, padding before only, a stride across planes, in bands of any rows and with
+// the input in parts: the reference's sums (products exact, summed in float).
+TEST_CASE("the bfloat16 weight gradient with output channels in lanes agrees with the reference") {
+  if (!rows::detail::bf16_rows) {
+    WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
+    return;
+  }
+#if defined(__AVX512BF16__)  // (the kernel is built only there)
+  const std::vector<Case> cases{
+      {{4, 5, 37}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 16, 16, false, false, 1},
+      {{3, 3, 9}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 32, 32, false, false, 1},
+      {{4, 4, 11}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, 1, 8, 16, false, false, 2},
+      {{3, 4, 6}, {3, 3, 2}, {1, 1, 1}, {1, 1, 1}, 2, 16, 32, false},
+      {{4, 6, 6}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2, 16, 16, false, false, 1, true},
+      {{2, 3, 5}, {3, 3, 3}, {2, 1, 1}, {1, 1, 1}, 1, 8, 16, false, false, 1},
+      {{3, 4, 8}, {1, 1, 3}, {1, 1, 1}, {1, 1, 1}, 1, 24, 48, false}};
+  for (const Case& c : cases) {
+    const ConvCheck exact(c, true);
+    const ConvGeometry& g = exact.g;
+    INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                << c.c_out);
+    REQUIRE(rows::fits_channel_lanes_weight(g));
+    const std::vector<meshtensor::bfloat16> x(exact.x.begin(), exact.x.end()),
+        dy(exact.dy.begin(), exact.dy.end());
+    std::vector<double> whole(exact.w_n, 0.0);
+    rows::channel_lanes_backward_weight(g,
+                                        ChannelParts<const meshtensor::bfloat16>(x.data(), c.c_in),
+                                        dy.data(), whole.data(), g.out[1]);
+    CHECK(relative_gap(exact.dw_ref, whole) < 1e-5);
+    // The input as two parts (8 channels, then the rest), in bands of 1 and 2 rows: each band
+    // turns only the rows it reads.
+    std::vector<meshtensor::bfloat16> x0, x1;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      (std::int64_t(i) % c.c_in < 8 ? x0 : x1).push_back(x[i]);
+    ChannelParts<const meshtensor::bfloat16> parts;
+    parts.add(x0.data(), 8);
+    if (c.c_in > 8) parts.add(x1.data(), c.c_in - 8);
+    for (const std::int64_t band : {std::int64_t{1}, std::int64_t{2}}) {
+      std::vector<double> banded(exact.w_n, 0.0);
+      rows::channel_lanes_backward_weight(g, parts, dy.data(), banded.data(), band);
+      CHECK(relative_gap(exact.dw_ref, banded) < 1e-5);
+    }
+  }
+  // Not taken: output channels not in sixteens, input channels not in eights, a stride along the
+  // planes' rows, a cropped box before the rows.
+  Case odd = cases.front();
+  odd.c_out = 24;
+  CHECK_FALSE(rows::fits_channel_lanes_weight(ConvCheck(odd).g));
+  odd = cases.front();
+  odd.c_in = 12;
+  CHECK_FALSE(rows::fits_channel_lanes_weight(ConvCheck(odd).g));
+  odd = cases.front();
+  odd.stride = {1, 2, 1};
+  CHECK_FALSE(rows::fits_channel_lanes_weight(ConvCheck(odd).g));
+  ConvGeometry cropped = ConvCheck(cases.front()).g;
+  cropped.taps[2].origin = 1;
+  CHECK_FALSE(rows::fits_channel_lanes_weight(cropped));
+#endif
 }
 
 TEST_CASE("row kernels turn down transposed convolutions, strided rows and short rows") {

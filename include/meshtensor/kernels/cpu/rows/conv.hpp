@@ -29,6 +29,7 @@
 #include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/cpu/cache_size.hpp"
+#include "meshtensor/kernels/cpu/rows/channel_lanes_weight.hpp"
 #include "meshtensor/kernels/cpu/rows/one_channel_forward.hpp"
 #include "meshtensor/kernels/cpu/rows/one_channel_weight.hpp"
 #include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
@@ -816,11 +817,22 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
 
 /// Whether the bfloat16 weight gradient below runs `g` in `products`: where the float one does;
 /// in dot products with up to 16 channels on one side (2 AMD cores, 16 -> 16 at 64^3: 357
-/// GFLOP/s against oneDNN's bf16 178 and the widened float kernels' 208; from 32 -> 16 on,
-/// oneDNN's bf16 runs faster, and kernels::conv picks it by timing each shape).
+/// GFLOP/s against oneDNN's bf16 178 and the widened float kernels' 208) and wherever the output
+/// channels come in sixteens (runs_channel_lanes_weight: 16 -> 32, 32 -> 32, 64 -> 32 at 16^3
+/// 342-350 against oneDNN's bf16 285-299); kernels::conv times each shape against oneDNN's.
 inline bool fits_backward_weight_bf16(const ConvGeometry& g,
                                       Bf16Products products = bf16_products()) {
-  return products == Bf16Products::dot ? fits_backward_weight(g, 16) : fits_backward_weight(g);
+  if (products == Bf16Products::dot)
+    return fits_backward_weight(g, 16) || (enabled() && fits_channel_lanes_weight(g));
+  return fits_backward_weight(g);
+}
+
+/// Whether the bfloat16 weight gradient in dot products runs `g` with the output channels in the
+/// lanes (rows/channel_lanes_weight.hpp) rather than on the planar kernel: wherever it takes g
+/// (2 Zen 4 cores, GFLOP/s against the planar kernel's: 8 -> 16, 16 -> 16, 32 -> 16 at 32^3 347,
+/// 354, 358 against 287, 285, 283; at 64^3 334, 351, 346 against 364, 343, 323).
+inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
+  return enabled() && fits_channel_lanes_weight(g);
 }
 
 /// The same for bfloat16 operands, with no float copy of them: in dot products, two positions'
@@ -834,6 +846,17 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
   if (!fits_backward_weight_bf16(g, products))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
 #if defined(__AVX512BF16__)
+  if (products == Bf16Products::dot && runs_channel_lanes_weight(g)) {
+    // Bands as the planar kernel's, of rows of pair words.
+    const detail::PairGeometry p = detail::pair_geometry(g);
+    detail::RowGeometry words;
+    words.box = p.box;
+    const std::int64_t band =
+        detail::band_rows(g, words, sizeof(std::uint32_t), sizeof(bfloat16),
+                          g.out[2] * g.c_out * std::int64_t(sizeof(bfloat16)) +
+                              p.pairs * g.c_out * std::int64_t(sizeof(std::uint32_t)));
+    return channel_lanes_backward_weight(g, input, grad_output, grad_weight, band);
+  }
   if (products == Bf16Products::dot)
     return detail::planar_backward_weight<bfloat16>(g, input, grad_output, grad_weight);
 #endif

@@ -82,11 +82,27 @@ inline PlaneRows rows_read(const ConvGeometry& g, std::int64_t lo, std::int64_t 
   return {first, std::clamp<std::int64_t>(last + 1, first, g.in[1])};
 }
 
+// How PlanarPlanesOf turns a part's rows: planar rows [row][channel][format.width] (to_planar),
+// the part's channels `first` rows in.
+struct TurnPlanar {
+  static std::int64_t part_offset(std::int64_t first, const RowFormat& format) {
+    return first * format.width;
+  }
+  template <class From, class T>
+  static void turn(const From* rows, std::int64_t n1, std::int64_t n2, std::int64_t c,
+                   const RowFormat& format, T* to, std::int64_t row_stride,
+                   const ChannelAffine* affine) {
+    to_planar(rows, n1, n2, c, format, to, row_stride, affine);
+  }
+};
+
 // The box's planes (batch p, first-dim index i) in planar form, a few at a time: the ones the
 // current output plane reads, each turned once while consecutive output planes share it. Where
 // whole planes would not stay in the second-level cache while the planes that share them pass,
 // the kernels take the output planes in bands of rows, and only the rows a band reads are turned.
-template <class T>
+// Turn says into what (TurnPlanar; rows/pair_words.hpp's position pairs); a row holds c_in
+// times format.width values either way.
+template <class T, class Turn = TurnPlanar>
 class PlanarPlanesOf {
  public:
   PlanarPlanesOf(const ConvGeometry& g, const RowFormat& format)
@@ -137,11 +153,11 @@ class PlanarPlanesOf {
     const std::int64_t row_stride = g_.c_in * format_.width;
     for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++]) {
       const From* rows = box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i];
-      T* to = plane + rows_.lo * row_stride + std::int64_t(first) * format_.width;
+      T* to = plane + rows_.lo * row_stride + Turn::part_offset(std::int64_t(first), format_);
       // A part given as its affine map is mapped here (the forward pass in dot products, which
       // reads bfloat16 pairs as floats, refuses mapped parts: rows::conv_forward).
-      to_planar(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
-                box.affine_of(i));
+      Turn::turn(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
+                 box.affine_of(i));
     }
     return plane;
   }

@@ -1,0 +1,128 @@
+#pragma once
+// Channels-last bfloat16 rows as words of position pairs: word x of channel ch holds the values
+// at positions x * step + first and the one after it (low and high half, zero outside the row),
+// channels innermost ([x][channel]). AVX512_BF16's dot product multiplies such words pairwise,
+// so a word of the input against a word of the output gradient gives two positions' products of
+// one weight (rows/channel_lanes_weight.hpp).
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+#include "meshtensor/core/bfloat16.hpp"
+#include "meshtensor/device/array.hpp"
+#include "meshtensor/kernels/common/channel_affine.hpp"
+#include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
+#include "meshtensor/kernels/cpu/rows/simd.hpp"
+
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+namespace meshtensor::kernels::rows {
+
+namespace detail {
+
+inline std::uint32_t pair_word(bfloat16 low, bfloat16 high) {
+  return std::uint32_t(low.bits) | std::uint32_t(high.bits) << 16;
+}
+
+// Word x of a row's c channels, positions p and p + 1 both inside: 16 channels a vector, each
+// widened to 32 bits with the next position's shifted above it.
+inline void pair_words_inside(const bfloat16* at, std::int64_t c, std::uint32_t* to) {
+  std::int64_t ch = 0;
+#if defined(__AVX512BW__)
+  for (; ch + 16 <= c; ch += 16) {
+    // The zero-masking forms: GCC 12 warns of the plain ones' undefined operand.
+    const __m512i low =
+        _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)(at + ch)));
+    const __m512i high =
+        _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256((const __m256i*)(at + c + ch)));
+    _mm512_storeu_si512(to + ch, _mm512_or_si512(low, _mm512_maskz_slli_epi32(0xffff, high, 16)));
+  }
+  for (; ch + 8 <= c; ch += 8) {
+    const __m256i low = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(at + ch)));
+    const __m256i high = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(at + c + ch)));
+    _mm256_storeu_si256((__m256i*)(to + ch), _mm256_or_si256(low, _mm256_slli_epi32(high, 16)));
+  }
+#endif
+  for (; ch < c; ++ch) to[ch] = pair_word(at[ch], at[c + ch]);
+}
+
+// Positions [0, n) of a row's c channels mapped by `map` as norm_affine writes them: in float
+// vectors of two positions' 8 channels where the channels come in eights (rounded to bfloat16
+// there), one by one elsewhere.
+inline void mapped_row(const bfloat16* row, std::int64_t n, std::int64_t c,
+                       const ChannelAffineIn<float>& map,
+                       [[maybe_unused]] const AffineVectors* vectors, bfloat16* out) {
+  std::int64_t i = 0;
+#if defined(__AVX512BW__)
+  if (vectors)
+    for (; i + 2 <= n; i += 2)
+      for (std::int64_t group = 0; group < c / 8; ++group) {
+        const bfloat16* from = row + i * c + group * 8;
+        const __m256i bits = _mm256_set_m128i(_mm_loadu_si128((const __m128i*)(from + c)),
+                                              _mm_loadu_si128((const __m128i*)from));
+        const Simd::V x =
+            Simd::V(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
+        const Simd::V y = Simd::rounded_to_bf16(
+            shared::affine_floor(vectors->scale[group], x, vectors->shift[group], vectors->floor));
+        const __m256i words =
+            _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, __m512i(y), 16));
+        bfloat16* to = out + i * c + group * 8;
+        _mm_storeu_si128((__m128i*)to, _mm256_castsi256_si128(words));
+        _mm_storeu_si128((__m128i*)(to + c), _mm256_extracti128_si256(words, 1));
+      }
+#endif
+  for (; i < n; ++i)
+    for (std::int64_t ch = 0; ch < c; ++ch) out[i * c + ch] = map(ch, row[i * c + ch]);
+}
+
+}  // namespace detail
+
+/// Words x in [0, words) of a channels-last row of n positions and c channels into `to`
+/// ([x][stride], the c channels first): word x pairs positions x * step + first and the next.
+inline void pair_words(const bfloat16* row, std::int64_t n, std::int64_t c, std::int64_t first,
+                       std::int64_t step, std::int64_t words, std::uint32_t* to,
+                       std::int64_t stride) {
+  const bfloat16 zero{};
+  for (std::int64_t x = 0; x < words; ++x) {
+    const std::int64_t p = first + x * step;
+    std::uint32_t* out = to + x * stride;
+    if (p >= 0 && p + 1 < n) {
+      detail::pair_words_inside(row + p * c, c, out);
+      continue;
+    }
+    const bfloat16* low = p >= 0 && p < n ? row + p * c : nullptr;
+    const bfloat16* high = p + 1 >= 0 && p + 1 < n ? row + (p + 1) * c : nullptr;
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      out[ch] = detail::pair_word(low ? low[ch] : zero, high ? high[ch] : zero);
+  }
+}
+
+/// PlanarPlanesOf's turn into position-pair words: a row of `format.width` words per channel,
+/// word x pairing box positions x - format.before and the next; a part's channels `first` words
+/// into each word position. A part given as its affine map is mapped first, a row at a time.
+struct TurnPairs {
+  static std::int64_t part_offset(std::int64_t first, const RowFormat&) { return first; }
+  static void turn(const bfloat16* rows, std::int64_t n1, std::int64_t n2, std::int64_t c,
+                   const RowFormat& format, std::uint32_t* to, std::int64_t row_stride,
+                   const ChannelAffine* affine) {
+    std::optional<ChannelAffineIn<float>> map;
+    std::optional<detail::AffineVectors> vectors;
+    Buffer<bfloat16> mapped(affine ? static_cast<std::size_t>(n2 * c) : 0);
+    if (affine) map.emplace(*affine);
+    if (affine && c % 8 == 0 && simd_available) vectors.emplace(*map, c);
+    const std::int64_t stride = row_stride / format.width;  // the plane's channels
+    for (std::int64_t r = 0; r < n1; ++r) {
+      const bfloat16* row = rows + r * n2 * c;
+      if (affine) {
+        detail::mapped_row(row, n2, c, *map, vectors ? &*vectors : nullptr, mapped.data());
+        row = mapped.data();
+      }
+      pair_words(row, n2, c, -format.before, 1, format.width, to + r * row_stride, stride);
+    }
+  }
+};
+
+}  // namespace meshtensor::kernels::rows
