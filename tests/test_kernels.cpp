@@ -501,6 +501,21 @@ void check_mapped_planes(std::int64_t c) {
       rows::to_planar(x.data(), n1, n2, c, format, got_bf16.data(), 0, &f);
       CHECK(std::equal(got_bf16.begin(), got_bf16.end(), expected_bf16.begin(),
                        [](T a, T b) { return a.bits == b.bits; }));
+      if (c % 2 == 0) {
+        // As channel pairs read as floats' bits (the dot products' forward pass), each half
+        // mapped with its own channel's coefficients: the written pairs' bits.
+        ChannelAffine pairs = f;
+        pairs.bf16_pairs = true;
+        const auto words = [](const std::vector<T>& v) {
+          return reinterpret_cast<const float*>(v.data());
+        };
+        std::vector<float> expected_words(static_cast<std::size_t>(n1 * c / 2 * format.width)),
+            got_words(expected_words.size());
+        rows::to_planar(words(written), n1, n2, c / 2, format, expected_words.data());
+        rows::to_planar(words(x), n1, n2, c / 2, format, got_words.data(), 0, &pairs);
+        CHECK(std::memcmp(got_words.data(), expected_words.data(),
+                          got_words.size() * sizeof(float)) == 0);
+      }
     }
   }
 }
@@ -563,18 +578,23 @@ void check_mapped_parts(const ConvCheck& check) {
     CHECK(same_bits(y_map, y_written));
     if constexpr (std::is_same_v<T, meshtensor::bfloat16>)
       if (rows::detail::bf16_rows) {
-        // The dot products' weight gradient maps as it turns its bfloat16 planes; their forward
-        // pass reads channel pairs as floats' bits, and takes no map.
+        // The dot products map as they turn: the weight gradient its bfloat16 planes (or pair
+        // words), the forward pass the channel pairs it reads as floats' bits, half by half.
         const rows::Bf16Products dot = rows::Bf16Products::dot;
         REQUIRE(rows::fits_backward_weight_bf16(g, dot));
         std::vector<double> dot_map(check.w_n, 0.0), dot_written(check.w_n, 0.0);
         rows::conv_backward_weight(g, as_map, dy.data(), dot_map.data(), dot);
         rows::conv_backward_weight(g, as_written, dy.data(), dot_written.data(), dot);
         CHECK(dot_map == dot_written);
-        CHECK_THROWS_WITH(
-            rows::conv_forward(g, as_map, w.data(), ChannelParts<T>(y_map.data(), g.c_out),
-                               rows::OutputStores::by_size, dot),
-            Catch::Contains("take no mapped parts"));
+        if (rows::fits_forward_bf16(g)) {
+          std::vector<T> dot_y_map(check.out_n), dot_y_written(check.out_n);
+          rows::conv_forward(g, as_map, w.data(), ChannelParts<T>(dot_y_map.data(), g.c_out),
+                             rows::OutputStores::by_size, dot);
+          rows::conv_forward(g, as_written, w.data(),
+                             ChannelParts<T>(dot_y_written.data(), g.c_out),
+                             rows::OutputStores::by_size, dot);
+          CHECK(same_bits(dot_y_map, dot_y_written));
+        }
       }
   }
 }
@@ -589,7 +609,7 @@ TEST_CASE("row kernels read a part given as its affine map as the values it maps
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
-  for (const std::int64_t c : {1, 3, 8, 16}) {
+  for (const std::int64_t c : {1, 3, 6, 8, 16, 64}) {
     INFO(c << " channels");
     check_mapped_planes<float>(c);
     check_mapped_planes<meshtensor::bfloat16>(c);

@@ -573,10 +573,9 @@ inline bool mapped_inputs_enabled() {
 
 /// Whether `pass` (forward or the weight gradient) computes parts given as affine maps
 /// (ChannelParts::affine) as it reads them, with no copy of the mapped part: the row kernels on
-/// the CPU, where they read the input as float planes — float ones not on the first layer's
-/// one-channel forward, bfloat16 ones (forward in float products only,
-/// rows::forward_takes_mapped_parts) unless MESHTENSOR_BF16_CONV=native. (Where oneDNN's bf16
-/// kernels time faster they read a mapped copy.)
+/// the CPU, where they read the input as planes — float ones not on the first layer's
+/// one-channel forward, bfloat16 ones in either products unless MESHTENSOR_BF16_CONV=native.
+/// (Where oneDNN's bf16 kernels time faster they read a mapped copy.)
 template <class T>
 bool takes_mapped_input(const ConvGeometry& g, plan::ConvClass::Pass pass) {
   if (pass != plan::ConvClass::forward && pass != plan::ConvClass::backward_weight)
@@ -587,9 +586,7 @@ bool takes_mapped_input(const ConvGeometry& g, plan::ConvClass::Pass pass) {
     const rows::Bf16Products products = rows::bf16_products();
     const bool fits =
         forward ? rows::fits_forward_bf16(g) : rows::fits_backward_weight_bf16(g, products);
-    return detail::rows_run_parts<T>(g, fits) && detail::bf16_rows_may_run() &&
-           (forward ? rows::forward_takes_mapped_parts(products)
-                    : rows::weight_gradient_takes_mapped_parts(products));
+    return detail::rows_run_parts<T>(g, fits) && detail::bf16_rows_may_run();
   }
   const bool fits = forward ? rows::forward_reads_planes(g) : rows::fits_backward_weight(g);
   return std::is_same_v<T, float> && detail::rows_run_parts<T>(g, fits);

@@ -17,6 +17,9 @@ namespace meshtensor::kernels {
 struct ChannelAffine {
   std::vector<double> scale, shift;
   double floor = -std::numeric_limits<double>::infinity();
+  // The data are bfloat16 channels read in pairs as floats' bits (the row kernels' dot products):
+  // a value's low half is channel 2c, its high half 2c + 1, each mapped with its own coefficients.
+  bool bf16_pairs = false;
 
   std::int64_t channels() const { return std::int64_t(scale.size()); }
 };

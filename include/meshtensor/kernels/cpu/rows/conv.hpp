@@ -682,17 +682,6 @@ inline Bf16Products bf16_products() {
   return detail::bf16_rows && bf16_dot_products_pay() ? Bf16Products::dot : Bf16Products::widened;
 }
 
-/// Whether the bfloat16 forward pass below computes parts given as affine maps as it reads them:
-/// in float products, where each plane is widened as it is turned (the dot products read the
-/// input's channel pairs as floats' bits).
-inline bool forward_takes_mapped_parts(Bf16Products products) {
-  return products == Bf16Products::widened;
-}
-
-/// The same for the bfloat16 weight gradient: in either products (the dot products turn
-/// bfloat16 planes through float registers, where the map is applied and rounded).
-inline bool weight_gradient_takes_mapped_parts(Bf16Products) { return true; }
-
 /// Whether the bfloat16 passes below run `g`: where the float ones do.
 inline bool fits_forward_bf16(const ConvGeometry& g) { return fits_forward(g); }
 inline bool fits_backward_input_bf16(const ConvGeometry& g) { return fits_backward_input(g); }
@@ -732,9 +721,17 @@ inline void forward_in_dot_products(const ConvGeometry& g,
                                                            << 16;
         std::memcpy(&words[(k * pairs.c_in + j) * g.c_out + co], &bits, sizeof bits);
       }
+  // A part given as its map is mapped pair by pair as its planes are turned (to_planar).
+  std::vector<ChannelAffine> pair_maps(input.size());
   ChannelParts<const float> words_in;
-  for (std::size_t i = 0; i < input.size(); ++i)
-    words_in.add(reinterpret_cast<const float*>(input.data[i]), input.channels[i] / 2);
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    if (input.affine_of(i)) {
+      pair_maps[i] = *input.affine_of(i);
+      pair_maps[i].bf16_pairs = true;
+    }
+    words_in.add(reinterpret_cast<const float*>(input.data[i]), input.channels[i] / 2,
+                 input.affine_of(i) ? &pair_maps[i] : nullptr);
+  }
   forward_on_threads<bfloat16>(pairs, words_in, words.data(), output, around_cache);
 }
 #endif
@@ -753,16 +750,15 @@ inline void forward_in_float_products(const ConvGeometry& g,
 /// The forward pass for bfloat16 operands, with no float copy of them, in `products` (dot
 /// products where the input channels come in pairs); sums in float, outputs rounded to bfloat16.
 /// The input read and the output written in parts along the channels (a concatenation read as its
-/// parts; output parts as takes_output_parts); in float products, input parts given as affine maps
-/// are mapped as they are read (forward_takes_mapped_parts).
+/// parts; output parts as takes_output_parts); input parts given as affine maps are mapped as
+/// they are read (float products: each plane as it is widened; dot products: the channel pairs,
+/// read as floats' bits, half by half as they are turned).
 inline void conv_forward(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                          const bfloat16* weight, const ChannelParts<bfloat16>& output,
                          OutputStores stores = OutputStores::by_size,
                          Bf16Products products = bf16_products()) {
   if (!takes(g))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
-  if (input.has_affine() && !forward_takes_mapped_parts(products))
-    throw std::invalid_argument("internal: the bfloat16 dot products take no mapped parts");
   const bool around_cache = writes_around_cache(g, stores, sizeof(bfloat16));
 #if defined(__AVX512BF16__)
   if (products == Bf16Products::dot && detail::in_pairs(input))
@@ -839,7 +835,7 @@ inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
 /// products a lane; in float products, the operands widened as their planes are turned. Exactly
 /// the float kernel's products either way, summed in float (in dot products in another order).
 /// The input held as parts along its channels (a concatenation read as its parts; parts given as
-/// affine maps mapped as they are read, weight_gradient_takes_mapped_parts).
+/// affine maps mapped as they are read: in float registers, rounded as norm_affine rounds).
 inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
                                  const bfloat16* grad_output, double* grad_weight,
                                  Bf16Products products = bf16_products()) {

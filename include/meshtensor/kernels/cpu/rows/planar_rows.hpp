@@ -95,19 +95,85 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 }
 #endif
 
+// The n words at `in` (bfloat16 channel pairs read as floats, c pairs a position) mapped by `map`
+// (2 c channels) into `out`: each half widened, mapped and rounded to bfloat16 as norm_affine
+// writes it, in vectors of 16 words where their pairs repeat by the vector (c divides 16 or 16
+// divides c), one by one elsewhere.
+inline void map_bf16_pairs(const float* in, std::int64_t n, std::int64_t c,
+                           const ChannelAffineIn<float>& map, float* out) {
+  std::int64_t w = 0;
+#if defined(__AVX512F__)
+  if (16 % c == 0 || c % 16 == 0) {
+    using V = Simd::V;
+    const std::int64_t patterns = c % 16 == 0 ? c / 16 : 1;
+    std::vector<V> even_scale, even_shift, odd_scale, odd_shift;
+    alignas(64) float lanes[16];
+    const auto vector_of = [&](std::int64_t k, int half, const std::vector<float>& of) {
+      for (int lane = 0; lane < 16; ++lane) lanes[lane] = of[2 * ((16 * k + lane) % c) + half];
+      return Simd::load(lanes);
+    };
+    for (std::int64_t k = 0; k < patterns; ++k) {
+      even_scale.push_back(vector_of(k, 0, map.scale));
+      even_shift.push_back(vector_of(k, 0, map.shift));
+      odd_scale.push_back(vector_of(k, 1, map.scale));
+      odd_shift.push_back(vector_of(k, 1, map.shift));
+    }
+    const V floor = _mm512_set1_ps(map.floor);
+    const __m512i high_half = _mm512_set1_epi32(int(0xffff0000u));
+    for (std::int64_t k = 0; w + 16 <= n; w += 16, k = (k + 1) % patterns) {
+      const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in + w));
+      const V low = V(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, bits, 16)));
+      const V high = V(_mm512_castsi512_ps(_mm512_and_si512(bits, high_half)));
+      const V low_mapped =
+          Simd::rounded_to_bf16(shared::affine_floor(even_scale[k], low, even_shift[k], floor));
+      const V high_mapped =
+          Simd::rounded_to_bf16(shared::affine_floor(odd_scale[k], high, odd_shift[k], floor));
+      const __m512i words = _mm512_or_si512(
+          _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(__m512(low_mapped)), 16),
+          _mm512_castps_si512(__m512(high_mapped)));
+      _mm512_storeu_ps(out + w, _mm512_castsi512_ps(words));
+    }
+  }
+#endif
+  for (; w < n; ++w) {
+    std::uint32_t bits;
+    std::memcpy(&bits, in + w, sizeof bits);
+    const std::int64_t pair = w % c;
+    bfloat16 low, high;
+    low.bits = std::uint16_t(bits & 0xffff);
+    high.bits = std::uint16_t(bits >> 16);
+    low = map(2 * pair, low);
+    high = map(2 * pair + 1, high);
+    bits = std::uint32_t(low.bits) | std::uint32_t(high.bits) << 16;
+    std::memcpy(out + w, &bits, sizeof bits);
+  }
+}
+
 }  // namespace detail
 
 /// The plane [n1][n2][c] at `in` as [n1][c][format.width] at `out`; `row_stride` apart (floats)
 /// where the c channels are some of a wider planar plane's (one part of a concatenation). A plane
 /// of bfloat16 is widened as it is turned (exact): the float kernels read it with no float copy.
 /// With `affine` (c channels), the plane turned is its affine map, computed on the way (a
-/// bfloat16 plane's rounded to bfloat16, the values norm_affine would have written).
+/// bfloat16 plane's rounded to bfloat16, the values norm_affine would have written; bfloat16 pairs
+/// read as floats, ChannelAffine::bf16_pairs, mapped half by half and rounded alike).
 template <class From>
 void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
                const RowFormat& format, float* out, std::int64_t row_stride = 0,
                const ChannelAffine* affine = nullptr) {
   static_assert(std::is_same_v<From, float> || std::is_same_v<From, bfloat16>);
   if (row_stride == 0) row_stride = c * format.width;
+  if constexpr (std::is_same_v<From, float>)
+    if (affine && affine->bf16_pairs) {
+      // Pairs of bfloat16 mapped a row at a time into words turned as they are.
+      const ChannelAffineIn<float> map(*affine);
+      std::vector<float> words(static_cast<std::size_t>(n2 * c));
+      for (std::int64_t r = 0; r < n1; ++r) {
+        detail::map_bf16_pairs(in + r * n2 * c, n2 * c, c, map, words.data());
+        to_planar(words.data(), 1, n2, c, format, out + r * row_stride, row_stride);
+      }
+      return;
+    }
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   std::optional<ChannelAffineIn<float>> mapped;
   if (affine) mapped.emplace(*affine);
