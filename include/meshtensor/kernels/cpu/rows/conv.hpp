@@ -811,6 +811,14 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
   detail::planar_backward_weight<float>(g, input, grad_output, grad_weight);
 }
 
+/// Whether the bfloat16 weight gradient in dot products runs `g` with the output channels in the
+/// lanes (rows/channel_lanes_weight.hpp) rather than on the planar kernel: wherever it takes g
+/// (2 Zen 4 cores, GFLOP/s against the planar kernel's: 8 -> 16, 16 -> 16, 32 -> 16 at 32^3 347,
+/// 354, 358 against 287, 285, 283; at 64^3 334, 351, 346 against 364, 343, 323).
+inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
+  return enabled() && fits_channel_lanes_weight(g);
+}
+
 /// Whether the bfloat16 weight gradient below runs `g` in `products`: where the float one does;
 /// in dot products with up to 16 channels on one side (2 AMD cores, 16 -> 16 at 64^3: 357
 /// GFLOP/s against oneDNN's bf16 178 and the widened float kernels' 208) and wherever the output
@@ -819,16 +827,8 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
 inline bool fits_backward_weight_bf16(const ConvGeometry& g,
                                       Bf16Products products = bf16_products()) {
   if (products == Bf16Products::dot)
-    return fits_backward_weight(g, 16) || (enabled() && fits_channel_lanes_weight(g));
+    return fits_backward_weight(g, 16) || runs_channel_lanes_weight(g);
   return fits_backward_weight(g);
-}
-
-/// Whether the bfloat16 weight gradient in dot products runs `g` with the output channels in the
-/// lanes (rows/channel_lanes_weight.hpp) rather than on the planar kernel: wherever it takes g
-/// (2 Zen 4 cores, GFLOP/s against the planar kernel's: 8 -> 16, 16 -> 16, 32 -> 16 at 32^3 347,
-/// 354, 358 against 287, 285, 283; at 64^3 334, 351, 346 against 364, 343, 323).
-inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
-  return enabled() && fits_channel_lanes_weight(g);
 }
 
 /// The same for bfloat16 operands, with no float copy of them: in dot products, two positions'

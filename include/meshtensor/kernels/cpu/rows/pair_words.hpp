@@ -49,33 +49,14 @@ inline void pair_words_inside(const bfloat16* at, std::int64_t c, std::uint32_t*
   for (; ch < c; ++ch) to[ch] = pair_word(at[ch], at[c + ch]);
 }
 
-// Positions [0, n) of a row's c channels mapped by `map` as norm_affine writes them: in float
-// vectors of two positions' 8 channels where the channels come in eights (rounded to bfloat16
-// there), one by one elsewhere.
+// Positions [0, n) of a row's c channels mapped by `map` as norm_affine writes them: as channel
+// pairs read as floats' bits where c is even (map_bf16_pairs, in vectors), one by one elsewhere.
 inline void mapped_row(const bfloat16* row, std::int64_t n, std::int64_t c,
-                       const ChannelAffineIn<float>& map,
-                       [[maybe_unused]] const AffineVectors* vectors, bfloat16* out) {
-  std::int64_t i = 0;
-#if defined(__AVX512BW__)
-  if (vectors)
-    for (; i + 2 <= n; i += 2)
-      for (std::int64_t group = 0; group < c / 8; ++group) {
-        const bfloat16* from = row + i * c + group * 8;
-        const __m256i bits = _mm256_set_m128i(_mm_loadu_si128((const __m128i*)(from + c)),
-                                              _mm_loadu_si128((const __m128i*)from));
-        const Simd::V x =
-            Simd::V(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
-        const Simd::V y = Simd::rounded_to_bf16(
-            shared::affine_floor(vectors->scale[group], x, vectors->shift[group], vectors->floor));
-        const __m256i words =
-            _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, __m512i(y), 16));
-        bfloat16* to = out + i * c + group * 8;
-        _mm_storeu_si128((__m128i*)to, _mm256_castsi256_si128(words));
-        _mm_storeu_si128((__m128i*)(to + c), _mm256_extracti128_si256(words, 1));
-      }
-#endif
-  for (; i < n; ++i)
-    for (std::int64_t ch = 0; ch < c; ++ch) out[i * c + ch] = map(ch, row[i * c + ch]);
+                       const ChannelAffineIn<float>& map, bfloat16* out) {
+  if (c % 2 == 0)
+    return map_bf16_pairs(reinterpret_cast<const float*>(row), n * c / 2, c / 2, map,
+                          reinterpret_cast<float*>(out));
+  for (std::int64_t i = 0; i < n * c; ++i) out[i] = map(i % c, row[i]);
 }
 
 }  // namespace detail
@@ -109,15 +90,13 @@ struct TurnPairs {
                    const RowFormat& format, std::uint32_t* to, std::int64_t row_stride,
                    const ChannelAffine* affine) {
     std::optional<ChannelAffineIn<float>> map;
-    std::optional<detail::AffineVectors> vectors;
     Buffer<bfloat16> mapped(affine ? static_cast<std::size_t>(n2 * c) : 0);
     if (affine) map.emplace(*affine);
-    if (affine && c % 8 == 0 && simd_available) vectors.emplace(*map, c);
     const std::int64_t stride = row_stride / format.width;  // the plane's channels
     for (std::int64_t r = 0; r < n1; ++r) {
       const bfloat16* row = rows + r * n2 * c;
       if (affine) {
-        detail::mapped_row(row, n2, c, *map, vectors ? &*vectors : nullptr, mapped.data());
+        detail::mapped_row(row, n2, c, *map, mapped.data());
         row = mapped.data();
       }
       pair_words(row, n2, c, -format.before, 1, format.width, to + r * row_stride, stride);

@@ -154,8 +154,7 @@ class PlanarPlanesOf {
     for (std::size_t i = 0, first = 0; i < box.size(); first += box.channels[i++]) {
       const From* rows = box.data[i] + (key * g_.in[1] + rows_.lo) * g_.in[2] * box.channels[i];
       T* to = plane + rows_.lo * row_stride + Turn::part_offset(std::int64_t(first), format_);
-      // A part given as its affine map is mapped here (the forward pass in dot products, which
-      // reads bfloat16 pairs as floats, refuses mapped parts: rows::conv_forward).
+      // A part given as its affine map is mapped here, as it is turned.
       Turn::turn(rows, rows_.hi - rows_.lo, g_.in[2], box.channels[i], format_, to, row_stride,
                  box.affine_of(i));
     }
