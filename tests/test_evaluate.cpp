@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "evaluate.hpp"
@@ -148,4 +149,32 @@ TEST_CASE("empty masks: Dice and surface metrics are undefined or infinite, as M
     CHECK(std::isnan(s[1].hd95_mm));
     CHECK(std::isnan(s[1].nsd));
   }
+}
+
+TEST_CASE("without --classes every label value a volume holds is scored, on every layout") {
+  // Classes 1 and 2 from the blobs, 3 in one corner plane, 6 in one voxel: four classes.
+  Volume labels = blobs({5, 4, 3}, 4.5, 2.6);
+  for (int y = 0; y < ny; ++y)
+    for (int z = 0; z < nz; ++z) labels[std::size_t((0 * ny + y) * nz + z)] = 3;
+  labels[std::size_t(((nx - 1) * ny + ny - 1) * nz + nz - 1)] = 6;
+  const std::vector<double> want{1, 2, 3, 6};
+  for (const auto& split : spatial_cases()) {
+    if (!can_run(split.mesh) || split.layout.mesh_axis_of("channels") ||
+        split.layout.mesh_axis_of("batch"))
+      continue;
+    INFO(split.name);
+    const auto present = on_mesh(split.mesh, [&](Mesh& m) {
+      return unet3d::evaluation::labels_present(as_tensor(m, labels, split.layout));
+    });
+    for (const auto& p : present) CHECK(p == want);
+  }
+  const auto classes =
+      unet3d::evaluation::classes_to_score({}, std::set<double>(want.begin(), want.end()));
+  REQUIRE(classes.size() == 4);
+  CHECK(classes[3].value == 6);
+  CHECK(classes[3].name == "6");
+  // Named classes are the values 1, 2, ... whatever the volumes hold.
+  const auto named = unet3d::evaluation::classes_to_score({"background", "liver", "tumour"}, {});
+  REQUIRE(named.size() == 2);
+  CHECK((named[1].value == 2 && named[1].name == "tumour"));
 }

@@ -5,12 +5,16 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <meshtensor/meshtensor.hpp>
+
+#include "support/spmd.hpp"
 
 using namespace meshtensor;
 using Catch::Matchers::Contains;
@@ -171,4 +175,37 @@ TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused naming the .npy fi
   ::unsetenv("MESHTENSOR_MAX_BLOCK_BYTES");
   CHECK_THAT(block, Catch::StartsWith(path + ": ") && Contains("MESHTENSOR_MAX_BLOCK_BYTES"));
   CHECK(whole == "no error");  // the whole array is the host's, not a processor's block
+}
+
+TEST_CASE(
+    "NaN and infinite floats are refused, naming the file and the element, on every processor") {
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "with_nan.npy").string();
+  xt::xarray<float> values = xt::zeros<float>({4, 3});
+  values(3, 1) = std::nanf("");
+  npy::write(path, values);
+  const auto error_of = [&](auto&& read) {
+    try {
+      read();
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string refusal = path + ": element (3, 1) is nan; meshtensor reads finite values only";
+  LocalProcessor scope;
+  CHECK_THAT(error_of([&] { (void)npy::read<float>(path); }), Contains(refusal));
+  CHECK_THAT(error_of([&] {
+               (void)npy::read_block<float>(path, Block{{Range{2, 4}, Range{0, 3}}});
+             }),
+             Contains(refusal));
+  CHECK(npy::read_block<float>(path, Block{{Range{0, 3}, Range{0, 3}}}).size() == 9);
+  values(3, 1) = -std::numeric_limits<float>::infinity();
+  npy::write(path, values);
+  CHECK_THAT(error_of([&] { (void)npy::read<float>(path); }), Contains("element (3, 1) is -inf"));
+  // Only the second processor's block holds it: both throw the same error, neither waits.
+  const auto errors = testing::on_mesh("p:2", [&](Mesh& mesh) {
+    return error_of([&] { (void)load_npy<float>(mesh, path, Shape("x:4, y:3"), Layout("x:p")); });
+  });
+  for (const auto& e : errors) CHECK_THAT(e, Contains(path + ": element (3, 1) is -inf"));
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,36 @@ inline double largest_label(const mt::Tensor<double>& labels, const std::string&
   return largest;
 }
 
+/// The label values above 0 that `labels` holds in any processor's block, in increasing order
+/// (collective). The values must have passed largest_label.
+inline std::vector<double> labels_present(const mt::Tensor<double>& labels) {
+  std::set<double> mine;
+  const auto block = labels.local();
+  for (std::size_t i = 0; i < block.size(); ++i)
+    if (block.data()[i] > 0) mine.insert(block.data()[i]);
+  const auto all =
+      mt::all_gather(labels.mesh().world(), std::vector<double>(mine.begin(), mine.end()));
+  const std::set<double> present(all.begin(), all.end());
+  return {present.begin(), present.end()};
+}
+
+/// A class scored: its label value and the name the report gives it.
+struct ScoredClass {
+  double value;
+  std::string name;
+};
+
+/// The classes to score: those `given` names beyond the background (values 1, 2, ...), or
+/// without names every label value above 0 that some volume holds, named by its number.
+inline std::vector<ScoredClass> classes_to_score(const std::vector<std::string>& given,
+                                                 const std::set<double>& present) {
+  std::vector<ScoredClass> classes;
+  for (std::size_t k = 1; k < given.size(); ++k) classes.push_back({double(k), given[k]});
+  if (given.empty())
+    for (const double v : present) classes.push_back({v, std::to_string(std::int64_t(v))});
+  return classes;
+}
+
 // NaN and infinity as JSON has them: null, and the reason beside.
 inline nlohmann::json number(double v) {
   if (std::isfinite(v)) return v;
@@ -168,24 +199,23 @@ inline std::string csv_number(double v) {
 inline void evaluate(mt::Mesh& mesh, const EvaluateOptions& o, const mt::Layout& layout) {
   using evaluation::number;
   const auto cases = evaluation::match_cases(o.predictions, o.labels);
-  // The classes: --classes, or numbers up to the largest label of any volume.
-  double largest = 0;
+  // The classes: --classes, or every label value some volume holds, by number.
+  std::set<double> present;
   for (const auto& c : cases) {
     const auto volumes = evaluation::read_case(mesh, c, layout);
     for (const auto& [labels, path] :
          {std::pair{&volumes.predicted, c.prediction}, std::pair{&volumes.truth, c.label}}) {
       const double top = evaluation::largest_label(*labels, path);
-      largest = std::max(largest, top);
       if (!o.classes.empty() && top >= double(o.classes.size()))
         throw mt::IoError(path + ": holds the label value " + std::to_string(int(top)) +
                           "; --classes names " + std::to_string(o.classes.size()) +
                           " classes (0 to " + std::to_string(o.classes.size() - 1) +
                           "): name them all");
+      if (o.classes.empty())
+        for (const double v : evaluation::labels_present(*labels)) present.insert(v);
     }
   }
-  std::vector<std::string> names = o.classes;
-  for (int k = 0; names.empty() && k <= int(largest); ++k) names.push_back(std::to_string(k));
-  if (names.size() < 2) names.push_back("1");
+  const auto classes = evaluation::classes_to_score(o.classes, present);
   std::vector<std::map<std::string, ClassScores>> scores;
   nlohmann::json case_list = nlohmann::json::array();
   std::string csv = "case,class,dice,hd95_mm,nsd\n";
@@ -194,13 +224,13 @@ inline void evaluate(mt::Mesh& mesh, const EvaluateOptions& o, const mt::Layout&
     const auto spacing = label_volume.spacing();
     nlohmann::json metrics = nlohmann::json::object();
     scores.emplace_back();
-    for (std::size_t k = 1; k < names.size(); ++k) {
+    for (const auto& [value, name] : classes) {
       const ClassScores s =
-          evaluation::score_class(predicted, truth, double(k), spacing, o.tolerance_mm);
-      scores.back()[names[k]] = s;
-      metrics[names[k]] = {
+          evaluation::score_class(predicted, truth, value, spacing, o.tolerance_mm);
+      scores.back()[name] = s;
+      metrics[name] = {
           {"dice", number(s.dice)}, {"hd95_mm", number(s.hd95_mm)}, {"nsd", number(s.nsd)}};
-      csv += c.name + "," + names[k] + "," + evaluation::csv_number(s.dice) + "," +
+      csv += c.name + "," + name + "," + evaluation::csv_number(s.dice) + "," +
              evaluation::csv_number(s.hd95_mm) + "," + evaluation::csv_number(s.nsd) + "\n";
     }
     case_list.push_back({{"case", c.name},
@@ -212,28 +242,31 @@ inline void evaluate(mt::Mesh& mesh, const EvaluateOptions& o, const mt::Layout&
   }
   // Means over the cases where a metric is defined (finite), with how many those are.
   nlohmann::json means = nlohmann::json::object();
-  for (std::size_t k = 1; k < names.size(); ++k) {
+  std::vector<std::string> names;
+  for (const auto& scored : classes) {
+    const std::string& name = scored.name;
+    names.push_back(name);
     nlohmann::json mean = nlohmann::json::object();
-    std::string row = "mean," + names[k];
+    std::string row = "mean," + name;
     for (const auto& [metric, of] :
          {std::pair<std::string, double ClassScores::*>{"dice", &ClassScores::dice},
           {"hd95_mm", &ClassScores::hd95_mm},
           {"nsd", &ClassScores::nsd}}) {
       double sum = 0, n = 0;
       for (const auto& per_case : scores) {
-        const double v = per_case.at(names[k]).*of;
+        const double v = per_case.at(name).*of;
         if (std::isfinite(v)) sum += v, n += 1;
       }
       mean[metric] = n > 0 ? nlohmann::json(sum / n) : nlohmann::json(nullptr);
       mean[metric + "_cases"] = n;
       row += "," + evaluation::csv_number(n > 0 ? sum / n : evaluation::undefined);
     }
-    means[names[k]] = mean;
+    means[name] = mean;
     csv += row + "\n";
   }
   const nlohmann::json report{
       {"tolerance_mm", o.tolerance_mm},
-      {"classes", std::vector<std::string>(names.begin() + 1, names.end())},
+      {"classes", names},
       {"definitions",
        "Dice 2|P∩T|/(|P|+|T|), null where both are empty; hd95_mm the larger of the two "
        "directed 95th percentiles of surface distances (MONAI's HausdorffDistanceMetric), "

@@ -519,8 +519,8 @@ CLI::App* add_evaluate_command(CLI::App& app, Distribution& distribution,
                   "(CASE.nii.gz), on the same grids")
       ->required();
   cmd->add_option("--classes", o.classes,
-                  "class names in label order, the background first (default: the numbers up to "
-                  "the largest label)")
+                  "class names in label order, the background first (default: every label value "
+                  "above 0 the volumes hold, named by its number)")
       ->delimiter(',');
   cmd->add_option("--tolerance", o.tolerance_mm,
                   "the normalised surface Dice's tolerance in mm (spacings from the files)")

@@ -3,9 +3,10 @@ the metrics: edges as a mask XOR its binary erosion (6-neighbour cross, the volu
 as outside), distances by scipy's exact Euclidean distance transform with the files' spacing,
 HD95 the larger of the two directed 95th percentiles (numpy's linear interpolation), the surface
 Dice the share of edge voxels within the tolerance of the other surface. Other reports given must
-hold the same numbers (another mesh's run).
+hold the same numbers (another mesh's run). With --every-label the report's classes must be
+every label value above 0 that its volumes hold, named by number (evaluate without --classes).
 
-    check_evaluation.py REPORT.json [OTHER.json ...]
+    check_evaluation.py [--every-label] REPORT.json [OTHER.json ...]
 """
 import json
 import math
@@ -44,14 +45,30 @@ def close(a, b):
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
 
 
+def every_label(report):
+    present = set()
+    for case in report["cases"]:
+        for path in (case["prediction"], case["label"]):
+            present |= set(np.unique(canonical(path)[0]).tolist())
+    return [str(int(v)) for v in sorted(present) if v > 0]
+
+
 def main(paths):
+    by_number = paths[0] == "--every-label"
+    paths = paths[1:] if by_number else paths
     reports = [json.load(open(p)) for p in paths]
     first = reports[0]
+    if by_number:
+        want = every_label(first)
+        assert first["classes"] == want, ("classes", first["classes"], "labels present", want)
+        values = [int(name) for name in first["classes"]]
+    else:
+        values = range(1, len(first["classes"]) + 1)
     checked = 0
     for case in first["cases"]:
         predicted, spacing = canonical(case["prediction"])
         truth, _ = canonical(case["label"])
-        for k, name in enumerate(first["classes"], start=1):
+        for k, name in zip(values, first["classes"]):
             want = scores(predicted == k, truth == k, spacing, first["tolerance_mm"])
             got = case["metrics"][name]
             for metric, value in zip(("dice", "hd95_mm", "nsd"), want):

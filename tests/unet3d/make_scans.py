@@ -1,8 +1,8 @@
 """Turns phantom volumes (.npy, HU, from `unet3d generate`) into a folder of NIfTI scans the way
 CT data come: LiTS names, int16 with a scale slope and intercept, axes stored L, P, S with 0.8 x
 0.8 x 2 mm voxels, gz and not; a Medical Segmentation Decathlon dataset of two MRI-like channels
-(4-D files, a dataset.json), the same test case as nnU-Net's one file per channel; and a few
-broken folders for the error tests.
+(4-D files, a dataset.json), the same test case as nnU-Net's one file per channel; label volumes
+of more classes; and a few broken folders for the error tests.
 
     make_scans.py WORK VOLUME_0.npy LABELS_0.npy VOLUME_1.npy LABELS_1.npy ...
 """
@@ -125,6 +125,27 @@ def write_decathlon(work, pairs):
              os.path.join(one_channel, "imagesTr", "mri_001.nii.gz"))
 
 
+def write_more_classes(work, pairs):
+    """more_classes/{labels,predicted}: label volumes of classes 1, 2, 3 (the organ's upper half
+    made class 3) and predictions of them shifted by a voxel, one of which also holds a class 5:
+    what `unet3d evaluate` scores without --classes."""
+    aff = lps_affine((0.8, 0.8, 2.0))
+    for sub in ("labels", "predicted"):
+        os.makedirs(os.path.join(work, "more_classes", sub), exist_ok=True)
+    for n in range(len(pairs) // 2):
+        labels = np.load(pairs[2 * n + 1]).astype(np.uint8)
+        upper = np.zeros(labels.shape, bool)
+        upper[..., labels.shape[2] // 2:] = True
+        labels[(labels == 1) & upper] = 3
+        predicted = np.roll(labels, 1, axis=0)
+        if n == 0:
+            predicted[:3, :3, :3] = 5
+        for sub, volume in (("labels", labels), ("predicted", predicted)):
+            nib.save(nib.Nifti1Image(volume, aff),
+                     os.path.join(work, "more_classes", sub, f"case_{n}.nii.gz"))
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
     write_decathlon(sys.argv[1], sys.argv[2:])
+    write_more_classes(sys.argv[1], sys.argv[2:])

@@ -384,6 +384,11 @@ elseif(SCENARIO STREQUAL "bad_files")
   ok(${CHECK} corrupt dtype ${here}/volume.npy ${here}/volume_f8.npy)
   fails("volume_f8.npy: holds elements of type '<f8' but '<f4' was expected"
         ${predict} --checkpoint ${here}/ckpt --input ${here}/volume_f8.npy --output ${here}/existing.npy)
+  # A NaN in the volume, in the second processor's block: refused as a NIfTI volume's, on both.
+  ok(${CHECK} corrupt nan ${here}/volume.npy ${here}/volume_nan.npy)
+  fails("volume_nan.npy: element \\(15, 15, 15\\) is nan. meshtensor reads finite values only"
+        ${UNET3D} predict --threads 2 --layout "x:p" --checkpoint ${here}/ckpt
+        --input ${here}/volume_nan.npy --output ${here}/existing.npy)
   foreach(mode truncate zeros garbage shape)
     file(COPY ${here}/ckpt DESTINATION ${here}/${mode})
     file(READ ${here}/${mode}/ckpt/latest name)
@@ -513,6 +518,11 @@ elseif(SCENARIO STREQUAL "scans" OR SCENARIO STREQUAL "bad_scans" OR SCENARIO ST
       list(APPEND reports ${here}/eval_mpi.json)
     endif()
     ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_evaluation.py ${reports})
+    # Without --classes: every label value the volumes hold (1, 2, 3, and a 5 in one prediction).
+    set(more ${here}/more_classes)
+    ok(${UNET3D} evaluate --predictions ${more}/predicted --labels ${more}/labels --threads 2
+       --layout "y:p" --output ${here}/eval_more)
+    ok(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_evaluation.py --every-label ${here}/eval_more.json)
     file(STRINGS ${here}/eval_one.csv rows)
     list(LENGTH rows row_count)
     if(NOT row_count EQUAL 7)  # the header, 2 cases x 2 classes, 2 means

@@ -6,12 +6,13 @@
 //                                                     most TOLERANCE times A's largest magnitude
 //   unet3d_check same-dir A B                         every .npy in A equals the one of that name
 //                                                     in B
-//   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | zeros | dtype | shape | garbage
+//   unet3d_check corrupt MODE IN.npy OUT.npy          truncate | zeros | dtype | shape | garbage | nan
 //   unet3d_check task CHECKPOINT CLASSES MODALITIES   the latest checkpoint's task has these
 //                                                     class names and input modalities (a,b,c)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,6 +114,9 @@ int main(int argc, char** argv) try {
       bytes.resize(header.data_offset + (bytes.size() - header.data_offset) / 2);
     } else if (mode == "zeros") {  // what a power loss can leave: the right size, no data
       std::fill(bytes.begin() + std::ptrdiff_t(header.data_offset), bytes.end(), '\0');
+    } else if (mode == "nan") {  // float32 data with a NaN at the last element
+      const float nan = std::nanf("");
+      std::memcpy(&bytes[bytes.size() - sizeof nan], &nan, sizeof nan);
     } else if (mode == "garbage") {
       for (std::size_t i = 10; i < header.data_offset; ++i) bytes[i] = char('a' + i % 26);
     } else if (mode == "dtype" || mode == "shape") {

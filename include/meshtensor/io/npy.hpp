@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -204,7 +205,34 @@ auto naming_the_file(const std::string& path, Allocate&& allocate) -> decltype(a
   }
 }
 
-/// The whole array, in the host's memory; the file must hold exactly the data its header promises.
+/// Refuses a NaN or infinite element, as the NIfTI reader refuses such a voxel: it would spread
+/// through every computation that reads it. `index_of(i)` is the index of values[i] in the file.
+template <class T, class IndexOf>
+void refuse_nonfinite(const T* values, std::int64_t count, const std::string& path,
+                      IndexOf&& index_of) {
+  if constexpr (std::is_floating_point_v<T>)
+    for (std::int64_t i = 0; i < count; ++i)
+      if (!std::isfinite(values[i])) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", double(values[i]));
+        throw IoError(path + ": element " + shape_text(index_of(i)) + " is " + text +
+                      "; meshtensor reads finite values only (NaN and infinity are refused)");
+      }
+}
+
+/// The index of element `flat` of an array of `shape` in C order.
+inline std::vector<std::int64_t> index_in(const std::vector<std::int64_t>& shape,
+                                          std::int64_t flat) {
+  std::vector<std::int64_t> index(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return index;
+}
+
+/// The whole array, in the host's memory; the file must hold exactly the data its header promises,
+/// and finite values where they are floats.
 template <class T>
 xt::xarray<T> read(const std::string& path) {
   std::ifstream in = open_for_reading(path);
@@ -216,11 +244,13 @@ xt::xarray<T> read(const std::string& path) {
   const std::size_t bytes = out.size() * sizeof(T);
   if (!in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(bytes)))
     throw IoError(path + ": could not read the " + std::to_string(bytes) + " bytes of its data");
+  refuse_nonfinite(out.data(), std::int64_t(out.size()), path,
+                   [&](std::int64_t i) { return index_in(h.shape, i); });
   return out;
 }
 
 /// One block of the array (global index ranges per axis), read row by row without loading the rest,
-/// into the calling processor's memory.
+/// into the calling processor's memory; float values must be finite.
 template <class T>
 Array<T> read_block(const std::string& path, const Block& block) {
   std::ifstream in = open_for_reading(path);
@@ -255,6 +285,8 @@ Array<T> read_block(const std::string& path, const Block& block) {
     if (!in.read(reinterpret_cast<char*>(into + r * row),
                  static_cast<std::streamsize>(row * sizeof(T))))
       throw IoError(path + ": read failed inside the data");
+    refuse_nonfinite(into + r * row, row, path,
+                     [&](std::int64_t i) { return index_in(h.shape, offset + i); });
   }
   written_on_host(staging, out);
   return out;

@@ -25,8 +25,8 @@ namespace meshtensor {
 
 /**
  * Reads `path` into a tensor of `shape` on `layout`; each processor reads only its block. The file
- * must hold an array of exactly that shape and element type; otherwise every processor throws an
- * IoError naming the file.
+ * must hold an array of exactly that shape and element type, with finite values where they are
+ * floats; otherwise every processor throws an IoError naming the file (and the element).
  */
 template <class T>
 Tensor<T> load_npy(Mesh& mesh, const std::string& path, const Shape& shape, const Layout& layout) {
@@ -38,7 +38,9 @@ Tensor<T> load_npy(Mesh& mesh, const std::string& path, const Shape& shape, cons
                   shape.to_string() + " was expected");
   const Block block = tensor_layout.block(mesh.coord());
   meshtensor::detail::check_block_fits<T>(mesh, tensor_layout, block);
-  return Tensor<T>(mesh, tensor_layout, npy::read_block<T>(path, block));
+  Array<T> local;
+  agree_on(mesh, failure_of([&] { local = npy::read_block<T>(path, block); }));
+  return Tensor<T>(mesh, tensor_layout, std::move(local));
 }
 
 /**
