@@ -203,14 +203,21 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::a
            {plain.f32_weights().weights, backward_weights.diff_weights_desc()})};
 }
 
+// No primitive at all for a type the CPU lacks (bf16 without AVX-512 or AVX2-VNNI-2): no pass
+// runs on oneDNN, each takes its fallback.
 inline Primitives build(const ConvGeometry& g, bool channels_last_first, memory::data_type type) {
-  if (transposed(g))
-    return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
-                        dnnl::deconvolution_backward_weights>(
-        g, channels_last_first, dnnl::algorithm::deconvolution_direct, type);
-  return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                      dnnl::convolution_backward_weights>(
-      g, channels_last_first, dnnl::algorithm::convolution_direct, type);
+  try {
+    if (transposed(g))
+      return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                          dnnl::deconvolution_backward_weights>(
+          g, channels_last_first, dnnl::algorithm::deconvolution_direct, type);
+    return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                        dnnl::convolution_backward_weights>(
+        g, channels_last_first, dnnl::algorithm::convolution_direct, type);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+    return Primitives{};
+  }
 }
 
 inline Primitives choose_faster(Primitives channels_last, Primitives blocked);

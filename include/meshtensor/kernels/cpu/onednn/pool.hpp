@@ -26,6 +26,7 @@ namespace detail {
 struct PoolPrimitives {
   Step forward, backward;
   memory::desc src, dst, workspace;
+  bool available = true;  // false: oneDNN has none for the type on this CPU (bf16 on AVX2)
 };
 
 // Whether oneDNN pools `g` as the reference kernel would: plain windows reading exactly the box.
@@ -70,12 +71,21 @@ PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
       is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::pooling_forward::primitive_desc forward(
-      {dnnl::prop_kind::forward_training, algorithm, src, dst, strides, kernel, no_padding,
-       no_padding},
-      attr, c.engine);
-  const dnnl::pooling_backward::primitive_desc backward(
-      {algorithm, src, dst, strides, kernel, no_padding, no_padding}, attr, c.engine, forward);
+  dnnl::pooling_forward::primitive_desc forward;
+  dnnl::pooling_backward::primitive_desc backward;
+  try {
+    forward = dnnl::pooling_forward::primitive_desc(
+        {dnnl::prop_kind::forward_training, algorithm, src, dst, strides, kernel, no_padding,
+         no_padding},
+        attr, c.engine);
+    backward = dnnl::pooling_backward::primitive_desc(
+        {algorithm, src, dst, strides, kernel, no_padding, no_padding}, attr, c.engine, forward);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+    slot = std::make_unique<PoolPrimitives>();
+    slot->available = false;
+    return *slot;
+  }
   slot = std::make_unique<PoolPrimitives>(
       PoolPrimitives{{dnnl::pooling_forward(forward), forward.scratchpad_desc()},
                      {dnnl::pooling_backward(backward), backward.scratchpad_desc()},
@@ -87,12 +97,19 @@ PoolPrimitives& pool_primitives(const PoolGeometry& g, bool is_max) {
 
 template <class T>
 bool runs_max(const PoolGeometry& g) {
-  return pooled_type<T> && supported(g);
+  if constexpr (!pooled_type<T>)
+    return false;
+  else
+    return supported(g) && pool_primitives<T>(g, true).available;
 }
 
 template <class T>
 bool runs_avg(const PoolGeometry& g, bool count_padding) {
-  return pooled_type<T> && supported(g) && (count_padding || !has_padding(g));
+  if constexpr (!pooled_type<T>)
+    return false;
+  else
+    return supported(g) && (count_padding || !has_padding(g)) &&
+           pool_primitives<T>(g, false).available;
 }
 
 inline void pool(const Step& step, const memory::desc& from_desc, const void* from, int from_arg,
