@@ -166,6 +166,21 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) 
   return times[times.size() / 2];
 }
 
+// What a step asked of the device, per step (the largest processor's): kernels launched, cuDNN
+// and cuBLAS calls, host waits, CPU loops run on the device's blocks (0 on a CPU processor).
+std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& before,
+                                     int steps) {
+  const mt::DeviceActivity& now = mt::device_activity();
+  const auto per_step = [&](std::uint64_t after, std::uint64_t from) {
+    return std::to_string(largest(mesh, double(after - from) / steps));
+  };
+  return "\"gpu_kernels_per_step\":" + per_step(now.kernels, before.kernels) +
+         ",\"gpu_library_calls_per_step\":" + per_step(now.library_calls, before.library_calls) +
+         ",\"gpu_waits_per_step\":" + per_step(now.waits, before.waits) +
+         ",\"gpu_host_fallbacks_per_step\":" +
+         per_step(now.host_fallbacks, before.host_fallbacks);
+}
+
 // Where a step's time goes, per processor (the largest over processors): each kernel family's
 // seconds (every call timed, kernels/timing.hpp) and the convolutions' by pass, over `steps` more
 // steps; the rest of the step is halo exchange, waiting and the ops' own work. Timing each call
@@ -178,6 +193,7 @@ void print_breakdown(mt::Mesh& mesh, Step& step, int steps, double step_s, doubl
   mesh.world().barrier();
   times.restart();
   for (int s = 0; s < steps; ++s) step();
+  times.settle();  // a GPU's calls: timed on the GPU, added once it has run them
   times.on = false;
   std::string families, passes;
   double all = 0;
@@ -207,13 +223,15 @@ void print_breakdown(mt::Mesh& mesh, Step& step, int steps, double step_s, doubl
                "\":" + std::to_string(seconds);
   }
   const double kernels_s = largest(mesh, all);
+  // On a GPU the families' seconds are the GPU's (bench/gpu.sh reads them as gpu_family_s).
+  const bool on_gpu = mesh.device().is_cuda();
   if (mesh.processor() == 0)
     std::printf(
         "{\"bench\":\"unet_step_breakdown\",\"processors\":%d,\"step_s\":%.4f,"
-        "\"kernels_s\":%.4f,\"halo_s\":%.4f,\"rest_s\":%.4f,\"kernel_s\":{%s},"
+        "\"kernels_s\":%.4f,\"halo_s\":%.4f,\"rest_s\":%.4f,\"%s\":{%s},"
         "\"conv_pass_s\":{%s},\"conv_class_s\":{%s}}\n",
         mesh.num_processors(), step_s, kernels_s, halo_s, step_s - kernels_s - halo_s,
-        families.c_str(), passes.c_str(), classes.c_str());
+        on_gpu ? "gpu_family_s" : "kernel_s", families.c_str(), passes.c_str(), classes.c_str());
 }
 
 // One training step of each model in turn, `steps` times after a warm-up step each: the median
@@ -299,8 +317,10 @@ int main(int argc, char** argv) {
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
+    const mt::DeviceActivity device_before = mt::device_activity();
     double cpu_idle = 0;
     const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle);
+    const std::string device = device_activity_per_step(mesh, device_before, o.steps);
     const auto halo = mt::halo_profile(mesh);
     const auto stats = mt::memory_stats();
     const double mib = 1024.0 * 1024.0;
@@ -349,7 +369,7 @@ int main(int argc, char** argv) {
           "\"rss_start_mib\":%.1f,"
           "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
           "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
-          "\"conv_gflops\":%.2f}\n",
+          "\"conv_gflops\":%.2f,%s}\n",
           mesh.transport().c_str(), mesh.num_processors(), o.mesh.c_str(),
           layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
@@ -357,7 +377,7 @@ int main(int argc, char** argv) {
           step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
           at_peak.c_str(), parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
-          misses, fresh_mib, conv_gflop, conv_gflop / step_s);
+          misses, fresh_mib, conv_gflop, conv_gflop / step_s, device.c_str());
     print_breakdown(mesh, step, o.steps, step_s, halo_s);
   });
 }

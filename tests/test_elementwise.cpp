@@ -147,3 +147,32 @@ TEST_CASE("an rvalue's block holds a sum or a renamed tensor only when nothing e
     return 0;
   });
 }
+
+TEST_CASE("maximum and minimum with a scalar, clamp and not_equal match one processor") {
+  CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
+          auto a = test_input(m, "batch:2, x:6, y:5, c:3", l, 1).set_requires_grad();
+          auto held = clamp(a, -0.5f, 0.5f) + maximum(a, 0.25f) * 2.0f - minimum(a, -0.25f) +
+                      not_equal(a, 0.5f);
+          backward(reduce_sum(held * held));
+          return std::vector<Tensor<float>>{held, a.grad()};
+        }) == "");
+  // The values and gradients themselves: bounds, ties (the gradient passes), NaN kept.
+  const std::vector<float> values{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, std::nanf("")};
+  const auto [held, grad, unequal] = on_one_processor([&](Mesh& m) {
+    auto a = generate<float>(m, Shape("x:6"), Layout(), [&](const Index& i) {
+               return values[std::size_t(i["x"])];
+             }).set_requires_grad();
+    auto c = clamp(a, -0.5f, 0.5f);
+    backward(reduce_sum(c));
+    return std::tuple(gather(c), gather(a.grad()), gather(not_equal(a, 0.5f)));
+  });
+  const std::vector<float> want_held{-0.5f, -0.5f, 0.0f, 0.5f, 0.5f},
+      want_grad{0.0f, 1.0f, 1.0f, 1.0f, 0.0f}, want_unequal{1.0f, 1.0f, 1.0f, 0.0f, 1.0f, 1.0f};
+  for (std::size_t i = 0; i < want_held.size(); ++i) {
+    INFO("element " << i);
+    CHECK(held(i) == want_held[i]);
+    CHECK(grad(i) == want_grad[i]);
+  }
+  CHECK(std::isnan(held(5)));
+  for (std::size_t i = 0; i < want_unequal.size(); ++i) CHECK(unequal(i) == want_unequal[i]);
+}

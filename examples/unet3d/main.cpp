@@ -484,6 +484,9 @@ CLI::App* add_predict_command(CLI::App& app, Distribution& distribution, Predict
       ->required();
   cmd->add_option("--probabilities", f.options.probabilities,
                   "class probabilities (float32), as --output");
+  cmd->add_option("--precision", f.options.precision,
+                  "fp32, or bf16 activations (default: the precision the checkpoint trained in)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->footer(
       "Examples:\n"
       "  unet3d predict --checkpoint ckpt --input scan.nii.gz --output labels.nii.gz\n"

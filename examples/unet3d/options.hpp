@@ -94,6 +94,7 @@ struct PredictOptions {
   std::string output, probabilities;  // files, or folders for a folder of scans
   std::array<std::int64_t, 3> size{0, 0, 0};  // when given, the input must have it
   mt::LayoutSchedule layouts;                 // per level; empty: the input's layout at every level
+  std::string precision;                      // fp32 or bf16; empty: the checkpoint's training's
 };
 
 namespace level_fit {

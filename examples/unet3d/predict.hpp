@@ -134,7 +134,7 @@ inline PredictTimes predict_array(mt::Mesh& mesh, const PredictOptions& o, const
   std::vector<mt::Tensor<float>> channels;
   for (std::int64_t c = 0; c < task.num_channels(); ++c) {
     const auto channel = mt::crop(raw, "channels", c, task.num_channels() - 1 - c);
-    channels.push_back(mt::map(channel, prepare(channel, task.channels[std::size_t(c)], path)));
+    channels.push_back(prepare(channel, task.channels[std::size_t(c)], path)(channel));
   }
   const auto input = several ? mt::concat(channels, "channels") : channels.front();
   const auto logits = net(input, /*training=*/false);
@@ -259,6 +259,8 @@ inline void predict(mt::Mesh& mesh, const PredictOptions& o, const mt::Layout& l
   const auto [manifest, where] = predict_checkpoint(o);
   ModelConfig config = config_from(manifest["flags"]);
   config.layouts = o.layouts;
+  config.precision =
+      o.precision.empty() ? manifest["flags"].value("precision", std::string("fp32")) : o.precision;
   UNet net(mesh, config);
   restore_checkpoint(mesh, manifest, where, net, nullptr);
   mt::autodiff::NoGrad no_grad(mesh);

@@ -86,9 +86,20 @@ struct ChannelPreparation {
   std::array<float, 2> window = soft_tissue_window;
   float mean = 0, inverse_std = 1;
 
-  float operator()(float v) const {
-    if (windowed) return unet3d::windowed(v, window);
-    return v == 0 ? 0.0f : (v - mean) * inverse_std;
+  /// The channel's values prepared, in built-in ops (which run where the blocks are): the
+  /// values task.hpp's windowed() gives, and (v - mean) * inverse_std with 0 kept 0.
+  mt::Tensor<float> operator()(const mt::Tensor<float>& v) const {
+    if (windowed) {
+      const float middle = 0.5f * (window[0] + window[1]), half = 0.5f * (window[1] - window[0]);
+      return (mt::clamp(v, window[0], window[1]) - middle) / half;
+    }
+    return centred(v, mean) * inverse_std;
+  }
+
+  /// v - mean in the body, 0 outside (where v is 0; the mean is taken away from the body only,
+  /// so that 0 stays +0).
+  static mt::Tensor<float> centred(const mt::Tensor<float>& v, float mean) {
+    return v - mt::not_equal(v, 0.0f) * mean;
   }
 };
 
@@ -98,16 +109,14 @@ inline ChannelPreparation prepare(const mt::Tensor<float>& raw, const Channel& c
                                   const std::string& source) {
   ChannelPreparation p{channel.windowed(), channel.window};
   if (p.windowed) return p;
-  const auto body = mt::map(raw, [](float v) { return v != 0 ? 1.0f : 0.0f; });
-  const double voxels = mt::reduce_sum(body).item();
+  const double voxels = mt::reduce_sum(mt::not_equal(raw, 0.0f)).item();
   if (voxels < 2)
     throw mt::IoError(source + ": channel " + channel.modality +
                       " has fewer than 2 voxels that are not 0, so no z-score over the body; is "
                       "it empty, or a CT channel (give it the modality CT)?");
   p.mean = float(mt::reduce_sum(raw).item() / voxels);
   // The spread around the mean, in a second pass: sums of squares lose it in float.
-  const float mean = p.mean;
-  const auto centred = mt::map(raw, [mean](float v) { return v != 0 ? v - mean : 0.0f; });
+  const auto centred = ChannelPreparation::centred(raw, p.mean);
   const double variance = mt::reduce_sum(centred * centred).item() / voxels;
   p.inverse_std = variance > 0 ? float(1.0 / std::sqrt(variance)) : 1.0f;
   return p;
@@ -213,7 +222,7 @@ inline Scan read_scan(mt::Mesh& mesh, const ScanFiles& files, const Task& task,
     const auto raw = mt::load_nifti_volume<float>(mesh, volume, index, layout);
     const auto preparation = prepare(raw, task.channels[c], volume.file.path);
     channels.push_back(mt::append_dim(
-        mt::map(to_network_grid(raw, s.grid, mt::Interpolation::linear), preparation), "channels"));
+        preparation(to_network_grid(raw, s.grid, mt::Interpolation::linear)), "channels"));
   }
   s.input = mt::append_dim(channels.size() == 1 ? channels[0] : mt::concat(channels, "channels"),
                            "batch", 0);

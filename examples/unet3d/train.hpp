@@ -95,7 +95,7 @@ inline Overlap validate(mt::Mesh& mesh, UNet& net, const TrainOptions& o, const 
 inline nlohmann::json model_flags(const TrainOptions& o) {
   nlohmann::json flags{{"depth", o.depth}, {"channels", o.channels}, {"norm", o.norm},
                        {"seed", o.seed},   {"size", o.size},         {"batch", o.batch},
-                       {"lr", o.lr},       {"steps", o.steps}};
+                       {"lr", o.lr},       {"steps", o.steps},       {"precision", o.precision}};
   flags.update(o.task.to_json());  // classes, input channels, class weights
   flags["augment"] = o.augment.to_string();
   // How scans were prepared: prediction prepares its scans the same way.

@@ -25,6 +25,8 @@
 #include "meshtensor/comm/run.hpp"
 #include "meshtensor/comm/threads.hpp"
 
+#include "meshtensor/device/activity.hpp"
+
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/random.hpp"
 #include "meshtensor/tensor/tensor.hpp"

@@ -5,6 +5,8 @@
 // walks the grid by setting blockIdx and gridDim (per host thread).
 #include <cstring>
 
+#include <meshtensor/core/bfloat16.hpp>
+
 #undef __global__
 #undef __device__
 #undef __shared__
@@ -24,4 +26,7 @@ inline float __int_as_float(int bits) {
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
+// The sources' bfloat16 is the GPU's copy of the host's type (kernels/cuda/launch.hpp): here it is
+// the host's itself.
+using bfloat16 = meshtensor::bfloat16;
 }  // namespace host_cuda

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include <meshtensor/device/activity.hpp>
 #include <meshtensor/device/array.hpp>
 #include <meshtensor/device/host_access.hpp>
 #include <meshtensor/kernels/conv.hpp>
@@ -27,6 +28,9 @@
 #include <meshtensor/kernels/cuda/pool.hpp>
 #include <meshtensor/kernels/cuda/resample.hpp>
 #include <meshtensor/kernels/cuda/sum.hpp>
+#include <meshtensor/kernels/elementwise.hpp>
+#include <meshtensor/kernels/norm.hpp>
+#include <meshtensor/kernels/sum.hpp>
 
 #include "support/conv_cases.hpp"
 #include "support/elementwise_cases.hpp"
@@ -451,4 +455,211 @@ TEST_CASE("accumulators narrowed on the GPU equal the CPU's rounding") {
   std::vector<float> want;
   for (double v : values) want.push_back(static_cast<float>(v / 3.0));
   CHECK(differing(out, want) == 0);
+}
+
+namespace {
+std::vector<bfloat16> narrowed(const std::vector<float>& values) {
+  return std::vector<bfloat16>(values.begin(), values.end());
+}
+template <class Got, class Want>
+double largest_bf16_gap(const Got& got, const Want& want) {
+  double gap = got.size() == want.size() ? 0 : 1;
+  for (std::size_t i = 0; i < std::min<std::size_t>(got.size(), want.size()); ++i)
+    gap =
+        std::max(gap, std::abs(double(got[i]) - double(want[i])) / (1 + std::abs(double(want[i]))));
+  return gap;
+}
+constexpr double bf16_step = 1.0 / 128;  // a bfloat16 ulp, relative: the GPU may fuse or round once
+
+void check_bf16_norm(const testing::NormCase& c) {
+  const testing::NormCheck<float> check(c);
+  const auto x = narrowed(check.x), g = narrowed(check.g), v = narrowed(check.v);
+  const auto gx = on_gpu(x), gg = on_gpu(g), gv = on_gpu(v);
+  std::vector<kernels::shared::PartialMoments> moments;
+  REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, gx.data(), &moments));
+  wait_for_device();  // before the host reads the results
+  CHECK(testing::moments_gap(
+            moments, kernels::cpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data())) < 1e-5);
+  for (const bool masked : {false, true}) {
+    INFO((masked ? "behind a ReLU" : "no ReLU"));
+    const std::size_t n = std::size_t(check.n);
+    const kernels::ReluMask<bfloat16> mask{masked ? x.data() : nullptr, &check.mask_scale,
+                                           &check.mask_shift};
+    const kernels::ReluMask<bfloat16> gpu_mask{masked ? gx.data() : nullptr, &check.mask_scale,
+                                               &check.mask_shift};
+    std::vector<bfloat16> out(n), dx(n);
+    kernels::cpu::norm_affine(c.sizes, c.key_strides, x.data(), check.scale, check.shift,
+                              bfloat16(masked ? 0.0f : -INFINITY), out.data());
+    kernels::cpu::norm_input_gradient(c.sizes, c.key_strides, g.data(), v.data(), mask, check.p,
+                                      check.q, check.r, dx.data());
+    // The gradient's sums: each term in float as the CPU computes it, summed in double (the CPU
+    // sums float lanes, which are further from the exact sums than the GPU's are).
+    std::vector<double> sums(std::size_t(2 * c.keys), 0.0);
+    for (std::int64_t at = 0; at < check.n; ++at) {
+      const std::int64_t k = check.key[at];
+      const bool passes =
+          !masked || kernels::shared::affine_floor(float(check.mask_scale[k]), float(x[at]),
+                                                   float(check.mask_shift[k]), 0.0f) > 0.0f;
+      const float kept = passes ? float(g[at]) : 0.0f;
+      sums[2 * k] += kept;
+      sums[2 * k + 1] += kept * (float(check.scale[k]) * float(v[at]) + float(check.shift[k]));
+    }
+    Buffer<bfloat16> gpu_out(n, bfloat16(7.0f)), gpu_dx(n, bfloat16(7.0f));
+    std::vector<double> gpu_sums;
+    REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, gx.data(), check.scale, check.shift,
+                                      bfloat16(masked ? 0.0f : -INFINITY), gpu_out.data()));
+    REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, gg.data(), gv.data(),
+                                              gpu_mask, check.p, check.q, check.r, gpu_dx.data()));
+    REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, gg.data(), gv.data(),
+                                             check.scale, check.shift, gpu_mask, &gpu_sums));
+    wait_for_device();  // before the host reads the results
+    CHECK(largest_bf16_gap(gpu_out, out) < bf16_step);
+    CHECK(largest_bf16_gap(gpu_dx, dx) < bf16_step);
+    CHECK(testing::sum_gap(gpu_sums, sums) < 1e-6);
+  }
+}
+
+// Pooling on bfloat16 values: the float reference on the widened values, each output rounded once.
+void check_bf16_pool(const testing::PoolCase& c) {
+  const kernels::PoolGeometry g = pool_geometry(c);
+  const testing::PoolData data(g);
+  const auto x = narrowed(data.x), dy = narrowed(data.dy);
+  const std::vector<float> wide_x(x.begin(), x.end()), wide_dy(dy.begin(), dy.end());
+  std::vector<float> y_ref(data.out_n), dx_ref(data.in_n), avg_ref(data.out_n),
+      avg_dx_ref(data.in_n);
+  std::vector<std::uint8_t> ws_ref(kernels::reference::max_pool_workspace_bytes(g));
+  kernels::reference::max_pool_forward(g, wide_x.data(), y_ref.data(), ws_ref.data());
+  kernels::reference::max_pool_backward(g, wide_dy.data(), ws_ref.data(), dx_ref.data());
+  kernels::reference::avg_pool_forward(g, wide_x.data(), avg_ref.data(), false);
+  kernels::reference::avg_pool_backward(g, wide_dy.data(), avg_dx_ref.data(), false);
+  const auto gx = on_gpu(x), gdy = on_gpu(dy);
+  Buffer<bfloat16> y(data.out_n), dx(data.in_n), avg(data.out_n), avg_dx(data.in_n);
+  Buffer<std::uint8_t> ws(ws_ref.size());
+  REQUIRE(kernels::gpu::max_pool_forward(g, gx.data(), y.data(), ws.data()));
+  REQUIRE(kernels::gpu::max_pool_backward(g, gdy.data(), ws.data(), dx.data()));
+  REQUIRE(kernels::gpu::avg_pool_forward(g, gx.data(), avg.data(), false));
+  REQUIRE(kernels::gpu::avg_pool_backward(g, gdy.data(), avg_dx.data(), false));
+  wait_for_device();  // before the host reads the results
+  CHECK(differing(y, narrowed(y_ref)) == 0);
+  CHECK(differing(dx, narrowed(dx_ref)) == 0);
+  CHECK(differing(avg, narrowed(avg_ref)) == 0);
+  CHECK(differing(avg_dx, narrowed(avg_dx_ref)) == 0);
+  CHECK(std::memcmp(ws_ref.data(), ws.data(), ws_ref.size()) == 0);
+}
+
+void check_bf16_sums(const testing::SumCase& c) {
+  const testing::SumCheck<1> check(c);
+  const std::vector<std::vector<bfloat16>> values{narrowed(check.values[0])};
+  const auto operands = testing::sum_operands<bfloat16, 1>(c, values);
+  const auto on_device = on_gpu(values[0]);
+  auto device_operands = operands;
+  device_operands[0].data = on_device.data();
+  const std::size_t outputs = std::size_t(kernels::num_elements(c.outer));
+  std::vector<double> ref(outputs);
+  kernels::reference::parallel_sum<double, bfloat16, 1>(c.outer, c.inner, operands, ref.data(), 1);
+  std::vector<bfloat16> largest(outputs);
+  kernels::reference::fold<bfloat16, bfloat16, 1>(
+      c.outer, c.inner, operands, largest.data(), bfloat16(-INFINITY), [](bfloat16 a, bfloat16 b) {
+        return kernels::Binary<bfloat16, kernels::BinaryOp::larger>{}(a, b);
+      });
+  Buffer<double> sums(outputs, 7.0);
+  Buffer<bfloat16> got_largest(outputs), narrow(outputs);
+  REQUIRE(kernels::gpu::sum<double, bfloat16, 1>(c.outer, c.inner, device_operands, sums.data()));
+  REQUIRE(kernels::gpu::extreme<bfloat16>(c.outer, c.inner, device_operands[0], got_largest.data(),
+                                          true, bfloat16(-INFINITY)));
+  REQUIRE(kernels::gpu::narrow<bfloat16>(sums.data(), narrow.data(), std::int64_t(outputs), 3.0));
+  wait_for_device();  // before the host reads the results
+  CHECK(testing::sum_gap(std::vector<double>(sums.begin(), sums.end()), ref) < 1e-12);
+  CHECK(differing(got_largest, largest) == 0);
+  std::vector<bfloat16> narrow_ref;
+  for (double s : sums) narrow_ref.push_back(static_cast<bfloat16>(s / 3.0));
+  CHECK(differing(narrow, narrow_ref) == 0);
+}
+
+// The position of each maximum along the middle dim of [outer][n][inner], on the GPU as the CPU's.
+template <class T, class Out>
+void check_argmax() {
+  const std::int64_t outer = 3, n = 5, inner = 1001;
+  std::vector<T> scores;
+  for (std::int64_t i = 0; i < outer * n * inner; ++i)
+    scores.push_back(T(float(std::round(3 * std::sin(0.37 * double(i))))));  // ties
+  std::vector<Out> want(std::size_t(outer * inner));
+  {
+    LocalProcessor cpu(Device::cpu());
+    kernels::argmax(scores.data(), outer, n, inner, want.data());
+  }
+  const auto in = on_gpu(scores);
+  Buffer<Out> got(want.size(), Out(99));
+  REQUIRE(kernels::gpu::argmax(in.data(), outer, n, inner, got.data()));
+  wait_for_device();  // before the host reads the results
+  CHECK(differing(got, want) == 0);
+}
+}  // namespace
+
+TEST_CASE("bfloat16 blocks run on the GPU's kernels and compute as the CPU's loops") {
+  SECTION("element-wise ops: each result rounded once from float") {
+    check_elementwise_on_gpu<bfloat16>(bf16_step);
+    const std::size_t n = 1001;
+    std::vector<bfloat16> a, b;
+    for (std::size_t i = 0; i < n; ++i)
+      a.push_back(float(std::sin(0.1 * i))), b.push_back(float(std::cos(i)));
+    auto into = on_gpu(a), add = on_gpu(b);
+    REQUIRE(kernels::gpu::accumulate(into.data(), add.data(), std::int64_t(n)));
+    wait_for_device();  // before the host reads the results
+    for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
+    CHECK(differing(into, a) == 0);
+  }
+  SECTION("normalisation passes") {
+    for (const std::int64_t scale : {1, 4096})
+      for (const auto& c : testing::norm_cases(scale)) {
+        INFO(c.what << ", scale " << scale);
+        check_bf16_norm(c);
+      }
+  }
+  SECTION("pooling") {
+    for (const auto& c : pool_cases()) check_bf16_pool(c);
+  }
+  SECTION("sums, maxima and narrowing") {
+    for (const std::int64_t scale : {1, 4096})
+      for (const auto& c : testing::sum_cases(scale)) {
+        if (c.elements.size() != 1) continue;
+        INFO(c.outer.size() << " outer dims, " << c.inner.size() << " inner, scale " << scale);
+        check_bf16_sums(c);
+      }
+  }
+  SECTION("resampling: bfloat16 weights, each addition rounded, as the reference loops") {
+    for (const auto& c : testing::resample_cases(1)) {
+      INFO(c.what);
+      const testing::ResampleCheck<bfloat16> check(c.taps);
+      const auto box = on_gpu(check.box), g = on_gpu(check.g);
+      Buffer<bfloat16> out(check.out_ref.size()), grad_box(check.grad_box_ref.size());
+      REQUIRE(kernels::gpu::resample(c.taps, box.data(), out.data()));
+      REQUIRE(kernels::gpu::resample_adjoint(c.taps, g.data(), grad_box.data()));
+      wait_for_device();  // before the host reads the results
+      CHECK(largest_bf16_gap(out, check.out_ref) < bf16_step);
+      CHECK(largest_bf16_gap(grad_box, check.grad_box_ref) < bf16_step);
+    }
+  }
+  SECTION("argmax") {
+    check_argmax<float, std::uint8_t>();
+    check_argmax<bfloat16, std::uint8_t>();
+    check_argmax<double, std::int32_t>();
+    check_argmax<bfloat16, std::int32_t>();
+  }
+}
+
+TEST_CASE("a GPU processor counts its kernels, waits and CPU loops run on its blocks") {
+  const std::vector<float> values(1000, 2.0f);
+  auto x = on_gpu(values);
+  Buffer<float> y(values.size());
+  const DeviceActivity before = device_activity();
+  kernels::map(kernels::Unary<float, kernels::UnaryOp::square>{}, x.data(), y.data(), 1000);
+  wait_for_device();
+  kernels::map([](float v) { return v + 1; }, x.data(), y.data(),
+               1000);  // no GPU kernel: a CPU loop
+  const DeviceActivity& after = device_activity();
+  CHECK(after.kernels == before.kernels + 1);
+  CHECK(after.waits == before.waits + 2);  // ours, and the CPU loop's before it touches the block
+  CHECK(after.host_fallbacks == before.host_fallbacks + 1);
+  CHECK(y[0] == 3.0f);
 }

@@ -31,6 +31,15 @@ function(no_race)
   endif()
 endfunction()
 
+# Fails the test unless the last command's emulated GPU (MESHTENSOR_EMULATED_GPU_PAGES) saw the
+# host take back none of the GPU's pages on every rank: every op ran on the GPU's kernels, none
+# fell back to a CPU loop on the GPU's memory.
+function(all_on_gpu)
+  if(NOT "${printed}" MATCHES "the host took back 0 pages" OR "${printed}" MATCHES "took back [1-9]")
+    message(FATAL_ERROR "the host touched pages in the GPU's memory: an op ran a CPU loop there")
+  endif()
+endfunction()
+
 # Runs a command; fails the test unless it fails with a message matching REGEX.
 function(fails regex)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -647,15 +656,26 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   ok(${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} predict --checkpoint ${here}/cpu_ckpt --backend nccl
      --input ${here}/volume.npy --output ${here}/gpu.npy --probabilities ${here}/p_gpu.npy)
   no_race()
+  all_on_gpu()
   ok(${CHECK} close-npy 1e-5 ${here}/p_cpu.npy ${here}/p_gpu.npy)
-  # A training step keeps its blocks in the GPU's memory: the host touches none of the GPU's
-  # pages (each would be a page fault and a transfer over the bus, every step).
-  ok_matching("the host took back 0 pages" ${four_gpus} train --size 16 --depth 2 --channels 4
-              --validation-volumes 0 --steps 3 --backend nccl ${grid} --out ${here}/pages)
-  if("${printed}" MATCHES "took back [1-9]")
-    message(FATAL_ERROR "the host touched pages in the GPU's memory during training")
-  endif()
+  # Training and prediction steps keep their blocks in the GPU's memory, in fp32 and bf16: the
+  # host touches none of the GPU's pages (each would be a page fault and a transfer over the bus,
+  # every step), so every op ran on the GPU. bf16 predictions follow the CPU's.
+  foreach(precision fp32 bf16)
+    ok(${four_gpus} train --size 16 --depth 2 --channels 4 --validation-volumes 0 --steps 3
+       --backend nccl ${grid} --precision ${precision} --out ${here}/pages_${precision})
+    all_on_gpu()
+    no_race()
+  endforeach()
+  ok(${UNET3D} train ${small} --steps 3 --threads 1 --precision bf16 --out ${here}/cpu_bf16
+     --checkpoint ${here}/bf16_ckpt)
+  ok(${UNET3D} predict --checkpoint ${here}/bf16_ckpt --input ${here}/volume.npy
+     --output ${here}/cpu_bf16.npy --probabilities ${here}/p_cpu_bf16.npy --threads 1)
+  ok(${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} predict --checkpoint ${here}/bf16_ckpt --backend nccl
+     --input ${here}/volume.npy --output ${here}/gpu_bf16.npy --probabilities ${here}/p_gpu_bf16.npy)
+  all_on_gpu()
   no_race()
+  ok(${CHECK} close-npy 1e-2 ${here}/p_cpu_bf16.npy ${here}/p_gpu_bf16.npy)
 elseif(SCENARIO STREQUAL "nccl_emulated_bad_start")
   # Machines the nccl transport cannot start on end every rank at once with the reason.
   set(ENV{LD_LIBRARY_PATH} ${EMULATED_GPU})

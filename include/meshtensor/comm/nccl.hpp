@@ -453,6 +453,7 @@ class NcclCommunicator final : public Communicator {
   // errors; without `block`, polls once. Gives up, aborting the communicator, after the timeout.
   template <class Query>
   bool wait_for(Query&& query, const char* what, bool block) {
+    if (block) ++device_activity().waits;
     const Deadline deadline;
     for (int spins = 0;; ++spins) {
       const cudaError_t state = query();

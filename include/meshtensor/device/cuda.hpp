@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "meshtensor/device/activity.hpp"
 #include "meshtensor/device/cuda_runtime.hpp"
 #include "meshtensor/device/processor.hpp"
 
@@ -37,6 +38,7 @@ inline cudaStream_t compute_stream() {
 /// may read or write: a CPU loop over a block in GPU memory, a result it reads.
 inline void finish_queued_work() {
   if (!computes_on_gpu()) return;
+  ++device_activity().waits;
   check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
 }
 
@@ -45,6 +47,7 @@ inline void finish_queued_work() {
 /// that a transfer still reads or writes.
 inline void finish_all_work() {
   if (!computes_on_gpu()) return;
+  ++device_activity().waits;
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 

@@ -37,6 +37,7 @@ inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = compute_stream();
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  ++device_activity().waits;
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 

@@ -147,6 +147,7 @@ template <class... Args>
 void launch_grid(cudaKernel_t kernel, dim3 blocks, dim3 threads, cudaStream_t stream,
                  Args... args) {
   void* parameters[] = {static_cast<void*>(&args)...};
+  ++device_activity().kernels;
   check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), blocks, threads, parameters, 0,
                          stream),
         "cudaLaunchKernel");

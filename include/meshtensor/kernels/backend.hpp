@@ -6,6 +6,7 @@
 // the work and touch no data (kernels/plan/). Ops name no backend; a family says, in one place,
 // what each backend does with a call.
 
+#include "meshtensor/device/activity.hpp"
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
@@ -43,7 +44,8 @@ void dispatch(Plan&& plan, [[maybe_unused]] Gpu&& on_gpu, Cpu&& on_cpu) {
       plan();
       return;
     case Backend::cuda:
-      if (on_gpu()) return;
+      if (run_on_gpu(plan, on_gpu)) return;
+      ++device_activity().host_fallbacks;
       wait_for_all_device_work();
       break;
     case Backend::cpu:

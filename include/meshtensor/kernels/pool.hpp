@@ -160,11 +160,11 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
                     [] { return false; },
                     [&] { detail::cpu_max_forward(g, input, output, workspace); });
   void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
-  bool on_gpu = false;
-#if defined(MESHTENSOR_WITH_CUDA)
-  on_gpu = gpu::max_pool_forward(g, input, output, formatted);
-#endif
+  const bool on_gpu =
+      run_on_gpu([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+                 MESHTENSOR_ON_GPU(gpu::max_pool_forward(g, input, output, formatted)));
   if (!on_gpu) {
+    ++device_activity().host_fallbacks;
     wait_for_device();
     detail::cpu_max_forward(g, input, output, formatted);
   }
@@ -181,9 +181,11 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
                     [&] { detail::cpu_max_backward(g, grad_output, workspace, grad_input); });
   const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
   const bool cpu_format = detail::read_tag(workspace) == detail::cpu_format;
-#if defined(MESHTENSOR_WITH_CUDA)
-  if (!cpu_format && gpu::max_pool_backward(g, grad_output, formatted, grad_input)) return;
-#endif
+  if (!cpu_format &&
+      run_on_gpu([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+                 MESHTENSOR_ON_GPU(gpu::max_pool_backward(g, grad_output, formatted, grad_input))))
+    return;
+  ++device_activity().host_fallbacks;
   wait_for_device();
   if (cpu_format)
     detail::cpu_max_backward(g, grad_output, formatted, grad_input);

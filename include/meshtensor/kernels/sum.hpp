@@ -1,7 +1,7 @@
 #pragma once
 // The sum family: einsum's and the reductions' sums of products (accumulated in Acc: double for
 // floating point, int64 for integers), narrowing those accumulators into a result, and the max and
-// min folds. A GPU sends a matrix product to cuBLAS and any other sum to its own kernels; the CPU
+// min folds, and argmax. A GPU sends a matrix product to cuBLAS and any other sum to its own kernels; the CPU
 // folds on its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a multiply-add as
 // two operations.
 
@@ -13,6 +13,7 @@
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/elementwise_formulas.hpp"
 #include "meshtensor/kernels/common/fold_operand.hpp"
+#include "meshtensor/kernels/cpu/loops.hpp"
 #include "meshtensor/kernels/cpu/reference/fold.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/cublas_gemm.hpp"
@@ -84,6 +85,22 @@ void extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
             },
             compute_threads());
       });
+}
+
+/// out[a, b] = the position k of the largest in[a, k, b] over k < n (the first on ties), for the
+/// [outer][n][inner] block `in`: a class map from scores.
+template <class Out, class T>
+void argmax(const T* in, std::int64_t outer, std::int64_t n, std::int64_t inner, Out* out) {
+  dispatch([&] { plan::count(plan::Family::sum, double(outer) * double(n) * double(inner)); },
+           MESHTENSOR_ON_GPU(gpu::argmax(in, outer, n, inner, out)), [&] {
+             parallel_for(outer * inner, compute_threads(), [&](std::int64_t e) {
+               const T* first = in + e / inner * n * inner + e % inner;
+               std::int64_t best = 0;
+               for (std::int64_t k = 1; k < n; ++k)
+                 if (first[k * inner] > first[best * inner]) best = k;
+               out[e] = static_cast<Out>(best);
+             });
+           });
 }
 
 }  // namespace meshtensor::kernels

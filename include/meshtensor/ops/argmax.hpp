@@ -6,10 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <xtensor/xarray.hpp>
-
 #include "meshtensor/device/array.hpp"
-#include "meshtensor/device/host_access.hpp"
+#include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/new_block.hpp"
@@ -33,16 +31,7 @@ Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
   const std::int64_t n = sizes[d];
   TensorLayout layout(Shape(kept), whole.mesh().shape(), whole.layout().layout());
   Array<Out> out = detail::new_block<Out>(whole.mesh(), layout, layout.block(whole.mesh().coord()));
-  const auto input = whole.local();  // a CPU loop: the host's view, after the device's work
-  auto output = on_host(out);
-  const T* in = input.data();
-  for (std::int64_t a = 0; a < outer; ++a)
-    for (std::int64_t b = 0; b < inner; ++b) {
-      std::int64_t best = 0;
-      for (std::int64_t k = 1; k < n; ++k)
-        if (in[(a * n + k) * inner + b] > in[(a * n + best) * inner + b]) best = k;
-      output.data()[a * inner + b] = static_cast<Out>(best);
-    }
+  kernels::argmax(whole.array().data(), outer, n, inner, out.data());
   return Tensor<Out>(whole.mesh(), std::move(layout), std::move(out));
 }
 

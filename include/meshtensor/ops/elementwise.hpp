@@ -269,6 +269,35 @@ Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) {
   return detail::choose<detail::BinaryOp::smaller, detail::BinaryOp::smaller_mask>(a, b, "minimum");
 }
 
+/// The larger of each element and s (a NaN stays NaN); the gradient passes where the element is
+/// picked, ties included, as in maximum(a, b).
+template <class T>
+Tensor<T> maximum(const Tensor<T>& a, T s) {
+  return detail::unary(a, detail::unary_op<detail::UnaryOp::at_least>(s),
+                       detail::unary_op<detail::UnaryOp::at_least_step>(s),
+                       detail::DerivativeOf::input);
+}
+/// The smaller of each element and s (a NaN stays NaN); the gradient passes where the element is
+/// picked, ties included.
+template <class T>
+Tensor<T> minimum(const Tensor<T>& a, T s) {
+  return detail::unary(a, detail::unary_op<detail::UnaryOp::at_most>(s),
+                       detail::unary_op<detail::UnaryOp::at_most_step>(s),
+                       detail::DerivativeOf::input);
+}
+/// Each element held to [lo, hi] (torch.clamp, std::clamp for lo <= hi); the gradient passes where
+/// lo <= a <= hi.
+template <class T>
+Tensor<T> clamp(const Tensor<T>& a, T lo, T hi) {
+  return minimum(maximum(a, lo), hi);
+}
+
+/// 1 where an element differs from s, 0 where it equals it: a mask, with no gradient.
+template <class T>
+Tensor<T> not_equal(const Tensor<T>& a, T s) {
+  return detail::map_values(a, detail::unary_op<detail::UnaryOp::unequal_mask>(s));
+}
+
 /// 1 where `a` equals `b` (aligned by name, broadcast as the other binary ops), 0 elsewhere: a
 /// mask, with no gradient. `equal(logits, reduce_max(logits, "classes"))` marks each voxel's
 /// predicted class.

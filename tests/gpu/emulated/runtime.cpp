@@ -17,13 +17,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -43,6 +46,8 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* stream = nullptr;  // where it was last recorded; null: never, or its stream is gone
   std::uint64_t after = 0;        // it completes when the stream has finished this many
+  // When the stream reached it (set by a stamp queued with the record), for cudaEventElapsedTime.
+  std::shared_ptr<std::optional<std::chrono::steady_clock::time_point>> reached;
 };
 
 struct CUlib_st {
@@ -477,9 +482,19 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Lock lock(state_lock);
+  auto reached = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+  enqueue_bookkeeping(stream, [reached] { *reached = std::chrono::steady_clock::now(); });
+  event->reached = reached;
   event->stream = stream_of(stream);
   event->after = event->stream->queued;
   return outcome();
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Lock lock(state_lock);
+  if (!start->reached || !end->reached) return outcome(cudaErrorInvalidResourceHandle);
+  if (!*start->reached || !*end->reached) return outcome(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(**end->reached - **start->reached).count();
+  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   Lock lock(state_lock);

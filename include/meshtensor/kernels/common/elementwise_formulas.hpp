@@ -18,7 +18,8 @@ struct UnaryOp {
     absolute, square, exponential, logarithm, square_root, hyperbolic_tangent, power, relu,
     leaky_relu, sigmoid, one_minus,
     constant, minus_scalar_over_square, sign, twice, identity, reciprocal, half_over,
-    one_minus_square, power_derivative, positive_step, leaky_step, sigmoid_derivative,
+    one_minus_square, power_derivative, positive_step, leaky_step, at_least, at_most,
+    at_least_step, at_most_step, unequal_mask, sigmoid_derivative,
     count
   };
 };
@@ -45,7 +46,7 @@ MESHTENSOR_DEVICE inline T unary_formula(T x, T s) {
   else if constexpr (op == UnaryOp::hyperbolic_tangent) return tanh(x);
   else if constexpr (op == UnaryOp::power) return pow(x, s);
   else if constexpr (op == UnaryOp::relu) return x > T(0) ? x : T(0);
-  else if constexpr (op == UnaryOp::leaky_relu) return x > T(0) ? x : s * x;
+  else if constexpr (op == UnaryOp::leaky_relu) return x > T(0) ? x : T(s * x);
   else if constexpr (op == UnaryOp::sigmoid) return T(1) / (T(1) + exp(-x));
   else if constexpr (op == UnaryOp::one_minus) return T(1) - x;
   else if constexpr (op == UnaryOp::constant) return s;
@@ -59,6 +60,11 @@ MESHTENSOR_DEVICE inline T unary_formula(T x, T s) {
   else if constexpr (op == UnaryOp::power_derivative) return s * pow(x, s - T(1));
   else if constexpr (op == UnaryOp::positive_step) return x > T(0) ? T(1) : T(0);
   else if constexpr (op == UnaryOp::leaky_step) return x > T(0) ? T(1) : s;
+  else if constexpr (op == UnaryOp::at_least) return !(x < s) ? x : s;
+  else if constexpr (op == UnaryOp::at_most) return !(s < x) ? x : s;
+  else if constexpr (op == UnaryOp::at_least_step) return !(x < s) ? T(1) : T(0);
+  else if constexpr (op == UnaryOp::at_most_step) return !(s < x) ? T(1) : T(0);
+  else if constexpr (op == UnaryOp::unequal_mask) return x != s ? T(1) : T(0);
   else return x * (T(1) - x);
 }
 template <int op, class T>

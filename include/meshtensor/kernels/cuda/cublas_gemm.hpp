@@ -85,6 +85,7 @@ bool gemm_sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOpera
     const std::int64_t outputs = g.batch * g.stride_c;
     cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(double), stream);
     const T one = 1, zero = 0;
+    ++device_activity().library_calls;
     if constexpr (std::is_same_v<T, double>) {
       detail::check(
           library().dgemm_strided_batched(

@@ -363,6 +363,7 @@ bool run_first(Context& c, Descriptors& d, const std::vector<Perf>& perfs, const
       continue;
     }
     const cudnnStatus_t status = call(perf.algo, workspace, perf.memory);
+    ++device_activity().library_calls;
     if (workspace) cuda::check(cudaFreeAsync(workspace, c.stream()), "cudaFreeAsync");
     if (status == CUDNN_STATUS_SUCCESS) return true;
     if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM &&

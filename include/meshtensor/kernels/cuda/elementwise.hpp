@@ -6,9 +6,9 @@
 // dims), and accumulation. The ops' formulas are the CPU loops' own text
 // (kernels/common/elementwise_formulas.hpp), so +, -, *, / and the comparisons agree with the CPU
 // bit for bit; exp, log, tanh and pow use CUDA's math library, within a few units in the last place
-// of the host's. Each host function returns false, doing nothing, unless the calling thread
-// computes on a GPU and every operand is in device or managed memory; the caller then runs its CPU
-// loop.
+// of the host's. bfloat16 blocks compute in float and round each result, as the CPU loops do. Each
+// host function returns false, doing nothing, unless the calling thread computes on a GPU and every
+// operand is in device or managed memory; the caller then runs its CPU loop.
 
 #include <array>
 #include <cstddef>
@@ -75,7 +75,8 @@ __device__ void zip_values(int code, const Walk& w, const T* a, const T* b, T* o
     out[at[2]] = binary_by_code<0>(code, a[at[0]], b[at[1]]);
   }
 }
-// A copy between strided boxes: from operand 0's offsets to the output's, any 4- or 8-byte type.
+// A copy between strided boxes: from operand 0's offsets to the output's, any 1-, 2-, 4- or 8-byte
+// type.
 template <class T>
 __device__ void copy_walk(const Walk& w, const T* from, T* to, long long n) {
   MESHTENSOR_GRID_STRIDE(i, n) {
@@ -111,6 +112,10 @@ extern "C" __global__ void zip_f64(int code, Walk w, const double* a, const doub
                                    double* out, long long n) {
   zip_values(code, w, a, b, out, n);
 }
+extern "C" __global__ void copy_1_byte(Walk w, const unsigned char* from, unsigned char* to,
+                                       long long n) {
+  copy_walk(w, from, to, n);
+}
 extern "C" __global__ void copy_2_bytes(Walk w, const unsigned short* from, unsigned short* to,
                                         long long n) {
   copy_walk(w, from, to, n);
@@ -123,18 +128,28 @@ extern "C" __global__ void copy_8_bytes(Walk w, const unsigned long long* from,
   copy_walk(w, from, to, n);
 }
 // float -> bfloat16 as VCVTNEPS2BF16 rounds (kernels/cpu/convert.hpp), and back.
-extern "C" __global__ void convert_f32_bf16(const unsigned* from, unsigned short* to, long long n) {
-  MESHTENSOR_GRID_STRIDE(i, n) {
-    unsigned u = from[i];
-    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-      to[i] = (unsigned short)((u >> 16) | 0x40u);
-    else
-      to[i] = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+extern "C" __global__ void convert_f32_bf16(const float* from, bfloat16* to, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) to[i] = bfloat16(from[i]);
 }
-extern "C" __global__ void convert_bf16_f32(const unsigned short* from, unsigned* to, long long n) {
-  MESHTENSOR_GRID_STRIDE(i, n) to[i] = (unsigned)from[i] << 16;
+extern "C" __global__ void convert_bf16_f32(const bfloat16* from, float* to, long long n) {
+  MESHTENSOR_GRID_STRIDE(i, n) to[i] = from[i];
+}
+// bfloat16: the formulas in float, each result rounded once, as the CPU loops compute them (the
+// scalar comes as a float, exactly the bfloat16 it was).
+extern "C" __global__ void map_bf16(int code, float s, const bfloat16* x, bfloat16* out,
+                                    long long n) {
+  map_values(code, bfloat16(s), x, out, n);
+}
+extern "C" __global__ void times_derivative_bf16(int code, float s, const bfloat16* g,
+                                                 const bfloat16* x, bfloat16* out, long long n) {
+  times_derivative(code, bfloat16(s), g, x, out, n);
+}
+extern "C" __global__ void zip_bf16(int code, Walk w, const bfloat16* a, const bfloat16* b,
+                                    bfloat16* out, long long n) {
+  zip_values(code, w, a, b, out, n);
+}
+extern "C" __global__ void accumulate_bf16(bfloat16* into, const bfloat16* add, long long n) {
+  accumulate(into, add, n);
 }
 extern "C" __global__ void accumulate_f32(float* into, const float* add, long long n) {
   accumulate(into, add, n);
@@ -192,8 +207,9 @@ bool map(int code, T s, const T* x, T* out, std::int64_t n) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64"), n,
-               {operand(x, n), operand(out, n)}, code, s, x, out, static_cast<long long>(n));
+    run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64", "map_bf16"), n,
+               {operand(x, n), operand(out, n)}, code, compute_t<T>(s), x, out,
+               static_cast<long long>(n));
     return true;
   }
 }
@@ -205,8 +221,9 @@ bool times_derivative(int code, T s, const T* g, const T* x, T* out, std::int64_
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(elementwise_source(), instance<T>("times_derivative_f32", "times_derivative_f64"), n,
-               {operand(g, n), operand(x, n), operand(out, n)}, code, s, g, x, out,
+    run_kernel(elementwise_source(),
+               instance<T>("times_derivative_f32", "times_derivative_f64", "times_derivative_bf16"),
+               n, {operand(g, n), operand(x, n), operand(out, n)}, code, compute_t<T>(s), g, x, out,
                static_cast<long long>(n));
     return true;
   }
@@ -227,7 +244,7 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
     detail::Walk walk;
     std::array<std::int64_t, 3> spans{};
     if (!detail::walk_of(sizes, strides, &walk, &spans)) return false;
-    run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64"), n,
+    run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64", "zip_bf16"), n,
                {operand(a, spans[0]), operand(b, spans[1]), operand(out, spans[2])}, code, walk, a,
                b, out, static_cast<long long>(n));
     return true;
@@ -235,12 +252,12 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
 }
 
 /// to[i * to_strides] = from[i * from_strides] for every index i of `box`, on the GPU, as
-/// kernels/cpu/reference/copy_box.hpp: for elements of 2, 4 or 8 bytes; false when it cannot run
-/// there.
+/// kernels/cpu/reference/copy_box.hpp: for elements of 1, 2, 4 or 8 bytes; false when it cannot
+/// run there.
 template <class T>
 bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* to,
               const Strides& to_strides) {
-  if constexpr ((sizeof(T) != 2 && sizeof(T) != 4 && sizeof(T) != 8) ||
+  if constexpr ((sizeof(T) != 1 && sizeof(T) != 2 && sizeof(T) != 4 && sizeof(T) != 8) ||
                 !std::is_trivially_copyable_v<T>) {
     return false;
   } else {
@@ -251,7 +268,8 @@ bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
     std::array<std::int64_t, 3> spans{};
     if (!detail::walk_of(box, {from_strides, Strides(box.size(), 0), to_strides}, &walk, &spans))
       return false;
-    const char* kernel = sizeof(T) == 2   ? "copy_2_bytes"
+    const char* kernel = sizeof(T) == 1   ? "copy_1_byte"
+                         : sizeof(T) == 2 ? "copy_2_bytes"
                          : sizeof(T) == 4 ? "copy_4_bytes"
                                           : "copy_8_bytes";
     run_kernel(elementwise_source(), kernel, n, {operand(from, spans[0]), operand(to, spans[2])},
@@ -284,7 +302,8 @@ bool accumulate(T* into, const T* add, std::int64_t n) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(elementwise_source(), instance<T>("accumulate_f32", "accumulate_f64"), n,
+    run_kernel(elementwise_source(),
+               instance<T>("accumulate_f32", "accumulate_f64", "accumulate_bf16"), n,
                {operand(into, n), operand(add, n)}, into, add, static_cast<long long>(n));
     return true;
   }

@@ -14,8 +14,8 @@
 // The formulas are the CPU loops' own (kernels/common/norm_formulas.hpp). No atomics: the same
 // inputs give the same results on every run. The per-key constants come from the host and go to the
 // GPU with each call. Each host function returns false, doing nothing, unless the thread
-// computes on a GPU, the block is in device or managed memory, it is float or double, and it has
-// at most 8 dims longer than one.
+// computes on a GPU, the block is in device or managed memory, it is float, double or bfloat16
+// (computed in float, as on the CPU), and it has at most 8 dims longer than one.
 
 #include <cuda_runtime_api.h>
 
@@ -81,11 +81,12 @@ __device__ double block_sum(double* lane, double value) {
 }
 
 // Where a fused ReLU passed the gradient: where its output, computed again from x, is positive.
-// x null: everywhere.
-template <class T>
-__device__ T masked(T g, const T* x, const T* scale, const T* shift, long long at, long long key) {
-  if (!x) return g;
-  return affine_floor(scale[key], x[at], shift[key], T(0)) > T(0) ? g : T(0);
+// x null: everywhere. Values are stored as T and computed in C (float for bfloat16), as the
+// per-key constants are.
+template <class T, class C>
+__device__ C masked(T g, const T* x, const C* scale, const C* shift, long long at, long long key) {
+  if (!x) return C(g);
+  return affine_floor(scale[key], C(x[at]), shift[key], C(0)) > C(0) ? C(g) : C(0);
 }
 
 // Block (blockIdx.x, blockIdx.y): the count, mean and sum of squared deviations of chunk y of key
@@ -117,10 +118,10 @@ __device__ void moments_chunk(const KeyedBlock& s, const T* x, double* partial, 
 
 // Block (blockIdx.x, blockIdx.y): over chunk y of key x's elements, the sums of g' and of
 // g' (scale v + shift), at partial[(2 x + w) gridDim.y + y].
-template <class T>
-__device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v, const T* scale,
-                                    const T* shift, const T* mask_x, const T* mask_scale,
-                                    const T* mask_shift, double* partial, long long terms,
+template <class T, class C>
+__device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v, const C* scale,
+                                    const C* shift, const T* mask_x, const C* mask_scale,
+                                    const C* mask_shift, double* partial, long long terms,
                                     long long chunk) {
   __shared__ double lane[256];
   const long long key = blockIdx.x, begin = blockIdx.y * chunk;
@@ -129,9 +130,9 @@ __device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v,
   double sums[2] = {0, 0};
   for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const long long at = start + element_offset(s, i);
-    const T kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+    const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
     sums[0] += (double)kept;
-    sums[1] += (double)(kept * (scale[key] * v[at] + shift[key]));
+    sums[1] += (double)(kept * (scale[key] * C(v[at]) + shift[key]));
   }
   for (int w = 0; w < 2; ++w) {
     const double total = block_sum(lane, sums[w]);
@@ -170,10 +171,10 @@ __device__ void moments_lanes(const KeyedBlock& s, const T* x, double* partial, 
   }
 }
 
-template <class T>
-__device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v, const T* scale,
-                                    const T* shift, const T* mask_x, const T* mask_scale,
-                                    const T* mask_shift, double* partial, long long rows,
+template <class T, class C>
+__device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v, const C* scale,
+                                    const C* shift, const T* mask_x, const C* mask_scale,
+                                    const C* mask_shift, double* partial, long long rows,
                                     long long groups) {
   const long long keys = key_count(s);
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < keys * groups;
@@ -182,9 +183,9 @@ __device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v,
     double sums[2] = {0, 0};
     for (long long r = group; r < rows; r += groups) {
       const long long at = r * keys + key;
-      const T kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+      const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
       sums[0] += (double)kept;
-      sums[1] += (double)(kept * (scale[key] * v[at] + shift[key]));
+      sums[1] += (double)(kept * (scale[key] * C(v[at]) + shift[key]));
     }
     partial[2 * key * groups + group] = sums[0];
     partial[(2 * key + 1) * groups + group] = sums[1];
@@ -208,25 +209,25 @@ extern "C" __global__ void combine_moment_chunks(const double* partial, long lon
   }
 }
 
-template <class T>
-__device__ void affine(const KeyedBlock& s, const T* x, const T* scale, const T* shift, T floor,
+template <class T, class C>
+__device__ void affine(const KeyedBlock& s, const T* x, const C* scale, const C* shift, C floor,
                        T* out, long long n) {
   for (long long at = blockIdx.x * (long long)blockDim.x + threadIdx.x; at < n;
        at += (long long)blockDim.x * gridDim.x) {
     const long long key = key_of(s, at);
-    out[at] = affine_floor(scale[key], x[at], shift[key], floor);
+    out[at] = T(affine_floor(scale[key], C(x[at]), shift[key], floor));
   }
 }
 
-template <class T>
+template <class T, class C>
 __device__ void input_gradient(const KeyedBlock& s, const T* g, const T* v, const T* mask_x,
-                               const T* mask_scale, const T* mask_shift, const T* p, const T* q,
-                               const T* r, T* dx, long long n) {
+                               const C* mask_scale, const C* mask_shift, const C* p, const C* q,
+                               const C* r, T* dx, long long n) {
   for (long long at = blockIdx.x * (long long)blockDim.x + threadIdx.x; at < n;
        at += (long long)blockDim.x * gridDim.x) {
     const long long key = key_of(s, at);
-    const T kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
-    dx[at] = affine_input_gradient(p[key], kept, q[key], v[at], r[key]);
+    const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+    dx[at] = T(affine_input_gradient(p[key], kept, q[key], C(v[at]), r[key]));
   }
 }
 
@@ -301,6 +302,45 @@ extern "C" __global__ void input_gradient_f64(KeyedBlock s, const double* g, con
                                               long long n) {
   input_gradient(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
 }
+// bfloat16 values, float constants and arithmetic (as the CPU loops' compute_t).
+extern "C" __global__ void moments_chunk_bf16(KeyedBlock s, const bfloat16* x, double* partial,
+                                              long long terms, long long chunk) {
+  moments_chunk(s, x, partial, terms, chunk);
+}
+extern "C" __global__ void moments_lanes_bf16(KeyedBlock s, const bfloat16* x, double* partial,
+                                              long long rows, long long groups) {
+  moments_lanes(s, x, partial, rows, groups);
+}
+extern "C" __global__ void gradient_sums_chunk_bf16(KeyedBlock s, const bfloat16* g,
+                                                    const bfloat16* v, const float* scale,
+                                                    const float* shift, const bfloat16* mask_x,
+                                                    const float* mask_scale,
+                                                    const float* mask_shift, double* partial,
+                                                    long long terms, long long chunk) {
+  gradient_sums_chunk(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, terms,
+                      chunk);
+}
+extern "C" __global__ void gradient_sums_lanes_bf16(KeyedBlock s, const bfloat16* g,
+                                                    const bfloat16* v, const float* scale,
+                                                    const float* shift, const bfloat16* mask_x,
+                                                    const float* mask_scale,
+                                                    const float* mask_shift, double* partial,
+                                                    long long rows, long long groups) {
+  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
+                      groups);
+}
+extern "C" __global__ void affine_bf16(KeyedBlock s, const bfloat16* x, const float* scale,
+                                       const float* shift, float floor, bfloat16* out,
+                                       long long n) {
+  affine(s, x, scale, shift, floor, out, n);
+}
+extern "C" __global__ void input_gradient_bf16(KeyedBlock s, const bfloat16* g, const bfloat16* v,
+                                               const bfloat16* mask_x, const float* mask_scale,
+                                               const float* mask_shift, const float* p,
+                                               const float* q, const float* r, bfloat16* dx,
+                                               long long n) {
+  input_gradient(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+}
 )"};
   return text;
 }
@@ -344,7 +384,7 @@ inline bool keyed_block_of(const Sizes& sizes, const Strides& key_strides, Keyed
 }
 
 // Per-key constants in T on the GPU, one list after another: lists[j] at as<T>() + j keys (zeros
-// for a null list).
+// for a null list). T is the kernels' compute type: float for bfloat16 blocks.
 template <class T>
 cuda::StreamBuffer key_constants(std::initializer_list<const std::vector<double>*> lists,
                                  std::size_t keys, cudaStream_t stream) {
@@ -406,6 +446,7 @@ void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combi
       cudaMemcpyAsync(result, on_gpu.as<double>(), std::size_t(width * keys) * sizeof(double),
                       cudaMemcpyDeviceToHost, stream),
       "cudaMemcpyAsync");
+  ++device_activity().waits;
   cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 }  // namespace detail
@@ -427,11 +468,12 @@ bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
     std::vector<double> moments(std::size_t(3 * keys));  // count, mean, m2 per key
     const cudaStream_t stream = cuda::compute_stream();
     cuda::prefetch_to_gpu(x, std::size_t(n) * sizeof(T), stream);
-    detail::reduce_per_key(block,
-                           {instance<T>("moments_chunk_f32", "moments_chunk_f64"),
-                            instance<T>("moments_lanes_f32", "moments_lanes_f64")},
-                           cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3,
-                           keys, moments.data(), stream, x);
+    detail::reduce_per_key(
+        block,
+        {instance<T>("moments_chunk_f32", "moments_chunk_f64", "moments_chunk_bf16"),
+         instance<T>("moments_lanes_f32", "moments_lanes_f64", "moments_lanes_bf16")},
+        cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3, keys, moments.data(),
+        stream, x);
     for (std::int64_t k = 0; k < keys; ++k)
       (*out)[std::size_t(k)] = {moments[3 * k], moments[3 * k + 1], moments[3 * k + 2]};
     return true;
@@ -453,11 +495,12 @@ bool norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     const std::size_t keys = scale.size();
+    using C = compute_t<T>;
     const cuda::StreamBuffer constants =
-        detail::key_constants<T>({&scale, &shift}, keys, cuda::compute_stream());
-    const T* c = constants.as<T>();
-    run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64"), n,
-               {operand(x, n), operand(out, n)}, block, x, c, c + keys, floor, out,
+        detail::key_constants<C>({&scale, &shift}, keys, cuda::compute_stream());
+    const C* c = constants.as<C>();
+    run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64", "affine_bf16"), n,
+               {operand(x, n), operand(out, n)}, block, x, c, c + keys, C(floor), out,
                static_cast<long long>(n));
     return true;
   }
@@ -482,12 +525,15 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T*
     const cudaStream_t stream = cuda::compute_stream();
     for (const T* data : {g, v, mask.x})
       if (data) cuda::prefetch_to_gpu(data, std::size_t(n) * sizeof(T), stream);
-    const cuda::StreamBuffer constants = detail::key_constants<T>(
+    using C = compute_t<T>;
+    const cuda::StreamBuffer constants = detail::key_constants<C>(
         {&scale, &shift, mask.scale, mask.shift}, std::size_t(keys), stream);
-    const T* c = constants.as<T>();
+    const C* c = constants.as<C>();
     detail::reduce_per_key(block,
-                           {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64"),
-                            instance<T>("gradient_sums_lanes_f32", "gradient_sums_lanes_f64")},
+                           {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64",
+                                        "gradient_sums_chunk_bf16"),
+                            instance<T>("gradient_sums_lanes_f32", "gradient_sums_lanes_f64",
+                                        "gradient_sums_lanes_bf16")},
                            cuda::kernel(sum_source(), "add_chunks"), keys, terms, 2, 2 * keys,
                            sums->data(), stream, g, v, c, c + keys, mask.x, c + 2 * keys,
                            c + 3 * keys);
@@ -510,10 +556,12 @@ bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     const std::size_t keys = p.size();
-    const cuda::StreamBuffer constants = detail::key_constants<T>(
+    using C = compute_t<T>;
+    const cuda::StreamBuffer constants = detail::key_constants<C>(
         {mask.scale, mask.shift, &p, &q, &r}, keys, cuda::compute_stream());
-    const T* c = constants.as<T>();
-    run_kernel(norm_source(), instance<T>("input_gradient_f32", "input_gradient_f64"), n,
+    const C* c = constants.as<C>();
+    run_kernel(norm_source(),
+               instance<T>("input_gradient_f32", "input_gradient_f64", "input_gradient_bf16"), n,
                {operand(g, n), operand(v, n), operand(dx, n), operand(mask.x ? mask.x : g, n)},
                block, g, v, mask.x, c, c + keys, c + 2 * keys, c + 3 * keys, c + 4 * keys, dx,
                static_cast<long long>(n));

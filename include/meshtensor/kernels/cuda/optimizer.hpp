@@ -5,6 +5,7 @@
 // or managed memory.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "meshtensor/kernels/common/optimizer_formulas.hpp"
 #include "meshtensor/kernels/cuda/launch.hpp"
@@ -57,11 +58,11 @@ inline const cuda::KernelSource& optimizer_source() {
 /// sgd_update of n elements on the GPU; false when it cannot run there.
 template <class T>
 bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n) {
-  if constexpr (!has_kernels_for<T>) {
+  if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64"), n,
+    run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64", ""), n,
                {operand(parameter, n), operand(velocity, n), operand(gradient, n)}, h, parameter,
                velocity, gradient, static_cast<long long>(n));
     return true;
@@ -72,11 +73,11 @@ bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
 template <class T>
 bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
           std::int64_t n) {
-  if constexpr (!has_kernels_for<T>) {
+  if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64"), n,
+    run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64", ""), n,
                {operand(parameter, n), operand(first, n), operand(second, n), operand(gradient, n)},
                h, parameter, first, second, gradient, static_cast<long long>(n));
     return true;

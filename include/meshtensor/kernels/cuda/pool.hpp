@@ -5,8 +5,9 @@
 // box offset of each window's maximum), and gradients summed in the same order. Forward runs a
 // thread per output element; backward a thread per box element, gathering from the outputs whose
 // windows read it in increasing order, so nothing is added atomically. Each host function returns
-// false, doing nothing, unless the thread computes on a GPU, every operand is in device or managed
-// memory, and windows have at most 16 taps per dim.
+// false, doing nothing, unless the thread computes on a GPU, the blocks are float or bfloat16 (read
+// as float, each output rounded once), every operand is in device or managed memory, and windows
+// have at most 16 taps per dim.
 
 #include <cstdint>
 #include <type_traits>
@@ -16,9 +17,9 @@
 
 namespace meshtensor::kernels::gpu {
 
-/// The pooling kernels' source.
-inline const cuda::KernelSource& pool_source() {
-  static const cuda::KernelSource source{"meshtensor_pool.cu", R"(
+/// The pooling kernels' text.
+inline const char* pool_kernels_text() {
+  static const char* const text{R"(
 // The host's PoolGeometry, flattened (all 64-bit: the same layout on both sides).
 struct Geometry {
   long long batch, channels;
@@ -107,8 +108,10 @@ __device__ void for_each_read(const Geometry& g, long long p, const long long* o
   }
 }
 
-extern "C" __global__ void max_pool_forward_f32(Geometry g, const float* input, float* output,
-                                                long long* argmax) {
+// Values of T read as float: a window's maximum, sum and gradients in float, written back as T
+// (for bfloat16 each output rounded once, as the CPU's widened kernels round).
+template <class T>
+__device__ void max_pool_forward(const Geometry& g, const T* input, T* output, long long* argmax) {
   const long long n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
   FOR_EACH_ELEMENT(n) {
     long long p, o[3], c;
@@ -122,27 +125,27 @@ extern "C" __global__ void max_pool_forward_f32(Geometry g, const float* input, 
         won = in_at;
       }
     });
-    output[at] = best;
+    output[at] = T(best);
     argmax[at] = won;
   }
 }
 
-extern "C" __global__ void avg_pool_forward_f32(Geometry g, const float* input, float* output,
-                                                int count_padding) {
+template <class T>
+__device__ void avg_pool_forward(const Geometry& g, const T* input, T* output, int count_padding) {
   const long long n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
   FOR_EACH_ELEMENT(n) {
     long long p, o[3], c;
     split(at, g, g.out, &p, o, &c);
     float sum = 0.0f;
-    for_each_read(g, p, o, [&](long long in_at) { sum += input[in_at * g.channels + c]; });
-    output[at] = mean_of(sum, window_count(g, o, count_padding));
+    for_each_read(g, p, o, [&](long long in_at) { sum += (float)input[in_at * g.channels + c]; });
+    output[at] = T(mean_of(sum, window_count(g, o, count_padding)));
   }
 }
 
 // Backward: box element (p, i, c) gathers from the outputs reading it, in increasing order.
-extern "C" __global__ void pool_backward_f32(Geometry g, const float* grad_output,
-                                             const long long* argmax, float* grad_input,
-                                             int count_padding) {
+template <class T>
+__device__ void pool_backward(const Geometry& g, const T* grad_output, const long long* argmax,
+                              T* grad_input, int count_padding) {
   const long long n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
   FOR_EACH_ELEMENT(n) {
     long long p, i[3], c;
@@ -158,16 +161,50 @@ extern "C" __global__ void pool_backward_f32(Geometry g, const float* grad_outpu
           const long long out_at = ((p * g.out[0] + o0[a]) * g.out[1] + o1[b]) * g.out[2] + o2[d];
           const long long e = out_at * g.channels + c;
           if (argmax) {
-            if (argmax[e] == in_at) sum += grad_output[e];
+            if (argmax[e] == in_at) sum += (float)grad_output[e];
           } else {
             const long long o[3] = {o0[a], o1[b], o2[d]};
-            sum += grad_output[e] * mean_of(1.0f, window_count(g, o, count_padding));
+            sum += (float)grad_output[e] * mean_of(1.0f, window_count(g, o, count_padding));
           }
         }
-    grad_input[at] = sum;
+    grad_input[at] = T(sum);
   }
 }
+
+extern "C" __global__ void max_pool_forward_f32(Geometry g, const float* input, float* output,
+                                                long long* argmax) {
+  max_pool_forward(g, input, output, argmax);
+}
+extern "C" __global__ void avg_pool_forward_f32(Geometry g, const float* input, float* output,
+                                                int count_padding) {
+  avg_pool_forward(g, input, output, count_padding);
+}
+extern "C" __global__ void pool_backward_f32(Geometry g, const float* grad_output,
+                                             const long long* argmax, float* grad_input,
+                                             int count_padding) {
+  pool_backward(g, grad_output, argmax, grad_input, count_padding);
+}
+extern "C" __global__ void max_pool_forward_bf16(Geometry g, const bfloat16* input,
+                                                 bfloat16* output, long long* argmax) {
+  max_pool_forward(g, input, output, argmax);
+}
+extern "C" __global__ void avg_pool_forward_bf16(Geometry g, const bfloat16* input,
+                                                 bfloat16* output, int count_padding) {
+  avg_pool_forward(g, input, output, count_padding);
+}
+extern "C" __global__ void pool_backward_bf16(Geometry g, const bfloat16* grad_output,
+                                              const long long* argmax, bfloat16* grad_input,
+                                              int count_padding) {
+  pool_backward(g, grad_output, argmax, grad_input, count_padding);
+}
 )"};
+  return text;
+}
+
+/// The GPU source.
+inline const cuda::KernelSource& pool_source() {
+  static const cuda::KernelSource source{"meshtensor_pool.cu",
+                                         with_shared_code("", pool_kernels_text())};
   return source;
 }
 
@@ -220,13 +257,13 @@ inline std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
 /// output = max over each window, `workspace` = where each maximum is; false if it cannot run.
 template <class T>
 bool max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, bfloat16>) {
     return false;
   } else {
     if (!detail::usable(g)) return false;
-    run_kernel(pool_source(), "max_pool_forward_f32", detail::output_elements(g),
-               {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
-               static_cast<long long*>(workspace));
+    run_kernel(pool_source(), instance<T>("max_pool_forward_f32", "", "max_pool_forward_bf16"),
+               detail::output_elements(g), {operand(input, detail::box_elements(g))},
+               detail::flatten(g), input, output, static_cast<long long*>(workspace));
     return true;
   }
 }
@@ -234,13 +271,13 @@ bool max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
 /// output = mean over each window; false if it cannot run.
 template <class T>
 bool avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, bfloat16>) {
     return false;
   } else {
     if (!detail::usable(g)) return false;
-    run_kernel(pool_source(), "avg_pool_forward_f32", detail::output_elements(g),
-               {operand(input, detail::box_elements(g))}, detail::flatten(g), input, output,
-               int(count_padding));
+    run_kernel(pool_source(), instance<T>("avg_pool_forward_f32", "", "avg_pool_forward_bf16"),
+               detail::output_elements(g), {operand(input, detail::box_elements(g))},
+               detail::flatten(g), input, output, int(count_padding));
     return true;
   }
 }
@@ -249,13 +286,14 @@ bool avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
 template <class T>
 bool max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
                        T* grad_input) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, bfloat16>) {
     return false;
   } else {
     if (!detail::usable(g)) return false;
-    run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
-               {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
-               static_cast<const long long*>(workspace), grad_input, 0);
+    run_kernel(pool_source(), instance<T>("pool_backward_f32", "", "pool_backward_bf16"),
+               detail::box_elements(g), {operand(grad_output, detail::output_elements(g))},
+               detail::flatten(g), grad_output, static_cast<const long long*>(workspace),
+               grad_input, 0);
     return true;
   }
 }
@@ -264,13 +302,14 @@ bool max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
 template <class T>
 bool avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
                        bool count_padding) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, bfloat16>) {
     return false;
   } else {
     if (!detail::usable(g)) return false;
-    run_kernel(pool_source(), "pool_backward_f32", detail::box_elements(g),
-               {operand(grad_output, detail::output_elements(g))}, detail::flatten(g), grad_output,
-               static_cast<const long long*>(nullptr), grad_input, int(count_padding));
+    run_kernel(pool_source(), instance<T>("pool_backward_f32", "", "pool_backward_bf16"),
+               detail::box_elements(g), {operand(grad_output, detail::output_elements(g))},
+               detail::flatten(g), grad_output, static_cast<const long long*>(nullptr), grad_input,
+               int(count_padding));
     return true;
   }
 }

@@ -4,7 +4,7 @@
 // adds the gradients of the outputs that read it (their list built on the host), so no two
 // threads write one element and no atomics are needed. Both add in the CPU loops' order, from
 // zero. Each host function returns false, doing nothing, unless the thread computes on a GPU, the
-// blocks are in device or managed memory, and they are float or double.
+// blocks are in device or managed memory, and they are float, double or bfloat16.
 
 #include <cstdint>
 
@@ -13,9 +13,9 @@
 
 namespace meshtensor::kernels::gpu {
 
-/// The kernels' source.
-inline const cuda::KernelSource& resample_source() {
-  static const cuda::KernelSource source{"meshtensor_resample.cu", R"(
+/// The kernels' text.
+inline const char* resample_kernels_text() {
+  static const char* const text{R"(
 // Blocks as [outer][dim][inner], with `outputs` positions along the dim on the output side and
 // `sources` on the source side.
 struct ResampleShape {
@@ -70,7 +70,26 @@ extern "C" __global__ void resample_adjoint_f64(ResampleShape s, const long long
                                                 const double* g, double* grad_box) {
   resample_adjoint(s, start, reader, weight, g, grad_box);
 }
+// bfloat16: the weights rounded to it and each addition rounded, as the reference loops on
+// bfloat16 add.
+extern "C" __global__ void resample_bf16(ResampleShape s, const long long* index,
+                                         const bfloat16* weight, const bfloat16* box,
+                                         bfloat16* out) {
+  resample(s, index, weight, box, out);
+}
+extern "C" __global__ void resample_adjoint_bf16(ResampleShape s, const long long* start,
+                                                 const long long* reader, const bfloat16* weight,
+                                                 const bfloat16* g, bfloat16* grad_box) {
+  resample_adjoint(s, start, reader, weight, g, grad_box);
+}
 )"};
+  return text;
+}
+
+/// The GPU source.
+inline const cuda::KernelSource& resample_source() {
+  static const cuda::KernelSource source{"meshtensor_resample.cu",
+                                         with_shared_code("", resample_kernels_text())};
   return source;
 }
 
@@ -96,7 +115,7 @@ bool resample(const ResampleTaps& taps, const T* box, T* out) {
     const cudaStream_t stream = cuda::compute_stream();
     const cuda::StreamBuffer index = upload<long long>(taps.index, stream);
     const cuda::StreamBuffer weight = upload<T>(taps.weight, stream);
-    run_kernel(resample_source(), instance<T>("resample_f32", "resample_f64"), n,
+    run_kernel(resample_source(), instance<T>("resample_f32", "resample_f64", "resample_bf16"), n,
                {operand(box, taps.outer * taps.sources * taps.inner), operand(out, n)},
                detail::resample_shape_of(taps), index.as<long long>(), weight.as<T>(), box, out);
     return true;
@@ -117,8 +136,9 @@ bool resample_adjoint(const ResampleTaps& taps, const T* g, T* grad_box) {
     const cuda::StreamBuffer start = upload<long long>(readers.start, stream);
     const cuda::StreamBuffer reader = upload<long long>(readers.reader, stream);
     const cuda::StreamBuffer weight = upload<T>(readers.weight, stream);
-    run_kernel(resample_source(), instance<T>("resample_adjoint_f32", "resample_adjoint_f64"), n,
-               {operand(g, taps.outer * taps.outputs() * taps.inner), operand(grad_box, n)},
+    run_kernel(resample_source(),
+               instance<T>("resample_adjoint_f32", "resample_adjoint_f64", "resample_adjoint_bf16"),
+               n, {operand(g, taps.outer * taps.outputs() * taps.inner), operand(grad_box, n)},
                detail::resample_shape_of(taps), start.as<long long>(), reader.as<long long>(),
                weight.as<T>(), g, grad_box);
     return true;

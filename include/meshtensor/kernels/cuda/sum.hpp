@@ -9,8 +9,8 @@
 // each output's chunks in order. No atomics: the same inputs give the same sums on every run.
 // The order differs from the CPU's, so results agree with it to double rounding before the final
 // rounding to the tensor's type. Each host function returns false, doing nothing, unless the
-// thread computes on a GPU, every operand is in device or managed memory, the operands are float
-// or double, and each box has at most 8 dims.
+// thread computes on a GPU, every operand is in device or managed memory, the operands are float,
+// double or bfloat16, and each box has at most 8 dims.
 
 #include <cuda_runtime_api.h>
 
@@ -233,6 +233,71 @@ extern "C" __global__ void narrow_f64(const double* in, double* out, long long n
                                       double divisor) {
   narrow(in, out, n, divisor);
 }
+// bfloat16 operands, read as float and multiplied in double; the bounds of a fold come as floats.
+extern "C" __global__ void sum_per_output_bf16(SumShape s, const bfloat16* a, const bfloat16* b,
+                                               double* out, long long outputs, long long terms) {
+  sum_per_output(s, a, b, out, outputs, terms);
+}
+extern "C" __global__ void sum_chunk_bf16(SumShape s, const bfloat16* a, const bfloat16* b,
+                                          double* partial, long long terms, long long chunk) {
+  sum_chunk(s, a, b, partial, terms, chunk);
+}
+extern "C" __global__ void narrow_bf16(const double* in, bfloat16* out, long long n,
+                                       double divisor) {
+  narrow(in, out, n, divisor);
+}
+extern "C" __global__ void extreme_per_output_bf16(SumShape s, const bfloat16* a, bfloat16* out,
+                                                   long long outputs, long long terms, int code,
+                                                   float init) {
+  extreme_per_output(s, a, out, outputs, terms, code, bfloat16(init));
+}
+extern "C" __global__ void extreme_chunk_bf16(SumShape s, const bfloat16* a, bfloat16* partial,
+                                              long long terms, long long chunk, int code,
+                                              float init) {
+  extreme_chunk(s, a, partial, terms, chunk, code, bfloat16(init));
+}
+extern "C" __global__ void extreme_of_chunks_bf16(const bfloat16* partial, long long chunks,
+                                                  bfloat16* out, long long outputs, int code,
+                                                  float init) {
+  extreme_of_chunks(partial, chunks, out, outputs, code, bfloat16(init));
+}
+// out[a, b] = the position k of the largest in[a, k, b], the first on ties (argmax): a thread per
+// output, reading the values as the CPU loop compares them.
+template <class T, class Out>
+__device__ void argmax(const T* in, Out* out, long long outer, long long n, long long inner) {
+  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < outer * inner;
+       e += (long long)blockDim.x * gridDim.x) {
+    const T* first = in + e / inner * n * inner + e % inner;
+    long long best = 0;
+    for (long long k = 1; k < n; ++k)
+      if (first[k * inner] > first[best * inner]) best = k;
+    out[e] = (Out)best;
+  }
+}
+extern "C" __global__ void argmax_f32_u8(const float* in, unsigned char* out, long long outer,
+                                         long long n, long long inner) {
+  argmax(in, out, outer, n, inner);
+}
+extern "C" __global__ void argmax_f64_u8(const double* in, unsigned char* out, long long outer,
+                                         long long n, long long inner) {
+  argmax(in, out, outer, n, inner);
+}
+extern "C" __global__ void argmax_bf16_u8(const bfloat16* in, unsigned char* out, long long outer,
+                                          long long n, long long inner) {
+  argmax(in, out, outer, n, inner);
+}
+extern "C" __global__ void argmax_f32_i32(const float* in, int* out, long long outer, long long n,
+                                          long long inner) {
+  argmax(in, out, outer, n, inner);
+}
+extern "C" __global__ void argmax_f64_i32(const double* in, int* out, long long outer,
+                                          long long n, long long inner) {
+  argmax(in, out, outer, n, inner);
+}
+extern "C" __global__ void argmax_bf16_i32(const bfloat16* in, int* out, long long outer,
+                                           long long n, long long inner) {
+  argmax(in, out, outer, n, inner);
+}
 // out[o] = the sum of output o's chunks, in order.
 extern "C" __global__ void add_chunks(const double* partial, long long chunks, double* out,
                                       long long outputs) {
@@ -326,17 +391,19 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
     cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(double), stream);
     if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
       cuda::launch(
-          cuda::kernel(sum_source(), instance<T>("sum_per_output_f32", "sum_per_output_f64")),
+          cuda::kernel(sum_source(), instance<T>("sum_per_output_f32", "sum_per_output_f64",
+                                                 "sum_per_output_bf16")),
           outputs, stream, shape, a, b, out, static_cast<long long>(outputs),
           static_cast<long long>(terms));
     } else {
       const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
       const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(double), stream);
-      cuda::launch_grid(cuda::kernel(sum_source(), instance<T>("sum_chunk_f32", "sum_chunk_f64")),
-                        dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, a, b,
-                        partial.as<double>(), static_cast<long long>(terms),
-                        static_cast<long long>(chunk));
+      cuda::launch_grid(
+          cuda::kernel(sum_source(),
+                       instance<T>("sum_chunk_f32", "sum_chunk_f64", "sum_chunk_bf16")),
+          dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, a, b,
+          partial.as<double>(), static_cast<long long>(terms), static_cast<long long>(chunk));
       cuda::launch(cuda::kernel(sum_source(), "add_chunks"), outputs, stream,
                    static_cast<const double*>(partial.as<double>()), static_cast<long long>(chunks),
                    out, static_cast<long long>(outputs));
@@ -352,7 +419,7 @@ bool narrow(const double* in, T* out, std::int64_t n, double divisor) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64"), n,
+    run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64", "narrow_bf16"), n,
                {operand(in, n), operand(out, n)}, in, out, static_cast<long long>(n), divisor);
     return true;
   }
@@ -378,24 +445,47 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
     cuda::prefetch_to_gpu(operand.data, std::size_t(spans[0]) * sizeof(T), stream);
     cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(T), stream);
     if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
-      cuda::launch(cuda::kernel(sum_source(),
-                                instance<T>("extreme_per_output_f32", "extreme_per_output_f64")),
-                   outputs, stream, shape, operand.data, out, static_cast<long long>(outputs),
-                   static_cast<long long>(terms), code, init);
+      cuda::launch(
+          cuda::kernel(sum_source(), instance<T>("extreme_per_output_f32", "extreme_per_output_f64",
+                                                 "extreme_per_output_bf16")),
+          outputs, stream, shape, operand.data, out, static_cast<long long>(outputs),
+          static_cast<long long>(terms), code, compute_t<T>(init));
     } else {
       const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
       const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(T), stream);
       cuda::launch_grid(
-          cuda::kernel(sum_source(), instance<T>("extreme_chunk_f32", "extreme_chunk_f64")),
+          cuda::kernel(sum_source(),
+                       instance<T>("extreme_chunk_f32", "extreme_chunk_f64", "extreme_chunk_bf16")),
           dim3(unsigned(outputs), unsigned(chunks)), dim3(256), stream, shape, operand.data,
           partial.as<T>(), static_cast<long long>(terms), static_cast<long long>(chunk), code,
-          init);
+          compute_t<T>(init));
       cuda::launch(
-          cuda::kernel(sum_source(), instance<T>("extreme_of_chunks_f32", "extreme_of_chunks_f64")),
+          cuda::kernel(sum_source(), instance<T>("extreme_of_chunks_f32", "extreme_of_chunks_f64",
+                                                 "extreme_of_chunks_bf16")),
           outputs, stream, static_cast<const T*>(partial.as<T>()), static_cast<long long>(chunks),
-          out, static_cast<long long>(outputs), code, init);
+          out, static_cast<long long>(outputs), code, compute_t<T>(init));
     }
+    return true;
+  }
+}
+
+/// out[a, b] = the position along the middle dim of [outer][n][inner] of the largest value of
+/// `in`, the first on ties, on the GPU; false when it cannot run there (indices of uint8 or
+/// int32 only).
+template <class Out, class T>
+bool argmax(const T* in, std::int64_t outer, std::int64_t n, std::int64_t inner, Out* out) {
+  constexpr bool bytes = std::is_same_v<Out, std::uint8_t>;
+  if constexpr (!has_kernels_for<T> || !(bytes || std::is_same_v<Out, std::int32_t>)) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    const char* kernel = bytes ? instance<T>("argmax_f32_u8", "argmax_f64_u8", "argmax_bf16_u8")
+                               : instance<T>("argmax_f32_i32", "argmax_f64_i32", "argmax_bf16_i32");
+    run_kernel(sum_source(), kernel, outer * inner,
+               {operand(in, outer * n * inner), operand(out, outer * inner)}, in, out,
+               static_cast<long long>(outer), static_cast<long long>(n),
+               static_cast<long long>(inner));
     return true;
   }
 }
