@@ -1,15 +1,23 @@
-"""PyTorch baselines for bench/run.sh, same shapes and thread count as the C++ benchmarks.
+"""PyTorch baselines for bench/run.sh (CPU) and bench/gpu.sh (one NVIDIA GPU), same shapes as the
+C++ benchmarks.
 
   python torch_bench.py conv --channels 8,16 --sizes 32,64 --threads 2
   python torch_bench.py unet --size 64 --threads 2 [--precision bf16]
+  python torch_bench.py unet --device cuda --size 128 --channels 32 [--precision bf16] [--compile]
 
 Prints one JSON object per line. `unet` builds the same network as examples/unet3d (3x3x3 conv
 without bias, batch norm, ReLU twice per level, 2x2x2 max pooling, 2x2x2 stride-2 transposed
 convolutions, skip concatenation, 1x1 head; weighted cross-entropy + tumour soft Dice; Adam) and
-reports its training step time and memory: peak RSS minus RSS before the model is built, as for
-meshtensor.
-With --precision bf16 the forward pass and the loss run under torch.autocast("cpu", bfloat16), as
+reports its training step time and memory: on the CPU peak RSS minus RSS before the model is
+built, as for meshtensor; on a GPU torch.cuda.max_memory_allocated over the timed steps.
+With --precision bf16 the forward pass and the loss run under torch.autocast(device, bfloat16), as
 PyTorch's mixed precision trains (fp32 master weights and optimiser).
+On cuda: cudnn.benchmark on (PyTorch's fastest algorithms per shape), TF32 off (fp32 convolutions
+in FMA math, as meshtensor's cuDNN calls; the line says "tf32": false), each timed step between
+torch.cuda.synchronize() calls. --compile wraps the model in torch.compile (the loss and Adam stay
+eager); the first step's extra time is "compile_s", apart from the median step. --profile-steps N
+(default 2 on cuda, 0 on cpu) then profiles N more steps with torch.profiler: kernel launches,
+host waits and GPU time per kernel family per step (see profile_steps).
 """
 import argparse
 import os
@@ -18,9 +26,12 @@ import json
 import statistics
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # said plainly: bench/gpu.sh records this line as the row's error
+    sys.exit(f"torch_bench.py: PyTorch does not import with {sys.executable}: {e}")
 
 
 def status_mib(field):
@@ -81,36 +92,150 @@ def segmentation_loss(logits, labels, class_weights):
     return ce + (1 - dice.mean())
 
 
+# Kernel families, by the kernel's base name (on the CPU: the aten op's), lower-cased: "void ",
+# "(anonymous namespace)::", template arguments and parameters dropped, so that a functor named in
+# a template argument (a cast inside a copy, say) cannot decide. The first family with a matching
+# substring wins, in this order: the optimiser's multi-tensor kernels first, batch norm before
+# convolution (cuDNN's batch norm kernels are cudnn::bn_*), matrix products (gemm) as
+# convolutions (the U-Net has no other); so torch.compile's fused Triton kernels go by the first
+# family in this order that their fused ops' names show (triton_poi_fused_<batch norm>_relu is
+# batch norm, triton_poi_fused_relu element-wise).
+# What matches nothing (reductions such as the Dice sums, indexing) is "other".
+FAMILIES = [
+    ("optimiser", ("multi_tensor_apply", "adam", "foreach")),
+    ("loss", ("softmax", "nll_loss", "cross_entropy")),
+    ("batch_norm", ("batch_norm", "batchnorm", "bn_")),
+    ("pooling", ("pool",)),
+    ("convolution", ("conv", "cudnn", "xmma", "gemm", "cutlass", "fprop", "dgrad", "wgrad",
+                     "nchwtonhwc", "nhwctonchw")),
+    ("elementwise", ("elementwise", "triton_poi", "copy", "memcpy", "memset", "fill", "cat")),
+]
+
+
+def family_of(name):
+    base = name.replace("(anonymous namespace)::", "").removeprefix("void ")
+    base = base.split("<")[0].split("(")[0].lower()
+    return next((family for family, keys in FAMILIES if any(k in base for k in keys)), "other")
+
+
+# What the profiler's CUDA runtime and driver events count as. Launches: every kernel launch call
+# (cudaLaunchKernel[ExC], cuLaunchKernel[Ex] as Triton launches, cooperative launches); a CUDA
+# graph's replay would be one cudaGraphLaunch, counted apart. Host waits: the calls that block the
+# host until the GPU has finished queued work: stream, event and device synchronisation and the
+# synchronous cudaMemcpy (a device-to-host copy the host reads); asynchronous copies are not
+# waits, but device-to-host copies are counted apart from the copy events on the GPU.
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+            "cudaLaunchCooperativeKernel")
+WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+         "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cudaMemcpy",
+         "cuMemcpyDtoH", "cuMemcpyDtoH_v2")
+
+
+def profile_steps(step, steps, cuda):
+    """Per step over `steps` profiled steps: kernel launches, host waits, device-to-host copies and
+    seconds per kernel family (each kernel's time on the GPU; on the CPU, each aten op's self time,
+    which only checks the pipeline)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()  # outside the profile: the steps alone are counted
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+    launches = waits = graphs = d2h = runs = 0
+    families = {family: 0.0 for family, _ in FAMILIES + [("other", ())]}
+    for e in prof.events():
+        on_gpu = e.device_type == DeviceType.CUDA
+        launches += e.name in LAUNCHES
+        graphs += e.name == "cudaGraphLaunch"
+        waits += e.name in WAITS
+        d2h += on_gpu and e.name.startswith("Memcpy DtoH")
+        if on_gpu:
+            runs += not e.name.startswith(("Memcpy", "Memset"))
+            families[family_of(e.name)] += e.time_range.elapsed_us() / 1e6
+        elif not cuda and e.name.startswith("aten::"):
+            families[family_of(e.name)] += e.self_cpu_time_total / 1e6
+    return {"profiled_steps": steps, "gpu_kernels_per_step": launches / steps,
+            "gpu_kernel_runs_per_step": runs / steps, "graph_launches_per_step": graphs / steps,
+            "gpu_waits_per_step": waits / steps, "d2h_copies_per_step": d2h / steps,
+            "gpu_family_s": {f: seconds / steps for f, seconds in families.items()}}
+
+
+def set_up_cuda():
+    """The GPU, as bench/gpu.sh compares it: cuDNN's fastest algorithm per shape, no TF32."""
+    if not torch.cuda.is_available():
+        sys.exit(f"torch_bench.py: --device cuda: no GPU that PyTorch can use here "
+                 f"(torch.cuda.is_available() is False; torch {torch.__version__}, "
+                 f"built for CUDA {torch.version.cuda})")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {"gpu": torch.cuda.get_device_name(), "tf32": False, "cudnn_benchmark": True}
+
+
+def compiled(net):
+    if not hasattr(torch, "compile"):
+        sys.exit(f"torch_bench.py: --compile: torch.compile needs PyTorch 2.0 or newer; this is "
+                 f"torch {torch.__version__}")
+    return torch.compile(net)
+
+
 def unet(args):
+    cuda = args.device == "cuda"
+    record = {"bench": "unet_step", "impl": "pytorch-" + torch.__version__,
+              "device": args.device, "threads": args.threads, "size": args.size,
+              "channels": args.channels, "depth": args.depth, "precision": args.precision}
+    if cuda:
+        record.update(set_up_cuda())
+    device = torch.device(args.device)
     s = args.size
     g = torch.Generator().manual_seed(1)
-    x = torch.rand(1, 1, s, s, s, generator=g)
-    labels = torch.randint(0, 3, (1, s, s, s), generator=g)
-    weights = torch.tensor([1.0, 3.0, 3.0])
+    x = torch.rand(1, 1, s, s, s, generator=g).to(device)
+    labels = torch.randint(0, 3, (1, s, s, s), generator=g).to(device)
+    weights = torch.tensor([1.0, 3.0, 3.0], device=device)
     rss_before_model = status_mib("VmRSS")
     net = UNet3D(depth=args.depth, channels=args.channels, classes=3, inputs=1, norm="batch",
-                 biases_before_norm=False)
+                 biases_before_norm=False).to(device)
+    model = compiled(net) if args.compile else net
     adam = torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def step():
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-            logits = net(x)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = model(x)
         loss = segmentation_loss(logits.float(), labels, weights)
         loss.backward()
         adam.step()
         adam.zero_grad(set_to_none=True)
-        return (time.perf_counter() - t0,)
 
-    step()
-    times = [step()[0] for _ in range(args.steps)]
-    peak = status_mib("VmHWM")
-    print(json.dumps({"bench": "unet_step", "impl": "pytorch-" + torch.__version__,
-                      "threads": args.threads, "size": s, "channels": args.channels,
-                      "depth": args.depth, "precision": args.precision,
-                      "step_s": statistics.median(times),
-                      "rss_before_model_mib": rss_before_model, "rss_peak_mib": peak,
-                      "step_memory_mib": peak - rss_before_model}), flush=True)
+    def timed():  # the GPU's queue empty before and after, so the time is the step's own
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    warmups = [timed() for _ in range(args.warmup or (2 if cuda else 1))]
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = [timed() for _ in range(args.steps)]
+    record.update(steps=args.steps, step_s=statistics.median(times))
+    if args.compile:  # the first step traced and compiled forward and backward
+        record.update(compile=True, compile_s=warmups[0] - record["step_s"])
+    if cuda:
+        mib = 1 << 20
+        record.update(gpu_peak_mib=torch.cuda.max_memory_allocated() / mib,
+                      gpu_reserved_peak_mib=torch.cuda.max_memory_reserved() / mib)
+    else:
+        peak = status_mib("VmHWM")
+        record.update(rss_before_model_mib=rss_before_model, rss_peak_mib=peak,
+                      step_memory_mib=peak - rss_before_model)
+    profiled = args.profile_steps if args.profile_steps is not None else (2 if cuda else 0)
+    if profiled:
+        record.update(profile_steps(step, profiled, cuda))
+    print(json.dumps(record), flush=True)
 
 
 def main():
@@ -126,6 +251,12 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="unet only")
+    parser.add_argument("--compile", action="store_true", help="unet: torch.compile the model")
+    parser.add_argument("--warmup", type=int, help="unet: untimed steps (default 1 cpu, 2 cuda)")
+    parser.add_argument("--profile-steps", type=int,
+                        help="unet: steps under torch.profiler after the timed ones "
+                             "(default 0 cpu, 2 cuda)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.what == "conv":

@@ -2,9 +2,12 @@
 # For a GPU machine that has CUDA, cuDNN and NCCL but not the Debian packages meshtensor builds
 # with (no compiler, oneDNN, Boost or Open MPI, and no network to fetch them): packs the programs
 # built here that run on the nccl transport, with the libraries they need that such a machine
-# lacks, into one file. On the GPU machine, unpack it and run its check-gpu-bundle.sh:
+# lacks, into one file. On the GPU machine, unpack it and run its check-gpu-bundle.sh, or its
+# bench/gpu.sh (meshtensor beside PyTorch; bench_unet comes along where built, which it is only
+# when named: cmake --build build --target bench_unet):
 #   scripts/gpu-bundle.sh [bundle.tar.xz]          (here, after scripts/setup.sh --tests with CUDA)
 #   mkdir b && tar -C b -xJf bundle.tar.xz && b/check-gpu-bundle.sh      (there)
+#   b/bench/gpu.sh [results folder]                                       (there)
 # CUDA, cuDNN and NCCL stay behind: they must match the GPU machine's driver, and are large.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +24,7 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/ompi"
 
 programs=(tests/gpu/test_gpu_kernels tests/gpu/test_runtime_compile tests/gpu/test_kernels_on_host
   examples/unet3d/unet3d bench/bench_communication)
+[ -x $build/bench/bench_unet ] && programs+=(bench/bench_unet)
 # The test programs that run under mpirun (tests/CMakeLists.txt lists them), for the nccl transport.
 mapfile -t mpi_tests <"$build/tests/mpi-test-programs.txt"
 for test in "${mpi_tests[@]}"; do [ -n "$test" ] && programs+=("tests/$test"); done
@@ -52,6 +56,12 @@ for name in libevent_core-2.1.so.7 libevent_pthreads-2.1.so.7 libudev.so.1 libhw
 done
 
 cp scripts/check-gpu-bundle.sh "$stage/"
+# bench/gpu.sh and what it runs beside bench_unet, at their paths in the repo.
+mkdir -p "$stage/bench" "$stage/scripts"
+cp bench/gpu.sh bench/gpu_report.py bench/torch_bench.py "$stage/bench/"
+cp scripts/to_pytorch.py "$stage/scripts/"
+git describe --always --dirty >"$stage/commit.txt" 2>/dev/null || echo unknown >"$stage/commit.txt"
 tar -C "$stage" -cf - . | xz -T0 -6 >"$out"
 echo "gpu-bundle: $out ($(du -h "$out" | cut -f1)): ${#programs[@]} programs," \
-  "$(ls "$stage/lib" | wc -l) libraries, $(ls "$stage/ompi" | wc -l) Open MPI plugins"
+  "$(ls "$stage/lib" | wc -l) libraries, $(ls "$stage/ompi" | wc -l) Open MPI plugins" \
+  "$([ -e "$stage/bin/bench_unet" ] || echo "(no bench_unet: bench/gpu.sh will skip meshtensor)")"
