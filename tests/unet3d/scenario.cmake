@@ -232,14 +232,17 @@ elseif(SCENARIO STREQUAL "schedule_16_ranks")
      --out ${here}/sixteen)
   ok(${CHECK} losses 1e-4 ${here}/one/metrics.jsonl ${here}/sixteen/metrics.jsonl)
 elseif(SCENARIO STREQUAL "predict_equal")
-  # Labels predicted on 1 processor and on 8 (2x2x2) are identical.
+  # Labels predicted on 1 processor and on 8 (2x2x2) are identical, the probabilities equal
+  # within float rounding: blocks of other shapes may run their convolutions on other kernels
+  # (the row kernels some, oneDNN the rest: on AVX2 alone, 1 and 8 processors differ so), which
+  # sum in other orders.
   make_model()
   ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/one.npy
      --probabilities ${here}/p1.npy --threads 1)
   ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/eight.npy
      --probabilities ${here}/p8.npy --mesh "a:2, b:2, c:2" --layout "x:a, y:b, z:c")
   ok(${CHECK} same-npy ${here}/one.npy ${here}/eight.npy)
-  ok(${CHECK} same-npy ${here}/p1.npy ${here}/p8.npy)
+  ok(${CHECK} close-npy 1e-5 ${here}/p1.npy ${here}/p8.npy)
   # Channels split below the top level: partial sums in another order, the same probabilities
   # within float rounding.
   ok(${UNET3D} predict --checkpoint ${here}/ckpt --input ${here}/volume.npy --output ${here}/levels.npy
