@@ -363,6 +363,16 @@ double largest_gap(const Got& got, const std::vector<float>& want) {
 }
 }  // namespace
 
+namespace {
+// Per key (count, mean, m2) from 3 doubles a key.
+std::vector<kernels::shared::PartialMoments> moments_of(const Buffer<double>& values) {
+  std::vector<kernels::shared::PartialMoments> out;
+  for (std::size_t k = 0; 3 * k < values.size(); ++k)
+    out.push_back({values[3 * k], values[3 * k + 1], values[3 * k + 2]});
+  return out;
+}
+}  // namespace
+
 TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
   // Scale 1: a chunk per key; 4096: many chunks per key.
   for (const std::int64_t scale : {1, 4096})
@@ -370,39 +380,104 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
       INFO(c.what << ", scale " << scale);
       const testing::NormCheck<float> check(c);
       const auto x = on_gpu(check.x), g = on_gpu(check.g), v = on_gpu(check.v);
-      std::vector<kernels::shared::PartialMoments> moments;
-      REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), &moments));
+      // The per-key constants in the GPU's memory, as the ops keep them.
+      const auto a = on_gpu(check.scale), b = on_gpu(check.shift), ma = on_gpu(check.mask_scale),
+                 mb = on_gpu(check.mask_shift), p = on_gpu(check.p), q = on_gpu(check.q),
+                 r = on_gpu(check.r);
+      Buffer<double> moments(std::size_t(3 * c.keys), 7.0);
+      REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), moments.data()));
       wait_for_device();  // before the host reads the results
-      CHECK(testing::moments_gap(moments, check.moments()) < 1e-12);
+      CHECK(testing::moments_gap(moments_of(moments), check.moments()) < 1e-12);
 
       for (const float floor : {-INFINITY, 0.0f}) {
         Buffer<float> out(std::size_t(check.n), 7.0f);
-        REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, x.data(), check.scale,
-                                          check.shift, floor, out.data()));
+        REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, c.keys, x.data(), a.data(),
+                                          b.data(), floor, out.data()));
         wait_for_device();  // before the host reads the results
         CHECK(largest_gap(out, check.affine(floor)) < 1e-5);
       }
       for (const bool masked : {false, true}) {
         INFO((masked ? "behind a ReLU" : "no ReLU"));
         const float* operand = masked ? x.data() : v.data();
-        const kernels::ReluMask<float> mask{masked ? x.data() : nullptr, &check.mask_scale,
-                                            &check.mask_shift};
-        std::vector<double> sums;
-        REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, g.data(), operand,
-                                                 check.scale, check.shift, mask, &sums));
+        const kernels::ReluMask<float> mask{masked ? x.data() : nullptr, ma.data(), mb.data()};
+        Buffer<double> sums(std::size_t(2 * c.keys), 7.0);
+        REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, c.keys, g.data(), operand,
+                                                 a.data(), b.data(), mask, sums.data()));
         wait_for_device();  // before the host reads the results
-        CHECK(testing::sum_gap(sums, check.gradient_sums(masked)) < 1e-5);
+        CHECK(testing::sum_gap(std::vector<double>(sums.begin(), sums.end()),
+                               check.gradient_sums(masked)) < 1e-5);
         Buffer<float> dx(std::size_t(check.n), 7.0f);
-        REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, g.data(), operand, mask,
-                                                  check.p, check.q, check.r, dx.data()));
+        REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, c.keys, g.data(), operand,
+                                                  mask, p.data(), q.data(), r.data(), dx.data()));
         wait_for_device();  // before the host reads the results
         CHECK(largest_gap(dx, check.input_gradient(masked)) < 1e-5);
       }
     }
   LocalProcessor cpu(Device::cpu());  // computes on the CPU: the GPU kernel declines
   std::vector<float> host(6, 1.0f);
-  std::vector<kernels::shared::PartialMoments> moments;
-  CHECK_FALSE(kernels::gpu::norm_moments({2, 3}, {0, 1}, 3, host.data(), &moments));
+  std::vector<double> moments(6);
+  CHECK_FALSE(kernels::gpu::norm_moments({2, 3}, {0, 1}, 3, host.data(), moments.data()));
+}
+
+TEST_CASE("the normalisations' per-key arithmetic on the GPU equals the CPU's bit for bit") {
+  // Three parts' moments of 5 keys (a processor's each), combined; coefficients, gradient terms.
+  const std::int64_t keys = 5, parts = 3;
+  std::vector<double> moments, gamma, beta, sums;
+  for (std::int64_t i = 0; i < parts * keys; ++i)
+    moments.insert(moments.end(), {double(10 + i % 4), 100 + std::sin(0.3 * double(i)),
+                                   2 + std::cos(0.7 * double(i))});
+  for (std::int64_t k = 0; k < keys; ++k) {
+    gamma.push_back(0.5 + 0.1 * double(k));
+    beta.push_back(0.2 - 0.3 * double(k));
+    sums.insert(sums.end(), {std::sin(double(k)), std::cos(double(k)) * 3});
+  }
+  const double count = 3 * 10 + 6;  // not the parts' counts: held to what it is given
+  std::vector<double> stats(3 * keys), ab(2 * keys), standard(2 * keys), pqr(3 * keys),
+      standard_pqr(3 * keys);
+  {
+    LocalProcessor cpu(Device::cpu());
+    kernels::norm_statistics(moments.data(), parts, keys, count, 1e-5, stats.data());
+    kernels::norm_coefficients(stats.data(), keys, gamma.data(), beta.data(), ab.data(),
+                               ab.data() + keys);
+    kernels::norm_coefficients<double>(stats.data(), keys, nullptr, nullptr, standard.data(),
+                                       standard.data() + keys);
+    kernels::norm_gradient_terms(stats.data(), keys, gamma.data(), sums.data(), count, pqr.data(),
+                                 pqr.data() + keys, pqr.data() + 2 * keys);
+    kernels::norm_gradient_terms<double>(stats.data(), keys, nullptr, sums.data(), count,
+                                         standard_pqr.data(), standard_pqr.data() + keys,
+                                         standard_pqr.data() + 2 * keys);
+  }
+  const auto m = on_gpu(moments), gg = on_gpu(gamma), gb = on_gpu(beta), gs = on_gpu(sums);
+  Buffer<double> s(stats.size()), c(ab.size()), sc(standard.size()), t(pqr.size()),
+      st(standard_pqr.size());
+  REQUIRE(kernels::gpu::norm_statistics(m.data(), parts, keys, count, 1e-5, s.data()));
+  REQUIRE(kernels::gpu::norm_coefficients(s.data(), keys, gg.data(), gb.data(), c.data(),
+                                          c.data() + keys));
+  REQUIRE(kernels::gpu::norm_coefficients<double>(s.data(), keys, nullptr, nullptr, sc.data(),
+                                                  sc.data() + keys));
+  REQUIRE(kernels::gpu::norm_gradient_terms(s.data(), keys, gg.data(), gs.data(), count, t.data(),
+                                            t.data() + keys, t.data() + 2 * keys));
+  REQUIRE(kernels::gpu::norm_gradient_terms<double>(s.data(), keys, nullptr, gs.data(), count,
+                                                    st.data(), st.data() + keys,
+                                                    st.data() + 2 * keys));
+  wait_for_device();  // before the host reads the results
+  CHECK(differing(s, stats) == 0);
+  CHECK(differing(c, ab) == 0);
+  CHECK(differing(sc, standard) == 0);
+  CHECK(differing(t, pqr) == 0);
+  CHECK(differing(st, standard_pqr) == 0);
+  // Running statistics into an evaluation's scale.
+  const std::vector<float> variance{0.5f, 2.0f, 1e-6f, 3.25f};
+  std::vector<float> inverse(variance.size());
+  {
+    LocalProcessor cpu(Device::cpu());
+    kernels::norm_inverse_std(variance.data(), 4, 1e-5, inverse.data());
+  }
+  const auto gv = on_gpu(variance);
+  Buffer<float> gi(variance.size());
+  REQUIRE(kernels::gpu::norm_inverse_std(gv.data(), 4, 1e-5, gi.data()));
+  wait_for_device();  // before the host reads the results
+  CHECK(differing(gi, inverse) == 0);
 }
 
 TEST_CASE("resampling on the GPU equals the reference loops") {
@@ -475,26 +550,31 @@ void check_bf16_norm(const testing::NormCase& c) {
   const testing::NormCheck<float> check(c);
   const auto x = narrowed(check.x), g = narrowed(check.g), v = narrowed(check.v);
   const auto gx = on_gpu(x), gg = on_gpu(g), gv = on_gpu(v);
-  std::vector<kernels::shared::PartialMoments> moments;
-  REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, gx.data(), &moments));
+  const auto a = on_gpu(check.scale), b = on_gpu(check.shift), ma = on_gpu(check.mask_scale),
+             mb = on_gpu(check.mask_shift), p = on_gpu(check.p), q = on_gpu(check.q),
+             r = on_gpu(check.r);
+  const std::size_t keys = std::size_t(c.keys), n = std::size_t(check.n);
+  std::vector<double> moments(3 * keys);
+  kernels::cpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), moments.data());
+  Buffer<double> gpu_moments(3 * keys);
+  REQUIRE(
+      kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, gx.data(), gpu_moments.data()));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::moments_gap(
-            moments, kernels::cpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data())) < 1e-5);
+  CHECK(testing::moments_gap(moments_of(gpu_moments),
+                             moments_of(Buffer<double>(moments.begin(), moments.end()))) < 1e-5);
   for (const bool masked : {false, true}) {
     INFO((masked ? "behind a ReLU" : "no ReLU"));
-    const std::size_t n = std::size_t(check.n);
-    const kernels::ReluMask<bfloat16> mask{masked ? x.data() : nullptr, &check.mask_scale,
-                                           &check.mask_shift};
-    const kernels::ReluMask<bfloat16> gpu_mask{masked ? gx.data() : nullptr, &check.mask_scale,
-                                               &check.mask_shift};
+    const kernels::ReluMask<bfloat16> mask{masked ? x.data() : nullptr, check.mask_scale.data(),
+                                           check.mask_shift.data()};
+    const kernels::ReluMask<bfloat16> gpu_mask{masked ? gx.data() : nullptr, ma.data(), mb.data()};
     std::vector<bfloat16> out(n), dx(n);
-    kernels::cpu::norm_affine(c.sizes, c.key_strides, x.data(), check.scale, check.shift,
-                              bfloat16(masked ? 0.0f : -INFINITY), out.data());
-    kernels::cpu::norm_input_gradient(c.sizes, c.key_strides, g.data(), v.data(), mask, check.p,
-                                      check.q, check.r, dx.data());
+    kernels::cpu::norm_affine(c.sizes, c.key_strides, c.keys, x.data(), check.scale.data(),
+                              check.shift.data(), bfloat16(masked ? 0.0f : -INFINITY), out.data());
+    kernels::cpu::norm_input_gradient(c.sizes, c.key_strides, c.keys, g.data(), v.data(), mask,
+                                      check.p.data(), check.q.data(), check.r.data(), dx.data());
     // The gradient's sums: each term in float as the CPU computes it, summed in double (the CPU
     // sums float lanes, which are further from the exact sums than the GPU's are).
-    std::vector<double> sums(std::size_t(2 * c.keys), 0.0);
+    std::vector<double> sums(2 * keys, 0.0);
     for (std::int64_t at = 0; at < check.n; ++at) {
       const std::int64_t k = check.key[at];
       const bool passes =
@@ -505,17 +585,18 @@ void check_bf16_norm(const testing::NormCase& c) {
       sums[2 * k + 1] += kept * (float(check.scale[k]) * float(v[at]) + float(check.shift[k]));
     }
     Buffer<bfloat16> gpu_out(n, bfloat16(7.0f)), gpu_dx(n, bfloat16(7.0f));
-    std::vector<double> gpu_sums;
-    REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, gx.data(), check.scale, check.shift,
+    Buffer<double> gpu_sums(2 * keys);
+    REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, c.keys, gx.data(), a.data(), b.data(),
                                       bfloat16(masked ? 0.0f : -INFINITY), gpu_out.data()));
-    REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, gg.data(), gv.data(),
-                                              gpu_mask, check.p, check.q, check.r, gpu_dx.data()));
-    REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, gg.data(), gv.data(),
-                                             check.scale, check.shift, gpu_mask, &gpu_sums));
+    REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, c.keys, gg.data(), gv.data(),
+                                              gpu_mask, p.data(), q.data(), r.data(),
+                                              gpu_dx.data()));
+    REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, c.keys, gg.data(), gv.data(),
+                                             a.data(), b.data(), gpu_mask, gpu_sums.data()));
     wait_for_device();  // before the host reads the results
     CHECK(largest_bf16_gap(gpu_out, out) < bf16_step);
     CHECK(largest_bf16_gap(gpu_dx, dx) < bf16_step);
-    CHECK(testing::sum_gap(gpu_sums, sums) < 1e-6);
+    CHECK(testing::sum_gap(std::vector<double>(gpu_sums.begin(), gpu_sums.end()), sums) < 1e-6);
   }
 }
 

@@ -321,12 +321,9 @@ TEST_CASE("the normalisation kernels, run on the host, equal the CPU's formulas"
     host_kernels::KeyedBlock block;
     std::memcpy(&block, &flat, sizeof block);
     const std::int64_t n = check.n, keys = c.keys, terms = n / keys;
-    auto as_float = [](const std::vector<double>& v) {
-      return std::vector<float>(v.begin(), v.end());
-    };
-    const auto scale = as_float(check.scale), shift = as_float(check.shift),
-               mask_scale = as_float(check.mask_scale), mask_shift = as_float(check.mask_shift),
-               p = as_float(check.p), q = as_float(check.q), r = as_float(check.r);
+    // The per-key constants in double, as the kernels take them (each rounds them to float).
+    const auto &scale = check.scale, &shift = check.shift, &mask_scale = check.mask_scale,
+               &mask_shift = check.mask_shift, &p = check.p, &q = check.q, &r = check.r;
 
     // Chunks of 7 elements, each a block; then each key's chunks combined in order.
     const std::int64_t chunk = 7, chunks = (terms + chunk - 1) / chunk;

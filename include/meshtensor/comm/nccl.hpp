@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <set>
@@ -209,7 +210,7 @@ class NcclCommunicator final : public Communicator {
   void run_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
                       MemorySpace where) override {
     launch_pending();
-    if (count == 0) return;
+    if (count == 0 || size_ == 1) return;  // one rank: already its own reduction
     follow_compute();
     detail::DeviceView view(data, count * dtype_size(type), where, stream_, /*copy_in=*/true);
     check(ncclAllReduce(view.get(), view.get(), count, detail::nccl_type(type), detail::nccl_op(op),
@@ -224,6 +225,7 @@ class NcclCommunicator final : public Communicator {
     const auto offsets = offsets_of(recv_bytes, "all_gather", send_bytes);
     launch_pending();
     if (offsets.back() == 0) return;
+    if (size_ == 1) return copy_alone(recv, send, send_bytes, where);
     follow_compute();
     detail::DeviceView in(send, send_bytes, where, stream_, true);
     detail::DeviceView out(recv, offsets.back(), where, stream_, false);
@@ -256,6 +258,7 @@ class NcclCommunicator final : public Communicator {
     const auto offsets = offsets_of(bytes, "reduce_scatter", bytes.at(rank_));
     launch_pending();
     if (offsets.back() == 0) return;
+    if (size_ == 1) return copy_alone(recv, send, bytes[0], where);
     follow_compute();
     if (all_equal(bytes)) {
       detail::DeviceView in(send, offsets.back(), where, stream_, true);
@@ -287,6 +290,7 @@ class NcclCommunicator final : public Communicator {
     const auto recv_offsets = offsets_of(recv_bytes, "all_to_all (receive)", send_bytes[rank_]);
     launch_pending();
     if (send_offsets.back() == 0 && recv_offsets.back() == 0) return;
+    if (size_ == 1) return copy_alone(recv, send, send_bytes[0], where);
     follow_compute();
     detail::DeviceView in(send, send_offsets.back(), where, stream_, true);
     detail::DeviceView out(recv, recv_offsets.back(), where, stream_, false);
@@ -313,7 +317,7 @@ class NcclCommunicator final : public Communicator {
       throw CommError("nccl transport: broadcast from rank " + std::to_string(root) +
                       " in a group of " + std::to_string(size_));
     launch_pending();
-    if (bytes == 0) return;
+    if (bytes == 0 || size_ == 1) return;
     follow_compute();
     detail::DeviceView view(data, bytes, where, stream_, /*copy_in=*/rank_ == root);
     check(ncclBroadcast(view.get(), view.get(), bytes, ncclUint8, root, comm_, stream_),
@@ -325,6 +329,7 @@ class NcclCommunicator final : public Communicator {
   void start_posted() override { launch_pending(); }
 
   void run_barrier() override {
+    if (size_ == 1) return;
     std::int32_t token = 0;
     run_all_reduce(&token, 1, DType::i32, ReduceOp::sum, MemorySpace::host);
   }
@@ -488,6 +493,18 @@ class NcclCommunicator final : public Communicator {
       throw;
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  // A collective of one rank: its own block from `from` to `to`, in the order of the processor's
+  // compute stream where they are the GPU's, without NCCL and without a wait.
+  static void copy_alone(void* to, const void* from, std::size_t bytes, MemorySpace where) {
+    if (bytes == 0 || to == from) return;
+    if (where == MemorySpace::host) {
+      std::memcpy(to, from, bytes);
+      return;
+    }
+    cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, cuda::compute_stream()),
+                "cudaMemcpyAsync (device to device)");
   }
 
   void copy_on_device(void* to, const void* from, std::size_t bytes) {

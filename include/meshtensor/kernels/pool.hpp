@@ -5,16 +5,15 @@
 // with MESHTENSOR_REFERENCE_KERNELS — the reference loops; max pooling of 2 x 2 x 2 windows at
 // stride 2 on meshtensor's own (cpu/pair_pool.hpp), faster than oneDNN's at few channels;
 // bfloat16 average pooling where oneDNN does not run it on the float kernels. A GPU runs
-// meshtensor's CUDA kernels, and the CPU's for windows they cannot run; its max pooling workspace
-// then starts with a tag saying whose format it holds, so that backward reads it the way forward
-// wrote it. A plan counts an operation per (output, tap) pair.
+// meshtensor's CUDA kernels, and the CPU's for windows they cannot run (both passes of a max
+// pooling alike: they agree on the workspace's format). A plan counts an operation per (output,
+// tap) pair.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
@@ -44,22 +43,6 @@ using reference::max_pool_forward;
 #endif
 
 namespace detail {
-// The first bytes of a max pooling workspace on a GPU processor: which format follows. The copy
-// engine carries the tag (the host would pull the workspace's page over to touch it).
-constexpr std::size_t tag_bytes = 8;
-constexpr std::uint64_t cpu_format = 0, gpu_format = 1;
-
-inline void write_tag(void* workspace, std::uint64_t tag) {
-  copy_from_host(reinterpret_cast<const unsigned char*>(&tag), sizeof tag,
-                 static_cast<unsigned char*>(workspace), memory_pool().source().space);
-}
-inline std::uint64_t read_tag(const void* workspace) {
-  std::uint64_t tag = 0;
-  copy_to_host(static_cast<const unsigned char*>(workspace), memory_pool().source().space,
-               sizeof tag, reinterpret_cast<unsigned char*>(&tag));
-  return tag;
-}
-
 inline double pool_flops(const PoolGeometry& g) {
   double n = double(g.batch) * double(g.channels);
   for (int d = 0; d < 3; ++d) n *= double(g.out[d]) * double(g.kernel[d]);
@@ -146,51 +129,27 @@ template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   const std::size_t cpu = detail::cpu_max_workspace_bytes<T>(g);
 #if defined(MESHTENSOR_WITH_CUDA)
-  if (current_backend() == Backend::cuda)
-    return detail::tag_bytes + std::max(cpu, gpu::max_pool_workspace_bytes(g));
+  if (current_backend() == Backend::cuda) return std::max(cpu, gpu::max_pool_workspace_bytes(g));
 #endif
   return cpu;
 }
 
-/// output = max over each window, `workspace` = where each maximum is.
+/// output = max over each window, `workspace` = where each maximum is. A GPU's kernel and the
+/// CPU's write different formats: a GPU that cannot run a shape runs both passes on the CPU.
 template <class T>
 void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
-  if (current_backend() != Backend::cuda)
-    return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
-                    [] { return false; },
-                    [&] { detail::cpu_max_forward(g, input, output, workspace); });
-  void* formatted = static_cast<char*>(workspace) + detail::tag_bytes;
-  const bool on_gpu =
-      run_on_gpu([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
-                 MESHTENSOR_ON_GPU(gpu::max_pool_forward(g, input, output, formatted)));
-  if (!on_gpu) {
-    ++device_activity().host_fallbacks;
-    wait_for_device();
-    detail::cpu_max_forward(g, input, output, formatted);
-  }
-  detail::write_tag(workspace, on_gpu ? detail::gpu_format : detail::cpu_format);
+  dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+           MESHTENSOR_ON_GPU(gpu::max_pool_forward(g, input, output, workspace)),
+           [&] { detail::cpu_max_forward(g, input, output, workspace); });
 }
 
 /// grad_input (the box) = grad_output routed to each window's maximum.
 template <class T>
 void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
                        T* grad_input) {
-  if (current_backend() != Backend::cuda)
-    return dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
-                    [] { return false; },
-                    [&] { detail::cpu_max_backward(g, grad_output, workspace, grad_input); });
-  const void* formatted = static_cast<const char*>(workspace) + detail::tag_bytes;
-  const bool cpu_format = detail::read_tag(workspace) == detail::cpu_format;
-  if (!cpu_format &&
-      run_on_gpu([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
-                 MESHTENSOR_ON_GPU(gpu::max_pool_backward(g, grad_output, formatted, grad_input))))
-    return;
-  ++device_activity().host_fallbacks;
-  wait_for_device();
-  if (cpu_format)
-    detail::cpu_max_backward(g, grad_output, formatted, grad_input);
-  else
-    reference::max_pool_backward(g, grad_output, formatted, grad_input);  // the GPU's format
+  dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
+           MESHTENSOR_ON_GPU(gpu::max_pool_backward(g, grad_output, workspace, grad_input)),
+           [&] { detail::cpu_max_backward(g, grad_output, workspace, grad_input); });
 }
 
 /// output = mean over each window (over the positions inside the tensor, unless count_padding).

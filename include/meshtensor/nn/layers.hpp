@@ -11,7 +11,6 @@
 
 #include "meshtensor/autodiff/recompute.hpp"
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/nn/init.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/ops/cast.hpp"
@@ -203,12 +202,11 @@ class Norm {
     }
   }
 
-  // 1 / sqrt(running variance + epsilon), per channel: computed by the host, which reads and
-  // writes the few values in one transfer each way where the processor computes on a device.
+  // 1 / sqrt(running variance + epsilon), per channel, in double (where the statistics are).
   Tensor<T> inverse_std() const {
-    std::vector<T> values = to_host_vector(running_var_.array());
-    for (T& v : values) v = T(1.0 / std::sqrt(double(v) + epsilon_));
-    Array<T> inverse = array_from_host(values, running_var_.array().shape());
+    Array<T> inverse = Array<T>::from_shape(running_var_.array().shape());
+    kernels::norm_inverse_std(running_var_.array().data(), std::int64_t(inverse.size()),
+                              epsilon_, inverse.data());
     return Tensor<T>(running_var_.mesh(), running_var_.layout(), std::move(inverse));
   }
 

@@ -146,10 +146,9 @@ struct ConvPair {
   Block middle, own;             // the first output's rows here and its own rows
   kernels::ConvGeometry second;  // middle rows -> own rows of the output
   std::vector<std::size_t> w2_order;
-  Array<T> w2;                // in kernel order, in T
-  NormStatistics st;          // of the own rows of the first output
-  std::vector<double> gamma;  // per channel
-  AffineOfKey affine;         // the normalisation: a y + b, then the ReLU's floor
+  Array<T> w2;            // in kernel order, in T
+  NormStatistics st;      // of the own rows of the first output
+  AffineOfKey<W> affine;  // the normalisation: a y + b, then the ReLU's floor
   bool relu = true;
   TensorLayout stats_layout, aligned_w2;
 
@@ -159,13 +158,13 @@ struct ConvPair {
   Array<T> normalised(const Array<T>& y) const {
     Array<T> a = array_over<T>(middle);
     const T floor = relu ? T(0) : -std::numeric_limits<T>::infinity();
-    kernels::norm_affine(middle.sizes(), st.key_strides, y.data(), affine.a, affine.b, floor,
-                         a.data());
+    kernels::norm_affine(middle.sizes(), st.key_strides, st.key_count(), y.data(), affine.a(),
+                         affine.b(), floor, a.data());
     return a;
   }
   // The ReLU's mask on the first output `y`: where its normalised value is positive.
   kernels::ReluMask<T> mask(const Array<T>& y) const {
-    return {relu ? y.data() : nullptr, &affine.a, &affine.b};
+    return {relu ? y.data() : nullptr, affine.a(), affine.b()};
   }
 };
 
@@ -268,7 +267,10 @@ struct ConvNormConvBackward {
     Grads grads;
     Array<T> gy = second_gradients(std::move(g), need[4], grads);
     if (!need[0] && !need[1] && !need[2] && !need[3]) return grads;
-    const std::vector<double> sums = normalisation_sums(mesh, gy);
+    // Over the middle rows: each copy of a row adds its part of the row's gradient, so the
+    // all-reduced sums are the single-processor ones.
+    const Array<double> sums = gradient_sums(mesh, c.st, c.middle.sizes(), gy.data(), y.data(),
+                                             c.st.scale(), c.st.shift(), c.mask(y));
     if (need[2])
       std::get<2>(grads) = per_key_gradient<W>(mesh, c.st, sums, 1, c.stats_layout, gamma_layout);
     if (need[3])
@@ -301,34 +303,27 @@ struct ConvNormConvBackward {
     return gy;
   }
 
-  // Per channel, the sums of g' and g' x̂ over the middle rows: each copy of a row adds its part
-  // of the row's gradient, so the all-reduced sums are the single-processor ones.
-  std::vector<double> normalisation_sums(Mesh& mesh, const Array<T>& gy) const {
-    std::vector<double> sums =
-        kernels::norm_gradient_sums(c.middle.sizes(), c.st.key_strides, gy.data(), y.data(),
-                                    c.st.inv_std, standardising_shift(c.st), c.mask(y));
-    if (c.st.axes) all_reduce(mesh.group(c.st.axes), sums, ReduceOp::sum);
-    return sums;
-  }
-
   // gy becomes the first output's gradient, p g' + q y + r: p g' on every copy of a row (linear
   // in its part of the gradient), q y + r by the row's owner alone. Each element is computed in
   // one go (in bfloat16, rounding p g' and q y + r apart loses what they cancel): the halo rows
   // first, apart, then the whole in place, then the halo rows put back.
-  void through_normalisation(const std::vector<double>& sums, Array<T>& gy) const {
-    const InputGradientTerms t = input_gradient_terms(c.st, c.gamma, sums);
-    const std::vector<double> zeros(c.st.keys, 0.0);
+  void through_normalisation(const Array<double>& sums, Array<T>& gy) const {
+    const KeyArray terms = gradient_terms(c.st, c.affine.gamma.array().data(), sums);
+    const std::size_t keys = c.st.keys;
+    const double *p = terms->data(), *q = p + keys, *r = p + 2 * keys;
+    Array<double> zeros = Array<double>::from_shape({keys});
+    kernels::fill_values(zeros.data(), std::int64_t(keys), 0.0);
     std::vector<std::pair<Block, Array<T>>> halo_rows;
     for (const Block& slab : outside(c.middle, c.own)) {
       Array<T> g = part_of(gy, c.middle, slab);
       const Array<T> v = part_of(y, c.middle, slab);
-      const kernels::ReluMask<T> mask{c.relu ? v.data() : nullptr, &c.affine.a, &c.affine.b};
-      kernels::norm_input_gradient(slab.sizes(), c.st.key_strides, g.data(), v.data(), mask, t.p,
-                                   zeros, zeros, g.data());
+      const kernels::ReluMask<T> mask{c.relu ? v.data() : nullptr, c.affine.a(), c.affine.b()};
+      kernels::norm_input_gradient(slab.sizes(), c.st.key_strides, c.st.key_count(), g.data(),
+                                   v.data(), mask, p, zeros.data(), zeros.data(), g.data());
       halo_rows.emplace_back(slab, std::move(g));
     }
-    kernels::norm_input_gradient(c.middle.sizes(), c.st.key_strides, gy.data(), y.data(), c.mask(y),
-                                 t.p, t.q, t.r, gy.data());
+    kernels::norm_input_gradient(c.middle.sizes(), c.st.key_strides, c.st.key_count(), gy.data(),
+                                 y.data(), c.mask(y), p, q, r, gy.data());
     for (const auto& [slab, g] : halo_rows)
       copy_box_between(slab, g.data(), slab, gy.data(), c.middle);
   }
@@ -353,8 +348,7 @@ Tensor<T> deep_conv_norm_conv(const Tensor<T>& input, const Tensor<W>& w1, const
   c.st = own_statistics(c, mesh, y, middle_dims, channels, epsilon);
   store_moments(c.st, mesh, d.layout, moments);
   c.stats_layout = TensorLayout(Shape(c.st.kept_dims), mesh.shape(), d.layout);
-  c.gamma = per_key_values(gamma, c.stats_layout);
-  c.affine = affine_of_key(c.st, c.gamma, per_key_values(beta, c.stats_layout));
+  c.affine = affine_of_key(c.st, gamma, beta, c.stats_layout);
   c.relu = activation == Activation::relu;
 
   Array<T> out = windowed_output<T>(c.plan());

@@ -3,12 +3,15 @@
 // squared deviations of its block per statistic (two passes, in double); the processors that split
 // a reduced dim exchange those three numbers in one all-gather and combine them in rank order
 // (Chan et al.'s parallel update), so every processor gets the same, numerically stable mean and
-// variance. The gradient needs two sums per statistic: one fused all-reduce.
+// variance. The gradient needs two sums per statistic: one fused all-reduce. Every per-statistic
+// number stays in the processor's memory and is computed there by the norm kernels, so a GPU's
+// normalisation never waits for the host nor the host for it.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -19,6 +22,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/transport_choice.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
@@ -26,6 +30,7 @@
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/norm.hpp"
+#include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/elementwise.hpp"
@@ -44,10 +49,13 @@ struct Moments {
 
 namespace detail {
 
-// A statistic's count, mean and sum of squared deviations, combined pairwise (Chan, Golub and
-// LeVeque) by the same formula on every backend.
-using Partial = kernels::shared::PartialMoments;
-using kernels::shared::combine_moments;
+// Per-key doubles in the processor's memory (moments, statistics, coefficients): on a GPU they
+// stay there, computed and read by kernels. Shared by an op's forward, its recorded backward and
+// whoever applies the same map to other boxes.
+using KeyArray = std::shared_ptr<const Array<double>>;
+inline std::shared_ptr<Array<double>> key_array(std::size_t n) {
+  return std::make_shared<Array<double>>(Array<double>::from_shape({n}));
+}
 
 // A block's statistics over the reduced dims, one per index of the kept dims (its "key"), the
 // same on every processor.
@@ -59,10 +67,19 @@ struct NormStatistics {
   std::int64_t count = 1;        // elements each statistic is taken over (globally)
   std::vector<Dim> kept_dims;
   kernels::Sizes kept_sizes;
-  std::vector<double> mean, inv_std, variance;
+  KeyArray stats;     // [mean | variance | 1 / sqrt(variance + epsilon)], keys each
+  KeyArray standard;  // [inv_std | -mean inv_std]: x̂ = a x + b
+
+  std::int64_t key_count() const { return std::int64_t(keys); }
+  const double* mean() const { return stats->data(); }
+  const double* variance() const { return stats->data() + keys; }
+  const double* scale() const { return standard->data(); }
+  const double* shift() const { return standard->data() + keys; }
 };
 
-// The statistics of the block `data` (row-major) that `layout` gives this processor of `mesh`.
+// The statistics of the block `data` (row-major) that `layout` gives this processor of `mesh`:
+// each processor's moments, all-gathered along the axes that split reduced dims and combined in
+// rank order (Chan et al.), so that every processor has the same, numerically stable values.
 template <class T>
 NormStatistics norm_statistics(Mesh& mesh, const TensorLayout& layout, const T* data,
                                const DimNames& reduced, double epsilon, const std::string& op) {
@@ -90,33 +107,29 @@ NormStatistics norm_statistics(Mesh& mesh, const TensorLayout& layout, const T* 
   for (std::size_t d = 0, k = 0; d < shape.rank(); ++d)
     if (!reduced.contains(shape[d].name)) st.key_strides[d] = kept_row_major[k++];
   st.keys = static_cast<std::size_t>(kernels::num_elements(st.kept_sizes));
+  const std::int64_t keys = st.key_count();
 
-  std::vector<Partial> partial =
-      kernels::norm_moments(st.sizes, st.key_strides, std::int64_t(st.keys), data);
-
+  Array<double> moments = Array<double>::from_shape({3 * st.keys});
+  kernels::norm_moments(st.sizes, st.key_strides, keys, data, moments.data());
   // The processors along the axes that split reduced dims hold parts of the same statistics.
   for (const auto& name : reduced_names)
     if (auto axis = layout.mesh_axis_of(name)) st.axes |= AxisSet{1} << *axis;
+  auto stats = key_array(3 * st.keys), standard = key_array(2 * st.keys);
   if (st.axes) {
     Communicator& group = mesh.group(st.axes);
-    std::vector<double> mine;
-    for (const auto& p : partial) mine.insert(mine.end(), {p.count, p.mean, p.m2});
-    const auto all = all_gather(group, mine);
-    const std::size_t k = partial.size();
-    for (std::size_t i = 0; i < k; ++i) {
-      Partial total;
-      for (int r = 0; r < group.size(); ++r) {
-        const double* q = all.data() + (r * k + i) * 3;
-        total = combine_moments(total, {q[0], q[1], q[2]});
-      }
-      partial[i] = total;
-    }
+    const std::size_t bytes = moments.size() * sizeof(double);
+    Array<double> all = Array<double>::from_shape({moments.size() * std::size_t(group.size())});
+    group.all_gather(moments.data(), bytes, all.data(),
+                     std::vector<std::size_t>(std::size_t(group.size()), bytes), moments.space());
+    kernels::norm_statistics(all.data(), group.size(), keys, double(st.count), epsilon,
+                             stats->data());
+  } else {
+    kernels::norm_statistics(moments.data(), 1, keys, double(st.count), epsilon, stats->data());
   }
-  for (const auto& p : partial) {
-    st.mean.push_back(p.mean);
-    st.variance.push_back(p.m2 / double(st.count));
-    st.inv_std.push_back(1.0 / std::sqrt(st.variance.back() + epsilon));
-  }
+  kernels::norm_coefficients<double>(stats->data(), keys, nullptr, nullptr, standard->data(),
+                                     standard->data() + st.keys);
+  st.stats = std::move(stats);
+  st.standard = std::move(standard);
   return st;
 }
 
@@ -126,19 +139,48 @@ NormStatistics norm_statistics(const Tensor<T>& x, const DimNames& reduced, doub
   return norm_statistics(x.mesh(), x.layout(), x.array().data(), reduced, epsilon, op);
 }
 
+// `values` doubles in S, in the processor's memory (rounded as a cast rounds).
+template <class S>
+Array<S> narrowed(const double* values, const kernels::Sizes& sizes) {
+  Array<S> out = Array<S>::from_shape(to_xshape(sizes));
+  kernels::narrow<double, S>(values, out.data(), std::int64_t(out.size()));
+  return out;
+}
+
 // The statistics in their own type S (fp32 for bfloat16 activations).
 template <class S>
 void store_moments(const NormStatistics& st, Mesh& mesh, const Layout& layout,
                    Moments<S>* moments) {
   if (!moments) return;
   TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), layout);
-  const std::vector<S> mean(st.mean.begin(), st.mean.end()),
-      variance(st.variance.begin(), st.variance.end());
-  Array<S> m = array_from_host(mean, to_xshape(st.kept_sizes));
-  Array<S> v = array_from_host(variance, to_xshape(st.kept_sizes));
-  moments->mean = Tensor<S>(mesh, stats_layout, std::move(m));
-  moments->variance = Tensor<S>(mesh, stats_layout, std::move(v));
+  moments->mean = Tensor<S>(mesh, stats_layout, narrowed<S>(st.mean(), st.kept_sizes));
+  moments->variance = Tensor<S>(mesh, stats_layout, narrowed<S>(st.variance(), st.kept_sizes));
   moments->count = st.count;
+}
+
+// Per key, the sums of g' and of g' x̂ of a normalisation's backward (interleaved) over a block of
+// `sizes` (the statistics' block, or one holding it), all-reduced along the axes that split
+// reduced dims.
+template <class T>
+Array<double> gradient_sums(Mesh& mesh, const NormStatistics& st, const kernels::Sizes& sizes,
+                            const T* g, const T* v, const double* scale, const double* shift,
+                            const kernels::ReluMask<T>& mask) {
+  Array<double> sums = Array<double>::from_shape({2 * st.keys});
+  kernels::norm_gradient_sums(sizes, st.key_strides, st.key_count(), g, v, scale, shift, mask,
+                              sums.data());
+  if (st.axes) all_reduce(mesh.group(st.axes), sums, ReduceOp::sum);
+  return sums;
+}
+
+// The input gradient's per-key terms p, q, r (keys each, one after the other) from the sums: of
+// gamma x̂ + beta (gamma in the processor's memory), or with gamma null of x̂.
+template <class W>
+KeyArray gradient_terms(const NormStatistics& st, const W* gamma, const Array<double>& sums) {
+  auto terms = key_array(3 * st.keys);
+  double* t = terms->data();
+  kernels::norm_gradient_terms(st.stats->data(), st.key_count(), gamma, sums.data(),
+                               double(st.count), t, t + st.keys, t + 2 * st.keys);
+  return terms;
 }
 
 }  // namespace detail
@@ -153,34 +195,27 @@ Tensor<T> normalize(const Tensor<T>& x, const DimNames& reduced, double epsilon,
                     Moments<T>* moments = nullptr) {
   const auto st = detail::norm_statistics(x, reduced, epsilon, "normalize");
   detail::store_moments(st, x.mesh(), x.layout().layout(), moments);
-  const T* in = x.array().data();
   Array<T> out = Array<T>::from_shape(x.array().shape());
-  T* o = out.data();
-  std::vector<double> shift(st.keys);  // y = inv_std x + shift
-  for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
-  kernels::norm_affine(st.sizes, st.key_strides, in, st.inv_std, shift,
-                       -std::numeric_limits<T>::infinity(), o);
+  kernels::norm_affine(st.sizes, st.key_strides, st.key_count(), x.array().data(), st.scale(),
+                       st.shift(), -std::numeric_limits<T>::infinity(), out.data());
   Tensor<T> y(x.mesh(), x.layout(), std::move(out));
 
   // dx = inv_std * (g - mean(g) - y * mean(g * y)), the means over the reduced dims.
   autodiff::record(y, {x}, [y = y.detach(), st](const Tensor<T>& g, const std::vector<bool>&) {
     const T* pg = g.array().data();
     const T* py = y.array().data();
-    const std::vector<double> ones(st.keys, 1.0), zeros(st.keys, 0.0);
-    std::vector<double> sums = kernels::norm_gradient_sums(  // of g and g y, per key
-        st.sizes, st.key_strides, pg, py, ones, zeros, kernels::ReluMask<T>{});
-    if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
-    // dx = a g + b y + c per key.
-    std::vector<double> b(st.keys), c(st.keys);
-    for (std::size_t k = 0; k < st.keys; ++k) {
-      const double n = double(st.count);
-      b[k] = -st.inv_std[k] * sums[2 * k + 1] / n;
-      c[k] = -st.inv_std[k] * sums[2 * k] / n;
-    }
+    // The sums of g and g y: y's own coefficients 1 and 0.
+    Array<double> unit = Array<double>::from_shape({2 * st.keys});
+    kernels::fill_values(unit.data(), st.key_count(), 1.0);
+    kernels::fill_values(unit.data() + st.keys, st.key_count(), 0.0);
+    const Array<double> sums = detail::gradient_sums(g.mesh(), st, st.sizes, pg, py, unit.data(),
+                                                     unit.data() + st.keys, kernels::ReluMask<T>{});
+    const detail::KeyArray terms = detail::gradient_terms<T>(st, nullptr, sums);
+    const double* t = terms->data();
     Array<T> dx = Array<T>::from_shape(g.array().shape());
-    T* pd = dx.data();
-    kernels::norm_input_gradient(st.sizes, st.key_strides, pg, py, kernels::ReluMask<T>{},
-                                 st.inv_std, b, c, pd);
+    kernels::norm_input_gradient(st.sizes, st.key_strides, st.key_count(), pg, py,
+                                 kernels::ReluMask<T>{}, t, t + st.keys, t + 2 * st.keys,
+                                 dx.data());
     return std::vector<Tensor<T>>{Tensor<T>(g.mesh(), g.layout(), std::move(dx))};
   });
   return y;
@@ -191,25 +226,26 @@ enum class Activation { none, relu };
 
 namespace detail {
 
-// A per-key parameter (gamma or beta) as doubles, one per statistic of `st` on this processor.
+// gamma (x - mean) inv_std + beta = a x + b per key: [a | b], keys each, in the processor's
+// memory, beside gamma (the parameter on the statistics' layout, which backward reads too).
 template <class W>
-std::vector<double> per_key_values(const Tensor<W>& t, const TensorLayout& stats_layout) {
-  const auto here = relayout_to(t, stats_layout);
-  const std::vector<W> values = to_host_vector(here.array());
-  return std::vector<double>(values.begin(), values.end());
-}
-
-// gamma * (x - mean) * inv_std + beta = a x + b per key.
 struct AffineOfKey {
-  std::vector<double> a, b;
+  KeyArray coefficients;
+  Tensor<W> gamma;
+  std::size_t keys = 0;
+
+  const double* a() const { return coefficients->data(); }
+  const double* b() const { return coefficients->data() + keys; }
 };
-inline AffineOfKey affine_of_key(const NormStatistics& st, const std::vector<double>& gamma,
-                                 const std::vector<double>& beta) {
-  AffineOfKey f{std::vector<double>(st.keys), std::vector<double>(st.keys)};
-  for (std::size_t k = 0; k < st.keys; ++k) {
-    f.a[k] = gamma[k] * st.inv_std[k];
-    f.b[k] = beta[k] - st.mean[k] * gamma[k] * st.inv_std[k];
-  }
+template <class W>
+AffineOfKey<W> affine_of_key(const NormStatistics& st, const Tensor<W>& gamma,
+                             const Tensor<W>& beta, const TensorLayout& stats_layout) {
+  AffineOfKey<W> f{key_array(2 * st.keys), relayout_to(gamma, stats_layout).detach(), st.keys};
+  const Tensor<W> beta_here = relayout_to(beta, stats_layout);
+  auto coefficients = std::const_pointer_cast<Array<double>>(f.coefficients);
+  kernels::norm_coefficients(st.stats->data(), st.key_count(), f.gamma.array().data(),
+                             beta_here.array().data(), coefficients->data(),
+                             coefficients->data() + st.keys);
   return f;
 }
 
@@ -220,7 +256,8 @@ template <class T>
 struct NormApplied {
   kernels::Sizes block_sizes;
   kernels::Strides key_strides;
-  AffineOfKey affine;
+  KeyArray coefficients;  // [a | b]
+  std::size_t keys = 0;
   T floor;
 
   // `values` (row-major over `box`, whose dims are the block's) replaced by their outputs.
@@ -230,37 +267,11 @@ struct NormApplied {
       if (key_strides[d] != 0 && sizes[d] != block_sizes[d])
         throw Error("internal: a normalisation's box spans keys its block does not hold");
     Buffer<T> out(values.size());
-    kernels::norm_affine(sizes, key_strides, values.data(), affine.a, affine.b, floor, out.data());
+    kernels::norm_affine(sizes, key_strides, std::int64_t(keys), values.data(),
+                         coefficients->data(), coefficients->data() + keys, floor, out.data());
     values = std::move(out);
   }
 };
-
-// x̂ = inv_std x + shift per key.
-inline std::vector<double> standardising_shift(const NormStatistics& st) {
-  std::vector<double> shift(st.keys);
-  for (std::size_t k = 0; k < st.keys; ++k) shift[k] = -st.mean[k] * st.inv_std[k];
-  return shift;
-}
-
-// The input gradient of gamma x̂ + beta from the sums S1 = sum g', S2 = sum g' x̂ (interleaved):
-// dx = gamma inv_std (g' - S1 / n - x̂ S2 / n) = p g' + q x + r per key.
-struct InputGradientTerms {
-  std::vector<double> p, q, r;
-};
-inline InputGradientTerms input_gradient_terms(const NormStatistics& st,
-                                               const std::vector<double>& gamma,
-                                               const std::vector<double>& sums) {
-  InputGradientTerms t{std::vector<double>(st.keys), std::vector<double>(st.keys),
-                       std::vector<double>(st.keys)};
-  for (std::size_t k = 0; k < st.keys; ++k) {
-    const double n = double(st.count), scale = gamma[k] * st.inv_std[k];
-    const double slope = scale * st.inv_std[k] * sums[2 * k + 1] / n;
-    t.p[k] = scale;
-    t.q[k] = -slope;
-    t.r[k] = -scale * sums[2 * k] / n + slope * st.mean[k];
-  }
-  return t;
-}
 
 // Whether each element's key is its index along the block's innermost dim (the channels, last).
 inline bool keys_innermost(const NormStatistics& st) {
@@ -270,16 +281,32 @@ inline bool keys_innermost(const NormStatistics& st) {
   return st.key_strides.back() == 1;
 }
 
+// The map a convolution's CPU kernels apply as they read the norm's output (channels last), where
+// this processor's convolutions read maps: the coefficients, read by the host (its own memory).
+template <class T>
+std::shared_ptr<const MappedRecipe<T>> mapped_recipe_of(const Tensor<T>& x,
+                                                        const NormStatistics& st,
+                                                        const KeyArray& coefficients, T floor) {
+  if (!keys_innermost(st) || !kernels::reads_mapped_inputs(plans_stand_for_devices()))
+    return nullptr;
+  const std::vector<double> ab = to_host_vector(*coefficients);
+  kernels::ChannelAffine map{std::vector<double>(ab.begin(), ab.begin() + st.key_count()),
+                             std::vector<double>(ab.begin() + st.key_count(), ab.end()),
+                             double(floor)};
+  return std::make_shared<const MappedRecipe<T>>(MappedRecipe<T>{x.detach(), std::move(map)});
+}
+
 // Sums per key (`which` 0: of g', the beta's gradient; 1: of g' x̂, gamma's) as a tensor of the
 // parameter's `layout`.
 template <class W>
-Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const std::vector<double>& sums,
+Tensor<W> per_key_gradient(Mesh& mesh, const NormStatistics& st, const Array<double>& sums,
                            int which, const TensorLayout& stats_layout,
                            const TensorLayout& layout) {
-  std::vector<W> values(st.keys);
-  for (std::size_t k = 0; k < st.keys; ++k) values[k] = static_cast<W>(sums[2 * k + which]);
-  Array<W> v = array_from_host(values, to_xshape(st.kept_sizes));
-  return relayout_to(Tensor<W>(mesh, stats_layout, std::move(v)), layout);
+  Array<double> picked = Array<double>::from_shape({st.keys});
+  kernels::copy_box(kernels::Sizes{st.key_count()}, sums.data() + which, kernels::Strides{2},
+                    picked.data(), kernels::Strides{1});
+  return relayout_to(Tensor<W>(mesh, stats_layout, narrowed<W>(picked.data(), st.kept_sizes)),
+                     layout);
 }
 
 // When normalize_affine writes its output block: now, or when it is first read — for a consumer
@@ -306,21 +333,17 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   store_moments(st, x.mesh(), x.layout().layout(), moments);
   Mesh& mesh = x.mesh();
   const TensorLayout stats_layout(Shape(st.kept_dims), mesh.shape(), x.layout().layout());
-  const auto g_scale = per_key_values(gamma, stats_layout);
-  const AffineOfKey affine = affine_of_key(st, g_scale, per_key_values(beta, stats_layout));
-  const std::vector<double>&a_key = affine.a, &b_key = affine.b;  // y = a x + b
+  const AffineOfKey<W> affine = affine_of_key(st, gamma, beta, stats_layout);
   // The output is computed by its recipe, which stays with it: an op that saves it for backward
   // (the next convolution) keeps the recipe, and the output itself is freed after forward.
   const T floor = activation == Activation::relu ? T(0) : -std::numeric_limits<T>::infinity();
-  if (applied) *applied = {st.sizes, st.key_strides, affine, floor};
+  if (applied) *applied = {st.sizes, st.key_strides, affine.coefficients, st.keys, floor};
   auto recipe = std::make_shared<const typename Tensor<T>::Recipe>(
-      [x = x.detach(), st, a_key, b_key, floor](T* into) {
-        const T* in = x.array().data();
-        kernels::norm_affine(st.sizes, st.key_strides, in, a_key, b_key, floor, into);
+      [x = x.detach(), st, coefficients = affine.coefficients, floor](T* into) {
+        kernels::norm_affine(st.sizes, st.key_strides, st.key_count(), x.array().data(),
+                             coefficients->data(), coefficients->data() + st.keys, floor, into);
       });
-  auto mapped = keys_innermost(st) ? std::make_shared<const MappedRecipe<T>>(
-                                         MappedRecipe<T>{x.detach(), {a_key, b_key, double(floor)}})
-                                   : nullptr;
+  auto mapped = mapped_recipe_of(x, st, affine.coefficients, floor);
   const bool read_later = written == OutputBlock::on_read && mapped;
   Tensor<T> y = Tensor<T>::computed_on_read(mesh, x.layout(), std::move(recipe), std::move(mapped));
   if (!read_later) std::as_const(y).array();  // written now (a const read keeps the recipe)
@@ -328,20 +351,21 @@ Tensor<T> normalize_affine(const Tensor<T>& x, const DimNames& reduced, const Te
   // Backward keeps x alone: the ReLU's mask is where the output, computed again, is positive.
   autodiff::record_mixed(
       y, std::make_tuple(x, gamma, beta),
-      [x = x.detach(), relu = activation == Activation::relu, a_key, b_key, st, g_scale,
-       stats_layout, gamma_layout = gamma.layout(),
+      [x = x.detach(), relu = activation == Activation::relu, affine, st, stats_layout,
+       gamma_layout = gamma.layout(),
        beta_layout = beta.layout()](const Tensor<T>& g, const std::array<bool, 3>& needed) {
         const T* pg = g.array().data();
         const T* px = x.array().data();
-        const kernels::ReluMask<T> mask{relu ? px : nullptr, &a_key, &b_key};
-        std::vector<double> sums = kernels::norm_gradient_sums(  // of g' and g' x̂, per key
-            st.sizes, st.key_strides, pg, px, st.inv_std, standardising_shift(st), mask);
-        if (st.axes) all_reduce(g.mesh().group(st.axes), sums, ReduceOp::sum);
+        const kernels::ReluMask<T> mask{relu ? px : nullptr, affine.a(), affine.b()};
+        const Array<double> sums =  // of g' and g' x̂, per key
+            gradient_sums(g.mesh(), st, st.sizes, pg, px, st.scale(), st.shift(), mask);
         std::tuple<Tensor<T>, Tensor<W>, Tensor<W>> grads;
         if (needed[0]) {
-          const auto [p, q, r] = input_gradient_terms(st, g_scale, sums);
+          const KeyArray terms = gradient_terms(st, affine.gamma.array().data(), sums);
+          const double* t = terms->data();
           Array<T> dx = Array<T>::from_shape(g.array().shape());
-          kernels::norm_input_gradient(st.sizes, st.key_strides, pg, px, mask, p, q, r, dx.data());
+          kernels::norm_input_gradient(st.sizes, st.key_strides, st.key_count(), pg, px, mask, t,
+                                       t + st.keys, t + 2 * st.keys, dx.data());
           std::get<0>(grads) = Tensor<T>(g.mesh(), g.layout(), std::move(dx));
         }
         if (needed[1])

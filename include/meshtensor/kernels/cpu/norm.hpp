@@ -87,6 +87,11 @@ int for_row_ranges(const KeyedBlock& st, F&& f) {
   return for_each_range(st.rows(), compute_threads(), f, std::int64_t(st.keys));
 }
 
+// `keys` per-key values from the processor's memory (the host's, on the CPU).
+inline std::vector<double> per_key(const double* values, std::int64_t keys) {
+  return std::vector<double>(values, values + keys);
+}
+
 // Per-key values as the loops below index them: by lane on a keys-innermost block (KeyLanes), by
 // key otherwise.
 template <class T, class U>
@@ -274,24 +279,30 @@ std::vector<Partial> two_pass_moments(const KeyedBlock& st, const T* in) {
 
 }  // namespace norm_detail
 
-/// The count, mean and sum of squared deviations of each of `keys` keys' elements.
+/// The count, mean and sum of squared deviations of each of `keys` keys' elements, 3 per key into
+/// `moments`.
 template <class T>
-std::vector<shared::PartialMoments> norm_moments(const Sizes& sizes, const Strides& key_strides,
-                                                 std::int64_t keys, const T* x) {
+void norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t keys, const T* x,
+                  double* moments) {
   const norm_detail::KeyedBlock st(sizes, key_strides, std::size_t(keys));
-  if (st.keys_innermost()) return norm_detail::lane_moments(st, x);
-  return norm_detail::two_pass_moments(st, x);
+  const std::vector<shared::PartialMoments> partial =
+      st.keys_innermost() ? norm_detail::lane_moments(st, x) : norm_detail::two_pass_moments(st, x);
+  for (std::int64_t k = 0; k < keys; ++k) {
+    moments[3 * k] = partial[std::size_t(k)].count;
+    moments[3 * k + 1] = partial[std::size_t(k)].mean;
+    moments[3 * k + 2] = partial[std::size_t(k)].m2;
+  }
 }
 
-/// out = affine_floor(scale[key], x, shift[key], floor) for every element.
+/// out = affine_floor(scale[key], x, shift[key], floor) for every element; scale and shift are
+/// `keys` long.
 template <class T>
-void norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
-                 const std::vector<double>& scale, const std::vector<double>& shift, T floor,
-                 T* out) {
+void norm_affine(const Sizes& sizes, const Strides& key_strides, std::int64_t keys, const T* x,
+                 const double* scale, const double* shift, T floor, T* out) {
   using namespace norm_detail;
   using C = compute_t<T>;  // per-key coefficients and arithmetic: float for bfloat16 data
-  const KeyedBlock st(sizes, key_strides, scale.size());
-  const auto a = indexed<C>(st, scale), b = indexed<C>(st, shift);
+  const KeyedBlock st(sizes, key_strides, std::size_t(keys));
+  const auto a = indexed<C>(st, per_key(scale, keys)), b = indexed<C>(st, per_key(shift, keys));
   const C low = C(floor);
   for_each_value(st, [&](std::int64_t at, std::int64_t i) {
     out[at] = T(affine_floor(a[i], C(x[at]), b[i], low));
@@ -315,8 +326,8 @@ struct Masked {
         floor(mask.x ? C(0) : -std::numeric_limits<C>::infinity()),
         relu(mask.x != nullptr) {
     const std::vector<double> zeros(st.keys, 0.0);
-    a = indexed<C>(st, relu ? *mask.scale : zeros);
-    b = indexed<C>(st, relu ? *mask.shift : zeros);
+    a = indexed<C>(st, relu ? per_key(mask.scale, std::int64_t(st.keys)) : zeros);
+    b = indexed<C>(st, relu ? per_key(mask.shift, std::int64_t(st.keys)) : zeros);
   }
   // (The floor a variable, as the forward pass's: a constant 0 lets the compiler fold the mask
   // into a branch, and the loop no longer vectorises.)
@@ -341,8 +352,8 @@ std::vector<double> register_gradient_sums(const KeyedBlock& st, const T* g, con
   const KeyLanes lanes(std::int64_t(st.keys));
   const std::int64_t keys = lanes.keys();
   const std::vector<double> zeros(st.keys, 0.0);
-  const auto a = indexed<float>(st, mask.x ? *mask.scale : zeros);
-  const auto b = indexed<float>(st, mask.x ? *mask.shift : zeros);
+  const auto a = indexed<float>(st, mask.x ? per_key(mask.scale, keys) : zeros);
+  const auto b = indexed<float>(st, mask.x ? per_key(mask.shift, keys) : zeros);
   const auto s = indexed<float>(st, scale), h = indexed<float>(st, shift);
   std::vector<std::vector<double>> parts(compute_threads(), std::vector<double>(2 * st.keys, 0.0));
   const int used = for_row_ranges(st, [&](int p, std::int64_t begin, std::int64_t end) {
@@ -385,17 +396,30 @@ std::vector<double> norm_gradient_sums(const Sizes& sizes, const Strides& key_st
   });
 }
 
-/// dx = affine_input_gradient(p[key], g', q[key], v, r[key]), g' being g masked by `mask`.
+/// The same, into `sums` (2 per key), with scale and shift `keys` long.
 template <class T>
-void norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T* g, const T* v,
-                         const ReluMask<T>& mask, const std::vector<double>& p,
-                         const std::vector<double>& q, const std::vector<double>& r, T* dx) {
+void norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, std::int64_t keys,
+                        const T* g, const T* v, const double* scale, const double* shift,
+                        const ReluMask<T>& mask, double* sums) {
+  const std::vector<double> out =
+      norm_gradient_sums(sizes, key_strides, g, v, norm_detail::per_key(scale, keys),
+                         norm_detail::per_key(shift, keys), mask);
+  std::copy(out.begin(), out.end(), sums);
+}
+
+/// dx = affine_input_gradient(p[key], g', q[key], v, r[key]), g' being g masked by `mask`; p, q
+/// and r are `keys` long.
+template <class T>
+void norm_input_gradient(const Sizes& sizes, const Strides& key_strides, std::int64_t keys,
+                         const T* g, const T* v, const ReluMask<T>& mask, const double* p,
+                         const double* q, const double* r, T* dx) {
   using namespace norm_detail;
-  const KeyedBlock st(sizes, key_strides, p.size());
+  const KeyedBlock st(sizes, key_strides, std::size_t(keys));
   using C = compute_t<T>;
   const Masked<T> mask_of(st, g, v, mask);
   const auto masked = mask_of.at();
-  const auto pk = indexed<C>(st, p), qk = indexed<C>(st, q), rk = indexed<C>(st, r);
+  const auto pk = indexed<C>(st, per_key(p, keys)), qk = indexed<C>(st, per_key(q, keys)),
+             rk = indexed<C>(st, per_key(r, keys));
   const C *pp = pk.data(), *pq = qk.data(), *pr = rk.data();
   for_each_value(st, [=](std::int64_t at, std::int64_t i) {
     dx[at] = T(affine_input_gradient(pp[i], masked(at, i), pq[i], C(v[at]), pr[i]));

@@ -10,12 +10,15 @@
 //   - scale x + shift per key, floored (a fused ReLU), a thread per element;
 //   - the gradient's two sums per key, of g' and of g' (s x + h), where g' is g masked by the
 //     ReLU, chunked (or by lanes) as the moments, and the chunks added by the sums' add_chunks;
-//   - the input gradient p g' + q v + r per key, a thread per element.
+//   - the input gradient p g' + q v + r per key, a thread per element;
+//   - the per-key arithmetic between them (statistics from moments, coefficients, gradient terms),
+//     a thread per key.
 // The formulas are the CPU loops' own (kernels/common/norm_formulas.hpp). No atomics: the same
-// inputs give the same results on every run. The per-key constants come from the host and go to the
-// GPU with each call. Each host function returns false, doing nothing, unless the thread
-// computes on a GPU, the block is in device or managed memory, it is float, double or bfloat16
-// (computed in float, as on the CPU), and it has at most 8 dims longer than one.
+// inputs give the same results on every run. Per-key numbers are doubles in the GPU's memory,
+// read there by the kernels and rounded to the data's compute type (float for bfloat16): nothing
+// goes to the host, nothing waits. Each host function returns false, doing nothing, unless the
+// thread computes on a GPU, the block is float, double or bfloat16, and it has at most 8 dims
+// longer than one.
 
 #include <cuda_runtime_api.h>
 
@@ -81,12 +84,13 @@ __device__ double block_sum(double* lane, double value) {
 }
 
 // Where a fused ReLU passed the gradient: where its output, computed again from x, is positive.
-// x null: everywhere. Values are stored as T and computed in C (float for bfloat16), as the
-// per-key constants are.
+// x null: everywhere. Values are stored as T and computed in C (float for bfloat16), the per-key
+// constants rounded to C.
 template <class T, class C>
-__device__ C masked(T g, const T* x, const C* scale, const C* shift, long long at, long long key) {
+__device__ C masked(T g, const T* x, const double* scale, const double* shift, long long at,
+                    long long key) {
   if (!x) return C(g);
-  return affine_floor(scale[key], C(x[at]), shift[key], C(0)) > C(0) ? C(g) : C(0);
+  return affine_floor(C(scale[key]), C(x[at]), C(shift[key]), C(0)) > C(0) ? C(g) : C(0);
 }
 
 // Block (blockIdx.x, blockIdx.y): the count, mean and sum of squared deviations of chunk y of key
@@ -119,10 +123,10 @@ __device__ void moments_chunk(const KeyedBlock& s, const T* x, double* partial, 
 // Block (blockIdx.x, blockIdx.y): over chunk y of key x's elements, the sums of g' and of
 // g' (scale v + shift), at partial[(2 x + w) gridDim.y + y].
 template <class T, class C>
-__device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v, const C* scale,
-                                    const C* shift, const T* mask_x, const C* mask_scale,
-                                    const C* mask_shift, double* partial, long long terms,
-                                    long long chunk) {
+__device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v,
+                                    const double* scale, const double* shift, const T* mask_x,
+                                    const double* mask_scale, const double* mask_shift,
+                                    double* partial, long long terms, long long chunk) {
   __shared__ double lane[256];
   const long long key = blockIdx.x, begin = blockIdx.y * chunk;
   const long long end = begin + chunk < terms ? begin + chunk : terms;
@@ -130,9 +134,9 @@ __device__ void gradient_sums_chunk(const KeyedBlock& s, const T* g, const T* v,
   double sums[2] = {0, 0};
   for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const long long at = start + element_offset(s, i);
-    const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+    const C kept = masked<T, C>(g[at], mask_x, mask_scale, mask_shift, at, key);
     sums[0] += (double)kept;
-    sums[1] += (double)(kept * (scale[key] * C(v[at]) + shift[key]));
+    sums[1] += (double)(kept * (C(scale[key]) * C(v[at]) + C(shift[key])));
   }
   for (int w = 0; w < 2; ++w) {
     const double total = block_sum(lane, sums[w]);
@@ -172,10 +176,10 @@ __device__ void moments_lanes(const KeyedBlock& s, const T* x, double* partial, 
 }
 
 template <class T, class C>
-__device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v, const C* scale,
-                                    const C* shift, const T* mask_x, const C* mask_scale,
-                                    const C* mask_shift, double* partial, long long rows,
-                                    long long groups) {
+__device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v,
+                                    const double* scale, const double* shift, const T* mask_x,
+                                    const double* mask_scale, const double* mask_shift,
+                                    double* partial, long long rows, long long groups) {
   const long long keys = key_count(s);
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < keys * groups;
        t += (long long)blockDim.x * gridDim.x) {
@@ -183,9 +187,9 @@ __device__ void gradient_sums_lanes(const KeyedBlock& s, const T* g, const T* v,
     double sums[2] = {0, 0};
     for (long long r = group; r < rows; r += groups) {
       const long long at = r * keys + key;
-      const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
+      const C kept = masked<T, C>(g[at], mask_x, mask_scale, mask_shift, at, key);
       sums[0] += (double)kept;
-      sums[1] += (double)(kept * (scale[key] * C(v[at]) + shift[key]));
+      sums[1] += (double)(kept * (C(scale[key]) * C(v[at]) + C(shift[key])));
     }
     partial[2 * key * groups + group] = sums[0];
     partial[(2 * key + 1) * groups + group] = sums[1];
@@ -210,25 +214,55 @@ extern "C" __global__ void combine_moment_chunks(const double* partial, long lon
 }
 
 template <class T, class C>
-__device__ void affine(const KeyedBlock& s, const T* x, const C* scale, const C* shift, C floor,
-                       T* out, long long n) {
+__device__ void affine(const KeyedBlock& s, const T* x, const double* scale, const double* shift,
+                       C floor, T* out, long long n) {
   for (long long at = blockIdx.x * (long long)blockDim.x + threadIdx.x; at < n;
        at += (long long)blockDim.x * gridDim.x) {
     const long long key = key_of(s, at);
-    out[at] = T(affine_floor(scale[key], C(x[at]), shift[key], floor));
+    out[at] = T(affine_floor(C(scale[key]), C(x[at]), C(shift[key]), floor));
   }
 }
 
 template <class T, class C>
 __device__ void input_gradient(const KeyedBlock& s, const T* g, const T* v, const T* mask_x,
-                               const C* mask_scale, const C* mask_shift, const C* p, const C* q,
-                               const C* r, T* dx, long long n) {
+                               const double* mask_scale, const double* mask_shift,
+                               const double* p, const double* q, const double* r, T* dx,
+                               long long n) {
   for (long long at = blockIdx.x * (long long)blockDim.x + threadIdx.x; at < n;
        at += (long long)blockDim.x * gridDim.x) {
     const long long key = key_of(s, at);
-    const C kept = masked(g[at], mask_x, mask_scale, mask_shift, at, key);
-    dx[at] = T(affine_input_gradient(p[key], kept, q[key], C(v[at]), r[key]));
+    const C kept = masked<T, C>(g[at], mask_x, mask_scale, mask_shift, at, key);
+    dx[at] = T(affine_input_gradient(C(p[key]), kept, C(q[key]), C(v[at]), C(r[key])));
   }
+}
+
+#define FOR_EACH_KEY(k, keys)                                                     \
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < keys; \
+       k += (long long)blockDim.x * gridDim.x)
+
+extern "C" __global__ void statistics(const double* parts, long long count_parts, long long keys,
+                                      double count, double epsilon, double* stats) {
+  FOR_EACH_KEY(k, keys) finish_statistics(parts, count_parts, keys, k, count, epsilon, stats);
+}
+
+template <class W>
+__device__ void coefficients(const double* stats, long long keys, const W* gamma, const W* beta,
+                             double* a, double* b) {
+  FOR_EACH_KEY(k, keys)
+  affine_coefficients(stats, keys, k, !gamma, gamma ? (double)gamma[k] : 1.0,
+                      gamma ? (double)beta[k] : 0.0, a, b);
+}
+
+template <class W>
+__device__ void terms(const double* stats, long long keys, const W* gamma, const double* sums,
+                      double count, double* p, double* q, double* r) {
+  FOR_EACH_KEY(k, keys)
+  gradient_terms(stats, keys, k, !gamma, gamma ? (double)gamma[k] : 1.0, sums, count, p, q, r);
+}
+
+template <class T>
+__device__ void inverse_std(const T* variance, long long n, double epsilon, T* out) {
+  FOR_EACH_KEY(i, n) out[i] = T(1.0 / sqrt((double)variance[i] + epsilon));
 }
 
 extern "C" __global__ void moments_chunk_f32(KeyedBlock s, const float* x, double* partial,
@@ -239,21 +273,9 @@ extern "C" __global__ void moments_chunk_f64(KeyedBlock s, const double* x, doub
                                              long long terms, long long chunk) {
   moments_chunk(s, x, partial, terms, chunk);
 }
-extern "C" __global__ void gradient_sums_chunk_f32(KeyedBlock s, const float* g, const float* v,
-                                                   const float* scale, const float* shift,
-                                                   const float* mask_x, const float* mask_scale,
-                                                   const float* mask_shift, double* partial,
-                                                   long long terms, long long chunk) {
-  gradient_sums_chunk(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, terms,
-                      chunk);
-}
-extern "C" __global__ void gradient_sums_chunk_f64(KeyedBlock s, const double* g, const double* v,
-                                                   const double* scale, const double* shift,
-                                                   const double* mask_x, const double* mask_scale,
-                                                   const double* mask_shift, double* partial,
-                                                   long long terms, long long chunk) {
-  gradient_sums_chunk(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, terms,
-                      chunk);
+extern "C" __global__ void moments_chunk_bf16(KeyedBlock s, const bfloat16* x, double* partial,
+                                              long long terms, long long chunk) {
+  moments_chunk(s, x, partial, terms, chunk);
 }
 extern "C" __global__ void moments_lanes_f32(KeyedBlock s, const float* x, double* partial,
                                              long long rows, long long groups) {
@@ -263,83 +285,127 @@ extern "C" __global__ void moments_lanes_f64(KeyedBlock s, const double* x, doub
                                              long long rows, long long groups) {
   moments_lanes(s, x, partial, rows, groups);
 }
-extern "C" __global__ void gradient_sums_lanes_f32(KeyedBlock s, const float* g, const float* v,
-                                                   const float* scale, const float* shift,
-                                                   const float* mask_x, const float* mask_scale,
-                                                   const float* mask_shift, double* partial,
-                                                   long long rows, long long groups) {
-  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
-                      groups);
+extern "C" __global__ void moments_lanes_bf16(KeyedBlock s, const bfloat16* x, double* partial,
+                                              long long rows, long long groups) {
+  moments_lanes(s, x, partial, rows, groups);
 }
-extern "C" __global__ void gradient_sums_lanes_f64(KeyedBlock s, const double* g, const double* v,
-                                                   const double* scale, const double* shift,
-                                                   const double* mask_x, const double* mask_scale,
-                                                   const double* mask_shift, double* partial,
-                                                   long long rows, long long groups) {
-  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
-                      groups);
+// The passes with per-key constants, for each type of data (computed in float for bfloat16).
+extern "C" __global__ void gradient_sums_chunk_f32(
+    KeyedBlock s, const float* g, const float* v, const double* scale, const double* shift,
+    const float* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long terms, long long chunk) {
+  gradient_sums_chunk<float, float>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               terms, chunk);
 }
-extern "C" __global__ void affine_f32(KeyedBlock s, const float* x, const float* scale,
-                                      const float* shift, float floor, float* out, long long n) {
-  affine(s, x, scale, shift, floor, out, n);
+extern "C" __global__ void gradient_sums_lanes_f32(
+    KeyedBlock s, const float* g, const float* v, const double* scale, const double* shift,
+    const float* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long rows, long long groups) {
+  gradient_sums_lanes<float, float>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               rows, groups);
 }
-extern "C" __global__ void affine_f64(KeyedBlock s, const double* x, const double* scale,
-                                      const double* shift, double floor, double* out,
-                                      long long n) {
-  affine(s, x, scale, shift, floor, out, n);
+extern "C" __global__ void affine_f32(KeyedBlock s, const float* x, const double* scale,
+                                      const double* shift, float floor, float* out, long long n) {
+  affine<float, float>(s, x, scale, shift, floor, out, n);
 }
 extern "C" __global__ void input_gradient_f32(KeyedBlock s, const float* g, const float* v,
-                                              const float* mask_x, const float* mask_scale,
-                                              const float* mask_shift, const float* p,
-                                              const float* q, const float* r, float* dx,
+                                              const float* mask_x, const double* mask_scale,
+                                              const double* mask_shift, const double* p,
+                                              const double* q, const double* r, float* dx,
                                               long long n) {
-  input_gradient(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+  input_gradient<float, float>(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+}
+extern "C" __global__ void coefficients_f32(const double* stats, long long keys,
+                                            const float* gamma, const float* beta, double* a,
+                                            double* b) {
+  coefficients(stats, keys, gamma, beta, a, b);
+}
+extern "C" __global__ void gradient_terms_f32(const double* stats, long long keys,
+                                              const float* gamma, const double* sums, double count,
+                                              double* p, double* q, double* r) {
+  terms(stats, keys, gamma, sums, count, p, q, r);
+}
+extern "C" __global__ void inverse_std_f32(const float* variance, long long n, double epsilon,
+                                           float* out) {
+  inverse_std(variance, n, epsilon, out);
+}
+extern "C" __global__ void gradient_sums_chunk_f64(
+    KeyedBlock s, const double* g, const double* v, const double* scale, const double* shift,
+    const double* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long terms, long long chunk) {
+  gradient_sums_chunk<double, double>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               terms, chunk);
+}
+extern "C" __global__ void gradient_sums_lanes_f64(
+    KeyedBlock s, const double* g, const double* v, const double* scale, const double* shift,
+    const double* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long rows, long long groups) {
+  gradient_sums_lanes<double, double>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               rows, groups);
+}
+extern "C" __global__ void affine_f64(KeyedBlock s, const double* x, const double* scale,
+                                      const double* shift, double floor, double* out, long long n) {
+  affine<double, double>(s, x, scale, shift, floor, out, n);
 }
 extern "C" __global__ void input_gradient_f64(KeyedBlock s, const double* g, const double* v,
                                               const double* mask_x, const double* mask_scale,
                                               const double* mask_shift, const double* p,
                                               const double* q, const double* r, double* dx,
                                               long long n) {
-  input_gradient(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+  input_gradient<double, double>(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
 }
-// bfloat16 values, float constants and arithmetic (as the CPU loops' compute_t).
-extern "C" __global__ void moments_chunk_bf16(KeyedBlock s, const bfloat16* x, double* partial,
-                                              long long terms, long long chunk) {
-  moments_chunk(s, x, partial, terms, chunk);
+extern "C" __global__ void coefficients_f64(const double* stats, long long keys,
+                                            const double* gamma, const double* beta, double* a,
+                                            double* b) {
+  coefficients(stats, keys, gamma, beta, a, b);
 }
-extern "C" __global__ void moments_lanes_bf16(KeyedBlock s, const bfloat16* x, double* partial,
-                                              long long rows, long long groups) {
-  moments_lanes(s, x, partial, rows, groups);
+extern "C" __global__ void gradient_terms_f64(const double* stats, long long keys,
+                                              const double* gamma, const double* sums, double count,
+                                              double* p, double* q, double* r) {
+  terms(stats, keys, gamma, sums, count, p, q, r);
 }
-extern "C" __global__ void gradient_sums_chunk_bf16(KeyedBlock s, const bfloat16* g,
-                                                    const bfloat16* v, const float* scale,
-                                                    const float* shift, const bfloat16* mask_x,
-                                                    const float* mask_scale,
-                                                    const float* mask_shift, double* partial,
-                                                    long long terms, long long chunk) {
-  gradient_sums_chunk(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, terms,
-                      chunk);
+extern "C" __global__ void inverse_std_f64(const double* variance, long long n, double epsilon,
+                                           double* out) {
+  inverse_std(variance, n, epsilon, out);
 }
-extern "C" __global__ void gradient_sums_lanes_bf16(KeyedBlock s, const bfloat16* g,
-                                                    const bfloat16* v, const float* scale,
-                                                    const float* shift, const bfloat16* mask_x,
-                                                    const float* mask_scale,
-                                                    const float* mask_shift, double* partial,
-                                                    long long rows, long long groups) {
-  gradient_sums_lanes(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial, rows,
-                      groups);
+extern "C" __global__ void gradient_sums_chunk_bf16(
+    KeyedBlock s, const bfloat16* g, const bfloat16* v, const double* scale, const double* shift,
+    const bfloat16* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long terms, long long chunk) {
+  gradient_sums_chunk<bfloat16, float>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               terms, chunk);
 }
-extern "C" __global__ void affine_bf16(KeyedBlock s, const bfloat16* x, const float* scale,
-                                       const float* shift, float floor, bfloat16* out,
-                                       long long n) {
-  affine(s, x, scale, shift, floor, out, n);
+extern "C" __global__ void gradient_sums_lanes_bf16(
+    KeyedBlock s, const bfloat16* g, const bfloat16* v, const double* scale, const double* shift,
+    const bfloat16* mask_x, const double* mask_scale, const double* mask_shift, double* partial,
+    long long rows, long long groups) {
+  gradient_sums_lanes<bfloat16, float>(s, g, v, scale, shift, mask_x, mask_scale, mask_shift, partial,
+                               rows, groups);
+}
+extern "C" __global__ void affine_bf16(KeyedBlock s, const bfloat16* x, const double* scale,
+                                      const double* shift, float floor, bfloat16* out, long long n) {
+  affine<bfloat16, float>(s, x, scale, shift, floor, out, n);
 }
 extern "C" __global__ void input_gradient_bf16(KeyedBlock s, const bfloat16* g, const bfloat16* v,
-                                               const bfloat16* mask_x, const float* mask_scale,
-                                               const float* mask_shift, const float* p,
-                                               const float* q, const float* r, bfloat16* dx,
-                                               long long n) {
-  input_gradient(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+                                              const bfloat16* mask_x, const double* mask_scale,
+                                              const double* mask_shift, const double* p,
+                                              const double* q, const double* r, bfloat16* dx,
+                                              long long n) {
+  input_gradient<bfloat16, float>(s, g, v, mask_x, mask_scale, mask_shift, p, q, r, dx, n);
+}
+extern "C" __global__ void coefficients_bf16(const double* stats, long long keys,
+                                            const bfloat16* gamma, const bfloat16* beta, double* a,
+                                            double* b) {
+  coefficients(stats, keys, gamma, beta, a, b);
+}
+extern "C" __global__ void gradient_terms_bf16(const double* stats, long long keys,
+                                              const bfloat16* gamma, const double* sums, double count,
+                                              double* p, double* q, double* r) {
+  terms(stats, keys, gamma, sums, count, p, q, r);
+}
+extern "C" __global__ void inverse_std_bf16(const bfloat16* variance, long long n, double epsilon,
+                                           bfloat16* out) {
+  inverse_std(variance, n, epsilon, out);
 }
 )"};
   return text;
@@ -383,21 +449,6 @@ inline bool keyed_block_of(const Sizes& sizes, const Strides& key_strides, Keyed
   return true;
 }
 
-// Per-key constants in T on the GPU, one list after another: lists[j] at as<T>() + j keys (zeros
-// for a null list). T is the kernels' compute type: float for bfloat16 blocks.
-template <class T>
-cuda::StreamBuffer key_constants(std::initializer_list<const std::vector<double>*> lists,
-                                 std::size_t keys, cudaStream_t stream) {
-  std::vector<double> all;
-  for (const auto* list : lists) {
-    if (list)
-      all.insert(all.end(), list->begin(), list->end());
-    else
-      all.resize(all.size() + keys, 0.0);
-  }
-  return upload<T>(all, stream);
-}
-
 // Whether the key of the element at offset `at` is at % keys: the kept dims are the block's
 // innermost (channels last), and the block is rows of the keys side by side.
 inline bool keys_innermost(const KeyedBlock& block) {
@@ -417,10 +468,10 @@ struct FirstPass {
   const char* lanes;
 };
 
-// Per key, `width` doubles into `result` (on the host): `first` over the block (its arguments
-// `args`, then the partials and, by chunks, the elements per key and per chunk or, by lanes, the
-// rows and the groups of rows), then `combine` over `combined` threads (the partials, the chunks
-// or groups, the results, `combined`).
+// Per key, `width` doubles into `result` (in the GPU's memory): `first` over the block (its
+// arguments `args`, then the partials and, by chunks, the elements per key and per chunk or, by
+// lanes, the rows and the groups of rows), then `combine` over `combined` threads (the partials,
+// the chunks or groups, the results, `combined`).
 template <class... Args>
 void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combine,
                     std::int64_t keys, std::int64_t terms, std::int64_t width,
@@ -428,8 +479,7 @@ void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combi
   const bool lanes = keys_innermost(block);
   const std::int64_t chunk = lanes ? rows_per_lane : chunk_of(terms),
                      chunks = (terms + chunk - 1) / chunk;
-  const cuda::StreamBuffer partial(std::size_t(width * keys * chunks) * sizeof(double), stream),
-      on_gpu(std::size_t(width * keys) * sizeof(double), stream);
+  const cuda::StreamBuffer partial(std::size_t(width * keys * chunks) * sizeof(double), stream);
   if (lanes)
     cuda::launch(cuda::kernel(norm_source(), first.lanes), keys * chunks, stream, block, args...,
                  partial.as<double>(), static_cast<long long>(terms),
@@ -440,42 +490,78 @@ void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combi
                       partial.as<double>(), static_cast<long long>(terms),
                       static_cast<long long>(chunk));
   cuda::launch(combine, combined, stream, static_cast<const double*>(partial.as<double>()),
-               static_cast<long long>(chunks), on_gpu.as<double>(),
-               static_cast<long long>(combined));
-  cuda::check(
-      cudaMemcpyAsync(result, on_gpu.as<double>(), std::size_t(width * keys) * sizeof(double),
-                      cudaMemcpyDeviceToHost, stream),
-      "cudaMemcpyAsync");
-  ++device_activity().waits;
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+               static_cast<long long>(chunks), result, static_cast<long long>(combined));
 }
 }  // namespace detail
 
-/// The count, mean and sum of squared deviations of each key's elements, 3 per key into `out`
-/// (keys of `keys`); false when it cannot run on the GPU.
+/// The count, mean and sum of squared deviations of each key's elements, 3 per key into
+/// `moments` (in the GPU's memory); false when it cannot run on the GPU.
 template <class T>
 bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t keys, const T* x,
-                  std::vector<shared::PartialMoments>* out) {
+                  double* moments) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
     detail::KeyedBlock block;
     if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
-    const std::int64_t n = num_elements(sizes), terms = keys > 0 ? n / keys : 0;
-    out->assign(std::size_t(keys), shared::PartialMoments{0, 0, 0});
-    if (n == 0) return true;
-    std::vector<double> moments(std::size_t(3 * keys));  // count, mean, m2 per key
+    if (keys == 0) return true;
+    const std::int64_t n = num_elements(sizes), terms = n / keys;
     const cudaStream_t stream = cuda::compute_stream();
+    if (n == 0) {  // no elements: every key's moments are zeros
+      cuda::check(cudaMemsetAsync(moments, 0, std::size_t(3 * keys) * sizeof(double), stream),
+                  "cudaMemsetAsync");
+      return true;
+    }
     cuda::prefetch_to_gpu(x, std::size_t(n) * sizeof(T), stream);
     detail::reduce_per_key(
         block,
         {instance<T>("moments_chunk_f32", "moments_chunk_f64", "moments_chunk_bf16"),
          instance<T>("moments_lanes_f32", "moments_lanes_f64", "moments_lanes_bf16")},
-        cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3, keys, moments.data(),
-        stream, x);
-    for (std::int64_t k = 0; k < keys; ++k)
-      (*out)[std::size_t(k)] = {moments[3 * k], moments[3 * k + 1], moments[3 * k + 2]};
+        cuda::kernel(norm_source(), "combine_moment_chunks"), keys, terms, 3, keys, moments, stream,
+        x);
+    return true;
+  }
+}
+
+/// kernels::norm_statistics on the GPU; false when the processor computes elsewhere.
+inline bool norm_statistics(const double* parts, std::int64_t count_parts, std::int64_t keys,
+                            double count, double epsilon, double* stats) {
+  if (!cuda::computes_on_gpu()) return false;
+  cuda::launch(cuda::kernel(norm_source(), "statistics"), keys, cuda::compute_stream(), parts,
+               static_cast<long long>(count_parts), static_cast<long long>(keys), count, epsilon,
+               stats);
+  return true;
+}
+
+/// kernels::norm_coefficients on the GPU; false when it cannot run there.
+template <class W>
+bool norm_coefficients(const double* stats, std::int64_t keys, const W* gamma, const W* beta,
+                       double* a, double* b) {
+  if constexpr (!has_kernels_for<W>) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    cuda::launch(
+        cuda::kernel(norm_source(),
+                     instance<W>("coefficients_f32", "coefficients_f64", "coefficients_bf16")),
+        keys, cuda::compute_stream(), stats, static_cast<long long>(keys), gamma, beta, a, b);
+    return true;
+  }
+}
+
+/// kernels::norm_gradient_terms on the GPU; false when it cannot run there.
+template <class W>
+bool norm_gradient_terms(const double* stats, std::int64_t keys, const W* gamma, const double* sums,
+                         double count, double* p, double* q, double* r) {
+  if constexpr (!has_kernels_for<W>) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    cuda::launch(cuda::kernel(norm_source(), instance<W>("gradient_terms_f32", "gradient_terms_f64",
+                                                         "gradient_terms_bf16")),
+                 keys, cuda::compute_stream(), stats, static_cast<long long>(keys), gamma, sums,
+                 count, p, q, r);
     return true;
   }
 }
@@ -483,9 +569,8 @@ bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
 /// out = affine_floor(scale[key], x, shift[key], floor) for every element; false when it cannot
 /// run on the GPU.
 template <class T>
-bool norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
-                 const std::vector<double>& scale, const std::vector<double>& shift, T floor,
-                 T* out) {
+bool norm_affine(const Sizes& sizes, const Strides& key_strides, std::int64_t keys, const T* x,
+                 const double* scale, const double* shift, T floor, T* out) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
@@ -493,50 +578,43 @@ bool norm_affine(const Sizes& sizes, const Strides& key_strides, const T* x,
     if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
     const std::int64_t n = num_elements(sizes);
-    if (n == 0) return true;
-    const std::size_t keys = scale.size();
-    using C = compute_t<T>;
-    const cuda::StreamBuffer constants =
-        detail::key_constants<C>({&scale, &shift}, keys, cuda::compute_stream());
-    const C* c = constants.as<C>();
+    if (n == 0 || keys == 0) return true;
     run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64", "affine_bf16"), n,
-               {operand(x, n), operand(out, n)}, block, x, c, c + keys, C(floor), out,
+               {operand(x, n), operand(out, n)}, block, x, scale, shift, compute_t<T>(floor), out,
                static_cast<long long>(n));
     return true;
   }
 }
 
 /// Per key, the sums of g' and of g' (scale[key] v + shift[key]), g' being g masked by `mask`,
-/// 2 per key into `sums`; false when it cannot run on the GPU.
+/// 2 per key into `sums` (in the GPU's memory); false when it cannot run on the GPU.
 template <class T>
-bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T* g, const T* v,
-                        const std::vector<double>& scale, const std::vector<double>& shift,
-                        const ReluMask<T>& mask, std::vector<double>* sums) {
+bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, std::int64_t keys,
+                        const T* g, const T* v, const double* scale, const double* shift,
+                        const ReluMask<T>& mask, double* sums) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
     detail::KeyedBlock block;
     if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
-    const std::int64_t keys = std::int64_t(scale.size()), n = num_elements(sizes);
-    const std::int64_t terms = keys > 0 ? n / keys : 0;
-    sums->assign(std::size_t(2 * keys), 0.0);
-    if (n == 0) return true;
+    if (keys == 0) return true;
+    const std::int64_t n = num_elements(sizes), terms = n / keys;
     const cudaStream_t stream = cuda::compute_stream();
+    if (n == 0) {
+      cuda::check(cudaMemsetAsync(sums, 0, std::size_t(2 * keys) * sizeof(double), stream),
+                  "cudaMemsetAsync");
+      return true;
+    }
     for (const T* data : {g, v, mask.x})
       if (data) cuda::prefetch_to_gpu(data, std::size_t(n) * sizeof(T), stream);
-    using C = compute_t<T>;
-    const cuda::StreamBuffer constants = detail::key_constants<C>(
-        {&scale, &shift, mask.scale, mask.shift}, std::size_t(keys), stream);
-    const C* c = constants.as<C>();
     detail::reduce_per_key(block,
                            {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64",
                                         "gradient_sums_chunk_bf16"),
                             instance<T>("gradient_sums_lanes_f32", "gradient_sums_lanes_f64",
                                         "gradient_sums_lanes_bf16")},
-                           cuda::kernel(sum_source(), "add_chunks"), keys, terms, 2, 2 * keys,
-                           sums->data(), stream, g, v, c, c + keys, mask.x, c + 2 * keys,
-                           c + 3 * keys);
+                           cuda::kernel(sum_source(), "add_chunks"), keys, terms, 2, 2 * keys, sums,
+                           stream, g, v, scale, shift, mask.x, mask.scale, mask.shift);
     return true;
   }
 }
@@ -544,9 +622,9 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, const T*
 /// dx = p[key] g' + q[key] v + r[key], g' being g masked by `mask`; false when it cannot run on
 /// the GPU.
 template <class T>
-bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T* g, const T* v,
-                         const ReluMask<T>& mask, const std::vector<double>& p,
-                         const std::vector<double>& q, const std::vector<double>& r, T* dx) {
+bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, std::int64_t keys,
+                         const T* g, const T* v, const ReluMask<T>& mask, const double* p,
+                         const double* q, const double* r, T* dx) {
   if constexpr (!has_kernels_for<T>) {
     return false;
   } else {
@@ -554,17 +632,26 @@ bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, const T
     if (!cuda::computes_on_gpu() || !detail::keyed_block_of(sizes, key_strides, &block))
       return false;
     const std::int64_t n = num_elements(sizes);
-    if (n == 0) return true;
-    const std::size_t keys = p.size();
-    using C = compute_t<T>;
-    const cuda::StreamBuffer constants = detail::key_constants<C>(
-        {mask.scale, mask.shift, &p, &q, &r}, keys, cuda::compute_stream());
-    const C* c = constants.as<C>();
+    if (n == 0 || keys == 0) return true;
     run_kernel(norm_source(),
                instance<T>("input_gradient_f32", "input_gradient_f64", "input_gradient_bf16"), n,
                {operand(g, n), operand(v, n), operand(dx, n), operand(mask.x ? mask.x : g, n)},
-               block, g, v, mask.x, c, c + keys, c + 2 * keys, c + 3 * keys, c + 4 * keys, dx,
-               static_cast<long long>(n));
+               block, g, v, mask.x, mask.scale, mask.shift, p, q, r, dx, static_cast<long long>(n));
+    return true;
+  }
+}
+
+/// out[i] = 1 / sqrt(variance[i] + epsilon) in double, rounded to T; false when it cannot run on
+/// the GPU.
+template <class T>
+bool norm_inverse_std(const T* variance, std::int64_t n, double epsilon, T* out) {
+  if constexpr (!has_kernels_for<T>) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    run_kernel(norm_source(), instance<T>("inverse_std_f32", "inverse_std_f64", "inverse_std_bf16"),
+               n, {operand(variance, n), operand(out, n)}, variance, static_cast<long long>(n),
+               epsilon, out);
     return true;
   }
 }
