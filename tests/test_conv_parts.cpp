@@ -200,8 +200,8 @@ std::string mapped_part_matches_written(PartsCase pc, bool whole) {
     f.shift.push_back(0.3 * std::sin(2.0 * double(c)));
   }
   std::vector<T> written(parts[0].size());
-  cpu::norm_affine(Sizes{positions, pc.parts[0]}, Strides{0, 1}, parts[0].data(), f.scale, f.shift,
-                   T(0.0f), written.data());
+  cpu::norm_affine(Sizes{positions, pc.parts[0]}, Strides{0, 1}, pc.parts[0], parts[0].data(),
+                   f.scale.data(), f.shift.data(), T(0.0f), written.data());
   return on_one_processor([&](meshtensor::Mesh&) -> std::string {
     kernel_times().on = true;  // a copy of the map's values is a normalisation's call
     const auto norms = [] { return plan::counts().calls[std::size_t(plan::Family::norm)]; };

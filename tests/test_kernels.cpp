@@ -476,7 +476,7 @@ template <class T>
 std::vector<T> mapped(const ChannelAffine& f, const std::vector<T>& x) {
   std::vector<T> out(x.size());
   cpu::norm_affine(Sizes{std::int64_t(x.size()) / f.channels(), f.channels()}, Strides{0, 1},
-                   x.data(), f.scale, f.shift, T(f.floor), out.data());
+                   f.channels(), x.data(), f.scale.data(), f.shift.data(), T(f.floor), out.data());
   return out;
 }
 
@@ -1136,7 +1136,7 @@ void check_gradient_sums(std::int64_t rows, std::int64_t keys) {
   }
   for (const bool relu : {false, true}) {
     INFO((relu ? "ReLU mask, " : "no mask, ") << rows << " rows of " << keys << " keys");
-    const ReluMask<T> mask{relu ? v.data() : nullptr, &scale, &shift};
+    const ReluMask<T> mask{relu ? v.data() : nullptr, scale.data(), shift.data()};
     const auto sums =
         cpu::norm_gradient_sums(sizes, key_strides, g.data(), v.data(), scale, shift, mask);
     std::vector<double> exact(std::size_t(2 * keys)), magnitude(exact.size());
