@@ -70,3 +70,40 @@ TEST_CASE("reducing a dim the tensor lacks is an error naming the dim") {
   for (const auto& what : errors)
     CHECK_THAT(what, Contains("reduce_sum") && Contains("no dim \"z\"") && Contains("\"batch\""));
 }
+
+TEST_CASE("read_later brings results to the host after the work that computes them") {
+  // A scalar and a split tensor in one copy: every processor reads the same values, those a
+  // gather reads, once the work before them has run (on a GPU: read after more work is queued).
+  const auto checks = on_mesh("rows:2; cols:2", [](Mesh& m) {
+    const auto t = input(m, Layout("x:rows; y:cols"));
+    const auto sum = reduce_sum(t);
+    auto later = read_later<float>({sum, t * 2.0f});
+    const auto queued_after = exp(t);  // more work, queued before the values are read
+    const std::vector<float>& v = later.values();
+    const auto whole = gather(t);
+    bool same = v.size() == 1 + whole.size() && v[0] == sum.item();
+    for (std::size_t i = 0; same && i < whole.size(); ++i)
+      same = v[1 + i] == 2.0f * whole.data()[i];
+    return same && queued_after.defined();
+  });
+  for (bool same : checks) CHECK(same);
+}
+
+TEST_CASE("an optimiser step guarded by a value that is not finite changes nothing") {
+  const auto results = on_mesh("p:2", [](Mesh& m) {
+    auto w = generate<float>(m, "x:6", "x:p", [](const Index& i) { return float(i["x"]); });
+    w.set_requires_grad();
+    nn::Adam<float> adam({w}, 0.1);
+    nn::Sgd<float> sgd({w}, 0.1);
+    backward(reduce_sum(w * w));
+    const auto before = gather(w);
+    const auto bad = reduce_sum(w.grad() * 0.0f) / 0.0f;  // NaN
+    adam.step(&bad);
+    sgd.step(&bad);
+    const bool unchanged = gather(w) == before;
+    const auto fine = reduce_sum(w.grad() * 0.0f);  // 0
+    adam.step(&fine);
+    return unchanged && !(gather(w) == before);
+  });
+  for (bool ok : results) CHECK(ok);
+}

@@ -66,22 +66,33 @@ struct Overlap {
   }
 };
 
-/// The overlap of the predicted classes (argmax of the logits) with the one-hot labels.
-inline Overlap overlap(const mt::Tensor<float>& logits, const mt::Tensor<float>& labels) {
+/// The voxel counts of an Overlap as tensors over the classes, computed where the logits are:
+/// [both, predicted, truth], each [classes].
+inline std::vector<mt::Tensor<float>> overlap_sums(const mt::Tensor<float>& logits,
+                                                   const mt::Tensor<float>& labels) {
   mt::autodiff::NoGrad no_grad(logits.mesh());
   const auto detached = logits.detach();
   const auto predicted = mt::equal(detached, mt::reduce_max(detached, "classes"));
   mt::DimNames all_but_classes("batch, x, y, z");
-  const auto both = mt::gather(mt::reduce_sum(predicted * labels, all_but_classes));
-  const auto p = mt::gather(mt::reduce_sum(predicted, all_but_classes));
-  const auto t = mt::gather(mt::reduce_sum(labels, all_but_classes));
-  Overlap o(std::size_t(logits.shape().dim("classes").size));
-  for (std::size_t c = 0; c < o.classes(); ++c) {
-    o.both[c] = both(c);
-    o.predicted[c] = p(c);
-    o.truth[c] = t(c);
+  return {mt::reduce_sum(predicted * labels, all_but_classes),
+          mt::reduce_sum(predicted, all_but_classes), mt::reduce_sum(labels, all_but_classes)};
+}
+
+/// The Overlap of `classes` classes from overlap_sums' values as read, from `at` on.
+inline Overlap overlap_of(const std::vector<float>& values, std::size_t at, std::size_t classes) {
+  Overlap o(classes);
+  for (std::size_t c = 0; c < classes; ++c) {
+    o.both[c] = values.at(at + c);
+    o.predicted[c] = values.at(at + classes + c);
+    o.truth[c] = values.at(at + 2 * classes + c);
   }
   return o;
+}
+
+/// The overlap of the predicted classes (argmax of the logits) with the one-hot labels.
+inline Overlap overlap(const mt::Tensor<float>& logits, const mt::Tensor<float>& labels) {
+  auto sums = mt::read_later(overlap_sums(logits, labels));
+  return overlap_of(sums.values(), 0, std::size_t(logits.shape().dim("classes").size));
 }
 
 }  // namespace unet3d

@@ -153,6 +153,17 @@ inline void announce(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& la
                  mesh.num_processors(), mt::compute_threads(), cores);
 }
 
+// A step's results on their way to the host: its loss, its checks' parts (the loss's first), and
+// its Dice counts (overlap_sums), with what the report says beside them.
+struct StepResults {
+  std::int64_t step;
+  std::chrono::steady_clock::time_point begin;
+  double data_seconds, lr, voxels;
+  std::vector<std::string> names;  // the parameters the checks' parts after the loss's name
+  std::size_t checks;              // parts
+  mt::ValuesOnTheWay<float> values;
+};
+
 // What a run reports as it goes, on processor 0: each step's line and log record, each
 // validation's, and at the end the curves and the JSON summary.
 class Progress {
@@ -349,6 +360,31 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
   // Phantoms are drawn a step ahead, while the step before trains; scans are read in line.
   std::optional<PhantomLoader> phantoms;
   if (!scans) phantoms.emplace(mesh, layout, o.seed, o.batch, o.size, end);
+  // A step's loss, checks and Dice counts reach the host while the next step runs: on a GPU the
+  // host reads step k's once step k + 1 is queued, so the GPU never waits for the host.
+  std::optional<StepResults> pending;
+  auto last_report = std::chrono::steady_clock::now();
+  const auto report = [&](StepResults& r) {
+    const std::vector<float>& v = r.values.values();
+    const std::vector<float> parts(v.begin() + 1, v.begin() + 1 + std::ptrdiff_t(r.checks));
+    const std::string bad = first_nonfinite(v[0], parts, r.names);
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds =
+        std::chrono::duration<double>(now - std::max(r.begin, last_report)).count();
+    last_report = now;
+    if (bad.empty()) {
+      progress.step(r.step, seconds, r.data_seconds, v[0],
+                    overlap_of(v, 1 + r.checks, o.task.classes.size()), r.voxels, r.lr);
+      return;
+    }
+    adam.undo_step();  // the optimiser skipped it, where the parameters are
+    if (o.on_nonfinite == "stop")
+      throw mt::Error("step " + std::to_string(r.step + 1) + ": " + bad +
+                      " is not finite (NaN or infinity); training stopped, and the optimiser "
+                      "skipped that step, so no weight or checkpoint holds it. Lower --lr, or pass "
+                      "--on-nonfinite skip-step to skip such steps");
+    progress.skipped(r.step, bad);
+  };
   for (std::int64_t step = start; step < end; ++step) {
     const auto begin = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
@@ -359,32 +395,42 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                 o.augment, o.seed, step);
     const double data_seconds = seconds_since(begin);
     const auto [logits, loss] = forward_backward(net, batch, weights);
-    // Checked before the optimiser applies it: a NaN never reaches the weights or a checkpoint.
-    const std::string bad = first_nonfinite(loss, net.parameters());
-    if (bad.empty()) adam.step();
+    // The optimiser skips the step where its checks are not finite: a NaN never reaches the
+    // weights or a checkpoint.
+    const StepChecks checks = step_checks(loss, net.parameters());
+    adam.step(&checks.guard);
     adam.zero_grad();
-    if (!bad.empty() && o.on_nonfinite == "stop")
-      throw mt::Error("step " + std::to_string(step + 1) + ": " + bad +
-                      " is not finite (NaN or infinity); training stopped before the optimiser "
-                      "applied it, so no weight or checkpoint holds it. Lower --lr, or pass "
-                      "--on-nonfinite skip-step to skip such steps");
-    const double seconds = seconds_since(begin);
-    if (bad.empty())
-      progress.step(step, seconds, data_seconds, loss.item(), overlap(logits, batch.labels),
-                    double(batch.input.shape().num_elements()), lr);
-    else
-      progress.skipped(step, bad);
+    std::vector<mt::Tensor<float>> read{loss};
+    read.insert(read.end(), checks.parts.begin(), checks.parts.end());
+    for (auto& sums : overlap_sums(logits, batch.labels)) read.push_back(std::move(sums));
+    StepResults results{step,
+                        begin,
+                        data_seconds,
+                        lr,
+                        double(batch.input.shape().num_elements()),
+                        checks.names,
+                        checks.parts.size(),
+                        mt::read_later(read)};
+    if (pending) report(*pending);
+    pending.emplace(std::move(results));
     const bool last = step + 1 == end;
+    const bool validating = held_out > 0 && ((step + 1) % o.validate_every == 0 || last);
+    const bool saving = !o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last);
+    if (validating || saving || !pending->values.on_the_way()) {
+      report(*pending);  // a checkpoint holds a step known to be finite
+      pending.reset();
+    }
     std::optional<double> best;  // set where this step's validation is the best so far
-    if (held_out > 0 && ((step + 1) % o.validate_every == 0 || last)) {
+    if (validating) {
       const Overlap v =
           validate(mesh, net, o, layout, held_out_scans, step + 1, o.out + "/pictures");
       if (v.mean_foreground_dice() > best_dice) best = best_dice = v.mean_foreground_dice();
       progress.validation(step, v, held_out, best.has_value());
     }
-    if (!o.checkpoint.empty() && ((step + 1) % o.checkpoint_every == 0 || last || best))
+    if (!o.checkpoint.empty() && (saving || best))
       save_checkpoint(mesh, o.checkpoint, step + 1, net, adam, flags, best);
   }
+  if (pending) report(*pending);
   progress.finish(layout, held_out > 0);
 }
 

@@ -47,6 +47,7 @@
 #include "meshtensor/ops/norm_conv.hpp"
 #include "meshtensor/ops/norm_pool_conv.hpp"
 #include "meshtensor/ops/pool.hpp"
+#include "meshtensor/ops/read_later.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/reorient.hpp"

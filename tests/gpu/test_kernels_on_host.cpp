@@ -183,10 +183,10 @@ void check_optimizer_kernels() {
                                    ref.gradient[i]);
     if constexpr (std::is_same_v<T, float>)
       host_kernels::adam_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
-                             gpu.gradient.data(), n);
+                             gpu.gradient.data(), n, nullptr);
     else
       host_kernels::adam_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
-                             gpu.gradient.data(), n);
+                             gpu.gradient.data(), n, nullptr);
     CHECK(same_bits(gpu.parameter, ref.parameter));
     CHECK(same_bits(gpu.first, ref.first));
     CHECK(same_bits(gpu.second, ref.second));
@@ -197,9 +197,11 @@ void check_optimizer_kernels() {
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
     if constexpr (std::is_same_v<T, float>)
-      host_kernels::sgd_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n);
+      host_kernels::sgd_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
+                            nullptr);
     else
-      host_kernels::sgd_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n);
+      host_kernels::sgd_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
+                            nullptr);
     CHECK(same_bits(gpu.parameter, ref.parameter));
     CHECK(same_bits(gpu.first, ref.first));
   }

@@ -49,6 +49,40 @@ inline void copy_from_host(void* to, const void* from, std::size_t bytes) {
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, compute_stream()), "cudaMemcpyAsync");
 }
 
+/// `bytes` copied from the GPU's memory into page-locked host memory behind the work queued on
+/// the calling processor's compute stream: the host goes on at once, and waits, in wait(), only
+/// for what the copy still waits for (a copy into pageable memory would make it wait now).
+class HostLanding {
+ public:
+  HostLanding(const void* from, std::size_t bytes) {
+    if (bytes == 0) return;
+    const cudaStream_t stream = compute_stream();
+    check(cudaMallocHost(&host_, bytes), "cudaMallocHost");
+    check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaMemcpyAsync(host_, from, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    check(cudaEventRecord(done_, stream), "cudaEventRecord");
+  }
+  ~HostLanding() {
+    if (done_) (void)cudaEventSynchronize(done_), (void)cudaEventDestroy(done_);
+    if (host_) (void)cudaFreeHost(host_);
+  }
+  HostLanding(const HostLanding&) = delete;
+  HostLanding& operator=(const HostLanding&) = delete;
+
+  /// The bytes on the host, once the copy has run.
+  const void* wait() {
+    if (done_ && cudaEventQuery(done_) != cudaSuccess) {
+      ++device_activity().waits;
+      check(cudaEventSynchronize(done_), "cudaEventSynchronize");
+    }
+    return host_;
+  }
+
+ private:
+  void* host_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
 /// Device memory for the length of one call (a kernel's tables and partial sums, a library's
 /// copies and workspace), allocated and freed in the order of `stream`; none for 0 bytes.
 class StreamBuffer {

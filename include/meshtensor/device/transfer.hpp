@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "meshtensor/device/array.hpp"
@@ -53,6 +54,50 @@ Array<T> array_from_host(const std::vector<T>& values, typename Array<T>::shape_
   copy_from_host(values.data(), std::int64_t(out.size()), out.data(), out.space());
   return out;
 }
+
+/// `n` values of the processor's memory on their way to the host: a GPU queues their copy behind
+/// its work and values() waits for it then, when the work has likely run (a step later: the GPU
+/// never idles for it); elsewhere they are copied at once.
+template <class T>
+class ValuesOnTheWay {
+ public:
+  ValuesOnTheWay(const T* from, MemorySpace space, std::int64_t n) : values_(std::size_t(n)) {
+#if defined(MESHTENSOR_WITH_CUDA)
+    if (space == MemorySpace::device) {
+      landing_ = std::make_unique<cuda::HostLanding>(from, values_.size() * sizeof(T));
+      return;
+    }
+#endif
+    copy_to_host(from, space, n, values_.data());
+  }
+
+  /// Whether the copy is still queued (a GPU's, not yet read).
+  bool on_the_way() const {
+#if defined(MESHTENSOR_WITH_CUDA)
+    return landing_ != nullptr;
+#else
+    return false;
+#endif
+  }
+
+  /// The values (waiting, on a GPU, for their copy if it has not run yet).
+  const std::vector<T>& values() {
+#if defined(MESHTENSOR_WITH_CUDA)
+    if (landing_) {
+      const auto* landed = static_cast<const T*>(landing_->wait());
+      std::copy(landed, landed + values_.size(), values_.begin());
+      landing_.reset();
+    }
+#endif
+    return values_;
+  }
+
+ private:
+  std::vector<T> values_;
+#if defined(MESHTENSOR_WITH_CUDA)
+  std::unique_ptr<cuda::HostLanding> landing_;
+#endif
+};
 
 /// What the host reads of `a`'s values: `a`'s memory itself where it is the host's, else a copy
 /// in `staging`, carried over in one transfer (files written from a block, say).

@@ -4,6 +4,7 @@
 // (kernels/common/optimizer_formulas.hpp), on the processor's compute threads. A plan counts the
 // operations per element.
 
+#include <cmath>
 #include <cstdint>
 
 #include "meshtensor/kernels/backend.hpp"
@@ -19,12 +20,22 @@ namespace meshtensor::kernels {
 // (Adam's square root and divisions in double: one thread ran a U-Net's small parameters alone).
 inline constexpr std::int64_t sgd_work = 4, adam_work = 12;
 
-/// parameter, velocity <- SGD with momentum and weight decay, for n elements.
+/// Whether a step guarded by `guard` (a scalar in the processor's memory; null: none) is skipped:
+/// where it is not finite (a bad loss or gradient). A GPU decides it there, unread by the host.
 template <class T>
-void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n) {
+bool guard_skips(const T* guard) {
+  return guard && !std::isfinite(double(*guard));
+}
+
+/// parameter, velocity <- SGD with momentum and weight decay, for n elements, unless `guard`
+/// skips the step.
+template <class T>
+void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n,
+         const T* guard = nullptr) {
   dispatch([&] { plan::count(plan::Family::optimizer, double(sgd_work) * double(n)); },
-           MESHTENSOR_ON_GPU(gpu::sgd(h, parameter, velocity, gradient, n)),
+           MESHTENSOR_ON_GPU(gpu::sgd(h, parameter, velocity, gradient, n, guard)),
            [&] {
+             if (guard_skips(guard)) return;
              parallel_for_ranges(
                  n, compute_threads(),
                  [&](std::int64_t begin, std::int64_t end) {
@@ -35,13 +46,15 @@ void sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
            });
 }
 
-/// parameter, first, second <- Adam (AdamW when h.decoupled), for n elements.
+/// parameter, first, second <- Adam (AdamW when h.decoupled), for n elements, unless `guard`
+/// skips the step.
 template <class T>
 void adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
-          std::int64_t n) {
+          std::int64_t n, const T* guard = nullptr) {
   dispatch([&] { plan::count(plan::Family::optimizer, double(adam_work) * double(n)); },
-           MESHTENSOR_ON_GPU(gpu::adam(h, parameter, first, second, gradient, n)),
+           MESHTENSOR_ON_GPU(gpu::adam(h, parameter, first, second, gradient, n, guard)),
            [&] {
+             if (guard_skips(guard)) return;
              parallel_for_ranges(
                  n, compute_threads(),
                  [&](std::int64_t begin, std::int64_t end) {

@@ -29,8 +29,12 @@ class Sgd {
     for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.array()));
   }
 
-  void step() {
+  /// One update from the parameters' gradients; with a `guard` (a scalar, e.g. the sum of the
+  /// loss and the gradients times 0) none where it is not finite, decided where the parameters
+  /// are, without the host reading it.
+  void step(const Tensor<T>* guard = nullptr) {
     const kernels::shared::SgdStep h{lr_, momentum_, weight_decay_};
+    const T* skip = guard ? guard->array().data() : nullptr;
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
@@ -38,7 +42,7 @@ class Sgd {
       T* v = velocity_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      kernels::sgd(h, p, v, d, n);
+      kernels::sgd(h, p, v, d, n, skip);
     }
   }
   void zero_grad() {
@@ -79,8 +83,13 @@ class Adam {
     }
   }
 
-  void step() {
+  /// One update from the parameters' gradients; with a `guard` (a scalar, e.g. the sum of the
+  /// loss and the gradients times 0) none where it is not finite, decided where the parameters
+  /// are, without the host reading it (the step is counted: undo_step() takes it back once the
+  /// host knows it was skipped).
+  void step(const Tensor<T>* guard = nullptr) {
     ++steps_;
+    const T* skip = guard ? guard->array().data() : nullptr;
     const kernels::shared::AdamStep h{lr_,
                                       beta1_,
                                       beta2_,
@@ -97,7 +106,7 @@ class Adam {
       T* v = second_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      kernels::adam(h, p, m, v, d, n);
+      kernels::adam(h, p, m, v, d, n, skip);
     }
   }
   void zero_grad() {
@@ -106,6 +115,8 @@ class Adam {
   void set_learning_rate(double lr) { lr_ = lr; }
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }
+  /// A guarded step that was skipped no longer counts for the bias correction of later steps.
+  void undo_step() { --steps_; }
   std::vector<Array<T>>& first_moments() { return first_; }
   std::vector<Array<T>>& second_moments() { return second_; }
   /// A copy of parameter k's first (or second) moment as a tensor on the parameter's layout (to

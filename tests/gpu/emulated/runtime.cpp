@@ -366,6 +366,20 @@ cudaError_t CUDARTAPI cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
   *p = allocate(bytes, Memory::device);  // usable in the stream's order, so at once here
   return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
+// Page-locked host memory: host memory to the emulator (copies into it run in stream order, as a
+// GPU's copy engine fills it; the host reading it before waiting reads stale bytes).
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) {
+  *p = bytes ? std::malloc(bytes) : nullptr;
+  return outcome(*p || !bytes ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaFreeHost(void* p) {
+  {
+    Lock lock(state_lock);
+    run_all_streams();  // as cudaFree: no queued copy still writes it
+  }
+  std::free(p);
+  return outcome();
+}
 cudaError_t CUDARTAPI cudaFree(void* p) {
   Lock lock(state_lock);
   if (!p) return outcome();

@@ -1,6 +1,7 @@
 #pragma once
 // The optimisers' updates on a processor that computes on a GPU: one thread per parameter element,
-// running the CPU loop's own formula (kernels/common/optimizer_formulas.hpp). Each host function
+// running the CPU loop's own formula (kernels/common/optimizer_formulas.hpp), unless the step's
+// guard says to skip it. Each host function
 // returns false, doing nothing, unless the thread computes on a GPU and every operand is in device
 // or managed memory.
 
@@ -15,33 +16,43 @@ namespace meshtensor::kernels::gpu {
 /// The kernels, after the formulas.
 inline const char* optimizer_kernels_text() {
   static const char* const text{R"(
+// A step is skipped where `guard` (a scalar; null: none) is not finite: the loss or a gradient
+// went bad, found without the host reading them first.
 template <class T>
-__device__ void sgd(SgdStep h, T* parameter, T* velocity, const T* gradient, long long n) {
+__device__ bool guarded(const T* guard) {
+  return guard && !(guard[0] - guard[0] == T(0));
+}
+template <class T>
+__device__ void sgd(SgdStep h, T* parameter, T* velocity, const T* gradient, long long n,
+                    const T* guard) {
+  if (guarded(guard)) return;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)blockDim.x * gridDim.x)
     sgd_update(h, parameter[i], velocity[i], gradient[i]);
 }
 template <class T>
 __device__ void adam(AdamStep h, T* parameter, T* first, T* second, const T* gradient,
-                     long long n) {
+                     long long n, const T* guard) {
+  if (guarded(guard)) return;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)blockDim.x * gridDim.x)
     adam_update(h, parameter[i], first[i], second[i], gradient[i]);
 }
-extern "C" __global__ void sgd_f32(SgdStep h, float* p, float* v, const float* g, long long n) {
-  sgd(h, p, v, g, n);
+extern "C" __global__ void sgd_f32(SgdStep h, float* p, float* v, const float* g, long long n,
+                                   const float* guard) {
+  sgd(h, p, v, g, n, guard);
 }
-extern "C" __global__ void sgd_f64(SgdStep h, double* p, double* v, const double* g,
-                                   long long n) {
-  sgd(h, p, v, g, n);
+extern "C" __global__ void sgd_f64(SgdStep h, double* p, double* v, const double* g, long long n,
+                                   const double* guard) {
+  sgd(h, p, v, g, n, guard);
 }
 extern "C" __global__ void adam_f32(AdamStep h, float* p, float* m, float* v, const float* g,
-                                    long long n) {
-  adam(h, p, m, v, g, n);
+                                    long long n, const float* guard) {
+  adam(h, p, m, v, g, n, guard);
 }
 extern "C" __global__ void adam_f64(AdamStep h, double* p, double* m, double* v, const double* g,
-                                    long long n) {
-  adam(h, p, m, v, g, n);
+                                    long long n, const double* guard) {
+  adam(h, p, m, v, g, n, guard);
 }
 )"};
   return text;
@@ -57,14 +68,15 @@ inline const cuda::KernelSource& optimizer_source() {
 
 /// sgd_update of n elements on the GPU; false when it cannot run there.
 template <class T>
-bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n) {
+bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n,
+         const T* guard) {
   if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64", ""), n,
                {operand(parameter, n), operand(velocity, n), operand(gradient, n)}, h, parameter,
-               velocity, gradient, static_cast<long long>(n));
+               velocity, gradient, static_cast<long long>(n), guard);
     return true;
   }
 }
@@ -72,14 +84,14 @@ bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
 /// adam_update of n elements on the GPU; false when it cannot run there.
 template <class T>
 bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
-          std::int64_t n) {
+          std::int64_t n, const T* guard) {
   if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64", ""), n,
                {operand(parameter, n), operand(first, n), operand(second, n), operand(gradient, n)},
-               h, parameter, first, second, gradient, static_cast<long long>(n));
+               h, parameter, first, second, gradient, static_cast<long long>(n), guard);
     return true;
   }
 }
