@@ -670,13 +670,23 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
     all_on_gpu()
     no_race()
   endforeach()
-  # One GPU's training steps never wait for it, in either precision: the statistics stay on the
-  # GPU, the optimiser skips a bad step there, and the host reads each step's loss, checks and
-  # Dice counts while the GPU runs the next (the emulated GPU counts every wait).
-  foreach(precision fp32 bf16)
-    ok_matching("emulated GPU summary: .* waits=0\n" ${MPIEXEC} ${NP_FLAG} 1 ${UNET3D} train
+  # Training steps never make the host wait for a GPU, on one GPU or four, in either precision:
+  # the statistics stay on the GPU, collectives and halos are ordered there, the optimiser skips
+  # a bad step there, and the host reads each step's loss, checks and Dice counts while the GPU
+  # runs the next (the emulated GPU counts every wait).
+  foreach(run "1;fp32" "1;bf16" "4;fp32")
+    list(GET run 0 ranks)
+    list(GET run 1 precision)
+    set(layout)
+    if(ranks EQUAL 4)
+      set(layout ${grid})
+    endif()
+    ok_matching("emulated GPU summary: .* waits=0\n" ${MPIEXEC} ${NP_FLAG} ${ranks} ${UNET3D} train
                 --size 16 --depth 2 --channels 4 --validation-volumes 0 --steps 4 --backend nccl
-                --precision ${precision} --out ${here}/waits_${precision})
+                ${layout} --precision ${precision} --out ${here}/waits_${ranks}_${precision})
+    if("${printed}" MATCHES "waits=[1-9]")
+      message(FATAL_ERROR "the host waited for a GPU during training")
+    endif()
   endforeach()
   ok(${UNET3D} train ${small} --steps 3 --threads 1 --precision bf16 --out ${here}/cpu_bf16
      --checkpoint ${here}/bf16_ckpt)

@@ -62,6 +62,11 @@ class Communicator {
     return post_receive(data, bytes, source, tag, where);
   }
 
+  /// Called once the processor this communicator serves is current (the Mesh's world): a
+  /// transport that queues work on the processor's device makes the host's waits for that device
+  /// its own (nccl: polled, checked for errors, ended at the timeout).
+  virtual void watch_waits() {}
+
   /// Starts the messages posted so far. Threads and MPI start each message when it is posted; a
   /// transport that queues them (nccl, which launches a step's messages together) starts them
   /// here, or at the first wait. Ops call it once a step is posted, before computing meanwhile.

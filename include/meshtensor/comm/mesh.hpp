@@ -58,6 +58,7 @@ class Mesh {
       throw MeshError("mesh " + shape_.to_string() + " has " + std::to_string(shape_.rank()) +
                       " axes; at most " + std::to_string(max_axes) + " are supported");
     coord_ = shape_.coord_of(world_->rank());
+    world_->watch_waits();  // the processor is current now: its waits go through the transport
     processor_.set_label("processor " + std::to_string(world_->rank()) + " of " +
                          std::to_string(world_->size()));
     // Every subset of axes gets its communicator now, while all processors are known to be here:

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -179,11 +180,13 @@ class NcclCommunicator final : public Communicator {
     cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda::check(cudaEventCreateWithFlags(&compute_queued_, cudaEventDisableTiming),
                 "cudaEventCreate");
+    cuda::check(cudaEventCreateWithFlags(&done_here_, cudaEventDisableTiming), "cudaEventCreate");
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   ~NcclCommunicator() override {
+    if (watches_waits_) cuda::gpu_wait().poll = nullptr;
     pending_.reset();
     if (comm_) {
       // While an exception unwinds, peers may never finish their side: abort (local, does not
@@ -195,6 +198,7 @@ class NcclCommunicator final : public Communicator {
     }
     if (stream_) (void)cudaStreamDestroy(stream_);
     if (compute_queued_) (void)cudaEventDestroy(compute_queued_);
+    if (done_here_) (void)cudaEventDestroy(done_here_);
   }
 
   int rank() const override { return rank_; }
@@ -216,7 +220,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(view.get(), view.get(), count, detail::nccl_type(type), detail::nccl_op(op),
                         comm_, stream_),
           "ncclAllReduce");
-    synchronize("all_reduce");
+    finish("all_reduce", where);
     view.copy_out();
   }
 
@@ -246,7 +250,7 @@ class NcclCommunicator final : public Communicator {
       });
       copy_on_device(out.bytes() + offsets[rank_], in.get(), send_bytes);
     }
-    synchronize("all_gather");
+    finish("all_gather", where);
     out.copy_out();
   }
 
@@ -266,7 +270,7 @@ class NcclCommunicator final : public Communicator {
       check(ncclReduceScatter(in.get(), out.get(), counts[rank_], detail::nccl_type(type),
                               detail::nccl_op(op), comm_, stream_),
             "ncclReduceScatter");
-      synchronize("reduce_scatter");
+      finish("reduce_scatter", where);
       out.copy_out();
       return;
     }
@@ -280,7 +284,7 @@ class NcclCommunicator final : public Communicator {
           "ncclAllReduce");
     copy_on_device(out.get(), static_cast<char*>(whole) + offsets[rank_], bytes[rank_]);
     cuda::check(cudaFreeAsync(whole, stream_), "cudaFreeAsync");
-    synchronize("reduce_scatter");
+    finish("reduce_scatter", where);
     out.copy_out();
   }
 
@@ -308,7 +312,7 @@ class NcclCommunicator final : public Communicator {
     });
     copy_on_device(out.bytes() + recv_offsets[rank_], in.bytes() + send_offsets[rank_],
                    send_bytes[rank_]);
-    synchronize("all_to_all");
+    finish("all_to_all", where);
     out.copy_out();
   }
 
@@ -322,11 +326,21 @@ class NcclCommunicator final : public Communicator {
     detail::DeviceView view(data, bytes, where, stream_, /*copy_in=*/rank_ == root);
     check(ncclBroadcast(view.get(), view.get(), bytes, ncclUint8, root, comm_, stream_),
           "ncclBroadcast");
-    synchronize("broadcast");
+    finish("broadcast", where);
     view.copy_out();
   }
 
   void start_posted() override { launch_pending(); }
+
+  /// Makes this communicator (the processor's world) the one its host waits for the GPU through
+  /// (cuda::gpu_wait): each wait polls, checks NCCL for errors and gives up after the timeout, as
+  /// this transport's own waits do, now that collectives on the GPU's memory leave the host free.
+  void watch_waits() override {
+    watches_waits_ = true;
+    cuda::gpu_wait().poll = [this](const std::function<cudaError_t()>& done, const char* what) {
+      wait_for(done, what, /*block=*/true);
+    };
+  }
 
   void run_barrier() override {
     if (size_ == 1) return;
@@ -436,12 +450,24 @@ class NcclCommunicator final : public Communicator {
     if (!batch.failure.empty())
       throw CommError("nccl transport: messages on rank " + std::to_string(rank_) +
                       " could not start: " + batch.failure);
-    if (!wait_for([&batch] { return cudaEventQuery(batch.done); }, batch.what.c_str(), block))
+    // Messages in the GPU's memory alone: the compute stream waits for them there.
+    if (on_device(batch) && cuda::computes_on_gpu()) {
+      cuda::check(cudaStreamWaitEvent(cuda::compute_stream(), batch.done, 0),
+                  "cudaStreamWaitEvent");
+    } else if (!wait_for([&batch] { return cudaEventQuery(batch.done); }, batch.what.c_str(),
+                         block)) {
       return false;
+    }
     for (auto& m : batch.messages)
       if (!m.send && m.view) m.view->copy_out();
     batch.finished = true;
     batch.messages.clear();  // device copies go back to the pool
+    return true;
+  }
+
+  static bool on_device(const detail::Batch& batch) {
+    for (const auto& m : batch.messages)
+      if (m.where != MemorySpace::device) return false;
     return true;
   }
 
@@ -507,6 +533,20 @@ class NcclCommunicator final : public Communicator {
                 "cudaMemcpyAsync (device to device)");
   }
 
+  // The end of a collective on this communicator's stream: where its buffers are the GPU's, the
+  // processor's compute stream waits for it there (the kernels queued next read its result) and
+  // the host goes on; else the host waits for it, to copy its result out.
+  void finish(const char* what, MemorySpace where) {
+    if (where == MemorySpace::device && cuda::computes_on_gpu()) return compute_follows();
+    synchronize(what);
+  }
+
+  // Orders the processor's compute stream after the work queued so far on this one.
+  void compute_follows() {
+    cuda::check(cudaEventRecord(done_here_, stream_), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(cuda::compute_stream(), done_here_, 0), "cudaStreamWaitEvent");
+  }
+
   void copy_on_device(void* to, const void* from, std::size_t bytes) {
     if (bytes)
       cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_),
@@ -564,6 +604,8 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_here_ = nullptr;  // this stream's work so far, for the compute stream to wait
+  bool watches_waits_ = false;
   cudaEvent_t compute_queued_ = nullptr;    // follow_compute()'s mark on the compute stream
   std::shared_ptr<detail::Batch> pending_;  // posted, not yet launched
 };

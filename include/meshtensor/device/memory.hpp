@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <exception>
 #include <utility>
 
 #include "meshtensor/device/cuda.hpp"
@@ -37,8 +38,7 @@ inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = compute_stream();
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  ++device_activity().waits;
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  wait_for_stream(stream, "a copy to the host");
 }
 
 /// Copies `bytes` from the host's pageable memory at `from` into the GPU's at `to`, in the order
@@ -63,7 +63,15 @@ class HostLanding {
     check(cudaEventRecord(done_, stream), "cudaEventRecord");
   }
   ~HostLanding() {
-    if (done_) (void)cudaEventSynchronize(done_), (void)cudaEventDestroy(done_);
+    // The copy may still write host_: free it once done, or (unwinding from a failure, when the
+    // GPU may wait for ever for a processor that stopped) never.
+    if (done_ && cudaEventQuery(done_) != cudaSuccess) {
+      if (std::uncaught_exceptions() > 0)
+        host_ = nullptr;
+      else
+        (void)cudaEventSynchronize(done_);
+    }
+    if (done_) (void)cudaEventDestroy(done_);
     if (host_) (void)cudaFreeHost(host_);
   }
   HostLanding(const HostLanding&) = delete;
@@ -71,10 +79,7 @@ class HostLanding {
 
   /// The bytes on the host, once the copy has run.
   const void* wait() {
-    if (done_ && cudaEventQuery(done_) != cudaSuccess) {
-      ++device_activity().waits;
-      check(cudaEventSynchronize(done_), "cudaEventSynchronize");
-    }
+    if (done_ && cudaEventQuery(done_) != cudaSuccess) wait_for_event(done_, "a copy to the host");
     return host_;
   }
 

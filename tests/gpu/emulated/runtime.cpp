@@ -124,6 +124,8 @@ CUstream_st* stream_of(cudaStream_t stream) {
 
 // Runs `stream`'s work until `until` operations have finished there; without `block` stops at
 // the first that is not finished yet (a message whose peer has not done its part) and says so.
+void advance_other_streams(CUstream_st* stream);
+
 bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
   while (stream->finished < until) {
     Operation& next = *stream->queue.front();
@@ -132,6 +134,10 @@ bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
     residency::end_gpu_work();
     if (!finished) {
       if (!block) return false;
+      // A GPU runs its streams at once: while this one waits (a collective for its peers), the
+      // others go on, or two processors could each wait for a collective the other has queued
+      // behind it on another stream.
+      advance_other_streams(stream);
       std::this_thread::yield();
       continue;
     }
@@ -148,8 +154,16 @@ void push(CUstream_st* stream, std::unique_ptr<Operation> operation) {
   ++stream->queued;
 }
 
+void advance_other_streams(CUstream_st* stream) {
+  for (CUstream_st* s : streams)
+    if (s != stream) run_stream(s, s->queued, /*block=*/false);
+}
+
 void run_all_streams() {
-  for (CUstream_st* s : streams) run_stream(s, s->queued, /*block=*/true);
+  for (bool done = false; !done; std::this_thread::yield()) {
+    done = true;
+    for (CUstream_st* s : streams) done = run_stream(s, s->queued, /*block=*/false) && done;
+  }
 }
 
 void* allocate(std::size_t bytes, Memory memory) {
