@@ -344,12 +344,25 @@ TEST_CASE(
           steep, [](float v) { return v; }, [&](float) { return infinity; });
       auto loss = reduce_sum(fine * scale) + reduce_sum(y);
       backward(loss);
-      return unet3d::first_nonfinite(loss, parameters);
+      // What the training loop reads a step later: the loss, then the checks' parts.
+      const unet3d::StepChecks checks = unet3d::step_checks(loss, parameters);
+      std::vector<Tensor<float>> read{loss};
+      read.insert(read.end(), checks.parts.begin(), checks.parts.end());
+      auto later = read_later(read);
+      const std::vector<float>& v = later.values();
+      const std::string bad =
+          unet3d::first_nonfinite(v[0], std::vector<float>(v.begin() + 1, v.end()), checks.names);
+      return std::pair(bad, std::isfinite(checks.guard.item()));
     });
   };
-  for (const auto& bad : found(2.0f)) CHECK(bad == "the gradient of steep");
-  for (const auto& bad : found(std::nanf("")))
+  for (const auto& [bad, guard_finite] : found(2.0f)) {
+    CHECK(bad == "the gradient of steep");
+    CHECK_FALSE(guard_finite);  // the optimiser skips the step
+  }
+  for (const auto& [bad, guard_finite] : found(std::nanf(""))) {
     CHECK_THAT(bad, Catch::StartsWith("the loss (") && Catch::Contains("nan)"));
+    CHECK_FALSE(guard_finite);
+  }
 }
 
 namespace {

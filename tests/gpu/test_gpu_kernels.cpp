@@ -264,7 +264,15 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::adam_update(h, ref.parameter[i], ref.first[i], ref.second[i],
                                    ref.gradient[i]);
-    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n)));
+    // A guard that is not finite skips the step; a finite one lets it through.
+    const auto nan_guard = on_gpu(std::vector<float>{std::nanf("")}),
+               fine_guard = on_gpu(std::vector<float>{0.0f});
+    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
+                               nan_guard.data()));
+    wait_for_device();  // before the host reads the results
+    CHECK(differing(p, testing::OptimizerState<float>(n).parameter) == 0);
+    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
+                               fine_guard.data()));
     wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
     CHECK(largest_relative_gap(m, ref.first) < 2e-7);
@@ -276,7 +284,8 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     auto p = on_gpu(ref.parameter), v = on_gpu(ref.first), d = on_gpu(ref.gradient);
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
-    REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n)));
+    REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n),
+                              static_cast<const float*>(nullptr)));
     wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
     CHECK(largest_relative_gap(v, ref.first) < 2e-7);

@@ -189,12 +189,14 @@ class NcclCommunicator final : public Communicator {
     if (watches_waits_) cuda::gpu_wait().poll = nullptr;
     pending_.reset();
     if (comm_) {
-      // While an exception unwinds, peers may never finish their side: abort (local, does not
-      // wait) rather than destroy (which flushes outstanding work with the peers).
-      if (std::uncaught_exceptions() > 0 || cudaStreamQuery(stream_) != cudaSuccess)
-        (void)ncclCommAbort(comm_);
-      else
+      // Collectives queued on the GPU may still run (the host did not wait for them): they finish
+      // first, their buffers still held. While an exception unwinds, or where they do not finish
+      // in time, peers may never do their side: abort (local, does not wait) rather than destroy
+      // (which flushes outstanding work with the peers).
+      if (std::uncaught_exceptions() == 0 && finishes_queued_work())
         (void)ncclCommDestroy(comm_);
+      else if (comm_)
+        (void)ncclCommAbort(comm_);
     }
     if (stream_) (void)cudaStreamDestroy(stream_);
     if (compute_queued_) (void)cudaEventDestroy(compute_queued_);
@@ -531,6 +533,17 @@ class NcclCommunicator final : public Communicator {
     }
     cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, cuda::compute_stream()),
                 "cudaMemcpyAsync (device to device)");
+  }
+
+  // Waits for the work queued on this communicator's stream; false where it failed or did not end
+  // in time (the wait then aborted the communicator: comm_ is null).
+  bool finishes_queued_work() noexcept {
+    try {
+      synchronize("the communicator's last work");
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
   }
 
   // The end of a collective on this communicator's stream: where its buffers are the GPU's, the

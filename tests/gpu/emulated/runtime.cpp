@@ -498,6 +498,8 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
   Lock lock(state_lock);
   CUstream_st* s = stream_of(stream);
+  if (run_stream(s, s->queued, /*block=*/false)) return outcome();
+  advance_other_streams(s);  // the GPU runs every stream while the host polls one
   return outcome(run_stream(s, s->queued, /*block=*/false) ? cudaSuccess : cudaErrorNotReady);
 }
 cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
@@ -527,6 +529,8 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEve
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   Lock lock(state_lock);
   if (!event->stream || !streams.count(event->stream)) return outcome();
+  if (run_stream(event->stream, event->after, /*block=*/false)) return outcome();
+  advance_other_streams(event->stream);  // the GPU runs every stream while the host polls one
   return outcome(run_stream(event->stream, event->after, /*block=*/false) ? cudaSuccess
                                                                           : cudaErrorNotReady);
 }
