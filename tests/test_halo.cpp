@@ -64,6 +64,14 @@ std::vector<Case> cases() {
   };
 }
 
+// The values of a block or buffer (in GPU memory under nccl), on the host.
+template <class A>
+std::vector<double> values_of(const A& a) {
+  std::vector<double> values(a.size());
+  copy_to_host(a.data(), a.space(), std::int64_t(a.size()), values.data());
+  return values;
+}
+
 Tensor<double> test_tensor(Mesh& m, const char* layout) {
   return generate<double>(m, shape, layout, [](const Index& i) { return double(test_value(i)); });
 }
@@ -93,8 +101,8 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       const HaloExchange plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto before = m.traffic();
-      const auto filled = plan.exchange(m, HaloForm::padded, x.array(), -7.0).array;
-      wait_for_device();  // the host reads what GPU copies wrote (under nccl)
+      const auto filled_block = plan.exchange(m, HaloForm::padded, x.array(), -7.0).array;
+      const std::vector<double> filled = values_of(filled_block);
       o.sent = m.traffic().bytes - before.bytes;
 
       // Inside the tensor: the global values; outside: the padding.
@@ -109,7 +117,7 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
               bool inside = true;
               for (std::size_t d = 0; d < 4; ++d) inside &= at[d] >= 0 && at[d] < shape[d].size;
               const double want = inside ? global.data()[kernels::offset_of(at, strides)] : -7.0;
-              if (filled.data()[k] != want && o.mismatch.empty())
+              if (filled[k] != want && o.mismatch.empty())
                 o.mismatch = "processor " + std::to_string(m.processor()) + ": element " +
                              std::to_string(k) + " of the read box";
             }
@@ -122,18 +130,17 @@ TEST_CASE("halo exchange fills each read range, its adjoint matches, and only ma
       o.margin = static_cast<std::uint64_t>(inside - owned) * sizeof(double);
 
       // <exchange(x), y> summed over processors equals <x, exchange_add(y)> summed.
-      Array<double> y = Array<double>::from_shape(filled.shape());
-      for (std::size_t i = 0; i < y.size(); ++i)
-        y.data()[i] = std::sin(1.0 + i + 7 * m.processor());
-      const auto back =
-          plan.exchange_adjoint(m, HaloForm::padded, HaloBox<double>{kernels::copy_of(y), {}});
-      wait_for_device();
+      std::vector<double> y(filled.size());
+      for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::sin(1.0 + i + 7 * m.processor());
+      const auto back = values_of(plan.exchange_adjoint(
+          m, HaloForm::padded, HaloBox<double>{array_from_host(y, filled_block.shape()), {}}));
+      const auto x_values = values_of(x.array());
       double forward = 0, adjoint = 0;
       for (std::size_t i = 0; i < y.size(); ++i) {
-        const double f = filled.data()[i] == -7.0 ? 0.0 : filled.data()[i];  // padding is constant
-        forward += f * y.data()[i];
+        const double f = filled[i] == -7.0 ? 0.0 : filled[i];  // padding is constant
+        forward += f * y[i];
       }
-      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x.local().data()[i] * back.data()[i];
+      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x_values[i] * back[i];
       o.forward_dot = all_reduce_value(m.world(), forward, ReduceOp::sum);
       o.adjoint_dot = all_reduce_value(m.world(), adjoint, ReduceOp::sum);
       o.sent = all_reduce_value(m.world(), std::int64_t(o.sent), ReduceOp::sum);
@@ -183,26 +190,26 @@ TEST_CASE(
       const HaloExchange plan = plan_of(m, c);
       const auto x = test_tensor(m, c.layout);
       const auto pieces = plan.finish(m, plan.begin(m, HaloForm::pieces, x.array())).pieces;
-      wait_for_device();  // the host reads what GPU copies wrote (under nccl)
       // Each piece holds the global values of its box; with the own block they tile inside().
       const auto strides = kernels::row_major_strides(shape.sizes());
       std::int64_t covered = plan.own().num_elements();
       HaloPieces<double> gradients;
       double forward = 0;
-      for (const auto& [box, data] : pieces) {
+      for (const auto& [box, piece] : pieces) {
         covered += box.num_elements();
+        const std::vector<double> data = values_of(piece);
         std::vector<double> want(data.size());
         kernels::reference::copy_box(box.sizes(),
                                      global.data() + kernels::offset_of(box.offsets(), strides),
                                      strides, want.data(), kernels::row_major_strides(box.sizes()));
         if (!std::equal(want.begin(), want.end(), data.begin()) && o.mismatch.empty())
           o.mismatch = "processor " + std::to_string(m.processor()) + ": a piece's values";
-        Buffer<double> gradient(data.size());
+        std::vector<double> gradient(data.size());
         for (std::size_t i = 0; i < gradient.size(); ++i) {
           gradient[i] = std::sin(1.0 + i + 7 * m.processor() + box.ranges[1].begin);
           forward += data[i] * gradient[i];
         }
-        gradients.emplace_back(box, std::move(gradient));
+        gradients.emplace_back(box, Buffer<double>(gradient.begin(), gradient.end()));
       }
       // (Where reads skip parts of the block, inside() does not contain it: no tiling then.)
       const bool tiles = plan.inside_work() == plan.inside();
@@ -218,9 +225,9 @@ TEST_CASE(
       auto pending = plan.begin_adjoint(
           m, HaloForm::pieces, HaloBox<double>{empty_array<double>(), std::move(gradients)});
       back = plan.finish(m, std::move(pending), std::move(back)).array;
-      wait_for_device();
+      const auto back_values = values_of(back), x_values = values_of(x.array());
       double adjoint = 0;
-      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x.local().data()[i] * back.data()[i];
+      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x_values[i] * back_values[i];
       o.forward_dot = all_reduce_value(m.world(), forward, ReduceOp::sum);
       o.adjoint_dot = all_reduce_value(m.world(), adjoint, ReduceOp::sum);
       o.adjoint_checked = true;
@@ -295,17 +302,15 @@ TEST_CASE("an exchange along several dims travels a step at a time under progres
       };
       const auto inside = run_by_progress(plan.begin(m, HaloForm::inside, x.array()), "forward");
       const auto want = plan.exchange(m, HaloForm::inside, x.array()).array;
-      wait_for_device();  // before the host writes y (under nccl: memory GPU work may still read)
-      Array<double> y = Array<double>::from_shape(inside.shape());
-      for (std::size_t i = 0; i < y.size(); ++i) y.data()[i] = std::cos(1.0 + i);
+      std::vector<double> y_values(inside.size());
+      for (std::size_t i = 0; i < y_values.size(); ++i) y_values[i] = std::cos(1.0 + i);
+      Array<double> y = array_from_host(y_values, inside.shape());
       const auto back = run_by_progress(
           plan.begin_adjoint(m, HaloForm::inside, HaloBox<double>{kernels::copy_of(y), {}}),
           "adjoint");
       const auto back_want =
           plan.exchange_adjoint(m, HaloForm::inside, HaloBox<double>{std::move(y), {}});
-      wait_for_device();
-      if ((!std::equal(want.data(), want.data() + want.size(), inside.data()) ||
-           !std::equal(back_want.data(), back_want.data() + back_want.size(), back.data())) &&
+      if ((values_of(want) != values_of(inside) || values_of(back_want) != values_of(back)) &&
           o.mismatch.empty())
         o.mismatch = "processor " + std::to_string(m.processor()) + ": another result";
       o.pieces = int(steps);
@@ -326,29 +331,30 @@ TEST_CASE(
       const auto x = test_tensor(m, c.layout);
       const auto padded = plan.exchange(m, HaloForm::padded, x.array(), -7.0).array;
       auto pending = plan.begin(m, HaloForm::inside, x.array());
-      const auto inside = plan.finish(m, std::move(pending)).array;  // the last step overlapped
-      wait_for_device();  // the host reads what GPU copies wrote (under nccl)
+      const auto inside_block = plan.finish(m, std::move(pending)).array;  // last step overlapped
+      const auto inside = values_of(inside_block), padded_values = values_of(padded);
       const auto padded_strides = kernels::row_major_strides(plan.box().sizes());
       std::vector<double> want(plan.inside().num_elements());
       kernels::reference::copy_box(
           plan.inside().sizes(),
-          padded.data() + kernels::offset_of_box(plan.inside(), plan.box(), padded_strides),
+          padded_values.data() + kernels::offset_of_box(plan.inside(), plan.box(), padded_strides),
           padded_strides, want.data(), kernels::row_major_strides(plan.inside().sizes()));
       if ((inside.size() != want.size() || !std::equal(want.begin(), want.end(), inside.data())) &&
           o.mismatch.empty())
         o.mismatch = "processor " + std::to_string(m.processor()) + ": the inside box";
       // <inside(x), y> summed over processors equals <x, adjoint(y)> summed.
-      Array<double> y = Array<double>::from_shape(inside.shape());
+      std::vector<double> y(inside.size());
       double forward = 0;
       for (std::size_t i = 0; i < y.size(); ++i) {
-        y.data()[i] = std::cos(2.0 + i + 5 * m.processor());
-        forward += inside.data()[i] * y.data()[i];
+        y[i] = std::cos(2.0 + i + 5 * m.processor());
+        forward += inside[i] * y[i];
       }
-      auto returning = plan.begin_adjoint(m, HaloForm::inside, HaloBox<double>{std::move(y), {}});
-      const auto back = plan.finish(m, std::move(returning)).array;
-      wait_for_device();
+      auto returning = plan.begin_adjoint(
+          m, HaloForm::inside, HaloBox<double>{array_from_host(y, inside_block.shape()), {}});
+      const auto back = values_of(plan.finish(m, std::move(returning)).array);
+      const auto x_values = values_of(x.array());
       double adjoint = 0;
-      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x.local().data()[i] * back.data()[i];
+      for (std::size_t i = 0; i < back.size(); ++i) adjoint += x_values[i] * back[i];
       o.forward_dot = all_reduce_value(m.world(), forward, ReduceOp::sum);
       o.adjoint_dot = all_reduce_value(m.world(), adjoint, ReduceOp::sum);
       o.adjoint_checked = true;

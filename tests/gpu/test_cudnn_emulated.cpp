@@ -24,6 +24,14 @@ using namespace meshtensor::testing;
 
 namespace {
 
+// The values of `b`, copied from the GPU's memory.
+template <class T>
+std::vector<T> to_host(const Buffer<T>& b) {
+  std::vector<T> values(b.size());
+  copy_to_host(b.data(), b.space(), std::int64_t(b.size()), values.data());
+  return values;
+}
+
 // Runs the three kernels on T through the emulated cuDNN; false if any declined. bfloat16 operands
 // are bf16 values, the reference computes on them exactly in float; its outputs are rounded once
 // (gap within bf16's half step), its weight gradient summed in float.
@@ -41,7 +49,7 @@ bool agrees(const ConvGeometry& g) {
   kernels::reference::conv_forward(g, x.data(), w.data(), y_ref.data());
   kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
   kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
-  // The GPU's operands in its managed memory (the processor's pool), as the ops give them.
+  // The GPU's operands in its memory (the processor's pool), as the ops give them.
   const Buffer<T> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
   Buffer<T> y(out_n, T(7.0f)), dx(in_n, T(7.0f));  // stale values must be overwritten
   Buffer<double> dw(w_n, 0.0);
@@ -52,13 +60,12 @@ bool agrees(const ConvGeometry& g) {
   Buffer<double> dw_on_gpu(w_n, 0.5);
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw_on_gpu.data()));
   wait_for_device();  // the calls return once queued; the host reads their results next
-  std::vector<double> added(w_n);
-  for (std::size_t i = 0; i < w_n; ++i) added[i] = dw_on_gpu[i] - 0.5;
+  std::vector<double> added = to_host(dw_on_gpu);
+  for (double& a : added) a -= 0.5;
   const double rounded = std::is_same_v<T, float> ? 1e-4 : 5e-3;
-  return relative_gap(widen(y_ref), widen(std::vector<T>(y.begin(), y.end()))) < rounded &&
-         relative_gap(widen(dx_ref), widen(std::vector<T>(dx.begin(), dx.end()))) < rounded &&
-         relative_gap(dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4 &&
-         relative_gap(dw_ref, added) < 1e-4;
+  return relative_gap(widen(y_ref), widen(to_host(y))) < rounded &&
+         relative_gap(widen(dx_ref), widen(to_host(dx))) < rounded &&
+         relative_gap(dw_ref, to_host(dw)) < 1e-4 && relative_gap(dw_ref, added) < 1e-4;
 }
 
 bool agrees(const ConvGeometry& g) { return agrees<float>(g) && agrees<bfloat16>(g); }

@@ -45,6 +45,17 @@ struct Managed {
   std::size_t size;
 };
 
+// Device memory of `bytes`, straight from the runtime.
+struct DeviceBytes {
+  explicit DeviceBytes(std::size_t bytes) { cuda::check(cudaMalloc(&data, bytes), "cudaMalloc"); }
+  ~DeviceBytes() { (void)cudaFree(data); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+  void* data = nullptr;
+};
+
 // Queues out = 2 x on the calling thread's compute stream, without waiting.
 void queue_doubling(const float* x, float* out, long long n) {
   cuda::launch(cuda::kernel(kernels::gpu::elementwise_source(), "map_f32"), n,
@@ -118,7 +129,7 @@ TEST_CASE("a stream told to wait for an event runs its later work after the even
 TEST_CASE("device memory starts as NaN, and copies from pageable memory read it at the call") {
   const std::size_t n = 64;
   const cudaStream_t stream = cuda::compute_stream();
-  cuda::StreamBuffer device(n * sizeof(float), stream);
+  DeviceBytes device(n * sizeof(float));
   std::vector<float> host(n, 0.0f);
   cuda::check(
       cudaMemcpy(host.data(), device.as<float>(), n * sizeof(float), cudaMemcpyDeviceToHost),
@@ -139,7 +150,7 @@ TEST_CASE("device memory starts as NaN, and copies from pageable memory read it 
 
 TEST_CASE("managed, device and host memory are told apart, inside an allocation too") {
   Managed managed(16);
-  cuda::StreamBuffer device(16 * sizeof(float), cuda::compute_stream());
+  DeviceBytes device(16 * sizeof(float));
   std::vector<float> host(16);
   CHECK(memory_type(managed.data + 5) == cudaMemoryTypeManaged);
   CHECK(memory_type(device.as<float>() + 5) == cudaMemoryTypeDevice);

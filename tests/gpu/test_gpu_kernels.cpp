@@ -43,12 +43,18 @@ using namespace meshtensor;
 using namespace meshtensor::testing;
 
 namespace {
-// A copy of `values` in the processor's pool: the GPU's managed memory here.
+// A copy of `values` in the processor's pool: the GPU's memory here, which the host reaches only
+// by copies.
 template <class T>
 Buffer<T> on_gpu(const std::vector<T>& values) {
-  Buffer<T> out(values.size());
-  std::copy(values.begin(), values.end(), out.begin());
-  return out;
+  return Buffer<T>(values.begin(), values.end());
+}
+// The values of `b`, copied to the host after the GPU's queued work.
+template <class T>
+std::vector<T> host(const Buffer<T>& b) {
+  std::vector<T> values(b.size());
+  copy_to_host(b.data(), b.space(), std::int64_t(b.size()), values.data());
+  return values;
 }
 // cuDNN's three passes on T's operands, waited for; which of them ran.
 template <class T>
@@ -82,10 +88,9 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
       if (!ran[k]) WARN("cuDNN declined kernel " << k << " (forward, input, weight) of this case");
       if (unet_shape) CHECK(ran[k]);
     }
-    CHECK(relative_gap(widen(check.y_ref), widen(std::vector<float>(y.begin(), y.end()))) < 1e-4);
-    CHECK(relative_gap(widen(check.dx_ref), widen(std::vector<float>(dx.begin(), dx.end()))) <
-          1e-4);
-    CHECK(relative_gap(check.dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4);
+    CHECK(relative_gap(widen(check.y_ref), widen(host(y))) < 1e-4);
+    CHECK(relative_gap(widen(check.dx_ref), widen(host(dx))) < 1e-4);
+    CHECK(relative_gap(check.dw_ref, host(dw)) < 1e-4);
   }
 }
 
@@ -109,13 +114,9 @@ TEST_CASE("cuDNN's bfloat16 convolutions agree with the reference on bfloat16 va
       if (!ran[k]) WARN("cuDNN declined bf16 kernel " << k << " (forward, input, weight)");
       if (unet_shape) CHECK(ran[k]);
     }
-    if (ran[0])
-      CHECK(relative_gap(widen(check.y_ref), widen(std::vector<bfloat16>(y.begin(), y.end()))) <
-            1e-2);
-    if (ran[1])
-      CHECK(relative_gap(widen(check.dx_ref), widen(std::vector<bfloat16>(dx.begin(), dx.end()))) <
-            1e-2);
-    if (ran[2]) CHECK(relative_gap(check.dw_ref, std::vector<double>(dw.begin(), dw.end())) < 1e-4);
+    if (ran[0]) CHECK(relative_gap(widen(check.y_ref), widen(host(y))) < 1e-2);
+    if (ran[1]) CHECK(relative_gap(widen(check.dx_ref), widen(host(dx))) < 1e-2);
+    if (ran[2]) CHECK(relative_gap(check.dw_ref, host(dw)) < 1e-4);
   }
 }
 
@@ -133,8 +134,9 @@ TEST_CASE("gradients accumulate on the GPU exactly as on the CPU") {
   auto into = on_gpu(a), add = on_gpu(b);
   REQUIRE(kernels::gpu::accumulate(into.data(), add.data(), std::int64_t(n)));
   wait_for_device();  // before the host reads the results
+  const std::vector<float> sums = host(into);
   std::size_t differing = 0;
-  for (std::size_t i = 0; i < n; ++i) differing += into[i] != a[i] + b[i];
+  for (std::size_t i = 0; i < n; ++i) differing += sums[i] != a[i] + b[i];
   CHECK(differing == 0);
   LocalProcessor cpu(Device::cpu());  // computes on the CPU: the GPU kernel declines
   CHECK_FALSE(kernels::gpu::accumulate(a.data(), b.data(), std::int64_t(n)));
@@ -174,9 +176,10 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
           REQUIRE(kernels::gpu::avg_pool_backward(g, gdy.data(), dx.data(), count_padding));
           wait_for_device();  // before the host reads the results
         }
-        CHECK(std::memcmp(y_ref.data(), y.data(), out_n * sizeof(float)) == 0);  // bit for bit
-        CHECK(std::memcmp(dx_ref.data(), dx.data(), in_n * sizeof(float)) == 0);
-        if (is_max) CHECK(std::memcmp(ws_ref.data(), ws.data(), workspace_bytes) == 0);
+        CHECK(std::memcmp(y_ref.data(), host(y).data(), out_n * sizeof(float)) ==
+              0);  // bit for bit
+        CHECK(std::memcmp(dx_ref.data(), host(dx).data(), in_n * sizeof(float)) == 0);
+        if (is_max) CHECK(std::memcmp(ws_ref.data(), host(ws).data(), workspace_bytes) == 0);
       }
   }
 }
@@ -193,7 +196,8 @@ bool uses_math_library(int code) {
 }
 
 template <class T>
-double largest_relative_gap(const Buffer<T>& got, const std::vector<T>& want) {
+double largest_relative_gap(const Buffer<T>& on_device, const std::vector<T>& want) {
+  const std::vector<T> got = host(on_device);
   double gap = 0;
   for (std::size_t i = 0; i < want.size(); ++i)
     gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) /
@@ -202,7 +206,8 @@ double largest_relative_gap(const Buffer<T>& got, const std::vector<T>& want) {
 }
 
 template <class T>
-std::size_t differing(const Buffer<T>& got, const std::vector<T>& want) {
+std::size_t differing(const Buffer<T>& on_device, const std::vector<T>& want) {
+  const std::vector<T> got = host(on_device);
   std::size_t count = 0;
   for (std::size_t i = 0; i < want.size(); ++i) count += !(got[i] == want[i]);
   return count;
@@ -332,7 +337,7 @@ void check_sum_on_gpu(const testing::SumCase& c) {
   Buffer<double> out(outputs, 7.0);
   REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::sum_gap(std::vector<double>(out.begin(), out.end()), ref) < 1e-12);
+  CHECK(testing::sum_gap(host(out), ref) < 1e-12);
   if constexpr (N == 1) {
     for (const bool is_max : {true, false}) {
       INFO((is_max ? "max" : "min"));
@@ -363,8 +368,9 @@ TEST_CASE("sums of products on the GPU equal the CPU's to double rounding, max a
 namespace {
 // The largest |got - want| / (1 + |want|): the element passes add terms of up to 100 times their
 // result, so their rounding is absolute, not relative.
-template <class Got>
-double largest_gap(const Got& got, const std::vector<float>& want) {
+template <class T>
+double largest_gap(const Buffer<T>& on_device, const std::vector<float>& want) {
+  const std::vector<T> got = host(on_device);
   double gap = got.size() == want.size() ? 0 : 1;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) / (1 + std::abs(want[i])));
@@ -374,7 +380,8 @@ double largest_gap(const Got& got, const std::vector<float>& want) {
 
 namespace {
 // Per key (count, mean, m2) from 3 doubles a key.
-std::vector<kernels::shared::PartialMoments> moments_of(const Buffer<double>& values) {
+std::vector<kernels::shared::PartialMoments> moments_of(const Buffer<double>& on_device) {
+  const std::vector<double> values = host(on_device);
   std::vector<kernels::shared::PartialMoments> out;
   for (std::size_t k = 0; 3 * k < values.size(); ++k)
     out.push_back({values[3 * k], values[3 * k + 1], values[3 * k + 2]});
@@ -413,8 +420,7 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
         REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, c.keys, g.data(), operand,
                                                  a.data(), b.data(), mask, sums.data()));
         wait_for_device();  // before the host reads the results
-        CHECK(testing::sum_gap(std::vector<double>(sums.begin(), sums.end()),
-                               check.gradient_sums(masked)) < 1e-5);
+        CHECK(testing::sum_gap(host(sums), check.gradient_sums(masked)) < 1e-5);
         Buffer<float> dx(std::size_t(check.n), 7.0f);
         REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, c.keys, g.data(), operand,
                                                   mask, p.data(), q.data(), r.data(), dx.data()));
@@ -511,20 +517,22 @@ TEST_CASE("matrix products through cuBLAS equal the CPU's sums to float rounding
   for (const auto& c : testing::gemm_cases()) {
     INFO(c.einsum);
     auto g = testing::gemm_operands(c.einsum);
-    const auto x = on_gpu(testing::zip_operand<float>(g.elements[0], 0.0)),
-               y = on_gpu(testing::zip_operand<float>(g.elements[1], 1.0));
-    g.operands[0].data = x.data();
-    g.operands[1].data = y.data();
+    const auto hx = testing::zip_operand<float>(g.elements[0], 0.0),
+               hy = testing::zip_operand<float>(g.elements[1], 1.0);
+    g.operands[0].data = hx.data();
+    g.operands[1].data = hy.data();
     const std::size_t outputs = std::size_t(kernels::num_elements(g.outer));
     std::vector<double> want(outputs, 7.0);
     kernels::reference::parallel_sum<double, float, 2>(g.outer, g.inner, g.operands, want.data(),
                                                        1);
+    const auto x = on_gpu(hx), y = on_gpu(hy);
+    g.operands[0].data = x.data();
+    g.operands[1].data = y.data();
     Buffer<double> got(outputs, 7.0);
     REQUIRE(kernels::cublas::gemm_sum<float>(g.outer, g.inner, g.operands, got.data()) ==
             c.is_gemm);
     wait_for_device();  // before the host reads the results
-    if (c.is_gemm)
-      CHECK(testing::sum_gap(std::vector<double>(got.begin(), got.end()), want) < 1e-5);
+    if (c.is_gemm) CHECK(testing::sum_gap(host(got), want) < 1e-5);
   }
 }
 
@@ -545,8 +553,9 @@ namespace {
 std::vector<bfloat16> narrowed(const std::vector<float>& values) {
   return std::vector<bfloat16>(values.begin(), values.end());
 }
-template <class Got, class Want>
-double largest_bf16_gap(const Got& got, const Want& want) {
+template <class T, class Want>
+double largest_bf16_gap(const Buffer<T>& on_device, const Want& want) {
+  const std::vector<T> got = host(on_device);
   double gap = got.size() == want.size() ? 0 : 1;
   for (std::size_t i = 0; i < std::min<std::size_t>(got.size(), want.size()); ++i)
     gap =
@@ -605,7 +614,7 @@ void check_bf16_norm(const testing::NormCase& c) {
     wait_for_device();  // before the host reads the results
     CHECK(largest_bf16_gap(gpu_out, out) < bf16_step);
     CHECK(largest_bf16_gap(gpu_dx, dx) < bf16_step);
-    CHECK(testing::sum_gap(std::vector<double>(gpu_sums.begin(), gpu_sums.end()), sums) < 1e-6);
+    CHECK(testing::sum_gap(host(gpu_sums), sums) < 1e-6);
   }
 }
 
@@ -634,7 +643,7 @@ void check_bf16_pool(const testing::PoolCase& c) {
   CHECK(differing(dx, narrowed(dx_ref)) == 0);
   CHECK(differing(avg, narrowed(avg_ref)) == 0);
   CHECK(differing(avg_dx, narrowed(avg_dx_ref)) == 0);
-  CHECK(std::memcmp(ws_ref.data(), ws.data(), ws_ref.size()) == 0);
+  CHECK(std::memcmp(ws_ref.data(), host(ws).data(), ws_ref.size()) == 0);
 }
 
 void check_bf16_sums(const testing::SumCase& c) {
@@ -659,10 +668,10 @@ void check_bf16_sums(const testing::SumCase& c) {
                                           true, bfloat16(-INFINITY)));
   REQUIRE(kernels::gpu::narrow<bfloat16>(sums.data(), narrow.data(), std::int64_t(outputs), 3.0));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::sum_gap(std::vector<double>(sums.begin(), sums.end()), ref) < 1e-12);
+  CHECK(testing::sum_gap(host(sums), ref) < 1e-12);
   CHECK(differing(got_largest, largest) == 0);
   std::vector<bfloat16> narrow_ref;
-  for (double s : sums) narrow_ref.push_back(static_cast<bfloat16>(s / 3.0));
+  for (double s : host(sums)) narrow_ref.push_back(static_cast<bfloat16>(s / 3.0));
   CHECK(differing(narrow, narrow_ref) == 0);
 }
 
@@ -738,7 +747,7 @@ TEST_CASE("bfloat16 blocks run on the GPU's kernels and compute as the CPU's loo
   }
 }
 
-TEST_CASE("a GPU processor counts its kernels, waits and CPU loops run on its blocks") {
+TEST_CASE("a GPU processor counts its kernels, waits and CPU loops run on copies of its blocks") {
   const std::vector<float> values(1000, 2.0f);
   auto x = on_gpu(values);
   Buffer<float> y(values.size());
@@ -749,7 +758,8 @@ TEST_CASE("a GPU processor counts its kernels, waits and CPU loops run on its bl
                1000);  // no GPU kernel: a CPU loop
   const DeviceActivity& after = device_activity();
   CHECK(after.kernels == before.kernels + 1);
-  CHECK(after.waits == before.waits + 2);  // ours, and the CPU loop's before it touches the block
+  // Ours, the CPU loop's for the GPU's work, and one for each of its operands' copies to the host.
+  CHECK(after.waits == before.waits + 4);
   CHECK(after.host_fallbacks == before.host_fallbacks + 1);
-  CHECK(y[0] == 3.0f);
+  CHECK(host(y)[0] == 3.0f);
 }

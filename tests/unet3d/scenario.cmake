@@ -714,6 +714,14 @@ elseif(SCENARIO STREQUAL "nccl_emulated_bad_start")
   set(ENV{MESHTENSOR_EMULATED_NCCL_VERSION} 21800)
   fails("the NCCL library loaded \\(libnccl.so.2, version 2.18.0\\) is older than the NCCL [0-9.]+ this program was built with"
         ${train})
+  unset(ENV{MESHTENSOR_EMULATED_NCCL_VERSION})
+  # A card too small for the run (2 MB of GPU memory): an error that names the tensor, its layout,
+  # the processor and the bytes, on every rank, and no hang.
+  set(ENV{MESHTENSOR_EMULATED_GPU_MEMORY} 2000000)
+  fails("error on processor [01] of 2: (the tensor \\[.*\\] \\(float32, layout .*\\) on processor [01] of 2 needs a block of [0-9.]+ [KM]iB: )?an array of [0-9 x]+ elements of 4 bytes: GPU memory has no room for a block of [0-9]+ bytes \\(this processor has [0-9]+ bytes in use"
+        ${MPIEXEC} ${NP_FLAG} 2 ${UNET3D} train --size 32 --depth 2 --channels 8 --steps 1
+        --validation-volumes 0 --backend nccl --out ${here}/o)
+  unset(ENV{MESHTENSOR_EMULATED_GPU_MEMORY})
 else()
   message(FATAL_ERROR "unknown scenario ${SCENARIO}")
 endif()

@@ -57,6 +57,13 @@ class NoGpuError : public DeviceError {
   using DeviceError::DeviceError;
 };
 
+/// A processor's memory (a GPU's, or the host's) has no room for a block: the message names the
+/// bytes asked, the memory, what the processor holds, and the tensor where one asked.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A file that cannot be read or written (.npy, NIfTI, checkpoints); the message names the file.
 class IoError : public Error {
  public:

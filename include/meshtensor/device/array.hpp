@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/device/host_copies.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/memory/block_limit.hpp"
 
@@ -107,7 +108,15 @@ class Array {
   /// Uninitialised elements of `shape` from the calling processor's pool (a 0-d shape holds one).
   static Array from_shape(shape_type shape) {
     Array a;
-    a.block_ = detail::PoolBlock<T>(detail::product(shape));
+    try {
+      a.block_ = detail::PoolBlock<T>(detail::product(shape));
+    } catch (const OutOfMemoryError& e) {
+      std::string sizes;
+      for (const std::size_t size : shape)
+        sizes += (sizes.empty() ? "" : " x ") + std::to_string(size);
+      throw OutOfMemoryError("an array of " + sizes + " elements of " + std::to_string(sizeof(T)) +
+                             " bytes: " + e.what());
+    }
     a.shape_ = std::move(shape);
     return a;
   }
@@ -159,9 +168,9 @@ Array<T> empty_array() {
 }
 
 /**
- * A flat buffer from the processor's pool, in its memory space (messages, kernel scratch).
- * Element access and the filling constructors are the host's: for host memory (the CPU kernels'
- * scratch), or a device buffer before any device work uses it (tests).
+ * A flat buffer from the processor's pool, in its memory space (messages, kernel scratch). The
+ * filling constructors send the host's values over; element access is the host's, for host
+ * memory only (the CPU kernels' scratch).
  */
 template <class T>
 class Buffer {
@@ -171,12 +180,20 @@ class Buffer {
   Buffer() = default;
   /// `n` uninitialised elements.
   explicit Buffer(std::size_t n) : block_(n) {}
-  /// `n` elements set to `value` by the host.
-  Buffer(std::size_t n, const T& value) : block_(n) { std::fill(begin(), end(), value); }
-  /// A copy of [first, last), written by the host.
+  /// `n` elements set to `value`.
+  Buffer(std::size_t n, const T& value) : block_(n) {
+    if (space() == MemorySpace::host)
+      std::fill(begin(), end(), value);
+    else
+      send(std::vector<T>(n, value));
+  }
+  /// A copy of [first, last).
   template <class It, class = typename std::iterator_traits<It>::iterator_category>
   Buffer(It first, It last) : block_(static_cast<std::size_t>(std::distance(first, last))) {
-    std::copy(first, last, begin());
+    if (space() == MemorySpace::host)
+      std::copy(first, last, begin());
+    else
+      send(std::vector<T>(first, last));
   }
 
   /// Room for `n` elements; the old ones are not kept.
@@ -198,6 +215,10 @@ class Buffer {
   const T* end() const { return data() + size(); }
 
  private:
+  void send(const std::vector<T>& values) {
+    copy_from_host(values.data(), std::int64_t(values.size()), data(), space());
+  }
+
   detail::PoolBlock<T> block_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA runtime as the GPU backend sees it, without any processor's state: error checks that
 // name the call, the versions of the driver and the runtime, the GPUs this process can see, and
-// managed memory as a source of a processor's blocks. Needs the CUDA runtime (meshtensor::cuda).
+// their memory as a source of a processor's blocks. Needs the CUDA runtime (meshtensor::cuda).
 
 #include <cuda_runtime_api.h>
 
@@ -100,25 +100,29 @@ inline GpuIdentity identify_gpu(int ordinal) {
 }
 
 namespace detail {
-inline void* map_managed(std::size_t bytes) {
+inline void* map_device(std::size_t bytes) {
   void* p = nullptr;
-  if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) {
-    (void)cudaGetLastError();  // out of memory: the pool throws std::bad_alloc
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory: the pool gives back its cache, then says so
     return nullptr;
   }
   return p;
 }
-inline void unmap_managed(void* base, std::size_t) { (void)cudaFree(base); }
+// cudaFree waits for the GPU's work first: nothing queued still uses the block. The pool keeps
+// freed blocks for the next use, so a step in its steady state frees none.
+inline void unmap_device(void* base, std::size_t) { (void)cudaFree(base); }
 }  // namespace detail
 
-/// Managed memory of the calling thread's current GPU: a GPU processor's blocks, which NCCL,
-/// cuDNN and CUDA kernels use in place.
-inline MemorySource managed_memory() {
+/// Memory of the calling thread's current GPU (cudaMalloc): a GPU processor's blocks, which NCCL,
+/// cuDNN and CUDA kernels use in place, and the host reaches only by copies
+/// (device/transfer.hpp). Never managed memory: asking for more of it than the card holds can
+/// hang the GPU, where cudaMalloc fails and the pool says so.
+inline MemorySource device_memory() {
   MemorySource source;
-  source.map = &detail::map_managed;
-  source.unmap = &detail::unmap_managed;
+  source.map = &detail::map_device;
+  source.unmap = &detail::unmap_device;
   source.in_parts = false;  // cudaFree takes whole allocations only
-  source.name = "GPU managed memory";
+  source.name = "GPU memory";
   source.space = MemorySpace::device;
   return source;
 }

@@ -1,8 +1,7 @@
 #pragma once
-// Moving a GPU processor's memory: its blocks are CUDA managed memory (device/cuda_runtime.hpp),
-// which the host can still reach page by page (the driver moves each page to whoever touches it).
-// Kernels ask for their operands on the GPU before they start (prefetch_to_gpu), so a block that
-// only GPU kernels touch stays there; values the host needs travel by the copy engine.
+// Moving values between the host and a GPU processor's memory (device/cuda_runtime.hpp's
+// device_memory(), which the host cannot touch): by the GPU's copy engine, in the order of the
+// processor's compute stream; and device memory for the length of one call.
 
 #include <cuda_runtime_api.h>
 
@@ -14,26 +13,9 @@
 
 namespace meshtensor::cuda {
 
-/// Queues, on `stream`, the move of `bytes` bytes at `data` (a block or buffer of the processor:
-/// managed memory) to the current GPU.
-inline void prefetch_to_gpu(const void* data, std::size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-#if CUDART_VERSION >= 13000
-  cudaMemLocation location{};
-  location.type = cudaMemLocationTypeDevice;
-  location.id = device;
-  check(cudaMemPrefetchAsync(data, bytes, location, 0, stream), "cudaMemPrefetchAsync");
-#else
-  check(cudaMemPrefetchAsync(data, bytes, device, stream), "cudaMemPrefetchAsync");
-#endif
-}
-
 /// Copies `bytes` from the GPU's memory at `from` into the host's at `to` by the copy engine of
 /// the calling processor's GPU, after the work queued before on its compute stream, and waits for
-/// it: the host reads the values next, without touching the GPU's pages (which would move each page
-/// it touches to the host, and the next kernel would move it back).
+/// it: the host reads the values next.
 inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = compute_stream();
@@ -89,17 +71,15 @@ class HostLanding {
 };
 
 /// Device memory for the length of one call (a kernel's tables and partial sums, a library's
-/// copies and workspace), allocated and freed in the order of `stream`; none for 0 bytes.
+/// copies and workspace), from the calling processor's pool, where the next call may reuse it: its
+/// work follows on the same compute stream. None for 0 bytes.
 class StreamBuffer {
  public:
-  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes) check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
+  explicit StreamBuffer(std::size_t bytes) {
+    if (bytes) data_ = memory_pool().allocate(bytes);
   }
-  ~StreamBuffer() {
-    if (data_) (void)cudaFreeAsync(data_, stream_);
-  }
-  StreamBuffer(StreamBuffer&& other) noexcept
-      : stream_(other.stream_), data_(std::exchange(other.data_, nullptr)) {}
+  ~StreamBuffer() { MemoryPool::deallocate(data_); }
+  StreamBuffer(StreamBuffer&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
   StreamBuffer(const StreamBuffer&) = delete;
   StreamBuffer& operator=(const StreamBuffer&) = delete;
   StreamBuffer& operator=(StreamBuffer&&) = delete;
@@ -110,7 +90,6 @@ class StreamBuffer {
   }
 
  private:
-  cudaStream_t stream_;
   void* data_ = nullptr;
 };
 

@@ -83,7 +83,7 @@ inline MemorySource memory_of(const Device& device) {
   switch (device.kind) {
     case DeviceKind::cuda:
 #if defined(MESHTENSOR_WITH_CUDA)
-      return cuda::managed_memory();
+      return cuda::device_memory();
 #else
       throw DeviceError("device " + device.to_string() +
                         " needs the GPU backend, but this program was built without it; link "

@@ -28,7 +28,10 @@ void copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
               const Strides& to_strides) {
   dispatch([&] { plan::count_copy(double(num_elements(box))); },
            MESHTENSOR_ON_GPU(gpu::copy_box(box, from, from_strides, to, to_strides)),
-           [&] { cpu::copy_box(box, from, from_strides, to, to_strides); });
+           [&](HostOperands& h) {
+             cpu::copy_box(box, h.in(from, span_of(box, from_strides)), from_strides,
+                           h.out(to, span_of(box, to_strides)), to_strides);
+           });
 }
 
 #if defined(MESHTENSOR_WITH_CUDA)
@@ -64,7 +67,11 @@ void join_rows(std::int64_t rows, const std::vector<cpu::RowsPart<const T>>& par
   for (const auto& part : parts) width += part.width;
   dispatch([&] { plan::count_copy(double(rows * width)); },
            MESHTENSOR_ON_GPU(joined_on_gpu(rows, parts, out, width)),
-           [&] { cpu::join_rows(rows, parts, out); });
+           [&](HostOperands& h) {
+             std::vector<cpu::RowsPart<const T>> read = parts;
+             for (auto& part : read) part.data = h.in(part.data, rows * part.width);
+             cpu::join_rows(rows, read, h.out(out, rows * width));
+           });
 }
 
 /// The parts' rows = their shares of in's rows, side by side (cpu::split_rows).
@@ -74,7 +81,11 @@ void split_rows(std::int64_t rows, const T* in, const std::vector<cpu::RowsPart<
   for (const auto& part : parts) width += part.width;
   dispatch([&] { plan::count_copy(double(rows * width)); },
            MESHTENSOR_ON_GPU(split_on_gpu(rows, in, width, parts)),
-           [&] { cpu::split_rows(rows, in, parts); });
+           [&](HostOperands& h) {
+             std::vector<cpu::RowsPart<T>> written = parts;
+             for (auto& part : written) part.data = h.out(part.data, rows * part.width);
+             cpu::split_rows(rows, h.in(in, rows * width), written);
+           });
 }
 
 /// copy_box between two arrays in the host's memory (a global array the host holds, a staging
@@ -110,7 +121,10 @@ template <class T>
 void compact_box(const Sizes& box, T* array, std::int64_t offset, const Strides& strides) {
   dispatch([&] { plan::count_copy(double(num_elements(box))); },
            MESHTENSOR_ON_GPU(compact_box_through_copy(box, array, offset, strides)),
-           [&] { cpu::compact_box(box, array, offset, strides); });
+           [&](HostOperands& h) {
+             const std::int64_t span = std::max(offset + span_of(box, strides), num_elements(box));
+             cpu::compact_box(box, h.out(array, span), offset, strides);
+           });
 }
 
 /// to[i] = from[i] for i < n.
@@ -125,7 +139,7 @@ template <class From, class To>
 void convert_values(const From* from, std::int64_t n, To* to) {
   if (n <= 0) return;
   dispatch([&] { plan::count_copy(double(n)); }, MESHTENSOR_ON_GPU(gpu::convert(from, n, to)),
-           [&] { cpu::convert(from, n, to); });
+           [&](HostOperands& h) { cpu::convert(h.in(from, n), n, h.out(to, n)); });
 }
 
 /// to[i] = value for i < n.
@@ -134,9 +148,10 @@ void fill_values(T* to, std::int64_t n, T value) {
   if (n <= 0) return;
   dispatch([&] { plan::count_copy(double(n)); },
            MESHTENSOR_ON_GPU(gpu::map(UnaryOp::constant, value, to, to, n)),
-           [&] {
+           [&](HostOperands& h) {
+             T* to_h = h.out(to, n);
              parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
-               std::fill(to + begin, to + end, value);
+               std::fill(to_h + begin, to_h + end, value);
              });
            });
 }

@@ -2,8 +2,8 @@
 // The element-wise family: a function of each element (map), of two operands' elements with the
 // same index, broadcasting (zip), a gradient times an op's derivative, and a sum added in place.
 // A GPU runs the built-in ops (a Unary or Binary functor, kernels/common/elementwise_formulas.hpp);
-// functions the user wrote run in the CPU loop, on a GPU processor after its queued work. A plan
-// counts one operation per element.
+// functions the user wrote run in the CPU loop, on a GPU processor on copies of the operands. A
+// plan counts one operation per element.
 
 #include <array>
 #include <cstdint>
@@ -22,7 +22,8 @@ namespace meshtensor::kernels {
 template <class T, class F>
 void map(const F& f, const T* x, T* out, std::int64_t n) {
   dispatch([&] { plan::count(plan::Family::elementwise, double(n)); },
-           MESHTENSOR_ON_GPU(gpu::map_builtin(f, x, out, n)), [&] { cpu::map(f, x, out, n); });
+           MESHTENSOR_ON_GPU(gpu::map_builtin(f, x, out, n)),
+           [&](HostOperands& h) { cpu::map(f, h.in(x, n), h.out(out, n), n); });
 }
 
 /// out[i] = g[i] * df(x[i]) for i < n: the gradient of a unary op.
@@ -30,7 +31,9 @@ template <class T, class D>
 void times_derivative(const D& df, const T* g, const T* x, T* out, std::int64_t n) {
   dispatch([&] { plan::count(plan::Family::elementwise, 2.0 * double(n)); },
            MESHTENSOR_ON_GPU(gpu::times_derivative_builtin(df, g, x, out, n)),
-           [&] { cpu::times_derivative(df, g, x, out, n); });
+           [&](HostOperands& h) {
+             cpu::times_derivative(df, h.in(g, n), h.in(x, n), h.out(out, n), n);
+           });
 }
 
 /// f of a and b at each index of `sizes` into out (strides: a's, b's, out's; 0 where broadcast).
@@ -39,14 +42,18 @@ void zip(const F& f, const Sizes& sizes, const std::array<Strides, 3>& strides, 
          const T* b, T* out) {
   dispatch([&] { plan::count(plan::Family::elementwise, double(num_elements(sizes))); },
            MESHTENSOR_ON_GPU(gpu::zip_builtin(f, sizes, strides, a, b, out)),
-           [&] { cpu::zip(f, sizes, strides, a, b, out); });
+           [&](HostOperands& h) {
+             cpu::zip(f, sizes, strides, h.in(a, span_of(sizes, strides[0])),
+                      h.in(b, span_of(sizes, strides[1])), h.out(out, span_of(sizes, strides[2])));
+           });
 }
 
 /// into[i] += add[i] for i < n (gradients accumulating).
 template <class T>
 void add_into(T* into, const T* add, std::int64_t n) {
   dispatch([&] { plan::count(plan::Family::elementwise, double(n)); },
-           MESHTENSOR_ON_GPU(gpu::accumulate(into, add, n)), [&] { cpu::add_into(into, add, n); });
+           MESHTENSOR_ON_GPU(gpu::accumulate(into, add, n)),
+           [&](HostOperands& h) { cpu::add_into(h.out(into, n), h.in(add, n), n); });
 }
 
 }  // namespace meshtensor::kernels

@@ -1,9 +1,9 @@
 #pragma once
 // The sum family: einsum's and the reductions' sums of products (accumulated in Acc: double for
 // floating point, int64 for integers), narrowing those accumulators into a result, and the max and
-// min folds, and argmax. A GPU sends a matrix product to cuBLAS and any other sum to its own kernels; the CPU
-// folds on its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a multiply-add as
-// two operations.
+// min folds, and argmax. A GPU sends a matrix product to cuBLAS and any other sum to its own
+// kernels; the CPU folds on its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a
+// multiply-add as two operations.
 
 #include <array>
 #include <cstddef>
@@ -21,6 +21,13 @@
 #endif
 
 namespace meshtensor::kernels {
+
+/// The elements a fold's operand spans from its first.
+template <class T>
+std::int64_t fold_span(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& o) {
+  const std::int64_t a = span_of(outer, o.outer_strides), b = span_of(inner, o.inner_strides);
+  return a == 0 || b == 0 ? 0 : a + b - 1;
+}
 
 #if defined(MESHTENSOR_WITH_CUDA)
 namespace detail {
@@ -51,7 +58,12 @@ void sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
                     double(N) * double(num_elements(outer)) * double(num_elements(inner)));
       },
       MESHTENSOR_ON_GPU(detail::sum_on_gpu<Acc, T, N>(outer, inner, operands, out)),
-      [&] { reference::parallel_sum<Acc, T, N>(outer, inner, operands, out, compute_threads()); });
+      [&](HostOperands& h) {
+        std::array<FoldOperand<T>, N> read = operands;
+        for (auto& o : read) o.data = h.in(o.data, fold_span(outer, inner, o));
+        reference::parallel_sum<Acc, T, N>(outer, inner, read, h.out(out, num_elements(outer)),
+                                           compute_threads());
+      });
 }
 
 /// out[i] = in[i] / divisor rounded to T, for i < n (accumulators into results; a mean).
@@ -59,10 +71,12 @@ template <class Acc, class T>
 void narrow(const Acc* in, T* out, std::int64_t n, double divisor = 1.0) {
   dispatch([&] { plan::count(plan::Family::sum, double(n)); },
            MESHTENSOR_ON_GPU(detail::narrow_on_gpu(in, out, n, divisor)),
-           [&] {
+           [&](HostOperands& h) {
+             const Acc* in_h = h.in(in, n);
+             T* out_h = h.out(out, n);
              const Acc by = static_cast<Acc>(divisor);
              parallel_for_ranges(n, compute_threads(), [&](std::int64_t begin, std::int64_t end) {
-               for (std::int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(in[i] / by);
+               for (std::int64_t i = begin; i < end; ++i) out_h[i] = static_cast<T>(in_h[i] / by);
              });
            });
 }
@@ -76,9 +90,11 @@ void extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
         plan::count(plan::Family::sum, double(num_elements(outer)) * double(num_elements(inner)));
       },
       MESHTENSOR_ON_GPU(gpu::extreme<T>(outer, inner, operand, out, is_max, init)),
-      [&] {
+      [&](HostOperands& h) {
+        FoldOperand<T> read = operand;
+        read.data = h.in(operand.data, fold_span(outer, inner, operand));
         reference::parallel_fold<T, T, 1>(
-            outer, inner, {operand}, out, init,
+            outer, inner, {read}, h.out(out, num_elements(outer)), init,
             [is_max](T a, T b) {
               return is_max ? shared::binary_formula<BinaryOp::larger>(a, b)
                             : shared::binary_formula<BinaryOp::smaller>(a, b);
@@ -92,13 +108,16 @@ void extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
 template <class Out, class T>
 void argmax(const T* in, std::int64_t outer, std::int64_t n, std::int64_t inner, Out* out) {
   dispatch([&] { plan::count(plan::Family::sum, double(outer) * double(n) * double(inner)); },
-           MESHTENSOR_ON_GPU(gpu::argmax(in, outer, n, inner, out)), [&] {
+           MESHTENSOR_ON_GPU(gpu::argmax(in, outer, n, inner, out)),
+           [&](HostOperands& h) {
+             const T* in_h = h.in(in, outer * n * inner);
+             Out* out_h = h.out(out, outer * inner);
              parallel_for(outer * inner, compute_threads(), [&](std::int64_t e) {
-               const T* first = in + e / inner * n * inner + e % inner;
+               const T* first = in_h + e / inner * n * inner + e % inner;
                std::int64_t best = 0;
                for (std::int64_t k = 1; k < n; ++k)
                  if (first[k * inner] > first[best * inner]) best = k;
-               out[e] = static_cast<Out>(best);
+               out_h[e] = static_cast<Out>(best);
              });
            });
 }

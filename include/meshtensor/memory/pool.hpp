@@ -215,12 +215,19 @@ class MemoryPool {
       base = join(resize.pieces, granted);
     else if (!base)
       base = pooled ? source_.map(granted) : std::aligned_alloc(alignment, round_up(total));
+    if (!base && pooled && !resize.from) {
+      trim();  // the cached blocks give way (a GPU's memory holds nothing else of ours)
+      base = source_.map(granted);
+    }
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.in_use -= granted;
       stats_.in_use_by_use[std::size_t(use)] -= granted;
       stats_.held -= granted;
-      throw std::bad_alloc();
+      throw OutOfMemoryError(std::string(source_.name) + " has no room for a block of " +
+                             std::to_string(granted) + " bytes (this processor has " +
+                             std::to_string(stats_.in_use) + " bytes in use, " +
+                             std::to_string(stats_.held) + " held)");
     }
     references_.fetch_add(1, std::memory_order_relaxed);
     if (outside) {

@@ -132,7 +132,8 @@ class Tensor {
   /// This processor's block as the host sees it, once the processor's device has run the work
   /// the ops queued on it: an xtensor array over the block, in shape order, which keeps the block
   /// alive. Writing through it changes the block, so a view for writing drops the block's recipe
-  /// (see recipe()).
+  /// (see recipe()). On a GPU the view is a copy: its writes reach the block when the view goes,
+  /// or when an op next uses the tensor, whichever comes first (device/host_access.hpp).
   HostView<T> local() {
     state().recipe = nullptr;
     return on_host(written(), state().data);
@@ -163,6 +164,7 @@ class Tensor {
                        std::to_string(mesh().processor()) + ", not " + shape_string(block.shape()));
     state().recipe = nullptr;
     state().unwritten = nullptr;
+    send_back_host_writes(state().data->data());  // before the old block goes
     *state().data = std::move(block);
   }
 
@@ -308,6 +310,7 @@ class Tensor {
       }
       s.unwritten = nullptr;
     }
+    send_back_host_writes(s.data->data());
     return *s.data;
   }
 

@@ -35,6 +35,7 @@ constexpr std::size_t page = 4096;
 struct Region {
   std::size_t bytes;
   std::vector<unsigned char> on_gpu;  // per page
+  bool device = false;                // cudaMalloc'd: the host may never touch it
 };
 
 using Stack = std::array<void*, 16>;
@@ -66,6 +67,24 @@ std::pair<const std::uintptr_t, Region>* region_of(std::uintptr_t at) {
   return at < found.first + found.second.bytes ? &found : nullptr;
 }
 
+std::map<void*, std::string> names_of(const std::vector<void*>& addresses);
+std::string place_of(const Stack& stack, const std::map<void*, std::string>& names);
+
+// The host read or wrote device memory: on a GPU a segmentation fault. Says where, and stops.
+[[noreturn]] void host_touched_device_memory(std::uintptr_t at) {
+  Stack stack{};
+  backtrace(stack.data(), int(stack.size()));
+  std::vector<void*> addresses;
+  for (void* pc : stack)
+    if (pc) addresses.push_back(pc);
+  std::fprintf(stderr,
+               "emulated GPU: the host touched GPU memory (from cudaMalloc) at %p, which on a GPU "
+               "is a segmentation fault; at:\n  %s\n",
+               reinterpret_cast<void*>(at), place_of(stack, names_of(addresses)).c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   State& s = state();
   const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
@@ -74,6 +93,7 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     if (auto* found = region_of(at)) {
       const std::size_t index = (at - found->first) / page;
       void* start = reinterpret_cast<void*>(found->first + index * page);
+      if (found->second.device && !in_gpu_work) host_touched_device_memory(at);
       if (found->second.on_gpu[index]) {
         mprotect(start, page, PROT_READ | PROT_WRITE);
         if (in_gpu_work) {
@@ -204,6 +224,21 @@ void* map_managed(std::size_t bytes) {
   return p;
 }
 
+void* map_device(std::size_t bytes) {
+  const std::size_t length = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  std::memset(p, 0xFF, length);  // NaN floats and doubles
+  handle_faults();
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().regions[reinterpret_cast<std::uintptr_t>(p)] = {
+        length, std::vector<unsigned char>(length / page, 1), true};
+  }
+  mprotect(p, length, PROT_NONE);
+  return p;
+}
+
 void unmap_managed(void* p, std::size_t bytes) {
   const std::size_t length = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
   if (tracking()) {
@@ -228,7 +263,10 @@ void to_gpu(const void* p, std::size_t bytes) {
   mprotect(reinterpret_cast<void*>(found->first + begin * page), (end - begin) * page, PROT_NONE);
 }
 
-void begin_gpu_work() { in_gpu_work = true; }
+void begin_gpu_work() {
+  in_gpu_work = true;
+  if (tracking()) handle_faults();  // a test framework may have put its own handler first since
+}
 
 void end_gpu_work() {
   in_gpu_work = false;

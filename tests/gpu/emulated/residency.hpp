@@ -20,6 +20,11 @@ void* map_managed(std::size_t bytes);
 /// Gives back memory from map_managed.
 void unmap_managed(void* p, std::size_t bytes);
 
+/// Page-aligned device memory of `bytes` (tracking on), every byte 0xFF, which the host touching
+/// outside the GPU's own work stops the program, as a segmentation fault would on a GPU; freed by
+/// unmap_managed.
+void* map_device(std::size_t bytes);
+
 /// Moves the managed pages of [p, p + bytes) to the GPU (nothing for other memory).
 void to_gpu(const void* p, std::size_t bytes);
 

@@ -166,26 +166,45 @@ void run_all_streams() {
   }
 }
 
+// The device memory a process may hold (MESHTENSOR_EMULATED_GPU_MEMORY bytes; unlimited unless
+// set), and what it holds: a card's capacity, for the errors of a program that asks for more.
+std::size_t device_memory_limit() {
+  static const std::size_t limit = [] {
+    const char* text = std::getenv("MESHTENSOR_EMULATED_GPU_MEMORY");
+    return text ? std::size_t(std::strtoull(text, nullptr, 10)) : ~std::size_t{0};
+  }();
+  return limit;
+}
+std::size_t device_bytes = 0;
+
 void* allocate(std::size_t bytes, Memory memory) {
   void* p = nullptr;
+  if (memory != Memory::host && bytes > device_memory_limit() - device_bytes) return nullptr;
   if (memory == Memory::managed) {
     p = residency::map_managed(bytes);  // whole pages
+  } else if (residency::tracking()) {
+    p = residency::map_device(bytes);  // whole pages, out of the host's reach
   } else {
     const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
     p = std::aligned_alloc(256, rounded);  // cudaMalloc's alignment
     if (p) std::memset(p, 0xFF, rounded);  // NaN floats and doubles
   }
-  if (p) allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, memory};
+  if (p) {
+    allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, memory};
+    device_bytes += bytes;
+  }
   return p;
 }
 
 bool release(void* p) {
   const auto found = allocations.find(reinterpret_cast<std::uintptr_t>(p));
   if (found == allocations.end()) return false;
-  if (found->second.memory == Memory::managed)
+  if (found->second.memory == Memory::managed ||
+      (found->second.memory == Memory::device && residency::tracking()))
     residency::unmap_managed(p, found->second.bytes);
   else
     std::free(p);
+  device_bytes -= found->second.bytes;
   allocations.erase(found);
   return true;
 }

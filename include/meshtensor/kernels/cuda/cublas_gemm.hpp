@@ -5,7 +5,7 @@
 // the operands' type, with fused multiply-adds and without TF32 (its default math mode), so float
 // results agree with the double-accumulated sums of the CPU and of kernels/cuda/sum.hpp to float
 // rounding, as a matrix product in PyTorch does. Each call returns false, computing nothing, when
-// the operands are not float or double, not both in device or managed memory, or the contraction is
+// the operands are not float or double, not both in GPU memory, or the contraction is
 // not a GEMM; the caller then runs the sum kernels.
 
 #include <cublas_v2.h>
@@ -53,13 +53,6 @@ inline cublasHandle_t handle() { return current_processor().state<Handle>().get(
 
 inline cublasOperation_t operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// The elements a matrix of the batch spans, from its first: for prefetching.
-inline std::int64_t span(const GemmShape& g, std::int64_t stride, bool transpose, std::int64_t rows,
-                         std::int64_t columns, std::int64_t ld) {
-  const std::int64_t stored_columns = transpose ? rows : columns;
-  const std::int64_t stored_rows = transpose ? columns : rows;
-  return (g.batch - 1) * stride + (stored_columns - 1) * ld + stored_rows;
-}
 }  // namespace detail
 
 /// out[o] = sum over i of x(o, i) y(o, i) as a strided batched GEMM; false when it cannot run.
@@ -76,14 +69,7 @@ bool gemm_sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOpera
     const T* a = operands[g.a_operand].data;
     const T* b = operands[1 - g.a_operand].data;
     const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(
-        a, std::size_t(detail::span(g, g.stride_a, g.transpose_a, g.m, g.k, g.lda)) * sizeof(T),
-        stream);
-    cuda::prefetch_to_gpu(
-        b, std::size_t(detail::span(g, g.stride_b, g.transpose_b, g.k, g.n, g.ldb)) * sizeof(T),
-        stream);
     const std::int64_t outputs = g.batch * g.stride_c;
-    cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(double), stream);
     const T one = 1, zero = 0;
     ++device_activity().library_calls;
     if constexpr (std::is_same_v<T, double>) {
@@ -95,7 +81,7 @@ bool gemm_sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOpera
           "cublasDgemmStridedBatched");
     } else {
       // Float products into scratch, widened into the double accumulator the caller reads.
-      const cuda::StreamBuffer product(std::size_t(outputs) * sizeof(float), stream);
+      const cuda::StreamBuffer product(std::size_t(outputs) * sizeof(float));
       detail::check(
           library().sgemm_strided_batched(
               detail::handle(), detail::operation(g.transpose_a), detail::operation(g.transpose_b),

@@ -4,7 +4,7 @@
 // (kernels/cpu/reference/conv.hpp): forward, the input's gradient (over the whole box, zeros where
 // no output reads) and the weight's gradient (added into a double accumulator: on the GPU when the
 // accumulator is in its memory, else on the host). Operands must be in
-// device or managed memory; each call returns false, computing nothing, when cuDNN cannot run it
+// GPU memory; each call returns false, computing nothing, when cuDNN cannot run it
 // (host operands, a geometry cuDNN does not support), and the caller runs the CPU kernel instead.
 // The calls are queued on the compute stream and return without waiting for them
 // (device/host_access.hpp).
@@ -353,18 +353,17 @@ std::vector<Perf> candidates(const Descriptors& d, Query&& query, const char* ca
 // one succeeds: an algorithm the heuristics suggest may still refuse the problem, or its workspace
 // may not fit. False if none ran; other failures throw.
 template <class Perf, class Call>
-bool run_first(Context& c, Descriptors& d, const std::vector<Perf>& perfs, const char* what,
-               Call&& call) {
+bool run_first(Descriptors& d, const std::vector<Perf>& perfs, const char* what, Call&& call) {
   for (const Perf& perf : perfs) {
     check(cudnnSetConvolutionMathType(d.conv.d, perf.mathType), "cudnnSetConvolutionMathType");
-    void* workspace = nullptr;
-    if (perf.memory && cudaMallocAsync(&workspace, perf.memory, c.stream()) != cudaSuccess) {
-      (void)cudaGetLastError();
-      continue;
+    std::optional<cuda::StreamBuffer> workspace;
+    try {
+      workspace.emplace(perf.memory);  // from the processor's pool: its peak counts it
+    } catch (const OutOfMemoryError&) {
+      continue;  // another algorithm may need less
     }
-    const cudnnStatus_t status = call(perf.algo, workspace, perf.memory);
+    const cudnnStatus_t status = call(perf.algo, workspace->as<void>(), perf.memory);
     ++device_activity().library_calls;
-    if (workspace) cuda::check(cudaFreeAsync(workspace, c.stream()), "cudaFreeAsync");
     if (status == CUDNN_STATUS_SUCCESS) return true;
     if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM &&
         status != CUDNN_STATUS_ALLOC_FAILED)
@@ -384,7 +383,7 @@ bool forward(Context& c, Descriptors& d, const T* x, const T* filter, float beta
       },
       "cudnnGetConvolutionForwardAlgorithm_v7");
   const float one = 1.0f;
-  return run_first(c, d, perfs, "cudnnConvolutionForward",
+  return run_first(d, perfs, "cudnnConvolutionForward",
                    [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter,
                                                     d.conv.d, algo, workspace, bytes, &beta, d.y.d,
@@ -403,7 +402,7 @@ bool backward_data(Context& c, Descriptors& d, const T* filter, const T* y, floa
       },
       "cudnnGetConvolutionBackwardDataAlgorithm_v7");
   const float one = 1.0f;
-  return run_first(c, d, perfs, "cudnnConvolutionBackwardData",
+  return run_first(d, perfs, "cudnnConvolutionBackwardData",
                    [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y,
                                                          d.conv.d, algo, workspace, bytes, &beta,
@@ -422,7 +421,7 @@ inline bool backward_filter(Context& c, Descriptors& d, const float* x, const fl
       },
       "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
   const float one = 1.0f, zero = 0.0f;
-  return run_first(c, d, perfs, "cudnnConvolutionBackwardFilter",
+  return run_first(d, perfs, "cudnnConvolutionBackwardFilter",
                    [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
                      return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y,
                                                            d.conv.d, algo, workspace, bytes, &zero,
@@ -438,11 +437,6 @@ inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 
 // Whether the processor computes on a GPU and cuDNN can run `g`.
 inline bool usable(const ConvGeometry& g) { return cuda::computes_on_gpu() && describable(g); }
 
-template <class T>
-void prefetch(Context& c, const T* data, std::int64_t elements) {
-  cuda::prefetch_to_gpu(data, std::size_t(elements) * sizeof(T), c.stream());
-}
-
 }  // namespace detail
 
 /// output = the convolution of `input` (the box) with `weight`; false when cuDNN cannot run it.
@@ -453,20 +447,17 @@ bool conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* out
   const bool t = detail::is_transposed(g);
   const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
   const std::int64_t out_elements = detail::elements(g.batch, g.out, g.c_out);
-  detail::prefetch(c, input, detail::elements(g.batch, g.in, g.c_in));
-  detail::prefetch(c, weight, detail::weight_elements(g));
-  detail::prefetch(c, output, out_elements);
   // Outputs no input reaches are zeros (all of them in an empty problem).
   if (p.empty || (t && p.region != g.out))
     cuda::check(cudaMemsetAsync(output, 0, std::size_t(out_elements) * sizeof(T), c.stream()),
                 "cudaMemsetAsync");
   if (p.empty) return true;
   detail::Descriptors d(p, detail::data_type<T>());
-  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T), c.stream());
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T));
   detail::reorder_weight(c, g, p, weight, filter.as<T>(), /*to_ours=*/false);
   if (!t && p.x_is_caller)
     return detail::forward(c, d, input + p.caller_x, filter.as<T>(), 0.0f, output);
-  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T), c.stream());
+  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T));
   if (!t) {
     detail::embed(c, p, input, x.as<T>());
     return detail::forward(c, d, x.as<T>(), filter.as<T>(), 0.0f, output);
@@ -485,19 +476,16 @@ bool conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   const bool t = detail::is_transposed(g);
   const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
   const std::int64_t in_elements = detail::elements(g.batch, g.in, g.c_in);
-  detail::prefetch(c, grad_output, detail::elements(g.batch, g.out, g.c_out));
-  detail::prefetch(c, weight, detail::weight_elements(g));
-  detail::prefetch(c, grad_input, in_elements);
   // Box rows no output reads get zeros; the rest is added on top.
   cuda::check(cudaMemsetAsync(grad_input, 0, std::size_t(in_elements) * sizeof(T), c.stream()),
               "cudaMemsetAsync");
   if (p.empty) return true;
   detail::Descriptors d(p, detail::data_type<T>());
-  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T), c.stream());
+  cuda::StreamBuffer filter(detail::weight_elements(g) * sizeof(T));
   detail::reorder_weight(c, g, p, weight, filter.as<T>(), /*to_ours=*/false);
   if (!t && p.x_is_caller)
     return detail::backward_data(c, d, filter.as<T>(), grad_output, 1.0f, grad_input + p.caller_x);
-  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T), c.stream());
+  cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(T));
   if (t) {
     detail::embed(c, p, grad_output, x.as<T>());
     return detail::forward(c, d, x.as<T>(), filter.as<T>(), 1.0f, grad_input);
@@ -515,26 +503,25 @@ inline bool add_weight_gradient(Context& c, const ConvGeometry& g, const Problem
   const bool t = is_transposed(g);
   Descriptors d(p, CUDNN_DATA_FLOAT);
   const std::int64_t n = weight_elements(g);
-  cuda::StreamBuffer filter(n * sizeof(float), c.stream());
-  cuda::StreamBuffer ours(n * sizeof(float), c.stream());
+  cuda::StreamBuffer filter(n * sizeof(float));
+  cuda::StreamBuffer ours(n * sizeof(float));
   bool ran = false;
   if (!t && p.x_is_caller) {
     ran = backward_filter(c, d, input + p.caller_x, grad_output, filter.as<float>());
   } else {
     // x: the zero-padded box, or the transposed convolution's output space holding grad_output;
     // y: the output's gradient, or the transposed convolution's input.
-    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float), c.stream());
+    cuda::StreamBuffer x(p.x.elements_of_full() * sizeof(float));
     embed(c, p, t ? grad_output : input, x.as<float>());
     ran = backward_filter(c, d, x.as<float>(), t ? input : grad_output, filter.as<float>());
   }
   if (!ran) return false;
   reorder_weight(c, g, p, filter.as<float>(), ours.as<float>(), /*to_ours=*/true);
   // Added into the caller's double sum (in the GPU's memory), widened there.
-  cuda::StreamBuffer wide(n * sizeof(double), c.stream());
+  cuda::StreamBuffer wide(n * sizeof(double));
   cuda::launch(cuda::kernel(gpu::sum_source(), "widen_f32"), n, c.stream(),
                static_cast<const float*>(ours.as<float>()), wide.as<double>(),
                static_cast<long long>(n));
-  cuda::prefetch_to_gpu(grad_weight, std::size_t(n) * sizeof(double), c.stream());
   cuda::launch(cuda::kernel(gpu::elementwise_source(), "accumulate_f64"), n, c.stream(),
                grad_weight, static_cast<const double*>(wide.as<double>()),
                static_cast<long long>(n));
@@ -543,8 +530,7 @@ inline bool add_weight_gradient(Context& c, const ConvGeometry& g, const Problem
 
 // `n` bfloat16 values widened to float in a buffer of the GPU's, in stream order.
 inline cuda::StreamBuffer widened(Context& c, const bfloat16* from, std::int64_t n) {
-  prefetch(c, from, n);
-  cuda::StreamBuffer wide(std::size_t(n) * sizeof(float), c.stream());
+  cuda::StreamBuffer wide(std::size_t(n) * sizeof(float));
   cuda::launch(cuda::kernel(gpu::elementwise_source(), "convert_bf16_f32"), n, c.stream(),
                static_cast<const void*>(from), static_cast<void*>(wide.as<float>()),
                static_cast<long long>(n));
@@ -565,8 +551,6 @@ bool conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
   const std::int64_t in_n = detail::elements(g.batch, g.in, g.c_in);
   const std::int64_t out_n = detail::elements(g.batch, g.out, g.c_out);
   if constexpr (std::is_same_v<T, float>) {
-    detail::prefetch(c, input, in_n);
-    detail::prefetch(c, grad_output, out_n);
     return detail::add_weight_gradient(c, g, p, input, grad_output, grad_weight);
   } else {
     const cuda::StreamBuffer wide_input = detail::widened(c, input, in_n);

@@ -8,7 +8,7 @@
 // bit for bit; exp, log, tanh and pow use CUDA's math library, within a few units in the last place
 // of the host's. bfloat16 blocks compute in float and round each result, as the CPU loops do. Each
 // host function returns false, doing nothing, unless the calling thread computes on a GPU and every
-// operand is in device or managed memory; the caller then runs its CPU loop.
+// operand is in GPU memory; the caller then runs its CPU loop.
 
 #include <array>
 #include <cstddef>
@@ -207,9 +207,8 @@ bool map(int code, T s, const T* x, T* out, std::int64_t n) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64", "map_bf16"), n,
-               {operand(x, n), operand(out, n)}, code, compute_t<T>(s), x, out,
-               static_cast<long long>(n));
+    run_kernel(elementwise_source(), instance<T>("map_f32", "map_f64", "map_bf16"), n, code,
+               compute_t<T>(s), x, out, static_cast<long long>(n));
     return true;
   }
 }
@@ -223,8 +222,7 @@ bool times_derivative(int code, T s, const T* g, const T* x, T* out, std::int64_
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(),
                instance<T>("times_derivative_f32", "times_derivative_f64", "times_derivative_bf16"),
-               n, {operand(g, n), operand(x, n), operand(out, n)}, code, compute_t<T>(s), g, x, out,
-               static_cast<long long>(n));
+               n, code, compute_t<T>(s), g, x, out, static_cast<long long>(n));
     return true;
   }
 }
@@ -244,9 +242,8 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
     detail::Walk walk;
     std::array<std::int64_t, 3> spans{};
     if (!detail::walk_of(sizes, strides, &walk, &spans)) return false;
-    run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64", "zip_bf16"), n,
-               {operand(a, spans[0]), operand(b, spans[1]), operand(out, spans[2])}, code, walk, a,
-               b, out, static_cast<long long>(n));
+    run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64", "zip_bf16"), n, code, walk,
+               a, b, out, static_cast<long long>(n));
     return true;
   }
 }
@@ -272,9 +269,8 @@ bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
                          : sizeof(T) == 2 ? "copy_2_bytes"
                          : sizeof(T) == 4 ? "copy_4_bytes"
                                           : "copy_8_bytes";
-    run_kernel(elementwise_source(), kernel, n, {operand(from, spans[0]), operand(to, spans[2])},
-               walk, static_cast<const void*>(from), static_cast<void*>(to),
-               static_cast<long long>(n));
+    run_kernel(elementwise_source(), kernel, n, walk, static_cast<const void*>(from),
+               static_cast<void*>(to), static_cast<long long>(n));
     return true;
   }
 }
@@ -289,8 +285,7 @@ bool convert(const From* from, std::int64_t n, To* to) {
   } else {
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(), narrows ? "convert_f32_bf16" : "convert_bf16_f32", n,
-               {operand(from, n), operand(to, n)}, static_cast<const void*>(from),
-               static_cast<void*>(to), static_cast<long long>(n));
+               static_cast<const void*>(from), static_cast<void*>(to), static_cast<long long>(n));
     return true;
   }
 }
@@ -303,8 +298,8 @@ bool accumulate(T* into, const T* add, std::int64_t n) {
   } else {
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(elementwise_source(),
-               instance<T>("accumulate_f32", "accumulate_f64", "accumulate_bf16"), n,
-               {operand(into, n), operand(add, n)}, into, add, static_cast<long long>(n));
+               instance<T>("accumulate_f32", "accumulate_f64", "accumulate_bf16"), n, into, add,
+               static_cast<long long>(n));
     return true;
   }
 }

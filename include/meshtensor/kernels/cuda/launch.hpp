@@ -1,7 +1,6 @@
 #pragma once
-// How meshtensor's own kernels run on a processor's GPU: the operands are asked for on the GPU
-// (blocks in managed memory move there, device/memory.hpp), and the kernel is queued on the
-// processor's compute stream. The call returns without waiting for it: the host waits
+// How meshtensor's own kernels run on a processor's GPU: queued on the processor's compute stream,
+// their operands in its GPU memory. The call returns without waiting for it: the host waits
 // (device/host_access.hpp) only before it touches memory itself.
 
 #include <cstddef>
@@ -17,18 +16,6 @@
 #include "meshtensor/device/runtime_compiler.hpp"
 
 namespace meshtensor::kernels::gpu {
-
-/// What a kernel reads or writes: `bytes` from `data`.
-struct Operand {
-  const void* data;
-  std::size_t bytes;
-};
-
-/// `count` elements of type T from `data`.
-template <class T>
-Operand operand(const T* data, std::int64_t count) {
-  return {data, static_cast<std::size_t>(count) * sizeof(T)};
-}
 
 /// Whether meshtensor's element kernels exist for T (float, double and bfloat16).
 template <class T>
@@ -88,20 +75,18 @@ inline const char* with_shared_code(const char* shared_code, const char* kernels
 template <class T, class V>
 cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
   const std::vector<T> converted(values.begin(), values.end());
-  cuda::StreamBuffer scratch(converted.size() * sizeof(T), stream);
+  cuda::StreamBuffer scratch(converted.size() * sizeof(T));
   cuda::check(cudaMemcpyAsync(scratch.as<T>(), converted.data(), converted.size() * sizeof(T),
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync");
   return scratch;
 }
 
-/// Queues `kernel` of `source` over n threads with `args`, its operands asked for on the GPU.
+/// Queues `kernel` of `source` over n threads with `args`.
 template <class... Args>
 void run_kernel(const cuda::KernelSource& source, const char* kernel, std::int64_t n,
-                std::initializer_list<Operand> operands, Args... args) {
-  const cudaStream_t stream = cuda::compute_stream();
-  for (const Operand& o : operands) cuda::prefetch_to_gpu(o.data, o.bytes, stream);
-  cuda::launch(cuda::kernel(source, kernel), n, stream, args...);
+                Args... args) {
+  cuda::launch(cuda::kernel(source, kernel), n, cuda::compute_stream(), args...);
 }
 
 }  // namespace meshtensor::kernels::gpu

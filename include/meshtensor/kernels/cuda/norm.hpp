@@ -479,7 +479,7 @@ void reduce_per_key(const KeyedBlock& block, FirstPass first, cudaKernel_t combi
   const bool lanes = keys_innermost(block);
   const std::int64_t chunk = lanes ? rows_per_lane : chunk_of(terms),
                      chunks = (terms + chunk - 1) / chunk;
-  const cuda::StreamBuffer partial(std::size_t(width * keys * chunks) * sizeof(double), stream);
+  const cuda::StreamBuffer partial(std::size_t(width * keys * chunks) * sizeof(double));
   if (lanes)
     cuda::launch(cuda::kernel(norm_source(), first.lanes), keys * chunks, stream, block, args...,
                  partial.as<double>(), static_cast<long long>(terms),
@@ -513,7 +513,6 @@ bool norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
                   "cudaMemsetAsync");
       return true;
     }
-    cuda::prefetch_to_gpu(x, std::size_t(n) * sizeof(T), stream);
     detail::reduce_per_key(
         block,
         {instance<T>("moments_chunk_f32", "moments_chunk_f64", "moments_chunk_bf16"),
@@ -579,9 +578,8 @@ bool norm_affine(const Sizes& sizes, const Strides& key_strides, std::int64_t ke
       return false;
     const std::int64_t n = num_elements(sizes);
     if (n == 0 || keys == 0) return true;
-    run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64", "affine_bf16"), n,
-               {operand(x, n), operand(out, n)}, block, x, scale, shift, compute_t<T>(floor), out,
-               static_cast<long long>(n));
+    run_kernel(norm_source(), instance<T>("affine_f32", "affine_f64", "affine_bf16"), n, block, x,
+               scale, shift, compute_t<T>(floor), out, static_cast<long long>(n));
     return true;
   }
 }
@@ -606,8 +604,6 @@ bool norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, std::int
                   "cudaMemsetAsync");
       return true;
     }
-    for (const T* data : {g, v, mask.x})
-      if (data) cuda::prefetch_to_gpu(data, std::size_t(n) * sizeof(T), stream);
     detail::reduce_per_key(block,
                            {instance<T>("gradient_sums_chunk_f32", "gradient_sums_chunk_f64",
                                         "gradient_sums_chunk_bf16"),
@@ -635,7 +631,6 @@ bool norm_input_gradient(const Sizes& sizes, const Strides& key_strides, std::in
     if (n == 0 || keys == 0) return true;
     run_kernel(norm_source(),
                instance<T>("input_gradient_f32", "input_gradient_f64", "input_gradient_bf16"), n,
-               {operand(g, n), operand(v, n), operand(dx, n), operand(mask.x ? mask.x : g, n)},
                block, g, v, mask.x, mask.scale, mask.shift, p, q, r, dx, static_cast<long long>(n));
     return true;
   }
@@ -650,8 +645,7 @@ bool norm_inverse_std(const T* variance, std::int64_t n, double epsilon, T* out)
   } else {
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(norm_source(), instance<T>("inverse_std_f32", "inverse_std_f64", "inverse_std_bf16"),
-               n, {operand(variance, n), operand(out, n)}, variance, static_cast<long long>(n),
-               epsilon, out);
+               n, variance, static_cast<long long>(n), epsilon, out);
     return true;
   }
 }

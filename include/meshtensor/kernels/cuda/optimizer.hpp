@@ -1,9 +1,8 @@
 #pragma once
 // The optimisers' updates on a processor that computes on a GPU: one thread per parameter element,
 // running the CPU loop's own formula (kernels/common/optimizer_formulas.hpp), unless the step's
-// guard says to skip it. Each host function
-// returns false, doing nothing, unless the thread computes on a GPU and every operand is in device
-// or managed memory.
+// guard says to skip it. Each host function returns false, doing nothing, unless the thread
+// computes on a GPU.
 
 #include <cstdint>
 #include <type_traits>
@@ -74,9 +73,8 @@ bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64", ""), n,
-               {operand(parameter, n), operand(velocity, n), operand(gradient, n)}, h, parameter,
-               velocity, gradient, static_cast<long long>(n), guard);
+    run_kernel(optimizer_source(), instance<T>("sgd_f32", "sgd_f64", ""), n, h, parameter, velocity,
+               gradient, static_cast<long long>(n), guard);
     return true;
   }
 }
@@ -89,9 +87,8 @@ bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T*
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64", ""), n,
-               {operand(parameter, n), operand(first, n), operand(second, n), operand(gradient, n)},
-               h, parameter, first, second, gradient, static_cast<long long>(n), guard);
+    run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64", ""), n, h, parameter, first,
+               second, gradient, static_cast<long long>(n), guard);
     return true;
   }
 }

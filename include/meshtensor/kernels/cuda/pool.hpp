@@ -6,7 +6,7 @@
 // thread per output element; backward a thread per box element, gathering from the outputs whose
 // windows read it in increasing order, so nothing is added atomically. Each host function returns
 // false, doing nothing, unless the thread computes on a GPU, the blocks are float or bfloat16 (read
-// as float, each output rounded once), every operand is in device or managed memory, and windows
+// as float, each output rounded once), every operand is in GPU memory, and windows
 // have at most 16 taps per dim.
 
 #include <cstdint>
@@ -262,8 +262,8 @@ bool max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
   } else {
     if (!detail::usable(g)) return false;
     run_kernel(pool_source(), instance<T>("max_pool_forward_f32", "", "max_pool_forward_bf16"),
-               detail::output_elements(g), {operand(input, detail::box_elements(g))},
-               detail::flatten(g), input, output, static_cast<long long*>(workspace));
+               detail::output_elements(g), detail::flatten(g), input, output,
+               static_cast<long long*>(workspace));
     return true;
   }
 }
@@ -276,8 +276,7 @@ bool avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
   } else {
     if (!detail::usable(g)) return false;
     run_kernel(pool_source(), instance<T>("avg_pool_forward_f32", "", "avg_pool_forward_bf16"),
-               detail::output_elements(g), {operand(input, detail::box_elements(g))},
-               detail::flatten(g), input, output, int(count_padding));
+               detail::output_elements(g), detail::flatten(g), input, output, int(count_padding));
     return true;
   }
 }
@@ -291,9 +290,8 @@ bool max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
   } else {
     if (!detail::usable(g)) return false;
     run_kernel(pool_source(), instance<T>("pool_backward_f32", "", "pool_backward_bf16"),
-               detail::box_elements(g), {operand(grad_output, detail::output_elements(g))},
-               detail::flatten(g), grad_output, static_cast<const long long*>(workspace),
-               grad_input, 0);
+               detail::box_elements(g), detail::flatten(g), grad_output,
+               static_cast<const long long*>(workspace), grad_input, 0);
     return true;
   }
 }
@@ -307,9 +305,8 @@ bool avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
   } else {
     if (!detail::usable(g)) return false;
     run_kernel(pool_source(), instance<T>("pool_backward_f32", "", "pool_backward_bf16"),
-               detail::box_elements(g), {operand(grad_output, detail::output_elements(g))},
-               detail::flatten(g), grad_output, static_cast<const long long*>(nullptr), grad_input,
-               int(count_padding));
+               detail::box_elements(g), detail::flatten(g), grad_output,
+               static_cast<const long long*>(nullptr), grad_input, int(count_padding));
     return true;
   }
 }

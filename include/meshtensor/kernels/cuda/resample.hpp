@@ -4,7 +4,7 @@
 // adds the gradients of the outputs that read it (their list built on the host), so no two
 // threads write one element and no atomics are needed. Both add in the CPU loops' order, from
 // zero. Each host function returns false, doing nothing, unless the thread computes on a GPU, the
-// blocks are in device or managed memory, and they are float, double or bfloat16.
+// blocks are in GPU memory, and they are float, double or bfloat16.
 
 #include <cstdint>
 
@@ -116,7 +116,6 @@ bool resample(const ResampleTaps& taps, const T* box, T* out) {
     const cuda::StreamBuffer index = upload<long long>(taps.index, stream);
     const cuda::StreamBuffer weight = upload<T>(taps.weight, stream);
     run_kernel(resample_source(), instance<T>("resample_f32", "resample_f64", "resample_bf16"), n,
-               {operand(box, taps.outer * taps.sources * taps.inner), operand(out, n)},
                detail::resample_shape_of(taps), index.as<long long>(), weight.as<T>(), box, out);
     return true;
   }
@@ -138,8 +137,7 @@ bool resample_adjoint(const ResampleTaps& taps, const T* g, T* grad_box) {
     const cuda::StreamBuffer weight = upload<T>(readers.weight, stream);
     run_kernel(resample_source(),
                instance<T>("resample_adjoint_f32", "resample_adjoint_f64", "resample_adjoint_bf16"),
-               n, {operand(g, taps.outer * taps.outputs() * taps.inner), operand(grad_box, n)},
-               detail::resample_shape_of(taps), start.as<long long>(), reader.as<long long>(),
+               n, detail::resample_shape_of(taps), start.as<long long>(), reader.as<long long>(),
                weight.as<T>(), g, grad_box);
     return true;
   }

@@ -9,7 +9,7 @@
 // each output's chunks in order. No atomics: the same inputs give the same sums on every run.
 // The order differs from the CPU's, so results agree with it to double rounding before the final
 // rounding to the tensor's type. Each host function returns false, doing nothing, unless the
-// thread computes on a GPU, every operand is in device or managed memory, the operands are float,
+// thread computes on a GPU, every operand is in GPU memory, the operands are float,
 // double or bfloat16, and each box has at most 8 dims.
 
 #include <cuda_runtime_api.h>
@@ -386,9 +386,6 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
     const std::int64_t outputs = num_elements(outer), terms = num_elements(inner);
     if (outputs == 0) return true;
     const cudaStream_t stream = cuda::compute_stream();
-    const Operand inputs[2] = {operand(a, spans[0]), operand(b, spans[N - 1])};
-    for (const Operand& o : inputs) cuda::prefetch_to_gpu(o.data, o.bytes, stream);
-    cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(double), stream);
     if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
       cuda::launch(
           cuda::kernel(sum_source(), instance<T>("sum_per_output_f32", "sum_per_output_f64",
@@ -398,7 +395,7 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
     } else {
       const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
-      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(double), stream);
+      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(double));
       cuda::launch_grid(
           cuda::kernel(sum_source(),
                        instance<T>("sum_chunk_f32", "sum_chunk_f64", "sum_chunk_bf16")),
@@ -419,8 +416,8 @@ bool narrow(const double* in, T* out, std::int64_t n, double divisor) {
     return false;
   } else {
     if (!cuda::computes_on_gpu()) return false;
-    run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64", "narrow_bf16"), n,
-               {operand(in, n), operand(out, n)}, in, out, static_cast<long long>(n), divisor);
+    run_kernel(sum_source(), instance<T>("narrow_f32", "narrow_f64", "narrow_bf16"), n, in, out,
+               static_cast<long long>(n), divisor);
     return true;
   }
 }
@@ -442,8 +439,6 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
     if (outputs == 0) return true;
     const int code = is_max ? BinaryOp::larger : BinaryOp::smaller;
     const cudaStream_t stream = cuda::compute_stream();
-    cuda::prefetch_to_gpu(operand.data, std::size_t(spans[0]) * sizeof(T), stream);
-    cuda::prefetch_to_gpu(out, std::size_t(outputs) * sizeof(T), stream);
     if (terms < detail::terms_per_thread || outputs > (std::int64_t(1) << 31) - 1) {
       cuda::launch(
           cuda::kernel(sum_source(), instance<T>("extreme_per_output_f32", "extreme_per_output_f64",
@@ -453,7 +448,7 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
     } else {
       const std::int64_t chunk = detail::chunk_of(terms);
       const std::int64_t chunks = (terms + chunk - 1) / chunk;
-      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(T), stream);
+      const cuda::StreamBuffer partial(std::size_t(outputs * chunks) * sizeof(T));
       cuda::launch_grid(
           cuda::kernel(sum_source(),
                        instance<T>("extreme_chunk_f32", "extreme_chunk_f64", "extreme_chunk_bf16")),
@@ -482,10 +477,8 @@ bool argmax(const T* in, std::int64_t outer, std::int64_t n, std::int64_t inner,
     if (!cuda::computes_on_gpu()) return false;
     const char* kernel = bytes ? instance<T>("argmax_f32_u8", "argmax_f64_u8", "argmax_bf16_u8")
                                : instance<T>("argmax_f32_i32", "argmax_f64_i32", "argmax_bf16_i32");
-    run_kernel(sum_source(), kernel, outer * inner,
-               {operand(in, outer * n * inner), operand(out, outer * inner)}, in, out,
-               static_cast<long long>(outer), static_cast<long long>(n),
-               static_cast<long long>(inner));
+    run_kernel(sum_source(), kernel, outer * inner, in, out, static_cast<long long>(outer),
+               static_cast<long long>(n), static_cast<long long>(inner));
     return true;
   }
 }
