@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/transport_choice.hpp"
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
@@ -45,7 +46,8 @@ class Mesh {
   /// transport can carry messages from.
   Mesh(MeshShape shape, std::unique_ptr<Communicator> world, std::optional<Device> device = {})
       : shape_(std::move(shape)),
-        processor_(checked_device(*world, device), kernel_threads(*world)),
+        processor_(checked_device(*world, device), kernel_threads(*world),
+                   memory_for(checked_device(*world, device))),
         current_(processor_),
         world_(std::move(world)) {
     if (shape_.num_processors() != world_->size())
@@ -129,6 +131,12 @@ class Mesh {
                                        : carried.to_string() + " memory") +
                     ", so its processors cannot compute on device " + asked->to_string() +
                     "; valid pairs are threads or mpi with cpu, and nccl with cuda");
+  }
+  // Where the processor's blocks come from: its device's memory; for a plan, addresses counted as
+  // the pool of the run it stands for would hold them.
+  static MemorySource memory_for(const Device& device) {
+    if (device.is_plan()) return MemoryPool::address_space_only(plans_stand_for_devices());
+    return detail::memory_of(device);
   }
   // The processors of a threads run share this process's cores; an MPI rank shares its node's
   // with the other ranks there.

@@ -84,6 +84,8 @@ struct MemorySource {
   bool in_parts = false;
   const char* name = "";
   MemorySpace space = MemorySpace::host;
+  // A plan for a run on GPUs: blocks counted as a GPU's pool holds them.
+  bool rounds_as_device = false;
 };
 
 class MemoryPool;
@@ -141,13 +143,15 @@ class MemoryPool {
 
   /// Addresses without memory behind them: a plan's blocks, which have a size and an address
   /// but are never read or written (a touch faults). Blocks stay whole, as outside memory does.
-  static MemorySource address_space_only() {
+  /// `as_device`: the plan stands for a run on GPUs, whose pools hold blocks whole (no header).
+  static MemorySource address_space_only(bool as_device = false) {
     MemorySource source;
     source.map = &reserve;
     source.unmap = &unreserve;
     source.in_parts = false;
     source.name = "address space (a plan)";
     source.space = MemorySpace::none;
+    source.rounds_as_device = as_device;
     return source;
   }
 
@@ -180,8 +184,10 @@ class MemoryPool {
                        "hold (" +
                        std::to_string(max_request) + ")");
     const bool outside = !source_.in_parts;
-    // A plan counts each block as the host's pool would hold it: header, size class or malloc.
-    const bool as_host = !outside || source_.space == MemorySpace::none;
+    // A plan counts each block as the pool it stands for would hold it: the host's (header, size
+    // class or malloc) or a GPU's.
+    const bool as_host =
+        !outside || (source_.space == MemorySpace::none && !source_.rounds_as_device);
     const std::size_t total = as_host ? bytes + alignment : std::max<std::size_t>(bytes, 1);
     const bool pooled = outside || total >= pooled_from;
     const std::size_t size = !as_host || total >= pooled_from ? size_class(total) : total;
@@ -203,10 +209,11 @@ class MemoryPool {
       if ((!base || resize.from) && granted > resize.from) {
         // Memory from the system: a new block, or cached ones joined and grown (only ever grown:
         // a bigger cached block is split instead). Pooled, other cached blocks go back until the
-        // pool stays within the peak in use.
+        // pool stays within the peak in use; a GPU's pool keeps them (cudaFree would wait for the
+        // GPU, every step) and gives them back when the card is full.
         stats_.held += granted - resize.from;
         stats_.fresh_bytes += granted - resize.from;
-        if (pooled) trim_to(high_water_);
+        if (pooled && !keeps_cache()) trim_to(high_water_);
         stats_.peak_held = std::max(stats_.peak_held, stats_.held);
         ++stats_.system_allocations;
       }
@@ -396,7 +403,8 @@ class MemoryPool {
     auto fit = by_size_.lower_bound({size, nullptr});
     if (!source_.in_parts) {
       // A plan's blocks count their exact size, as a host pool's split blocks do.
-      const std::size_t waste = source_.space == MemorySpace::none ? 0 : size / 4;
+      const bool exact = source_.space == MemorySpace::none && !source_.rounds_as_device;
+      const std::size_t waste = exact ? 0 : size / 4;
       if (fit == by_size_.end() || fit->first > size + waste) return nullptr;
       const auto [found, block] = *fit;
       uncache(block, found);
@@ -482,6 +490,11 @@ class MemoryPool {
       source_.unmap(base, size);
       stats_.held -= size;
     }
+  }
+
+  // Whether cached blocks stay until the source runs out: a GPU's, or a plan standing for one.
+  bool keeps_cache() const {
+    return source_.space == MemorySpace::device || source_.rounds_as_device;
   }
 
   static std::size_t round_up(std::size_t bytes) {

@@ -416,6 +416,7 @@ cudaError_t CUDARTAPI cudaFreeHost(void* p) {
 cudaError_t CUDARTAPI cudaFree(void* p) {
   Lock lock(state_lock);
   if (!p) return outcome();
+  if (unfinished > 0) count("waits");  // the host stops until the GPU catches up
   run_all_streams();  // cudaFree waits for the device, so no queued work still uses p
   return outcome(release(p) ? cudaSuccess : cudaErrorInvalidValue);
 }
