@@ -167,7 +167,8 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) 
 }
 
 // What a step asked of the device, per step (the largest processor's): kernels launched, cuDNN
-// and cuBLAS calls, host waits, CPU loops run on the device's blocks (0 on a CPU processor).
+// and cuBLAS calls, cuDNN's algorithm queries, host waits, CPU loops run on the device's blocks
+// (0 on a CPU processor).
 std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& before,
                                      int steps) {
   const mt::DeviceActivity& now = mt::device_activity();
@@ -176,6 +177,8 @@ std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& b
   };
   return "\"gpu_kernels_per_step\":" + per_step(now.kernels, before.kernels) +
          ",\"gpu_library_calls_per_step\":" + per_step(now.library_calls, before.library_calls) +
+         ",\"gpu_library_queries_per_step\":" +
+         per_step(now.library_queries, before.library_queries) +
          ",\"gpu_waits_per_step\":" + per_step(now.waits, before.waits) +
          ",\"gpu_host_fallbacks_per_step\":" +
          per_step(now.host_fallbacks, before.host_fallbacks);

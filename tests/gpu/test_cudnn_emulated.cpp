@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <meshtensor/core/bfloat16.hpp>
+#include <meshtensor/device/activity.hpp>
 #include <meshtensor/device/array.hpp>
 #include <meshtensor/device/host_access.hpp>
 #include <meshtensor/device/memory.hpp>
@@ -135,4 +136,21 @@ TEST_CASE("random geometries put to the emulated cuDNN equal the reference") {
     ++ran;
   }
   CHECK(ran > 1400);
+}
+
+TEST_CASE("each pass asks cuDNN for its algorithm once per shape") {
+  OnGpu gpu;
+  const ConvGeometry g = geometry(conv_cases().front());
+  const std::uint64_t before = device_activity().library_queries;
+  CHECK(agrees<float>(g));  // forward, input gradient, and the weight gradient twice
+  const std::uint64_t first = device_activity().library_queries - before;
+  CHECK(agrees<float>(g));
+  const std::uint64_t same = device_activity().library_queries - before - first;
+  // bfloat16: its forward and input gradient are other problems; its weight gradient runs on
+  // operands widened to float, float's problem.
+  CHECK(agrees<bfloat16>(g));
+  const std::uint64_t other = device_activity().library_queries - before - first - same;
+  CHECK(first == 3);
+  CHECK(same == 0);
+  CHECK(other == 2);
 }

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -64,11 +65,21 @@ class Context {
   cudnnHandle_t handle() const { return handle_; }
   cudaStream_t stream() const { return stream_; }
 
+  /// The algorithm each pass of each problem ran with (a key of algorithm_key()), chosen at its
+  /// first call: cuDNN's heuristics are asked once per shape, not per call.
+  struct Chosen {
+    int algo;
+    cudnnMathType_t math;
+    std::size_t memory;
+  };
+  std::map<std::vector<std::int64_t>, Chosen>& chosen() { return chosen_; }
+
   void synchronize() { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t handle_ = nullptr;
+  std::map<std::vector<std::int64_t>, Chosen> chosen_;
 };
 
 inline Context& context() { return current_processor().state<Context>(); }
@@ -248,6 +259,19 @@ inline bool describable(const ConvGeometry& g) {
   return biggest < (std::int64_t{1} << 31);
 }
 
+// What cuDNN sees of a problem: the element type, both boxes, the taps and the filter.
+inline std::vector<std::int64_t> problem_key(const Problem& p, cudnnDataType_t type) {
+  std::vector<std::int64_t> key{std::int64_t(type), p.filter_out, p.filter_in};
+  for (const Box* b : {&p.x, &p.y}) {
+    key.insert(key.end(), {b->batch, b->channels});
+    key.insert(key.end(), b->extent.begin(), b->extent.end());
+    key.insert(key.end(), b->full.begin(), b->full.end());
+  }
+  for (const auto* taps : {&p.pad, &p.stride, &p.dilation, &p.kernel})
+    key.insert(key.end(), taps->begin(), taps->end());
+  return key;
+}
+
 /// The descriptors of a problem on elements of `type`, and its filter in cuDNN's K, D, H, W, C
 /// order. Float accumulates in float (FMA math, never TF32); bfloat16 on the tensor cores.
 struct Descriptors {
@@ -256,7 +280,10 @@ struct Descriptors {
   ConvolutionDescriptor conv;
   cudnnDataType_t type;
 
-  Descriptors(const Problem& p, cudnnDataType_t element_type) : type(element_type) {
+  std::vector<std::int64_t> key;  // what identifies the problem to cuDNN (algorithm_key)
+
+  Descriptors(const Problem& p, cudnnDataType_t element_type)
+      : type(element_type), key(problem_key(p, element_type)) {
     p.x.describe(x, type);
     p.y.describe(y, type);
     const int filter[5] = {p.filter_out, p.filter_in, p.kernel[0], p.kernel[1], p.kernel[2]};
@@ -351,9 +378,10 @@ std::vector<Perf> candidates(const Descriptors& d, Query&& query, const char* ca
 
 // Runs `call(algo, workspace, bytes)` with each candidate, in the math it was suggested for, until
 // one succeeds: an algorithm the heuristics suggest may still refuse the problem, or its workspace
-// may not fit. False if none ran; other failures throw.
+// may not fit. The one that ran, or none; other failures throw.
 template <class Perf, class Call>
-bool run_first(Descriptors& d, const std::vector<Perf>& perfs, const char* what, Call&& call) {
+std::optional<Perf> run_first(Descriptors& d, const std::vector<Perf>& perfs, const char* what,
+                              Call&& call) {
   for (const Perf& perf : perfs) {
     check(cudnnSetConvolutionMathType(d.conv.d, perf.mathType), "cudnnSetConvolutionMathType");
     std::optional<cuda::StreamBuffer> workspace;
@@ -364,69 +392,86 @@ bool run_first(Descriptors& d, const std::vector<Perf>& perfs, const char* what,
     }
     const cudnnStatus_t status = call(perf.algo, workspace->as<void>(), perf.memory);
     ++device_activity().library_calls;
-    if (status == CUDNN_STATUS_SUCCESS) return true;
+    if (status == CUDNN_STATUS_SUCCESS) return perf;
     if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM &&
         status != CUDNN_STATUS_ALLOC_FAILED)
       check(status, what);
   }
-  return false;
+  return std::nullopt;
+}
+
+// Runs pass `pass` of the problem with the algorithm chosen for it at its first call; at the
+// first call (or if that algorithm fails now), with the first of the heuristics' candidates
+// (`query`) that runs, which is kept.
+template <class Perf, class Query, class Call>
+bool run_chosen(Context& c, Descriptors& d, int pass, Query&& query, const char* query_name,
+                const char* what, Call&& call) {
+  std::vector<std::int64_t> key = d.key;
+  key.push_back(pass);
+  auto& chosen = c.chosen();
+  if (const auto found = chosen.find(key); found != chosen.end()) {
+    Perf perf{};
+    perf.algo = static_cast<decltype(perf.algo)>(found->second.algo);
+    perf.mathType = found->second.math;
+    perf.memory = found->second.memory;
+    if (run_first(d, std::vector<Perf>{perf}, what, call)) return true;
+    chosen.erase(found);
+  }
+  ++device_activity().library_queries;
+  const auto ran = run_first(d, candidates<Perf>(d, query, query_name), what, call);
+  if (ran) chosen[key] = {int(ran->algo), ran->mathType, ran->memory};
+  return ran.has_value();
 }
 
 // x -> y forward: y = conv(x) + beta y.
 template <class T>
 bool forward(Context& c, Descriptors& d, const T* x, const T* filter, float beta, T* y) {
-  const auto perfs = candidates<cudnnConvolutionFwdAlgoPerf_t>(
-      d,
+  const float one = 1.0f;
+  return run_chosen<cudnnConvolutionFwdAlgoPerf_t>(
+      c, d, 0,
       [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* out) {
         return cudnnGetConvolutionForwardAlgorithm_v7(c.handle(), d.x.d, d.w.d, d.conv.d, d.y.d, n,
                                                       count, out);
       },
-      "cudnnGetConvolutionForwardAlgorithm_v7");
-  const float one = 1.0f;
-  return run_first(d, perfs, "cudnnConvolutionForward",
-                   [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
-                     return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter,
-                                                    d.conv.d, algo, workspace, bytes, &beta, d.y.d,
-                                                    y);
-                   });
+      "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward",
+      [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
+        return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter, d.conv.d, algo,
+                                       workspace, bytes, &beta, d.y.d, y);
+      });
 }
 
 // The adjoint: x = conv^T(y) + beta x.
 template <class T>
 bool backward_data(Context& c, Descriptors& d, const T* filter, const T* y, float beta, T* x) {
-  const auto perfs = candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
-      d,
+  const float one = 1.0f;
+  return run_chosen<cudnnConvolutionBwdDataAlgoPerf_t>(
+      c, d, 1,
       [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* out) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle(), d.w.d, d.y.d, d.conv.d,
                                                            d.x.d, n, count, out);
       },
-      "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-  const float one = 1.0f;
-  return run_first(d, perfs, "cudnnConvolutionBackwardData",
-                   [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
-                     return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y,
-                                                         d.conv.d, algo, workspace, bytes, &beta,
-                                                         d.x.d, x);
-                   });
+      "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData",
+      [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
+        return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y, d.conv.d,
+                                            algo, workspace, bytes, &beta, d.x.d, x);
+      });
 }
 
 // The filter's gradient from x and y's gradient (overwritten).
 inline bool backward_filter(Context& c, Descriptors& d, const float* x, const float* y,
                             float* filter) {
-  const auto perfs = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      d,
+  const float one = 1.0f, zero = 0.0f;
+  return run_chosen<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      c, d, 2,
       [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* out) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.handle(), d.x.d, d.y.d, d.conv.d,
                                                              d.w.d, n, count, out);
       },
-      "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-  const float one = 1.0f, zero = 0.0f;
-  return run_first(d, perfs, "cudnnConvolutionBackwardFilter",
-                   [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
-                     return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y,
-                                                           d.conv.d, algo, workspace, bytes, &zero,
-                                                           d.w.d, filter);
-                   });
+      "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter",
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
+        return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y, d.conv.d, algo,
+                                              workspace, bytes, &zero, d.w.d, filter);
+      });
 }
 
 inline std::int64_t elements(std::int64_t batch, const std::array<std::int64_t, 3>& e,
