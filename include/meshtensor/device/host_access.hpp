@@ -80,8 +80,10 @@ class HostCopy {
     if (!writes_) return;
     writes_ = false;
 #if defined(MESHTENSOR_WITH_CUDA)
-    // Synchronous: whatever the thread, the block holds the values before the next op is queued.
+    // Done before the next op is queued, whatever the thread: cudaMemcpy from pageable memory may
+    // return before its transfer (on the legacy stream, which the compute stream does not follow).
     (void)cudaMemcpy(block_, values_.data(), values_.size(), cudaMemcpyHostToDevice);
+    (void)cudaStreamSynchronize(cudaStreamLegacy);
 #endif
   }
 
