@@ -19,6 +19,8 @@
 #include <meshtensor/kernels/cuda/pool.hpp>
 #include <meshtensor/kernels/cuda/resample.hpp>
 #include <meshtensor/kernels/cuda/sum.hpp>
+#include <meshtensor/kernels/host_operands.hpp>
+#include <meshtensor/kernels/sum.hpp>
 
 #include "gpu/host_cuda.hpp"
 #include "support/elementwise_cases.hpp"
@@ -125,9 +127,10 @@ void check_elementwise_kernels() {
       const testing::ZipCheck<T> check(c, code);
       const auto &a = check.a, &b = check.b, &out_ref = check.out_ref;
       kernels::gpu::detail::Walk flat;
-      std::array<std::int64_t, 3> spans{};
-      REQUIRE(kernels::gpu::detail::walk_of(c.sizes, c.strides, &flat, &spans));
-      CHECK(spans ==
+      REQUIRE(kernels::gpu::detail::walk_of(c.sizes, c.strides, &flat));
+      CHECK(std::array<std::int64_t, 3>{kernels::span_of(c.sizes, c.strides[0]),
+                                        kernels::span_of(c.sizes, c.strides[1]),
+                                        kernels::span_of(c.sizes, c.strides[2])} ==
             std::array<std::int64_t, 3>{c.a_elements, c.b_elements, std::int64_t(out_ref.size())});
       host_kernels::Walk walk;
       std::memcpy(&walk, &flat, sizeof walk);
@@ -147,9 +150,8 @@ TEST_CASE("the copy kernels, run on the host, copy strided boxes as the referenc
     std::vector<double> to_ref(std::size_t(c.to_elements), -1.0), to = to_ref;
     kernels::reference::copy_box(c.box, from.data(), c.from_strides, to_ref.data(), c.to_strides);
     kernels::gpu::detail::Walk flat;
-    std::array<std::int64_t, 3> spans{};
     REQUIRE(kernels::gpu::detail::walk_of(
-        c.box, {c.from_strides, kernels::Strides(c.box.size(), 0), c.to_strides}, &flat, &spans));
+        c.box, {c.from_strides, kernels::Strides(c.box.size(), 0), c.to_strides}, &flat));
     host_kernels::Walk walk;
     std::memcpy(&walk, &flat, sizeof walk);
     host_kernels::copy_8_bytes(walk, reinterpret_cast<const unsigned long long*>(from.data()),
@@ -221,9 +223,9 @@ void check_sum_kernels(const testing::SumCase& c) {
                      terms = kernels::num_elements(c.inner);
 
   kernels::gpu::detail::SumShape flat;
-  std::array<std::int64_t, 2> spans{};
-  REQUIRE(kernels::gpu::detail::sum_shape_of(c.outer, c.inner, operands, &flat, &spans));
-  for (std::size_t k = 0; k < N; ++k) CHECK(spans[k] == c.elements[k]);
+  REQUIRE(kernels::gpu::detail::sum_shape_of(c.outer, c.inner, operands, &flat));
+  for (std::size_t k = 0; k < N; ++k)
+    CHECK(kernels::fold_span(c.outer, c.inner, operands[k]) == c.elements[k]);
   static_assert(sizeof(host_kernels::SumShape) == sizeof(flat),
                 "the kernels' SumShape and the host's must have one layout");
   host_kernels::SumShape shape;

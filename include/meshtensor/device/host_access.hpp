@@ -71,7 +71,6 @@ class HostCopy {
   HostCopy& operator=(const HostCopy&) = delete;
 
   char* values() { return values_.data(); }
-  void* block() const { return block_; }
 
   /// The host's writes into the block, now; later ones stay on the host (the block may have
   /// been written by the GPU since).

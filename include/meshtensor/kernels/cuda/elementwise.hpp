@@ -179,22 +179,17 @@ struct Walk {
   std::int64_t strides[3][walk_dims] = {};
 };
 
-// The kernels' walk over a box of `sizes` (dims merged where every operand allows), and the
-// elements each operand spans from its first; false if more than 8 dims remain.
-inline bool walk_of(const Sizes& sizes, const std::array<Strides, 3>& strides, Walk* walk,
-                    std::array<std::int64_t, 3>* spans) {
+// The kernels' walk over a box of `sizes` (dims merged where every operand allows); false if more
+// than 8 dims remain.
+inline bool walk_of(const Sizes& sizes, const std::array<Strides, 3>& strides, Walk* walk) {
   Sizes merged;
   std::array<Strides, 3> merged_strides;
   std::tie(merged, merged_strides) = merge_dims<3>(sizes, strides);
   if (merged.size() > std::size_t(walk_dims)) return false;
   walk->rank = static_cast<std::int64_t>(merged.size());  // 0 for a box of size-1 dims
-  for (int k = 0; k < 3; ++k) (*spans)[k] = 1;
   for (std::size_t d = 0; d < merged.size(); ++d) {
     walk->sizes[d] = merged[d];
-    for (int k = 0; k < 3; ++k) {
-      walk->strides[k][d] = merged_strides[k][d];
-      (*spans)[k] += (merged[d] - 1) * merged_strides[k][d];
-    }
+    for (int k = 0; k < 3; ++k) walk->strides[k][d] = merged_strides[k][d];
   }
   return true;
 }
@@ -240,8 +235,7 @@ bool zip(int code, const Sizes& sizes, const std::array<Strides, 3>& strides, co
     const std::int64_t n = num_elements(sizes);
     if (n == 0) return true;
     detail::Walk walk;
-    std::array<std::int64_t, 3> spans{};
-    if (!detail::walk_of(sizes, strides, &walk, &spans)) return false;
+    if (!detail::walk_of(sizes, strides, &walk)) return false;
     run_kernel(elementwise_source(), instance<T>("zip_f32", "zip_f64", "zip_bf16"), n, code, walk,
                a, b, out, static_cast<long long>(n));
     return true;
@@ -262,8 +256,7 @@ bool copy_box(const Sizes& box, const T* from, const Strides& from_strides, T* t
     const std::int64_t n = num_elements(box);
     if (n == 0) return true;
     detail::Walk walk;
-    std::array<std::int64_t, 3> spans{};
-    if (!detail::walk_of(box, {from_strides, Strides(box.size(), 0), to_strides}, &walk, &spans))
+    if (!detail::walk_of(box, {from_strides, Strides(box.size(), 0), to_strides}, &walk))
       return false;
     const char* kernel = sizeof(T) == 1   ? "copy_1_byte"
                          : sizeof(T) == 2 ? "copy_2_bytes"

@@ -331,27 +331,23 @@ struct SumShape {
   std::int64_t outer_strides[2][sum_dims] = {}, inner_strides[2][sum_dims] = {};
 };
 
-// The shape of a sum, and the elements each operand spans; false if a box has more than 8 dims.
+// The shape of a sum; false if a box has more than 8 dims.
 template <class T, std::size_t N>
 bool sum_shape_of(const Sizes& outer, const Sizes& inner,
-                  const std::array<FoldOperand<T>, N>& operands, SumShape* shape,
-                  std::array<std::int64_t, 2>* spans) {
+                  const std::array<FoldOperand<T>, N>& operands, SumShape* shape) {
   static_assert(N == 1 || N == 2, "sums of one operand or of the products of two");
   if (outer.size() > std::size_t(sum_dims) || inner.size() > std::size_t(sum_dims)) return false;
   shape->operands = std::int64_t(N);
   shape->outer_rank = std::int64_t(outer.size());
   shape->inner_rank = std::int64_t(inner.size());
-  *spans = {1, 1};
   for (std::size_t k = 0; k < N; ++k) {
     for (std::size_t d = 0; d < outer.size(); ++d) {
       shape->outer[d] = outer[d];
       shape->outer_strides[k][d] = operands[k].outer_strides[d];
-      (*spans)[k] += (outer[d] - 1) * operands[k].outer_strides[d];
     }
     for (std::size_t d = 0; d < inner.size(); ++d) {
       shape->inner[d] = inner[d];
       shape->inner_strides[k][d] = operands[k].inner_strides[d];
-      (*spans)[k] += (inner[d] - 1) * operands[k].inner_strides[d];
     }
   }
   return true;
@@ -381,8 +377,7 @@ bool sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>
     const T* b = operands[N - 1].data;
     if (!cuda::computes_on_gpu()) return false;
     detail::SumShape shape;
-    std::array<std::int64_t, 2> spans{};
-    if (!detail::sum_shape_of(outer, inner, operands, &shape, &spans)) return false;
+    if (!detail::sum_shape_of(outer, inner, operands, &shape)) return false;
     const std::int64_t outputs = num_elements(outer), terms = num_elements(inner);
     if (outputs == 0) return true;
     const cudaStream_t stream = cuda::compute_stream();
@@ -433,8 +428,7 @@ bool extreme(const Sizes& outer, const Sizes& inner, const FoldOperand<T>& opera
   } else {
     if (!cuda::computes_on_gpu()) return false;
     detail::SumShape shape;
-    std::array<std::int64_t, 2> spans{};
-    if (!detail::sum_shape_of<T, 1>(outer, inner, {operand}, &shape, &spans)) return false;
+    if (!detail::sum_shape_of<T, 1>(outer, inner, {operand}, &shape)) return false;
     const std::int64_t outputs = num_elements(outer), terms = num_elements(inner);
     if (outputs == 0) return true;
     const int code = is_max ? BinaryOp::larger : BinaryOp::smaller;
