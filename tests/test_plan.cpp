@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,24 @@ TEST_CASE("the counting transport records what would be sent and never waits") {
   CHECK(world.split_known(-1, 0, 5) == nullptr);
   CHECK_THROWS_WITH(world.split(0, 0), Catch::Contains("split_known"));
   CHECK_THROWS_WITH(world.isend(values.data(), 4, 4, 7), Catch::Contains("rank 4"));
+}
+
+TEST_CASE("a plan for GPUs takes a GPU's roads: a convolution reads its input's parts joined") {
+  // The CPU's kernels read a concatenation's parts where they lie; a GPU's read a copy of them
+  // joined, which a plan standing for a run on GPUs holds too.
+  auto held_beside_output = [](bool for_gpus) {
+    mt::Mesh mesh(mt::MeshShape("p:1"), std::make_unique<mt::CountingCommunicator>(0, 1, for_gpus));
+    CHECK(mesh.device().for_gpus == for_gpus);
+    const mt::Shape part("x:32, y:32, z:32, channels:8");
+    const auto a = mt::zeros<float>(mesh, part), b = mt::zeros<float>(mesh, part);
+    const auto w = mt::zeros<float>(mesh, "kx:3, ky:3, kz:3, channels:16, features:8");
+    mt::memory_pool().reset_peak();
+    const auto out = mt::conv_concat({a, b}, w, mt::Window("x, y, z").padding("same"));
+    return mt::memory_stats().peak_in_use - mt::memory_stats().in_use;
+  };
+  const std::size_t joined = 32 * 32 * 32 * 16 * sizeof(float);
+  if (!mt::kernels::reference_kernels) CHECK(held_beside_output(false) < joined);
+  CHECK(held_beside_output(true) >= joined);
 }
 
 namespace {

@@ -167,15 +167,19 @@ unet3d::AutoLayout auto_layout_of(const Distribution& d) {
   return a;
 }
 
-// The mesh and layout of this run, from the flags and the way the program was started.
-Placement resolve(const Distribution& d) {
+// The mesh and layout of this run, from the flags and the way the program was started; for a plan
+// (`planning`), of the run the flags describe, on a mesh of any size.
+Placement resolve(const Distribution& d, bool planning) {
   mt::chosen_device(mt::chosen_transport(d.backend), d.device, "--device");
-  auto launched = mt::launcher_world_size();
+  // Plans made here (plan, --layout auto, --deep-halos auto) stand for the run on the device the
+  // transport carries: a GPU's kernels allocate otherwise than the CPU's.
+  if (!d.backend.empty()) setenv("MESHTENSOR_TRANSPORT", d.backend.c_str(), /*overwrite=*/1);
+  auto launched = planning ? std::nullopt : mt::launcher_world_size();
   if (launched && d.backend == "threads")
     throw mt::Error(
         "--backend threads runs every processor in this one process; start it without "
         "mpirun or srun, or use --backend mpi or nccl");
-  if (!launched && (d.backend == "mpi" || d.backend == "nccl")) {
+  if (!planning && !launched && (d.backend == "mpi" || d.backend == "nccl")) {
     if (d.threads > 0)
       throw mt::Error("--threads sets the processors of the threads backend; with --backend " +
                       d.backend + " start one process per processor with mpirun or srun");
@@ -626,7 +630,7 @@ int main(int argc, char** argv) {
   }
   Placement where;
   try {
-    where = resolve(distribution);
+    where = resolve(distribution, plan_cmd->parsed());
     if (train_cmd->parsed() || plan_cmd->parsed()) {
       resolve_train_flags(flags, where);
     } else if (predict_cmd->parsed()) {

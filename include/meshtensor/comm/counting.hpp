@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/transport_choice.hpp"
 #include "meshtensor/core/error.hpp"
 
 namespace meshtensor {
@@ -65,7 +66,9 @@ struct CountedTraffic {
 /// A communicator of `size` ranks, seen from rank `rank`, that records instead of sending.
 class CountingCommunicator final : public Communicator {
  public:
-  CountingCommunicator(int rank, int size) : rank_(rank), size_(size) {
+  /// `for_gpus`: the plan stands for a run on GPUs (by default, where run() would compute here).
+  CountingCommunicator(int rank, int size, bool for_gpus = plans_stand_for_devices())
+      : rank_(rank), size_(size), for_gpus_(for_gpus) {
     if (size < 1 || rank < 0 || rank >= size)
       throw CommError("plan transport: rank " + std::to_string(rank) + " of a group of " +
                       std::to_string(size) + " does not exist");
@@ -74,7 +77,7 @@ class CountingCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string transport() const override { return "plan"; }
-  Device device() const override { return Device::plan(); }
+  Device device() const override { return Device::plan(for_gpus_); }
 
   const CountedTraffic& counted() const { return counted_; }
 
@@ -86,7 +89,7 @@ class CountingCommunicator final : public Communicator {
   }
   std::unique_ptr<Communicator> split_known(int color, int key, int group_size) override {
     if (color < 0) return nullptr;
-    return std::make_unique<CountingCommunicator>(key, group_size);
+    return std::make_unique<CountingCommunicator>(key, group_size, for_gpus_);
   }
 
  protected:
@@ -170,6 +173,7 @@ class CountingCommunicator final : public Communicator {
   }
 
   int rank_, size_;
+  bool for_gpus_;
   CountedTraffic counted_;
 };
 

@@ -135,7 +135,7 @@ class Mesh {
   // Where the processor's blocks come from: its device's memory; for a plan, addresses counted as
   // the pool of the run it stands for would hold them.
   static MemorySource memory_for(const Device& device) {
-    if (device.is_plan()) return MemoryPool::address_space_only(plans_stand_for_devices());
+    if (device.is_plan()) return MemoryPool::address_space_only(device.for_gpus);
     return detail::memory_of(device);
   }
   // The processors of a threads run share this process's cores; an MPI rank shares its node's

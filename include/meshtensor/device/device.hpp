@@ -21,10 +21,12 @@ enum class DeviceKind { cpu, cuda, plan };
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
   int gpu = -1;  // the GPU's ordinal in this process, for cuda
+  // A plan's: it stands for a run on GPUs, so its kernels take (and allocate as) a GPU's roads.
+  bool for_gpus = false;
 
-  static Device cpu() { return {DeviceKind::cpu, -1}; }
-  static Device cuda(int gpu) { return {DeviceKind::cuda, gpu}; }
-  static Device plan() { return {DeviceKind::plan, -1}; }
+  static Device cpu() { return {DeviceKind::cpu, -1, false}; }
+  static Device cuda(int gpu) { return {DeviceKind::cuda, gpu, false}; }
+  static Device plan(bool for_gpus = false) { return {DeviceKind::plan, -1, for_gpus}; }
 
   bool is_cpu() const { return kind == DeviceKind::cpu; }
   bool is_cuda() const { return kind == DeviceKind::cuda; }
@@ -35,14 +37,14 @@ struct Device {
       case DeviceKind::cuda:
         return "cuda:" + std::to_string(gpu);
       case DeviceKind::plan:
-        return "plan";
+        return for_gpus ? "plan of cuda" : "plan";
       case DeviceKind::cpu:
         break;
     }
     return "cpu";
   }
   friend bool operator==(const Device& a, const Device& b) {
-    return a.kind == b.kind && a.gpu == b.gpu;
+    return a.kind == b.kind && a.gpu == b.gpu && a.for_gpus == b.for_gpus;
   }
   friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
 };

@@ -38,6 +38,14 @@ inline Backend current_backend() {
   }
 }
 
+/// Whether this processor's kernels take a GPU's roads where those differ from the CPU's (which
+/// fused kernels run, what a call allocates): a GPU's, and a plan's that stands for a run on
+/// GPUs, so that the plan allocates what that run will.
+inline bool takes_gpu_roads() {
+  const Device& device = current_processor().device();
+  return device.is_cuda() || (device.is_plan() && device.for_gpus);
+}
+
 namespace detail {
 // The name of a kernel family's call, from the type of its CPU loop (a lambda in the call).
 inline std::string call_name(const std::type_info& loop) {

@@ -472,12 +472,25 @@ bool cudnn_backward_weight(const ConvGeometry& g, const T* input, const T* grad_
   return false;
 }
 #endif
+
+// A plan's count of a pass of `g` on T that, where the plan stands for a run on GPUs, also holds
+// for the call what cuDNN's road allocates there.
+template <class T>
+auto counted_on_road(const ConvGeometry& g, plan::ConvClass::Pass pass) {
+  return [&g, pass] {
+    counted(g, pass)();
+#if defined(MESHTENSOR_WITH_CUDA)
+    if constexpr (cudnn_runs<T>)
+      if (takes_gpu_roads()) cudnn::take_own_buffers<T>(g, pass);
+#endif
+  };
+}
 }  // namespace detail
 
 template <class T>
 void conv_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
   if (conv_is_empty(g)) return fill_values(output, conv_output_size(g), T(0));
-  dispatch(counted(g, plan::ConvClass::forward),
+  dispatch(detail::counted_on_road<T>(g, plan::ConvClass::forward),
            MESHTENSOR_ON_GPU(detail::cudnn_forward(g, input, weight, output)),
            [&] { detail::cpu_forward(g, input, weight, output); });
 }
@@ -486,7 +499,7 @@ template <class T>
 void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
                          T* grad_input) {
   if (conv_is_empty(g)) return fill_values(grad_input, conv_input_size(g), T(0));
-  dispatch(counted(g, plan::ConvClass::backward_input),
+  dispatch(detail::counted_on_road<T>(g, plan::ConvClass::backward_input),
            MESHTENSOR_ON_GPU(detail::cudnn_backward_input(g, grad_output, weight, grad_input)),
            [&] { detail::cpu_backward_input(g, grad_output, weight, grad_input); });
 }
@@ -495,7 +508,7 @@ template <class T>
 void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
                           double* grad_weight) {
   if (conv_is_empty(g)) return;  // adds nothing
-  dispatch(counted(g, plan::ConvClass::backward_weight),
+  dispatch(detail::counted_on_road<T>(g, plan::ConvClass::backward_weight),
            MESHTENSOR_ON_GPU(detail::cudnn_backward_weight(g, input, grad_output, grad_weight)),
            [&] { detail::cpu_backward_weight(g, input, grad_output, grad_weight); });
 }
@@ -506,13 +519,12 @@ void conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
 namespace detail {
 
 // Whether the row kernels run a float or bfloat16 pass whose operand is in parts: on the CPU (or
-// a plan of it), where they fit the pass.
+// a plan of a run there), where they fit the pass.
 template <class T>
 constexpr bool rows_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 template <class T>
 bool rows_run_parts(const ConvGeometry& g, bool fits) {
-  return rows_type<T> && !reference_kernels && fits && !conv_is_empty(g) &&
-         current_backend() != Backend::cuda;
+  return rows_type<T> && !reference_kernels && fits && !conv_is_empty(g) && !takes_gpu_roads();
 }
 constexpr auto no_gpu_arm = [] { return false; };
 

@@ -9,8 +9,9 @@
 
 namespace meshtensor::kernels {
 
-/// Whether this processor runs the fused loss's kernels (the CPU's; a plan counts them).
-inline bool fused_loss_kernels() { return current_backend() != Backend::cuda; }
+/// Whether this processor runs the fused loss's kernels (the CPU's; a plan of a run there counts
+/// them).
+inline bool fused_loss_kernels() { return !takes_gpu_roads(); }
 
 template <class T, class L>
 void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labels,

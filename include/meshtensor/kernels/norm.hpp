@@ -38,8 +38,7 @@ void norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t k
 inline void norm_statistics(const double* parts, std::int64_t count_parts, std::int64_t keys,
                             double count, double epsilon, double* stats) {
   dispatch([&] { plan::count(plan::Family::norm, 10.0 * double(count_parts * keys)); },
-           MESHTENSOR_ON_GPU(
-               gpu::norm_statistics(parts, count_parts, keys, count, epsilon, stats)),
+           MESHTENSOR_ON_GPU(gpu::norm_statistics(parts, count_parts, keys, count, epsilon, stats)),
            [&] {
              for (std::int64_t k = 0; k < keys; ++k)
                shared::finish_statistics(parts, count_parts, keys, k, count, epsilon, stats);
@@ -52,7 +51,8 @@ template <class W>
 void norm_coefficients(const double* stats, std::int64_t keys, const W* gamma, const W* beta,
                        double* a, double* b) {
   dispatch([&] { plan::count(plan::Family::norm, 4.0 * double(keys)); },
-           MESHTENSOR_ON_GPU(gpu::norm_coefficients(stats, keys, gamma, beta, a, b)), [&] {
+           MESHTENSOR_ON_GPU(gpu::norm_coefficients(stats, keys, gamma, beta, a, b)),
+           [&] {
              for (std::int64_t k = 0; k < keys; ++k)
                shared::affine_coefficients(stats, keys, k, !gamma, gamma ? double(gamma[k]) : 1.0,
                                            gamma ? double(beta[k]) : 0.0, a, b);
@@ -63,8 +63,8 @@ void norm_coefficients(const double* stats, std::int64_t keys, const W* gamma, c
 /// null of x̂ (v = x̂), from the sums of g' and g' x̂ (interleaved per key) over `count` elements
 /// a key.
 template <class W>
-void norm_gradient_terms(const double* stats, std::int64_t keys, const W* gamma,
-                         const double* sums, double count, double* p, double* q, double* r) {
+void norm_gradient_terms(const double* stats, std::int64_t keys, const W* gamma, const double* sums,
+                         double count, double* p, double* q, double* r) {
   dispatch([&] { plan::count(plan::Family::norm, 10.0 * double(keys)); },
            MESHTENSOR_ON_GPU(gpu::norm_gradient_terms(stats, keys, gamma, sums, count, p, q, r)),
            [&] {
@@ -86,17 +86,8 @@ void norm_affine(const Sizes& sizes, const Strides& key_strides, std::int64_t ke
 
 /// Whether this processor's kernels take a normalisation's output as the map of its input
 /// (ChannelAffine: the CPU's convolutions compute it as they read, never written); a GPU's read it
-/// written out. A plan answers for the run it stands for, on devices or on CPUs.
-inline bool reads_mapped_inputs(bool plan_stands_for_devices) {
-  switch (current_backend()) {
-    case Backend::cpu:
-      return true;
-    case Backend::cuda:
-      return false;
-    default:
-      return !plan_stands_for_devices;
-  }
-}
+/// written out. A plan answers for the run it stands for.
+inline bool reads_mapped_inputs() { return !takes_gpu_roads(); }
 
 /// `positions` channels-last positions of x (f.channels() each) through the per-channel map `f`
 /// into out: the values batch norm writes, for a CPU kernel that cannot compute them as it reads.
@@ -116,12 +107,11 @@ template <class T>
 void norm_gradient_sums(const Sizes& sizes, const Strides& key_strides, std::int64_t keys,
                         const T* g, const T* v, const double* scale, const double* shift,
                         const ReluMask<T>& mask, double* sums) {
-  dispatch([&] { plan::count(plan::Family::norm, 6.0 * double(num_elements(sizes))); },
-           MESHTENSOR_ON_GPU(gpu::norm_gradient_sums(sizes, key_strides, keys, g, v, scale, shift,
-                                                     mask, sums)),
-           [&] {
-             cpu::norm_gradient_sums(sizes, key_strides, keys, g, v, scale, shift, mask, sums);
-           });
+  dispatch(
+      [&] { plan::count(plan::Family::norm, 6.0 * double(num_elements(sizes))); },
+      MESHTENSOR_ON_GPU(
+          gpu::norm_gradient_sums(sizes, key_strides, keys, g, v, scale, shift, mask, sums)),
+      [&] { cpu::norm_gradient_sums(sizes, key_strides, keys, g, v, scale, shift, mask, sums); });
 }
 
 /// dx = affine_input_gradient(p[key], g', q[key], v, r[key]), g' being g masked by `mask`.
@@ -140,7 +130,8 @@ void norm_input_gradient(const Sizes& sizes, const Strides& key_strides, std::in
 template <class T>
 void norm_inverse_std(const T* variance, std::int64_t n, double epsilon, T* out) {
   dispatch([&] { plan::count(plan::Family::norm, 2.0 * double(n)); },
-           MESHTENSOR_ON_GPU(gpu::norm_inverse_std(variance, n, epsilon, out)), [&] {
+           MESHTENSOR_ON_GPU(gpu::norm_inverse_std(variance, n, epsilon, out)),
+           [&] {
              for (std::int64_t i = 0; i < n; ++i)
                out[i] = T(1.0 / std::sqrt(double(variance[i]) + epsilon));
            });

@@ -129,7 +129,7 @@ template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   const std::size_t cpu = detail::cpu_max_workspace_bytes<T>(g);
 #if defined(MESHTENSOR_WITH_CUDA)
-  if (current_backend() == Backend::cuda) return std::max(cpu, gpu::max_pool_workspace_bytes(g));
+  if (takes_gpu_roads()) return std::max(cpu, gpu::max_pool_workspace_bytes(g));
 #endif
   return cpu;
 }

@@ -22,7 +22,6 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
-#include "meshtensor/comm/transport_choice.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
@@ -287,8 +286,7 @@ template <class T>
 std::shared_ptr<const MappedRecipe<T>> mapped_recipe_of(const Tensor<T>& x,
                                                         const NormStatistics& st,
                                                         const KeyArray& coefficients, T floor) {
-  if (!keys_innermost(st) || !kernels::reads_mapped_inputs(plans_stand_for_devices()))
-    return nullptr;
+  if (!keys_innermost(st) || !kernels::reads_mapped_inputs()) return nullptr;
   const std::vector<double> ab = to_host_vector(*coefficients);
   kernels::ChannelAffine map{std::vector<double>(ab.begin(), ab.begin() + st.key_count()),
                              std::vector<double>(ab.begin() + st.key_count(), ab.end()),

@@ -15,7 +15,6 @@
 
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/conv_concat.hpp"
-#include "meshtensor/ops/detail/device_blocks.hpp"
 #include "meshtensor/ops/detail/nested_blocks.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo_overlap.hpp"
@@ -279,7 +278,7 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
       detail::blocks_nest(skip.layout(), strides) &&
       (!up.bias.defined() ||
        (up.bias.shape() == Shape{Dim(channels, c_up)} && up.bias.block().num_elements() == c_up)) &&
-      up_setup.call.geometry.c_out == c_up && !detail::blocks_on_device(z.array().space());
+      up_setup.call.geometry.c_out == c_up && !kernels::takes_gpu_roads();
   if (!fits) {
     const Tensor<T> y = batch_norm(z, gamma, beta, channels, epsilon, moments, activation);
     return conv_concat({skip, up_sampled(y)}, weight, window, channels);

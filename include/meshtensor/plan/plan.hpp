@@ -197,6 +197,7 @@ PlanReport plan(const MeshShape& shape, const Layout& layout, F&& fn, PlanOption
     detail::plan_processors(shape, all, fn, workers, report);  // or the inner ones differ
     report.planned = n;
   }
+  report.assumed = kernels::plan::assumed_kernels(plans_stand_for_devices());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return report;
 }

@@ -151,6 +151,8 @@ struct PlanReport {
         {"  optimizer state", "peak_optimizer_bytes", "B", at_peak<MemoryUse::optimizer>},
         {"  workspace", "peak_workspace_bytes", "B", at_peak<MemoryUse::workspace>},
         {"  halo buffers", "peak_halo_bytes", "B", at_peak<MemoryUse::halo>},
+        {"peak held with cache", "peak_held_bytes", "B",
+         [](const ProcessorPlan& p) { return double(p.memory.peak_held); }},
         {"halo messages", "halo_messages", "",
          [](const ProcessorPlan& p) {
            return double(p.sent(tags::halo).calls + p.sent(tags::halo_beside).calls);

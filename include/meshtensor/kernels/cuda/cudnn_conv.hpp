@@ -40,6 +40,7 @@
 #include "meshtensor/kernels/cpu/reference/conv.hpp"
 #include "meshtensor/kernels/cuda/elementwise.hpp"
 #include "meshtensor/kernels/cuda/sum.hpp"
+#include "meshtensor/kernels/plan/counts.hpp"
 
 namespace meshtensor::kernels::cudnn {
 namespace detail {
@@ -604,6 +605,35 @@ bool conv_backward_weight(const ConvGeometry& g, const T* input, const T* grad_o
                                        static_cast<const float*>(wide_grad.as<float>()),
                                        grad_weight);
   }
+}
+
+/// For a plan of a run on GPUs: takes and frees, in a pass's order above, the buffers it takes
+/// beside its operands — the filter in cuDNN's order, the padded or transposed box, the weight
+/// gradient's float and double sums, bfloat16 operands widened to float — so that the plan's pool
+/// holds what the GPU's would. cuDNN's workspace, which the algorithm chosen at run time sets, is
+/// not among them.
+template <class T>
+void take_own_buffers(const ConvGeometry& g, plan::ConvClass::Pass pass) {
+  if (!detail::describable(g)) return;
+  const bool t = detail::is_transposed(g);
+  const detail::Problem p = t ? detail::transposed(g) : detail::ordinary(g);
+  if (p.empty) return;
+  const auto n = std::size_t(detail::weight_elements(g));
+  const bool boxed = t || !p.x_is_caller;
+  const auto box = std::size_t(p.x.elements_of_full());
+  if (pass != plan::ConvClass::backward_weight) {
+    const cuda::StreamBuffer filter(n * sizeof(T));
+    if (boxed) const cuda::StreamBuffer x(box * sizeof(T));
+    return;
+  }
+  std::optional<cuda::StreamBuffer> wide_input, wide_grad;
+  if constexpr (!std::is_same_v<T, float>) {
+    wide_input.emplace(std::size_t(detail::elements(g.batch, g.in, g.c_in)) * sizeof(float));
+    wide_grad.emplace(std::size_t(detail::elements(g.batch, g.out, g.c_out)) * sizeof(float));
+  }
+  const cuda::StreamBuffer filter(n * sizeof(float)), ours(n * sizeof(float));
+  if (boxed) const cuda::StreamBuffer x(box * sizeof(float));
+  const cuda::StreamBuffer wide(n * sizeof(double));
 }
 
 }  // namespace meshtensor::kernels::cudnn

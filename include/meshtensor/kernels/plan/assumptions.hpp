@@ -12,9 +12,13 @@
 
 namespace meshtensor::kernels::plan {
 
-/// The kernels a real run of this program would use, and what of theirs the plan's peaks leave
-/// out, in one sentence.
-inline std::string assumed_kernels() {
+/// The kernels a real run of this program would use (on GPUs where `for_gpus`), and what of
+/// theirs the plan's peaks leave out, in one sentence.
+inline std::string assumed_kernels(bool for_gpus = false) {
+  if (for_gpus)
+    return "cuDNN and meshtensor's GPU kernels, with their own buffers (filters in cuDNN's order, "
+           "padded boxes, float copies of bfloat16 operands); cuDNN's workspace, which the "
+           "algorithm chosen at run time sets, the peaks leave out";
 #if defined(MESHTENSOR_REFERENCE_KERNELS)
   return "reference CPU kernels, which take no workspace: the peaks are a real run's";
 #elif defined(MESHTENSOR_WITH_ONEDNN)
