@@ -254,6 +254,62 @@ TEST_CASE("a pool on a source of whole blocks reuses them whole and gives them b
   CHECK(WholeBlocks::mapped().empty());  // the pool's release gave every block back
 }
 
+TEST_CASE(
+    "a GPU's pool serves requests from parts of its segments and gives back only whole ones") {
+  void* outliving = nullptr;
+  {
+    MemorySource source = WholeBlocks::source();
+    source.space = MemorySpace::device;  // no host access: allocate and free only
+    LocalProcessor scope(Device::cpu(), source);
+    MemoryPool& pool = memory_pool();
+    void* segment = pool.allocate(4'000'000);
+    const std::size_t segment_bytes = pool.stats().held;
+    MemoryPool::deallocate(segment);
+
+    // Smaller requests take parts of the free segment: no new memory, nothing held beyond it.
+    void* front = pool.allocate(1'500'000);
+    void* back = pool.allocate(2'000'000);
+    CHECK(front == segment);
+    CHECK(static_cast<char*>(back) > static_cast<char*>(front));
+    CHECK(pool.stats().system_allocations == 1);
+    CHECK(pool.stats().held == segment_bytes);
+
+    // Requests under a MiB share small segments of their own, never a part of a big one.
+    void* small = pool.allocate(100'000);
+    void* beside = pool.allocate(200'000);
+    CHECK(pool.stats().system_allocations == 2);
+    CHECK(pool.stats().held == segment_bytes + (std::size_t{2} << 20));
+    CHECK(static_cast<char*>(beside) > static_cast<char*>(small));
+    CHECK(static_cast<char*>(beside) < static_cast<char*>(small) + (std::size_t{2} << 20));
+    MemoryPool::deallocate(small);
+    MemoryPool::deallocate(beside);
+
+    // A segment goes back only whole: not while a part of it is in use.
+    MemoryPool::deallocate(front);
+    pool.trim();
+    CHECK(pool.stats().held == segment_bytes);
+    // Its freed parts merge again into the whole segment.
+    MemoryPool::deallocate(back);
+    void* whole = pool.allocate(4'000'000);
+    CHECK(whole == segment);
+    CHECK(pool.stats().system_allocations == 2);
+
+    // Free parts of two segments never join (the source gives each back alone), even where their
+    // memory happens to be adjacent: a request bigger than each takes a new segment.
+    void* other = pool.allocate(4'000'000);
+    CHECK(pool.stats().system_allocations == 3);
+    MemoryPool::deallocate(whole);
+    MemoryPool::deallocate(other);
+    outliving = pool.allocate(6'000'000);
+    CHECK(pool.stats().system_allocations == 4);
+  }
+  // A block outliving its pool's owner takes its segment back with it when freed.
+  MemoryPool::deallocate(outliving);
+  std::lock_guard<std::mutex> lock(WholeBlocks::mutex());
+  CHECK(WholeBlocks::bad_unmaps() == 0);
+  CHECK(WholeBlocks::mapped().empty());
+}
+
 TEST_CASE("host pools keep working while a pool on another source is alive") {
   LocalProcessor device_like(Device::cpu(), WholeBlocks::source());
   void* outside = memory_pool().allocate(100'000);

@@ -15,9 +15,12 @@
 // only counted. Every block starts with a header naming its pool, so a block may be freed on any
 // thread.
 // A pool may take its blocks from another MemorySource (a GPU's memory, device/memory.hpp). Such
-// memory is given back only whole and may be out of the host's reach, so those blocks are kept
-// whole (no split, merge or growth), every size comes from the source, and each block's pool and
-// size are kept in a registry beside it instead of a header.
+// memory is given back only whole and may be out of the host's reach, so each block's pool and
+// size are kept in a registry beside it instead of a header, and a GPU's pool keeps what it takes
+// as segments: a block is a part of one, a request no free part fits takes a new segment, free
+// parts merge within their segment, and a segment goes back only once wholly free. As in PyTorch's
+// caching allocator, requests under a MiB share segments of 2 MiB of their own, so that kernels'
+// small buffers never split the segments big blocks reuse.
 
 #include <sys/mman.h>
 
@@ -192,6 +195,7 @@ class MemoryPool {
     const bool pooled = outside || total >= pooled_from;
     const std::size_t size = !as_host || total >= pooled_from ? size_class(total) : total;
     std::size_t granted = size;  // a cached block may be somewhat bigger than asked
+    std::size_t mapped = size;   // what a fresh block takes from the source
     const MemoryUse use = this->use();
     void* base = nullptr;
     Resize resize;
@@ -211,30 +215,38 @@ class MemoryPool {
         // a bigger cached block is split instead). Pooled, other cached blocks go back until the
         // pool stays within the peak in use; a GPU's pool keeps them (cudaFree would wait for the
         // GPU, every step) and gives them back when the card is full.
-        stats_.held += granted - resize.from;
-        stats_.fresh_bytes += granted - resize.from;
+        if (!base && in_segments()) mapped = segment_bytes(granted);
+        stats_.held += mapped - resize.from;
+        stats_.fresh_bytes += mapped - resize.from;
         if (pooled && !keeps_cache()) trim_to(high_water_);
         stats_.peak_held = std::max(stats_.peak_held, stats_.held);
         ++stats_.system_allocations;
       }
     }
+    const bool fresh = !base && !resize.from;
     if (resize.from)
       base = join(resize.pieces, granted);
     else if (!base)
-      base = pooled ? source_.map(granted) : std::aligned_alloc(alignment, round_up(total));
+      base = pooled ? source_.map(mapped) : std::aligned_alloc(alignment, round_up(total));
     if (!base && pooled && !resize.from) {
       trim();  // the cached blocks give way (a GPU's memory holds nothing else of ours)
-      base = source_.map(granted);
+      base = source_.map(mapped);
     }
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.in_use -= granted;
       stats_.in_use_by_use[std::size_t(use)] -= granted;
-      stats_.held -= granted;
+      stats_.held -= mapped;
       throw OutOfMemoryError(std::string(source_.name) + " has no room for a block of " +
                              std::to_string(granted) + " bytes (this processor has " +
                              std::to_string(stats_.in_use) + " bytes in use, " +
                              std::to_string(stats_.held) + " held)");
+    }
+    if (fresh && in_segments()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      char* const segment = static_cast<char*>(base);
+      segments_.emplace(segment, Segment{mapped, granted < small_request});
+      if (mapped > granted) cache(segment + granted, mapped - granted);
     }
     references_.fetch_add(1, std::memory_order_relaxed);
     if (outside) {
@@ -278,17 +290,20 @@ class MemoryPool {
       use = header->use;
       pooled = size >= pooled_from;  // malloc'd blocks are all smaller
     }
+    bool segment_may_go = false;  // a closed pool's segment goes back once wholly free
     {
       std::lock_guard<std::mutex> lock(pool->mutex_);
       pool->stats_.in_use -= size;
       pool->stats_.in_use_by_use[std::size_t(use)] -= size;
-      if (pooled && pool->open_) {
+      if (pooled && (pool->open_ || pool->in_segments())) {
         pool->cache(static_cast<char*>(base), size);
         base = nullptr;
+        segment_may_go = !pool->open_;
       } else {
         pool->stats_.held -= size;
       }
     }
+    if (segment_may_go) pool->trim();
     if (base) {
       if (pooled)
         pool->source_.unmap(base, size);
@@ -361,12 +376,16 @@ class MemoryPool {
   /// Gives every cached block back to the system.
   void trim() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [base, size] : free_) {
-      source_.unmap(base, size);
-      stats_.held -= size;
+    for (auto it = free_.begin(); it != free_.end();) {
+      const auto [base, size] = *it;
+      if (!whole_segment(base, size)) {
+        ++it;
+        continue;
+      }
+      sizes_of(base).erase({size, base});
+      it = free_.erase(it);
+      give_back(base, size);
     }
-    free_.clear();
-    by_size_.clear();
   }
 
  private:
@@ -376,6 +395,14 @@ class MemoryPool {
     MemoryUse use;
   };
   static_assert(sizeof(Header) <= alignment);
+
+  // A GPU's memory as cudaMalloc gave it; requests under small_request share small segments.
+  struct Segment {
+    std::size_t bytes;
+    bool small;  // shared by requests under small_request
+  };
+  static constexpr std::size_t small_request = std::size_t{1} << 20;
+  static constexpr std::size_t small_segment = std::size_t{2} << 20;
 
   explicit MemoryPool(const MemorySource& source) : source_(source) {}
 
@@ -399,14 +426,15 @@ class MemoryPool {
   // fifth of its time when every miss maps afresh.
   // A source whose blocks stay whole serves only such matches.
   void* take_cached(std::size_t size, std::size_t& granted, Resize& resize) {
+    if (in_segments()) return take_part(size, granted);
     if (by_size_.empty()) return nullptr;
     auto fit = by_size_.lower_bound({size, nullptr});
     if (!source_.in_parts) {
-      // A plan's blocks count their exact size, as a host pool's split blocks do.
-      const bool exact = source_.space == MemorySpace::none && !source_.rounds_as_device;
-      const std::size_t waste = exact ? 0 : size / 4;
-      if (fit == by_size_.end() || fit->first > size + waste) return nullptr;
+      if (fit == by_size_.end()) return nullptr;
       const auto [found, block] = *fit;
+      // Whole blocks within a quarter; a plan of a host run counts exact sizes, as split blocks.
+      const bool exact = source_.space == MemorySpace::none;
+      if (found > size + (exact ? 0 : size / 4)) return nullptr;
       uncache(block, found);
       granted = found;
       return block;
@@ -452,33 +480,33 @@ class MemoryPool {
   // just after it in memory (they may come from other mappings: munmap takes any mapped range),
   // when the source gives memory back in parts.
   void cache(char* base, std::size_t size) {
-    if (!source_.in_parts) {
+    if (!source_.in_parts && !in_segments()) {
       free_.emplace(base, size);
       by_size_.emplace(size, base);
       return;
     }
     auto next = free_.lower_bound(base);
-    if (next != free_.end() && base + size == next->first) {
-      by_size_.erase({next->second, next->first});
+    if (next != free_.end() && base + size == next->first && joinable(base, next->first)) {
+      sizes_of(next->first).erase({next->second, next->first});
       size += next->second;
       next = free_.erase(next);
     }
     if (next != free_.begin()) {
       auto before = std::prev(next);
-      if (before->first + before->second == base) {
-        by_size_.erase({before->second, before->first});
+      if (before->first + before->second == base && joinable(before->first, base)) {
+        sizes_of(before->first).erase({before->second, before->first});
         base = before->first;
         size += before->second;
         free_.erase(before);
       }
     }
     free_.emplace(base, size);
-    by_size_.emplace(size, base);
+    sizes_of(base).emplace(size, base);
   }
 
   void uncache(char* base, std::size_t size) {
     free_.erase(base);
-    by_size_.erase({size, base});
+    sizes_of(base).erase({size, base});
   }
 
   // Under the lock: unmaps cached blocks, smallest first (the big ones serve more requests, split
@@ -487,9 +515,60 @@ class MemoryPool {
     while (stats_.held > limit && !by_size_.empty()) {
       const auto [size, base] = *by_size_.begin();
       uncache(base, size);
-      source_.unmap(base, size);
-      stats_.held -= size;
+      give_back(base, size);
     }
+  }
+
+  // Under the lock: memory back to the source (a whole segment, where the pool keeps segments).
+  void give_back(char* base, std::size_t size) {
+    segments_.erase(base);
+    source_.unmap(base, size);
+    stats_.held -= size;
+  }
+
+  // Whether blocks are parts of segments taken whole from the source: a GPU's, or a plan's that
+  // stands for one.
+  bool in_segments() const { return !source_.in_parts && keeps_cache(); }
+
+  // Under the lock: the smallest free part of a segment of the request's class (small or big)
+  // that fits `size`, split where the rest is worth keeping free; nullptr for a new segment.
+  void* take_part(std::size_t size, std::size_t& granted) {
+    const bool small = size < small_request;
+    auto& sizes = small ? small_sizes_ : by_size_;
+    const auto fit = sizes.lower_bound({size, nullptr});
+    if (fit == sizes.end()) return nullptr;
+    const auto [found, part] = *fit;
+    uncache(part, found);
+    if (found - size < (small ? std::size_t{4096} : pooled_from))
+      granted = found;
+    else
+      cache(part + size, found - size);  // the rest stays free in its segment
+    return part;
+  }
+  // What a new segment for a block of `granted` bytes takes from the source.
+  static std::size_t segment_bytes(std::size_t granted) {
+    return granted < small_request ? small_segment : granted;
+  }
+
+  // Whether free parts at `a` and `b` may merge: always in host pages, within one segment else.
+  bool joinable(const char* a, const char* b) const {
+    return !in_segments() || segment_of(a) == segment_of(b);
+  }
+  std::map<char*, Segment>::const_iterator segment_of(const char* at) const {
+    const auto it = segments_.upper_bound(const_cast<char*>(at));
+    return it == segments_.begin() ? segments_.end() : std::prev(it);
+  }
+  // The free parts, by size, of the class of the segment `at` lies in.
+  std::set<std::pair<std::size_t, char*>>& sizes_of(const char* at) {
+    if (!in_segments()) return by_size_;
+    const auto segment = segment_of(at);
+    return segment != segments_.end() && segment->second.small ? small_sizes_ : by_size_;
+  }
+  // Whether a free part is what the source gave (so it may go back).
+  bool whole_segment(char* base, std::size_t size) const {
+    if (!in_segments()) return true;
+    const auto it = segments_.find(base);
+    return it != segments_.end() && it->second.bytes == size;
   }
 
   // Whether cached blocks stay until the source runs out: a GPU's, or a plan standing for one.
@@ -622,8 +701,10 @@ class MemoryPool {
   MemorySource source_;
   mutable std::mutex mutex_;
   MemoryStats stats_;
-  std::map<char*, std::size_t> free_;                // cached blocks by address: their sizes
-  std::set<std::pair<std::size_t, char*>> by_size_;  // the same blocks by size
+  std::map<char*, std::size_t> free_;                    // cached blocks by address: their sizes
+  std::map<char*, Segment> segments_;                    // in_segments(): what the source gave
+  std::set<std::pair<std::size_t, char*>> by_size_;      // the cached blocks by size
+  std::set<std::pair<std::size_t, char*>> small_sizes_;  // in_segments(): small segments' parts
   std::size_t high_water_ = 0;  // the peak in use since the pool began: reset_peak() keeps it
   bool open_ = true;
   std::atomic<std::uint8_t> use_{0};  // MemoryUse of new blocks
