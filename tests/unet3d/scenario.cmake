@@ -15,12 +15,14 @@ function(ok)
   set(printed "${out}${err}" PARENT_SCOPE)
 endfunction()
 
-# Runs a command; fails the test unless it succeeds and prints something matching REGEX.
+# Runs a command; fails the test unless it succeeds and prints something matching REGEX. Leaves
+# what it printed in `printed`.
 function(ok_matching regex)
   ok(${ARGN})
   if(NOT "${printed}" MATCHES "${regex}")
     message(FATAL_ERROR "the output does not match: ${regex}")
   endif()
+  set(printed "${printed}" PARENT_SCOPE)
 endfunction()
 
 # Fails the test if the last command's emulated GPU (MESHTENSOR_EMULATED_GPU_PAGES) saw the host
@@ -37,6 +39,32 @@ endfunction()
 function(all_on_gpu)
   if(NOT "${printed}" MATCHES "the host took back 0 pages" OR "${printed}" MATCHES "took back [1-9]")
     message(FATAL_ERROR "the host touched pages in the GPU's memory: an op ran a CPU loop there")
+  endif()
+endfunction()
+
+# Fails the test unless `unet3d plan` with the arguments given predicts within 5% the most any
+# GPU's pool held in the run whose output is in `printed` (its peak_processor_memory_mib).
+function(plan_predicts_held)
+  if(NOT "${printed}" MATCHES "\"peak_processor_memory_mib\":([0-9]+)\\.?([0-9]*)")
+    message(FATAL_ERROR "the run printed no peak_processor_memory_mib")
+  endif()
+  set(mib ${CMAKE_MATCH_1})
+  string(SUBSTRING "${CMAKE_MATCH_2}000" 0 3 thousandths)
+  string(REGEX REPLACE "^0+([0-9])" "\\1" thousandths "${thousandths}")
+  math(EXPR run "${mib} * 1000 + ${thousandths}")
+  ok(${UNET3D} plan ${ARGN})
+  if(NOT "${printed}" MATCHES "\"peak_held_bytes\":{[^}]*\"max\":([0-9]+)}")
+    message(FATAL_ERROR "the plan printed no peak_held_bytes")
+  endif()
+  math(EXPR planned "${CMAKE_MATCH_1} * 1000 / 1048576")
+  math(EXPR off "(${planned} - ${run}) * 100")
+  if(off LESS 0)
+    math(EXPR off "-${off}")
+  endif()
+  math(EXPR allowed "5 * ${run}")
+  if(off GREATER allowed)
+    message(FATAL_ERROR "the plan's peak held, ${planned} thousandths of a MiB, is not within 5% "
+                        "of the run's, ${run}")
   endif()
 endfunction()
 
@@ -677,16 +705,27 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   foreach(run "1;fp32" "1;bf16" "4;fp32")
     list(GET run 0 ranks)
     list(GET run 1 precision)
-    set(layout)
+    set(layout --mesh p:1)
     if(ranks EQUAL 4)
       set(layout ${grid})
     endif()
+    set(model --size 16 --depth 2 --channels 4 --backend nccl ${layout} --precision ${precision})
     ok_matching("emulated GPU summary: .* waits=0\n" ${MPIEXEC} ${NP_FLAG} ${ranks} ${UNET3D} train
-                --size 16 --depth 2 --channels 4 --validation-volumes 0 --steps 4 --backend nccl
-                ${layout} --precision ${precision} --out ${here}/waits_${ranks}_${precision})
+                ${model} --validation-volumes 0 --steps 4 --out ${here}/waits_${ranks}_${precision})
     if("${printed}" MATCHES "waits=[1-9]")
       message(FATAL_ERROR "the host waited for a GPU during training")
     endif()
+  endforeach()
+  # A plan for GPUs predicts what each GPU's pool held within 5%, on one GPU and two, in both
+  # precisions; the top level's blocks (1 MiB) are past the pool's small segments.
+  foreach(run "1;bf16" "2;fp32")
+    list(GET run 0 ranks)
+    list(GET run 1 precision)
+    set(model --size 32 --depth 2 --channels 16 --backend nccl --mesh p:${ranks}
+              --precision ${precision})
+    ok(${MPIEXEC} ${NP_FLAG} ${ranks} ${UNET3D} train ${model} --validation-volumes 0 --steps 2
+       --out ${here}/held_${ranks}_${precision})
+    plan_predicts_held(${model})
   endforeach()
   ok(${UNET3D} train ${small} --steps 3 --threads 1 --precision bf16 --out ${here}/cpu_bf16
      --checkpoint ${here}/bf16_ckpt)
