@@ -231,6 +231,13 @@ class MemoryPool {
     if (!base && pooled && !resize.from) {
       trim();  // the cached blocks give way (a GPU's memory holds nothing else of ours)
       base = source_.map(mapped);
+      if (!base && mapped > granted) {  // a card too full for a small segment: the block alone
+        base = source_.map(granted);
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.held -= mapped - granted;
+        stats_.fresh_bytes -= mapped - granted;
+        mapped = granted;
+      }
     }
     if (!base) {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -130,7 +130,7 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
   // the run keeps its blocks: a receiver pools the raw rows on the host, so a device's blocks
   // (whose pooling of a piece would need a kernel of its own) take the three ops.
   if (strides.empty() || !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
-      !detail::blocks_nest(x.layout(), strides) || kernels::takes_gpu_roads()) {
+      !detail::blocks_nest(x.layout(), strides) || !kernels::blocks_in_host_memory()) {
     Tensor<T> y = batch_norm(x, gamma, beta, channels, epsilon, moments, activation);
     Tensor<T> out = conv(max_pool(y, pool), weight, window, channels);
     return {std::move(y), std::move(out)};

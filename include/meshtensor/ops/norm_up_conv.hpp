@@ -278,7 +278,7 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
       detail::blocks_nest(skip.layout(), strides) &&
       (!up.bias.defined() ||
        (up.bias.shape() == Shape{Dim(channels, c_up)} && up.bias.block().num_elements() == c_up)) &&
-      up_setup.call.geometry.c_out == c_up && !kernels::takes_gpu_roads();
+      up_setup.call.geometry.c_out == c_up && kernels::blocks_in_host_memory();
   if (!fits) {
     const Tensor<T> y = batch_norm(z, gamma, beta, channels, epsilon, moments, activation);
     return conv_concat({skip, up_sampled(y)}, weight, window, channels);
