@@ -160,15 +160,15 @@ TEST_CASE(
 
 TEST_CASE("the one op sends the skip's rows and the coarse rows in place of the concatenation's") {
   // Two exchanges where the ops have one: more messages, fewer bytes (a coarse row holds a
-  // quarter of a fine row's positions). With the overlap off (MESHTENSOR_HALO_OVERLAP=off), and
-  // on GPU blocks, it is the ops, messages and all.
+  // quarter of a fine row's positions). With the overlap off (MESHTENSOR_HALO_OVERLAP=off) it is
+  // the ops, messages and all.
   const auto sent = sent_by_both([](Mesh& m, const Layout& l, bool fused) {
     forward_backward(m, l, Case{}, fused ? Run::fused : Run::ops);
   });
   for (const SentBoth& p : sent) {
     INFO(p.layout);
     CHECK(p.ops_messages > 0);
-    if (halo_overlap() && p.on_host) {
+    if (halo_overlap()) {
       CHECK(p.fused_messages > p.ops_messages);
       CHECK(p.fused_bytes < p.ops_bytes);
     } else {

@@ -14,6 +14,7 @@
 
 #include <meshtensor/kernels/cpu/reference/copy_box.hpp>
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
+#include <meshtensor/kernels/cpu/tile_up_sampling.hpp>
 #include <meshtensor/kernels/cuda/elementwise.hpp>
 #include <meshtensor/kernels/cuda/norm.hpp>
 #include <meshtensor/kernels/cuda/pool.hpp>
@@ -455,5 +456,43 @@ TEST_CASE("the narrowing kernels, run on the host, round accumulators as the CPU
     host_kernels::narrow_f64(in.data(), got64.data(), std::int64_t(in.size()), divisor);
     CHECK(same_bits(got, want));
     CHECK(same_bits(got64, want64));
+  }
+}
+
+TEST_CASE("the tile up-sampling kernels, run on the host, equal the CPU loop bit for bit") {
+  static_assert(sizeof(host_kernels::UpTiles) == sizeof(kernels::gpu::detail::UpTiles),
+                "the kernels' UpTiles and the host's must have one layout");
+  // 5 positions (a short last group of the CPU's four), 3 input and 4 output channels, 2 taps;
+  // the input's channels 5 apart, the output's 7 apart (channels not last), positions in any order.
+  kernels::TileUpSampling u;
+  u.c_in = 3, u.c_out = 4, u.in_channel_stride = 5, u.out_channel_stride = 7;
+  u.input = {0, 4, 1, 3, 2};
+  u.output = {6, 0, 2, 4, 1};
+  u.tap = {1, 0, 1, 1, 0};
+  std::vector<float> input(15), weight(2 * 3 * 4), bias(4);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = std::sin(float(i) * 1.3f) * 3.1f;
+  for (std::size_t i = 0; i < weight.size(); ++i) weight[i] = std::cos(float(i) * 0.7f) / 3.0f;
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * float(i) - 0.17f;
+  const host_kernels::UpTiles shape{u.positions(), u.c_in, u.c_out, u.in_channel_stride,
+                                    u.out_channel_stride};
+  const std::vector<long long> in(u.input.begin(), u.input.end()),
+      out(u.output.begin(), u.output.end()), tap(u.tap.begin(), u.tap.end());
+  for (const bool with_bias : {false, true}) {
+    INFO((with_bias ? "with a bias" : "without a bias"));
+    const float* b = with_bias ? bias.data() : nullptr;
+    std::vector<float> expected(7 * 4, 9.0f), got(expected);
+    kernels::cpu::up_sample_tiles(u, input.data(), weight.data(), b, expected.data());
+    host_kernels::up_sample_tiles_f32(shape, in.data(), out.data(), tap.data(), input.data(),
+                                      weight.data(), b, got.data());
+    CHECK(same_bits(got, expected));
+    CHECK(expected[6] != 9.0f);  // written: position 0's first channel
+
+    const std::vector<bfloat16> input16(input.begin(), input.end()),
+        weight16(weight.begin(), weight.end());
+    std::vector<bfloat16> expected16(7 * 4, bfloat16(9.0f)), got16(expected16);
+    kernels::cpu::up_sample_tiles(u, input16.data(), weight16.data(), b, expected16.data());
+    host_kernels::up_sample_tiles_bf16(shape, in.data(), out.data(), tap.data(), input16.data(),
+                                       weight16.data(), b, got16.data());
+    CHECK(same_bits(got16, expected16));
   }
 }

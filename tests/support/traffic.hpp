@@ -1,9 +1,7 @@
 #pragma once
-// What the processors of a mesh send while a function runs, and where they keep their blocks: the
-// fused ops' tests count their messages against the ops they stand for, which differ on a
-// device's blocks (the emulated GPU's too), where the fused ops run as the ops.
+// What the processors of a mesh send while a function runs: the fused ops' tests count their
+// messages against the ops they stand for.
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -27,19 +25,10 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> sent_while(const MeshShape&
   });
 }
 
-/// Whether every processor of `mesh` keeps its blocks in the host's memory.
-inline bool blocks_on_host(const MeshShape& mesh) {
-  const auto spaces = on_mesh(
-      mesh, [](Mesh& m) { return test_input(m, Shape("x:1"), Layout{}, 1).array().space(); });
-  return std::all_of(spaces.begin(), spaces.end(),
-                     [](MemorySpace s) { return s == MemorySpace::host; });
-}
-
 /// One processor's sends under a fused op and under the ops it stands for.
 struct SentBoth {
   std::string layout;
   std::uint64_t fused_messages, fused_bytes, ops_messages, ops_bytes;
-  bool on_host;  // the processors' blocks are the host's (else the fused op runs as the ops)
 };
 
 /// SentBoth for every processor, on x split 2 ways and on x, y and z split 2x2x2 (those this run
@@ -51,12 +40,10 @@ std::vector<SentBoth> sent_by_both(Run&& run) {
            {"p:2", "x:p"}, {"a:2; b:2; c:2", "x:a; y:b; z:c"}}) {
     const MeshShape shape(mesh);
     if (!can_run(shape)) continue;
-    const bool on_host = blocks_on_host(shape);
     const auto fused = sent_while(shape, [&](Mesh& m) { run(m, Layout(layout), true); });
     const auto ops = sent_while(shape, [&](Mesh& m) { run(m, Layout(layout), false); });
     for (std::size_t p = 0; p < fused.size(); ++p)
-      all.push_back(
-          {layout, fused[p].first, fused[p].second, ops[p].first, ops[p].second, on_host});
+      all.push_back({layout, fused[p].first, fused[p].second, ops[p].first, ops[p].second});
   }
   return all;
 }

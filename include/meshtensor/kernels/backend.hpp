@@ -46,10 +46,6 @@ inline bool takes_gpu_roads() {
   return device.is_cuda() || (device.is_plan() && device.for_gpus);
 }
 
-/// Whether this processor's blocks are host memory, which host code may compute pieces in: a
-/// CPU's, and a plan's that stands for a run on CPUs.
-inline bool blocks_in_host_memory() { return !takes_gpu_roads(); }
-
 namespace detail {
 // The name of a kernel family's call, from the type of its CPU loop (a lambda in the call).
 inline std::string call_name(const std::type_info& loop) {

@@ -8,7 +8,6 @@
 // values in the same order, so the results are those of the three ops.
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,7 +67,8 @@ inline HaloNeeds raw_needs(const HaloNeeds& pooled, const std::vector<std::int64
   return raw;
 }
 
-// A received raw piece, normalised (by `applied`) and max-pooled: the pooled piece.
+// A received raw piece, normalised (by `applied`) and max-pooled by the pooling kernels, where
+// its blocks are (a GPU's or the host's): the pooled piece.
 template <class T>
 std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
                                          const std::vector<std::int64_t>& strides,
@@ -77,34 +77,11 @@ std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
   Block pooled = box;
   for (std::size_t d = 0; d < strides.size(); ++d)
     pooled.ranges[d] = Range{box.ranges[d].begin / strides[d], box.ranges[d].end / strides[d]};
-  if (raw.space() == MemorySpace::none)  // a plan's piece: its box, no values to pool
-    return {pooled, Buffer<T>(std::size_t(pooled.num_elements()))};
-  const auto sizes = box.sizes();
-  const auto pooled_strides = kernels::row_major_strides(pooled.sizes());
-  // Where each raw index lands along each dim, looked up: a row (the last dim) sums one offset
-  // per dim before it, and its values go to `last` offsets of their own.
-  std::vector<std::vector<std::int64_t>> to(sizes.size());
-  for (std::size_t d = 0; d < sizes.size(); ++d)
-    for (std::int64_t i = 0; i < sizes[d]; ++i) to[d].push_back(i / strides[d] * pooled_strides[d]);
-  Buffer<T> out(pooled.num_elements(), std::numeric_limits<T>::lowest());
-  const std::size_t last = sizes.size() - 1;
-  const std::int64_t row = sizes[last];
-  const std::int64_t* into = to[last].data();
-  std::vector<std::int64_t> at(sizes.size(), 0);  // the row's index, row-major
-  for (std::size_t i = 0; i < raw.size(); i += std::size_t(row)) {
-    std::int64_t base = 0;
-    for (std::size_t d = 0; d < last; ++d) base += to[d][std::size_t(at[d])];
-    T* o = out.data() + base;
-    const T* r = raw.data() + i;
-    if (strides[last] == 1)  // the channels, say: the row's maxima in place
-      for (std::int64_t j = 0; j < row; ++j) o[j] = std::max(o[j], r[j]);
-    else
-      for (std::int64_t j = 0; j < row; ++j) o[into[j]] = std::max(o[into[j]], r[j]);
-    for (std::size_t d = last; d-- > 0;) {
-      if (++at[d] < sizes[d]) break;
-      at[d] = 0;
-    }
-  }
+  Buffer<T> out(std::size_t(pooled.num_elements()));
+  if (raw.space() == MemorySpace::none) return {pooled, std::move(out)};  // a plan's piece
+  const kernels::PoolGeometry g = *kernels::tiling_pool_geometry(box.sizes(), strides);
+  Buffer<std::uint8_t> workspace(kernels::max_pool_workspace_bytes<T>(g));
+  kernels::max_pool_forward(g, raw.data(), out.data(), workspace.data());
   return {std::move(pooled), std::move(out)};
 }
 
@@ -114,9 +91,9 @@ std::pair<Block, Buffer<T>> pooled_piece(const Block& box, Buffer<T>& raw,
  * {batch_norm(x, ...), conv(max_pool(batch_norm(x, ...), pool), weight, window, channels)} in
  * training mode: the normalised x (a U-Net level's skip) and the convolution of its pooling, the
  * convolution's halo sent as raw x before the statistics' all-gather. Where the pooling does not
- * tile the split dims block by block, where no spatial dim is split, where halo_overlap() is off,
- * on blocks in a device's memory and where the pooled tensor is not laid out as the
- * convolution reads it, the three ops run one after the other.
+ * tile the split dims block by block, where the pooled dims and those between them are more than
+ * three, where no spatial dim is split, where halo_overlap() is off and where the pooled tensor is
+ * not laid out as the convolution reads it, the three ops run one after the other.
  */
 template <class T, class W>
 std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
@@ -126,11 +103,10 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
     Activation activation = Activation::none) {
   const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   const auto strides = detail::tiling_strides(x, pool);
-  // Every processor must take the same road, so the choice rests on layouts, shapes and where
-  // the run keeps its blocks: a receiver pools the raw rows on the host, so a device's blocks
-  // (whose pooling of a piece would need a kernel of its own) take the three ops.
-  if (strides.empty() || !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
-      !detail::blocks_nest(x.layout(), strides) || !kernels::blocks_in_host_memory()) {
+  // Every processor must take the same road, so the choice rests on layouts and shapes alone.
+  if (strides.empty() || !kernels::tiling_pool_geometry(x.shape().sizes(), strides) ||
+      !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
+      !detail::blocks_nest(x.layout(), strides)) {
     Tensor<T> y = batch_norm(x, gamma, beta, channels, epsilon, moments, activation);
     Tensor<T> out = conv(max_pool(y, pool), weight, window, channels);
     return {std::move(y), std::move(out)};

@@ -69,12 +69,12 @@ inline HaloNeeds with_channels(HaloNeeds needs, std::size_t channel_dim, std::in
 }
 
 // What the up-sampled rows of a received piece are computed from: the transposed convolution's
-// weight as the kernels read it (rounded to T), its bias rounded to T as the op's addition rounds
-// it, the strides and the spatial dims' positions.
-template <class T>
+// weight as the kernels read it (rounded to T; its own copy, since the op's goes with its call),
+// its bias, the strides and the spatial dims' positions.
+template <class T, class W>
 struct UpSampledRows {
-  std::vector<float> weights;  // in kernel order: taps, input channels, output channels
-  std::vector<T> bias;         // empty: none
+  Array<T> weights = empty_array<T>();  // in kernel order: taps, input channels, output channels
+  const W* bias = nullptr;              // null: none
   std::vector<std::int64_t> strides;
   std::vector<std::size_t> spatial;  // positions, in window order
   std::size_t channel_dim = 0;
@@ -85,11 +85,18 @@ struct UpSampledRows {
   // whose rows lie under it.
   void operator()(const Block& box, std::int64_t offset, const Block& coarse_box,
                   const Buffer<T>& coarse, T* out) const {
+    kernels::up_sample_tiles(positions(box, offset, coarse_box), coarse.data(), weights.data(),
+                             bias, out);
+  }
+
+ private:
+  // Each fine position's coarse row, output and tap (taps in window order), row-major over the
+  // box's dims but the channels; per dim and index, three lookups summed.
+  kernels::TileUpSampling positions(const Block& box, std::int64_t offset,
+                                    const Block& coarse_box) const {
     const auto sizes = box.sizes();
     const auto out_strides = kernels::row_major_strides(sizes);
     const auto in_strides = kernels::row_major_strides(coarse_box.sizes());
-    // Per dim and index within the box: the coarse row's offset, the output's and the tap's
-    // share of the kernel index (taps in window order), so that a position sums three lookups.
     std::vector<std::vector<std::int64_t>> from(sizes.size()), to(sizes.size()), tap(sizes.size());
     std::int64_t taps_after = 1;
     for (std::size_t i = spatial.size(); i-- > 0;) {
@@ -107,102 +114,46 @@ struct UpSampledRows {
         to[d].push_back(a * out_strides[d]);
       }
     }
+    kernels::TileUpSampling u;
+    u.c_in = c_in;
+    u.c_out = c_out;
+    u.in_channel_stride = in_strides[channel_dim];
+    u.out_channel_stride = out_strides[channel_dim];
     std::vector<std::int64_t> at(sizes.size(), 0);  // index within box; channels held at 0
-    // Positions go in groups, each its own sums, so that the multiply-adds of one group do not
-    // wait on each other; a short last group repeats its last position.
-    std::vector<float> sums(static_cast<std::size_t>(group * c_out));
-    std::array<const T*, group> ins{};
-    std::array<const float*, group> taps{};
-    std::array<std::int64_t, group> outs{};
     const std::int64_t positions = box.num_elements() / sizes[channel_dim];
-    for (std::int64_t p = 0; p < positions; p += group) {
-      for (int g = 0; g < group; ++g) {
-        if (p + g >= positions) {
-          ins[g] = ins[g - 1], taps[g] = taps[g - 1], outs[g] = outs[g - 1];
-          continue;
-        }
-        std::int64_t in = 0, o = offset * out_strides[channel_dim], k = 0;
-        for (std::size_t d = 0; d < sizes.size(); ++d) {
-          if (d == channel_dim) continue;
-          in += from[d][std::size_t(at[d])];
-          o += to[d][std::size_t(at[d])];
-          k += tap[d][std::size_t(at[d])];
-        }
-        ins[g] = coarse.data() + in, taps[g] = weights.data() + k * c_in * c_out, outs[g] = o;
-        next_position(at, sizes);
+    for (std::int64_t p = 0; p < positions; ++p) {
+      std::int64_t in = 0, o = offset * out_strides[channel_dim], k = 0;
+      for (std::size_t d = 0; d < sizes.size(); ++d) {
+        if (d == channel_dim) continue;
+        in += from[d][std::size_t(at[d])];
+        o += to[d][std::size_t(at[d])];
+        k += tap[d][std::size_t(at[d])];
       }
-      up_sample(ins, in_strides[channel_dim], taps, sums.data());
-      for (int g = 0; g < group; ++g)
-        store(sums.data() + g * c_out, out + outs[g], out_strides[channel_dim]);
-    }
-  }
-
- private:
-  static constexpr int group = 4;
-
-  // One position's outputs, rounded to T as the op rounds them: the sum, then the bias added.
-  void store(const float* __restrict sums, T* __restrict out, std::int64_t stride) const {
-    auto value = [&](std::int64_t c) {
-      return bias.empty() ? T(sums[c]) : T(float(T(sums[c])) + float(bias[std::size_t(c)]));
-    };
-    if (stride == 1)  // the channels last: one vector's stores
-      for (std::int64_t c = 0; c < c_out; ++c) out[c] = value(c);
-    else
-      for (std::int64_t c = 0; c < c_out; ++c) out[c * stride] = value(c);
-  }
-
-  // A group's outputs from their input channels (`stride` apart) through each one's tap weights,
-  // summed in their order.
-  void up_sample(const std::array<const T*, group>& in, std::int64_t stride,
-                 const std::array<const float*, group>& w, float* __restrict sums) const {
-    std::fill(sums, sums + group * c_out, 0.0f);
-    float* __restrict s0 = sums;
-    float* __restrict s1 = sums + c_out;
-    float* __restrict s2 = sums + 2 * c_out;
-    float* __restrict s3 = sums + 3 * c_out;
-    for (std::int64_t ci = 0; ci < c_in; ++ci) {
-      const float v0 = float(in[0][ci * stride]), v1 = float(in[1][ci * stride]),
-                  v2 = float(in[2][ci * stride]), v3 = float(in[3][ci * stride]);
-      const float* __restrict w0 = w[0] + ci * c_out;
-      const float* __restrict w1 = w[1] + ci * c_out;
-      const float* __restrict w2 = w[2] + ci * c_out;
-      const float* __restrict w3 = w[3] + ci * c_out;
-      for (std::int64_t c = 0; c < c_out; ++c) {
-        s0[c] += v0 * w0[c];
-        s1[c] += v1 * w1[c];
-        s2[c] += v2 * w2[c];
-        s3[c] += v3 * w3[c];
+      u.input.push_back(in), u.output.push_back(o), u.tap.push_back(k);
+      for (std::size_t d = sizes.size(); d-- > 0;) {
+        if (d == channel_dim) continue;
+        if (++at[d] < sizes[d]) break;
+        at[d] = 0;
       }
     }
-  }
-
-  // The next index of a row-major walk over `sizes`, the channel dim left at 0.
-  void next_position(std::vector<std::int64_t>& at, const kernels::Sizes& sizes) const {
-    for (std::size_t d = sizes.size(); d-- > 0;) {
-      if (d == channel_dim) continue;
-      if (++at[d] < sizes[d]) return;
-      at[d] = 0;
-    }
+    return u;
   }
 };
 
 // How this processor up-samples received rows: with the transposed convolution's weight as `call`
-// holds it (in kernel order, rounded to T) and the bias; a plan's blocks hold no values to read.
+// orders it (rounded to T) and the bias.
 template <class T, class W>
-UpSampledRows<T> up_sampled_rows(const ConvCall<T>& call, const UpSampling<W>& up, const Shape& z,
-                                 const std::vector<std::int64_t>& strides,
-                                 const std::string& channels) {
-  UpSampledRows<T> rows;
+UpSampledRows<T, W> up_sampled_rows(const ConvCall<T>& call, const UpSampling<W>& up,
+                                    const Shape& z, const std::vector<std::int64_t>& strides,
+                                    const std::string& channels) {
+  UpSampledRows<T, W> rows;
   rows.strides = strides;
   for (const auto& name : up.window.spatial()) rows.spatial.push_back(z.position(name));
   rows.channel_dim = z.position(channels);
   rows.c_in = z.dim(channels).size;
   rows.c_out = call.geometry.c_out;
-  const Array<T>& w = call.w_kernel;
-  if (w.space() != MemorySpace::host) return rows;
-  rows.weights.assign(w.data(), w.data() + w.size());
-  if (up.bias.defined())
-    for (std::int64_t c = 0; c < rows.c_out; ++c) rows.bias.push_back(T(up.bias.array().data()[c]));
+  rows.weights = weight_in_kernel_order<T>(up.weight.array(), call.w_order);
+  if (up.bias.defined()) rows.bias = up.bias.array().data();
   return rows;
 }
 
@@ -248,8 +199,8 @@ bool laid_out_alike(const Tensor<T>& z, const std::vector<Dim>& up_dims, const T
  * coarse rows of z before the statistics' all-gather. Where the up-sampling's windows do not tile
  * its output (kernel = stride), where its blocks do not nest in the skip's (uneven splits), where
  * z and the skip are laid out differently or split along the channels, where no spatial dim is
- * split, where halo_overlap() is off, on blocks in a device's memory and where the
- * concatenation is not laid out as the convolution reads it, the ops run one after the other.
+ * split, where halo_overlap() is off and where the concatenation is not laid out as the
+ * convolution reads it, the ops run one after the other.
  */
 template <class T, class W>
 Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const Tensor<W>& beta,
@@ -270,15 +221,14 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
                          channels);
     return up.bias.defined() ? std::move(u) + up.bias : u;
   };
-  // Every processor must take the same road, so the choice rests on layouts, shapes and where
-  // the run keeps its blocks (a receiver up-samples the raw rows on the host).
+  // Every processor must take the same road, so the choice rests on layouts and shapes alone.
   const bool fits =
       !strides.empty() && detail::affine_per_key(z, reduced, gamma, beta) && halo_overlap() &&
       detail::laid_out_alike(z, up_setup.dims.output_dims, skip, channels) &&
       detail::blocks_nest(skip.layout(), strides) &&
       (!up.bias.defined() ||
        (up.bias.shape() == Shape{Dim(channels, c_up)} && up.bias.block().num_elements() == c_up)) &&
-      up_setup.call.geometry.c_out == c_up && kernels::blocks_in_host_memory();
+      up_setup.call.geometry.c_out == c_up;
   if (!fits) {
     const Tensor<T> y = batch_norm(z, gamma, beta, channels, epsilon, moments, activation);
     return conv_concat({skip, up_sampled(y)}, weight, window, channels);
@@ -302,7 +252,7 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
   auto skip_pending = skip_rows.begin(mesh, HaloForm::pieces, skip.array());
   auto raw_pending = raw_rows.begin(mesh, HaloForm::pieces, z.array());
 
-  const detail::UpSampledRows<T> rows =
+  const detail::UpSampledRows<T, W> rows =
       detail::up_sampled_rows(up_setup.call, up, z.shape(), strides, channels);
   detail::NormApplied<T> applied;
   const Tensor<T> y =
