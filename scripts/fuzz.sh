@@ -72,7 +72,18 @@ for target in "${targets[@]}"; do
     failed+=("$target")
     echo "fuzz: $target FAILED (status $status) after ${runs:-?} runs; its input and log:"
     ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null || true
-    grep -v '^"' "$work/log" | grep -E 'ERROR|SUMMARY|invariant|runtime error|#[0-9]+ 0x' | head -40
+    # nifticlib prints "** ERROR" for every header it refuses: noise, not the failure. The first
+    # 40 lines are read whole (no pipe for head to close early under pipefail).
+    grep -v -e '^"' -e '^\*\* ERROR' -e '^+d ' -e '^\*\* nim' "$work/log" |
+      grep -E 'ERROR|SUMMARY|invariant|runtime error|#[0-9]+ 0x' >"$work/summary" || true
+    sed -n 1,40p "$work/summary"
+    # The input itself (at most max_len bytes), so that a run on another machine can be replayed
+    # here: base64 -d > input, then build-fuzz/tests/fuzz/fuzz_TARGET input.
+    for input in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+      [ -f "$input" ] || continue
+      echo "  $(basename "$input") in base64:"
+      base64 -w 100 "$input" | sed 's/^/    /'
+    done
     echo "  full log: $work/log"
     continue
   fi
