@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <meshtensor/device/cuda.hpp>
@@ -166,4 +167,100 @@ TEST_CASE("a kernel given host memory is an illegal address", "[sticky]") {
                     Catch::Contains("an illegal memory access was encountered"));
   CHECK(cudaStreamSynchronize(cuda::compute_stream()) == cudaErrorIllegalAddress);
   CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+}
+
+TEST_CASE("work captured from a stream runs only when the graph is launched, at every launch") {
+  // Two streams, as the nccl transport uses them: the other joins the capture through an event
+  // and is joined back before it ends.
+  const std::size_t n = 128;
+  Managed x(n), y(n), copy(n);
+  std::fill(x.data, x.data + n, 1.0f);
+  std::fill(y.data, y.data + n, 0.0f);
+  std::fill(copy.data, copy.data + n, 0.0f);
+  const cudaStream_t stream = cuda::compute_stream();
+  cudaStream_t other = nullptr;
+  cudaEvent_t forked = nullptr, joined = nullptr;
+  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::check(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming), "cudaEventCreate");
+  cuda::check(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming), "cudaEventCreate");
+
+  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin");
+  queue_doubling(x.data, y.data, n);  // y = 2x
+  cuda::check(cudaEventRecord(forked, stream), "cudaEventRecord");
+  cuda::check(cudaStreamWaitEvent(other, forked, 0), "cudaStreamWaitEvent");
+  cuda::check(cudaMemcpyAsync(copy.data, y.data, n * sizeof(float), cudaMemcpyDefault, other),
+              "cudaMemcpyAsync");
+  cuda::check(cudaEventRecord(joined, other), "cudaEventRecord");
+  cuda::check(cudaStreamWaitEvent(stream, joined, 0), "cudaStreamWaitEvent");
+  queue_doubling(y.data, x.data, n);  // x = 2y
+  cudaStreamCaptureStatus status{};
+  cuda::check(cudaStreamIsCapturing(other, &status), "cudaStreamIsCapturing");
+  CHECK(status == cudaStreamCaptureStatusActive);
+  cudaGraph_t graph = nullptr;
+  cuda::check(cudaStreamEndCapture(stream, &graph), "end");
+  cuda::check(cudaStreamIsCapturing(other, &status), "cudaStreamIsCapturing");
+  CHECK(status == cudaStreamCaptureStatusNone);
+  cudaGraphExec_t exec = nullptr;
+  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  CHECK(all_equal(y.data, n, 0.0f));  // captured, not run
+  CHECK(all_equal(x.data, n, 1.0f));
+
+  for (const float expected : {4.0f, 16.0f}) {  // each launch doubles twice
+    cuda::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    CHECK(all_equal(x.data, n, expected));
+    CHECK(all_equal(copy.data, n, expected / 2));
+  }
+  cuda::check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  cuda::check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  cuda::check(cudaEventDestroy(forked), "cudaEventDestroy");
+  cuda::check(cudaEventDestroy(joined), "cudaEventDestroy");
+  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
+}
+
+TEST_CASE("what CUDA refuses while a stream is captured breaks the capture") {
+  const cudaStream_t stream = cuda::compute_stream();
+  Managed x(16), y(16);
+  std::vector<float> pageable(16, 1.0f);
+  // Each refused call answers its own error, and the capture's end reports it broken.
+  auto refused_in_capture = [&](auto&& call) {
+    cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin");
+    queue_doubling(x.data, y.data, 16);
+    const cudaError_t error = call();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    (void)cudaGetLastError();
+    CHECK((graph != nullptr) == (end == cudaSuccess));  // a broken capture gives no graph
+    if (graph) cuda::check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+    return std::pair(error, end);
+  };
+  const auto invalidated = cudaErrorStreamCaptureInvalidated;
+  CHECK(refused_in_capture([&] { return cudaStreamSynchronize(stream); }) ==
+        std::pair(cudaErrorStreamCaptureUnsupported, invalidated));
+  CHECK(refused_in_capture([&] {
+          return cudaMemcpyAsync(x.data, pageable.data(), 16 * sizeof(float), cudaMemcpyDefault,
+                                 stream);
+        }) == std::pair(cudaErrorStreamCaptureUnsupported, invalidated));
+  CHECK(refused_in_capture([&] {
+          void* p = nullptr;
+          return cudaMalloc(&p, 256);
+        }) == std::pair(cudaErrorStreamCaptureUnsupported, invalidated));
+  cudaEvent_t outside = nullptr;
+  cuda::check(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), "cudaEventCreate");
+  cudaStream_t other = nullptr;
+  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::check(cudaEventRecord(outside, other), "cudaEventRecord");
+  CHECK(refused_in_capture([&] { return cudaStreamWaitEvent(stream, outside, 0); }) ==
+        std::pair(cudaErrorStreamCaptureIsolation, invalidated));
+  cuda::check(cudaEventDestroy(outside), "cudaEventDestroy");
+  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
+  // Page-locked memory may be copied in a graph.
+  float* pinned = nullptr;
+  cuda::check(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16 * sizeof(float)),
+              "cudaMallocHost");
+  CHECK(refused_in_capture([&] {
+          return cudaMemcpyAsync(pinned, y.data, 16 * sizeof(float), cudaMemcpyDefault, stream);
+        }) == std::pair(cudaSuccess, cudaSuccess));
+  cuda::check(cudaFreeHost(pinned), "cudaFreeHost");
 }

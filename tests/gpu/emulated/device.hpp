@@ -35,26 +35,29 @@ class Operation {
   virtual bool touches_memory() const { return true; }
 };
 
-/// Queues `work` on `stream`, to run once everything queued before it on that stream has run.
+/// Queues `work` on `stream`, to run once everything queued before it on that stream has run (or,
+/// on a stream being captured into a graph, at each launch of the graph: `work` runs again).
 void enqueue(cudaStream_t stream, std::function<void()> work);
 
 /// The same for work that touches no memory the host may use (a free, a prefetch): the host does
 /// not race with it.
 void enqueue_bookkeeping(cudaStream_t stream, std::function<void()> work);
 
-/// Queues `operation` on `stream`; it starts at once when nothing is queued before it there (a
-/// GPU would start it then too), which is how messages between processes make progress while
-/// each process waits for something else.
-void enqueue(cudaStream_t stream, std::unique_ptr<Operation> operation);
+/// Queues the operation `make` makes on `stream`; it starts at once when nothing is queued before
+/// it there (a GPU would start it then too), which is how messages between processes make progress
+/// while each process waits for something else. A stream being captured into a graph keeps `make`,
+/// which makes a fresh operation at each launch of the graph.
+void enqueue_operation(cudaStream_t stream, std::function<std::unique_ptr<Operation>()> make);
 
 /// Whether any stream has work queued that has not finished and touches memory: the host touching
 /// the GPU's memory now, without waiting, races with it.
 bool work_queued();
 
-/// Counts a call of `library` ("kernel", "cudnn", "cublas", "nccl"), or "waits" (the host waiting
-/// for a stream or event with work still to run), for the summary that a process prints on stderr
-/// at its end when MESHTENSOR_EMULATED_GPU_SUMMARY is set, so a test can tell that its program
-/// computed and communicated on the GPU rather than on the host, and how often it waited.
+/// Counts a call of `library` ("kernel", "cudnn", "cublas", "nccl"), "graphs" (a graph launched),
+/// or "waits" (the host waiting for a stream or event with work still to run), for the summary that
+/// a process prints on stderr at its end when MESHTENSOR_EMULATED_GPU_SUMMARY is set, so a test can
+/// tell that its program computed and communicated on the GPU rather than on the host, and how
+/// often it waited.
 void count(const char* library);
 
 /// Reports an error that a GPU would raise while running a stream's work (a kernel reading host

@@ -187,7 +187,9 @@ ncclResult_t issue(cudaStream_t stream, ncclComm_t comm, std::function<void(Post
     grouped.back().second.push_back(std::move(post));
     return ncclSuccess;
   }
-  emulated_gpu::enqueue(stream, std::make_unique<Calls>(std::vector<Post>{std::move(post)}));
+  emulated_gpu::enqueue_operation(stream, [posts = std::vector<Post>{std::move(post)}] {
+    return std::make_unique<Calls>(posts);
+  });
   return ncclSuccess;
 }
 
@@ -363,7 +365,8 @@ ncclResult_t ncclGroupEnd() {
   auto calls = std::move(grouped);
   grouped.clear();
   for (auto& [stream, posts] : calls)
-    emulated_gpu::enqueue(stream, std::make_unique<Calls>(std::move(posts)));
+    emulated_gpu::enqueue_operation(
+        stream, [posts = std::move(posts)] { return std::make_unique<Calls>(posts); });
   return ncclSuccess;
 }
 

@@ -13,6 +13,13 @@
 //    wait for an event (cudaStreamWaitEvent) runs nothing after that point before the event's
 //    stream has run what came before the event.
 //  - Kernels come from NVRTC's emulation (nvrtc.cpp) as "PTX" naming them, and run as host code.
+//  - Graphs: a stream being captured (cudaStreamBeginCapture) keeps its work, and that of the
+//    streams that join it through an event, as the graph's nodes in the order they were queued, a
+//    valid order of CUDA's graph; cudaGraphLaunch queues them on a stream, made afresh. What CUDA
+//    refuses while a stream is captured is refused, and breaks the capture: a wait for it, a
+//    dependency on work outside it, a copy from pageable host memory (a replay would read the
+//    memory again, long after the call), and outside relaxed mode cudaMalloc, cudaFree and
+//    cudaMemcpy.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -37,10 +44,30 @@
 #include "kernels.hpp"
 #include "residency.hpp"
 
+namespace emulated_gpu {
+// A graph's node: makes the operation it stands for, afresh at each launch.
+using Node = std::function<std::unique_ptr<Operation>()>;
+
+// Device memory a graph's capture took (cudaMallocAsync while capturing): the graph's, for as long
+// as it or an instance of it lives.
+struct GraphMemory {
+  std::vector<void*> blocks;
+  ~GraphMemory();
+};
+
+// A capture sequence: the graph it builds, and whether a refused call broke it.
+struct Capture {
+  cudaGraph_t graph = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::string broken;  // empty: not broken
+};
+}  // namespace emulated_gpu
+
 struct CUstream_st {
   std::deque<std::unique_ptr<emulated_gpu::Operation>> queue;
-  std::uint64_t queued = 0;    // operations ever queued
-  std::uint64_t finished = 0;  // of those, finished (in order)
+  std::uint64_t queued = 0;                        // operations ever queued
+  std::uint64_t finished = 0;                      // of those, finished (in order)
+  std::shared_ptr<emulated_gpu::Capture> capture;  // set while the stream is being captured
 };
 
 struct CUevent_st {
@@ -48,6 +75,17 @@ struct CUevent_st {
   std::uint64_t after = 0;        // it completes when the stream has finished this many
   // When the stream reached it (set by a stamp queued with the record), for cudaEventElapsedTime.
   std::shared_ptr<std::optional<std::chrono::steady_clock::time_point>> reached;
+  std::weak_ptr<emulated_gpu::Capture> captured;  // the capture it was last recorded in
+};
+
+struct CUgraph_st {
+  std::vector<emulated_gpu::Node> nodes;
+  std::shared_ptr<emulated_gpu::GraphMemory> memory = std::make_shared<emulated_gpu::GraphMemory>();
+};
+
+struct CUgraphExec_st {
+  std::vector<emulated_gpu::Node> nodes;
+  std::shared_ptr<emulated_gpu::GraphMemory> memory;
 };
 
 struct CUlib_st {
@@ -148,6 +186,36 @@ bool run_stream(CUstream_st* stream, std::uint64_t until, bool block) {
   return true;
 }
 
+// Page-locked host memory (cudaMallocHost) by first byte: bytes. Host memory to the GPU, but a
+// graph may copy to and from it.
+std::map<std::uintptr_t, std::size_t> pinned;
+
+bool pageable(const void* p) {
+  if (memory_of(p) != Memory::host) return false;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto after = pinned.upper_bound(at);
+  return after == pinned.begin() || at >= std::prev(after)->first + std::prev(after)->second;
+}
+
+// The captures under way; while one that is not relaxed is, calls that may wait (cudaMalloc,
+// cudaFree, cudaMemcpy) are refused.
+std::set<std::shared_ptr<Capture>> captures;
+
+// Breaks `capture` because of `what`, as CUDA invalidates a capture sequence: its end reports it.
+cudaError_t break_capture(Capture& capture, cudaError_t error, const std::string& what) {
+  if (capture.broken.empty()) capture.broken = what;
+  return error;
+}
+
+// A call that may wait for the GPU, refused while a capture that is not relaxed is under way.
+cudaError_t refused_while_capturing(const char* call) {
+  for (const auto& capture : captures)
+    if (capture->mode != cudaStreamCaptureModeRelaxed)
+      return break_capture(*capture, cudaErrorStreamCaptureUnsupported,
+                           std::string(call) + " was called while a stream was being captured");
+  return cudaSuccess;
+}
+
 void push(CUstream_st* stream, std::unique_ptr<Operation> operation) {
   if (operation->touches_memory()) ++unfinished;
   stream->queue.push_back(std::move(operation));
@@ -232,6 +300,21 @@ const ErrorText& describe(cudaError_t code) {
        "an illegal memory access was encountered"},
       {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
       {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+      {cudaErrorIllegalState, "cudaErrorIllegalState",
+       "the operation cannot be performed in the "
+       "present state"},
+      {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+       "operation not permitted when stream is capturing"},
+      {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+       "operation failed due to a previous error during capture"},
+      {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+       "capture was not initiated in this stream"},
+      {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+       "dependency created on uncaptured work in another stream"},
+      {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+       "operation would make the legacy stream depend on a capturing blocking stream"},
+      {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+       "operation not permitted on an event last recorded in a capturing stream"},
   };
   static const ErrorText unknown{cudaErrorUnknown, "cudaErrorUnknown", "unknown error"};
   for (const auto& e : known)
@@ -254,10 +337,28 @@ namespace {
 void enqueue_work(cudaStream_t handle, std::function<void()> work, bool touches_memory) {
   Lock lock(state_lock);
   CUstream_st* stream = stream_of(handle);
+  if (stream->capture) {
+    stream->capture->graph->nodes.push_back(
+        [work, touches_memory] { return std::make_unique<Work>(work, touches_memory); });
+    return;
+  }
   push(stream, std::make_unique<Work>(std::move(work), touches_memory));
   if (stream == &legacy_stream) run_stream(stream, stream->queued, /*block=*/true);
 }
+
+void enqueue_now(CUstream_st* stream, std::unique_ptr<Operation> operation) {
+  const bool idle = stream->queue.empty();
+  push(stream, std::move(operation));
+  if (idle || stream == &legacy_stream)
+    run_stream(stream, stream->queued, /*block=*/stream == &legacy_stream);
+}
 }  // namespace
+
+GraphMemory::~GraphMemory() {
+  Lock lock(state_lock);
+  run_all_streams();  // a launch may still use them
+  for (void* p : blocks) release(p);
+}
 
 void enqueue(cudaStream_t handle, std::function<void()> work) {
   enqueue_work(handle, std::move(work), /*touches_memory=*/true);
@@ -267,13 +368,13 @@ void enqueue_bookkeeping(cudaStream_t handle, std::function<void()> work) {
   enqueue_work(handle, std::move(work), /*touches_memory=*/false);
 }
 
-void enqueue(cudaStream_t handle, std::unique_ptr<Operation> operation) {
+void enqueue_operation(cudaStream_t handle, std::function<std::unique_ptr<Operation>()> make) {
   Lock lock(state_lock);
   CUstream_st* stream = stream_of(handle);
-  const bool idle = stream->queue.empty();
-  push(stream, std::move(operation));
-  if (idle || stream == &legacy_stream)
-    run_stream(stream, stream->queued, /*block=*/stream == &legacy_stream);
+  if (stream->capture)
+    stream->capture->graph->nodes.push_back(std::move(make));
+  else
+    enqueue_now(stream, make());
 }
 
 bool work_queued() { return unfinished.load() > 0; }
@@ -289,7 +390,7 @@ struct Summary {
   ~Summary() {
     if (std::getenv("MESHTENSOR_EMULATED_GPU_SUMMARY")) {
       std::string text = "emulated GPU summary:";
-      for (const char* library : {"kernel", "cudnn", "cublas", "nccl", "waits"})
+      for (const char* library : {"kernel", "cudnn", "cublas", "nccl", "graphs", "waits"})
         text += std::string(" ") + library + "=" + std::to_string(calls[library]);
       std::fprintf(stderr, "%s\n", text.c_str());
     }
@@ -379,6 +480,7 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribut
 }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   Lock lock(state_lock);
+  if (const auto refused = refused_while_capturing("cudaDeviceSynchronize")) return report(refused);
   run_all_streams();
   return outcome();
 }
@@ -386,6 +488,8 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
 // --- memory ------------------------------------------------------------------------------------
 cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
   Lock lock(state_lock);
+  *p = nullptr;
+  if (const auto refused = refused_while_capturing("cudaMalloc")) return report(refused);
   *p = allocate(bytes, Memory::device);
   return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
@@ -394,21 +498,27 @@ cudaError_t CUDARTAPI cudaMallocManaged(void** p, size_t bytes, unsigned int) {
   *p = allocate(bytes, Memory::managed);
   return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
-cudaError_t CUDARTAPI cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+cudaError_t CUDARTAPI cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   Lock lock(state_lock);
   *p = allocate(bytes, Memory::device);  // usable in the stream's order, so at once here
+  // Taken while capturing: the graph's, at the same address at every launch.
+  if (*p && stream_of(stream)->capture)
+    stream_of(stream)->capture->graph->memory->blocks.push_back(*p);
   return outcome(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 // Page-locked host memory: host memory to the emulator (copies into it run in stream order, as a
 // GPU's copy engine fills it; the host reading it before waiting reads stale bytes).
 cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) {
   *p = bytes ? std::malloc(bytes) : nullptr;
+  Lock lock(state_lock);
+  if (*p) pinned[reinterpret_cast<std::uintptr_t>(*p)] = bytes;
   return outcome(*p || !bytes ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 cudaError_t CUDARTAPI cudaFreeHost(void* p) {
   {
     Lock lock(state_lock);
     run_all_streams();  // as cudaFree: no queued copy still writes it
+    pinned.erase(reinterpret_cast<std::uintptr_t>(p));
   }
   std::free(p);
   return outcome();
@@ -416,6 +526,7 @@ cudaError_t CUDARTAPI cudaFreeHost(void* p) {
 cudaError_t CUDARTAPI cudaFree(void* p) {
   Lock lock(state_lock);
   if (!p) return outcome();
+  if (const auto refused = refused_while_capturing("cudaFree")) return report(refused);
   if (unfinished > 0) count("waits");  // the host stops until the GPU catches up
   run_all_streams();  // cudaFree waits for the device, so no queued work still uses p
   return outcome(release(p) ? cudaSuccess : cudaErrorInvalidValue);
@@ -424,6 +535,13 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* p, cudaStream_t stream) {
   Lock lock(state_lock);
   if (!p) return outcome();
   if (memory_of(p) != Memory::device) return report(cudaErrorInvalidValue);
+  if (const auto& capture = stream_of(stream)->capture) {
+    // Memory the capture took stays the graph's; other memory would be freed at every launch.
+    const auto& own = capture->graph->memory->blocks;
+    if (std::find(own.begin(), own.end(), p) != own.end()) return outcome();
+    return report(break_capture(*capture, cudaErrorStreamCaptureUnsupported,
+                                "cudaFreeAsync of memory allocated outside the capture"));
+  }
   enqueue_bookkeeping(stream, [p] { release(p); });
   return outcome();
 }
@@ -460,6 +578,7 @@ cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void* p, size_t bytes, cudaMemL
 
 cudaError_t CUDARTAPI cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind) {
   Lock lock(state_lock);
+  if (const auto refused = refused_while_capturing("cudaMemcpy")) return report(refused);
   // The legacy stream waits for blocking streams only; meshtensor's are all non-blocking.
   residency::begin_gpu_work();  // a copy engine's, not the host's
   std::memcpy(to, from, bytes);
@@ -470,6 +589,11 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* to, const void* from, size_t bytes, 
                                       cudaStream_t stream) {
   Lock lock(state_lock);
   if (bytes == 0) return outcome();
+  if (const auto& capture = stream_of(stream)->capture; capture && (pageable(from) || pageable(to)))
+    return report(break_capture(*capture, cudaErrorStreamCaptureUnsupported,
+                                "cudaMemcpyAsync between the GPU and pageable host memory was "
+                                "captured: each launch of the graph would touch that memory "
+                                "again, long after the call"));
   if (memory_of(from) == Memory::host) {
     // The driver stages pageable memory before returning: the caller may reuse it at once.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(from),
@@ -511,6 +635,9 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   Lock lock(state_lock);
   CUstream_st* s = stream_of(stream);
+  if (s->capture)
+    return report(break_capture(*s->capture, cudaErrorStreamCaptureUnsupported,
+                                "cudaStreamSynchronize of a stream being captured"));
   if (s->finished < s->queued) count("waits");  // the host stops until the GPU catches up
   run_stream(s, s->queued, /*block=*/true);
   return outcome();
@@ -518,6 +645,9 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) {
   Lock lock(state_lock);
   CUstream_st* s = stream_of(stream);
+  if (s->capture)
+    return report(break_capture(*s->capture, cudaErrorStreamCaptureUnsupported,
+                                "cudaStreamQuery of a stream being captured"));
   if (run_stream(s, s->queued, /*block=*/false)) return outcome();
   advance_other_streams(s);  // the GPU runs every stream while the host polls one
   return outcome(run_stream(s, s->queued, /*block=*/false) ? cudaSuccess : cudaErrorNotReady);
@@ -532,6 +662,14 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Lock lock(state_lock);
+  if (const auto& capture = stream_of(stream)->capture) {
+    // A point of the capture, which other streams may wait for (joining it); no node of its own.
+    event->captured = capture;
+    event->stream = nullptr;
+    event->reached = nullptr;
+    return outcome();
+  }
+  event->captured.reset();
   auto reached = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
   enqueue_bookkeeping(stream, [reached] { *reached = std::chrono::steady_clock::now(); });
   event->reached = reached;
@@ -548,6 +686,9 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEve
 }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   Lock lock(state_lock);
+  if (const auto capture = event->captured.lock())
+    return report(break_capture(*capture, cudaErrorCapturedEvent,
+                                "cudaEventQuery of an event recorded in the capture"));
   if (!event->stream || !streams.count(event->stream)) return outcome();
   if (run_stream(event->stream, event->after, /*block=*/false)) return outcome();
   advance_other_streams(event->stream);  // the GPU runs every stream while the host polls one
@@ -556,6 +697,19 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
 }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   Lock lock(state_lock);
+  CUstream_st* waiting = stream_of(stream);
+  if (const auto captured = event->captured.lock(); captured && captures.count(captured)) {
+    // The stream joins the capture: its work from here is the graph's, after the event's.
+    if (waiting->capture && waiting->capture != captured)
+      return report(break_capture(*captured, cudaErrorStreamCaptureMerge,
+                                  "cudaStreamWaitEvent would merge two captures"));
+    if (waiting == &legacy_stream) return report(cudaErrorStreamCaptureImplicit);
+    waiting->capture = captured;
+    return outcome();
+  }
+  if (waiting->capture)
+    return report(break_capture(*waiting->capture, cudaErrorStreamCaptureIsolation,
+                                "cudaStreamWaitEvent in a capture, for work outside it"));
   // What the event marks now: later records of it do not change what this wait waits for.
   CUstream_st* other = event->stream;
   const std::uint64_t after = event->after;
@@ -572,11 +726,14 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event
     CUstream_st* other_;
     std::uint64_t after_;
   };
-  enqueue(stream, std::make_unique<Wait>(other, after));
+  enqueue_now(waiting, std::make_unique<Wait>(other, after));
   return outcome();
 }
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(state_lock);
+  if (const auto capture = event->captured.lock())
+    return report(break_capture(*capture, cudaErrorCapturedEvent,
+                                "cudaEventSynchronize of an event recorded in the capture"));
   if (event->stream && streams.count(event->stream) && event->stream->finished < event->after)
     count("waits");
   if (event->stream && streams.count(event->stream))
@@ -621,6 +778,76 @@ cudaError_t CUDARTAPI cudaLaunchKernel(const void* function, dim3 grid, dim3 blo
   }
   count("kernel");
   enqueue(stream, std::move(launch));
+  return outcome();
+}
+
+// --- graphs ------------------------------------------------------------------------------------
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  Lock lock(state_lock);
+  CUstream_st* s = stream_of(stream);
+  if (s == &legacy_stream) return report(cudaErrorStreamCaptureUnsupported);
+  if (s->capture) return report(cudaErrorIllegalState);
+  auto capture = std::make_shared<Capture>();
+  capture->graph = new CUgraph_st;
+  capture->mode = mode;
+  captures.insert(capture);
+  s->capture = capture;
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  Lock lock(state_lock);
+  *graph = nullptr;
+  CUstream_st* s = stream_of(stream);
+  if (!s->capture) return report(cudaErrorIllegalState);
+  const std::shared_ptr<Capture> capture = s->capture;
+  for (CUstream_st* other : streams)
+    if (other->capture == capture) other->capture = nullptr;
+  captures.erase(capture);
+  if (!capture->broken.empty()) {
+    std::fprintf(stderr, "emulated GPU: the capture was invalidated: %s\n",
+                 capture->broken.c_str());
+    delete capture->graph;
+    return report(cudaErrorStreamCaptureInvalidated);
+  }
+  *graph = capture->graph;
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  Lock lock(state_lock);
+  const auto& capture = stream_of(stream)->capture;
+  *status = !capture                  ? cudaStreamCaptureStatusNone
+            : capture->broken.empty() ? cudaStreamCaptureStatusActive
+                                      : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                           unsigned long long) {
+  Lock lock(state_lock);
+  if (!graph) return report(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->nodes, graph->memory};
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  Lock lock(state_lock);
+  CUstream_st* s = stream_of(stream);
+  if (!exec) return report(cudaErrorInvalidValue);
+  if (s->capture) {  // a graph launched while capturing: its nodes join the capture
+    for (const Node& node : exec->nodes) s->capture->graph->nodes.push_back(node);
+    return outcome();
+  }
+  count("graphs");
+  for (const Node& node : exec->nodes) push(s, node());
+  if (s == &legacy_stream) run_stream(s, s->queued, /*block=*/true);
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  Lock lock(state_lock);
+  delete exec;
+  return outcome();
+}
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
+  Lock lock(state_lock);
+  delete graph;
   return outcome();
 }
 
