@@ -14,6 +14,7 @@ struct DeviceActivity {
   std::uint64_t library_queries = 0;  // cuDNN's heuristics asked for a shape's algorithm
   std::uint64_t waits = 0;            // times the host blocked until queued device work had run
   std::uint64_t host_fallbacks = 0;   // CPU loops run on the device's blocks in a kernel's place
+  std::uint64_t graph_launches = 0;   // captured steps launched as CUDA graphs (StepGraph)
 };
 
 /// The calling thread's processor's counts, since it began.

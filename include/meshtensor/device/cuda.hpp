@@ -6,6 +6,9 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "meshtensor/device/activity.hpp"
 #include "meshtensor/device/cuda_runtime.hpp"
@@ -34,6 +37,24 @@ inline cudaStream_t compute_stream() {
   return s.stream;
 }
 
+/// While the calling processor's work is captured into a CUDA graph (device/step_graph.hpp): the
+/// page-locked copies of host values that the graph's copies read at every launch, kept as long as
+/// the graph. Null when no capture is under way.
+struct GraphCapture {
+  std::vector<std::shared_ptr<void>>* staged = nullptr;
+};
+inline GraphCapture& graph_capture() { return current_processor().state<GraphCapture>(); }
+
+/// Throws where the host would wait for its GPU (`what`) while a step is captured: the captured
+/// work has not run, and never will until the graph is launched.
+inline void refuse_in_capture(const char* what) {
+  if (!graph_capture().staged) return;
+  throw Error(std::string("a step captured as a CUDA graph (StepGraph) waited for its GPU: ") +
+              what +
+              "; a captured step may not wait for its own work: read its results after "
+              "StepGraph::run returns");
+}
+
 /// How the host waits for its GPU: CUDA's blocking calls, unless a transport that queues its
 /// messages on the GPU installs `poll`, a wait that polls `done` (a stream's or an event's query),
 /// checks the transport for errors, gives up at its deadline and counts itself in
@@ -46,6 +67,7 @@ inline GpuWait& gpu_wait() { return current_processor().state<GpuWait>(); }
 
 /// Waits until `stream` has run everything queued on it.
 inline void wait_for_stream(cudaStream_t stream, const char* what) {
+  refuse_in_capture(what);
   if (const auto& poll = gpu_wait().poll)
     return poll([stream] { return cudaStreamQuery(stream); }, what);  // counts it
   ++device_activity().waits;
@@ -54,6 +76,7 @@ inline void wait_for_stream(cudaStream_t stream, const char* what) {
 
 /// Waits until `event` has been reached.
 inline void wait_for_event(cudaEvent_t event, const char* what) {
+  refuse_in_capture(what);
   if (const auto& poll = gpu_wait().poll)
     return poll([event] { return cudaEventQuery(event); }, what);  // counts it
   ++device_activity().waits;
@@ -74,6 +97,7 @@ inline void finish_queued_work() {
 /// that a transfer still reads or writes.
 inline void finish_all_work() {
   if (!computes_on_gpu()) return;
+  refuse_in_capture("all the GPU's queued work");
   ++device_activity().waits;
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }

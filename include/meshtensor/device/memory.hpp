@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -18,17 +19,28 @@ namespace meshtensor::cuda {
 /// it: the host reads the values next.
 inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
   if (bytes == 0) return;
+  refuse_in_capture("a copy to the host");
   const cudaStream_t stream = compute_stream();
   check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
   wait_for_stream(stream, "a copy to the host");
 }
 
 /// Copies `bytes` from the host's pageable memory at `from` into the GPU's at `to`, in the order
-/// of the processor's compute stream. It does not wait: such a copy has read its source when
-/// cudaMemcpyAsync returns (CUDA documents), and the GPU's later work follows in stream order.
-inline void copy_from_host(void* to, const void* from, std::size_t bytes) {
+/// of `stream`. It does not wait: such a copy has read its source when cudaMemcpyAsync returns
+/// (CUDA documents), and the GPU's later work follows in stream order. While a step is captured,
+/// the values go through page-locked memory kept for the graph, whose copy reads them at every
+/// launch (a graph cannot copy from pageable memory).
+inline void copy_from_host(void* to, const void* from, std::size_t bytes,
+                           cudaStream_t stream = compute_stream()) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, compute_stream()), "cudaMemcpyAsync");
+  if (auto* staged = graph_capture().staged) {
+    void* pinned = nullptr;
+    check(cudaMallocHost(&pinned, bytes), "cudaMallocHost");
+    staged->emplace_back(pinned, [](void* p) { (void)cudaFreeHost(p); });
+    std::memcpy(pinned, from, bytes);
+    from = pinned;
+  }
+  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
 }
 
 /// `bytes` copied from the GPU's memory into page-locked host memory behind the work queued on
@@ -37,6 +49,7 @@ inline void copy_from_host(void* to, const void* from, std::size_t bytes) {
 class HostLanding {
  public:
   HostLanding(const void* from, std::size_t bytes) {
+    refuse_in_capture("a copy to the host");
     if (bytes == 0) return;
     const cudaStream_t stream = compute_stream();
     check(cudaMallocHost(&host_, bytes), "cudaMallocHost");

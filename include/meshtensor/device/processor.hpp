@@ -134,6 +134,12 @@ class Processor {
   int compute_threads() const { return compute_threads_; }
   void set_compute_threads(int threads) { compute_threads_ = std::max(1, threads); }
 
+  /// Whether the processor's device work is being captured into a graph (device/step_graph.hpp):
+  /// the step's host code will not run at the graph's launches, so host-side checks between
+  /// processors (collective checks) are left out while it is.
+  bool capturing() const { return capturing_; }
+  void set_capturing(bool capturing) { capturing_ = capturing; }
+
   /// The pool the processor allocates from now: its own, or a ScratchMemory's while one lives.
   MemoryPool& pool() { return *active_pool_; }
   /// Its own pool, whose statistics are the processor's memory.
@@ -157,10 +163,12 @@ class Processor {
 
  private:
   friend class ScratchMemory;
+  friend class AllocatingFrom;
 
   Device device_;
   std::string label_;
   int compute_threads_;
+  bool capturing_ = false;
   MemoryPool* pool_;
   MemoryPool* active_pool_;
   std::mutex states_mutex_;
@@ -272,6 +280,23 @@ class ScratchMemory {
   Processor& processor_;
   MemoryPool* previous_;
   MemoryPool* pool_;
+};
+
+/// For its lifetime the calling processor allocates from `pool` (a captured step's own, whose
+/// blocks the graph reuses at every launch), then again from the pool it used before.
+class AllocatingFrom {
+ public:
+  explicit AllocatingFrom(MemoryPool& pool)
+      : processor_(current_processor()), previous_(processor_.active_pool_) {
+    processor_.active_pool_ = &pool;
+  }
+  ~AllocatingFrom() { processor_.active_pool_ = previous_; }
+  AllocatingFrom(const AllocatingFrom&) = delete;
+  AllocatingFrom& operator=(const AllocatingFrom&) = delete;
+
+ private:
+  Processor& processor_;
+  MemoryPool* previous_;
 };
 
 }  // namespace meshtensor

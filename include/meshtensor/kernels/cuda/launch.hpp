@@ -76,9 +76,7 @@ template <class T, class V>
 cuda::StreamBuffer upload(const std::vector<V>& values, cudaStream_t stream) {
   const std::vector<T> converted(values.begin(), values.end());
   cuda::StreamBuffer scratch(converted.size() * sizeof(T));
-  cuda::check(cudaMemcpyAsync(scratch.as<T>(), converted.data(), converted.size() * sizeof(T),
-                              cudaMemcpyHostToDevice, stream),
-              "cudaMemcpyAsync");
+  cuda::copy_from_host(scratch.as<T>(), converted.data(), converted.size() * sizeof(T), stream);
   return scratch;
 }
 
