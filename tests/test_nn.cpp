@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include <xtensor/xmath.hpp>
 
@@ -51,6 +53,30 @@ TEST_CASE("SGD with momentum, Adam and AdamW follow their update formulas") {
                   auto ps) { return nn::Adam<double>(ps, 0.1, 0.9, 0.999, 1e-8, 0.01, decoupled); },
               4) == Approx(q).epsilon(1e-12));
   }
+}
+
+TEST_CASE("Adam counts its steps where its parameters are, and not a step its guard skips") {
+  const auto seen = on_one_processor([](Mesh& m) {
+    auto p = full<double>(m, "x:1", "", 2.0).set_requires_grad();
+    nn::Adam<double> adam({p}, 0.1);
+    std::vector<double> out;
+    backward(reduce_sum(square(p)));
+    const auto fine = reduce_sum(p) * 0.0;
+    const auto bad = fine + std::numeric_limits<double>::infinity();
+    adam.step(&fine);
+    out.push_back(double(adam.steps()));
+    const double moved = p.local()(0);
+    adam.step(&bad);  // skipped: neither the parameter nor the count moves
+    out.push_back(double(adam.steps()));
+    out.push_back(p.local()(0) - moved);
+    adam.set_steps(5);
+    adam.set_learning_rate(0.0);
+    adam.step(&fine);  // counted, with no effect at a learning rate of 0
+    out.push_back(double(adam.steps()));
+    out.push_back(p.local()(0) - moved);
+    return out;
+  });
+  CHECK(seen == std::vector<double>{1, 1, 0, 6, 0});
 }
 
 TEST_CASE("optimisers give the same parameters whether they are split or replicated") {

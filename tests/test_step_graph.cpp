@@ -1,8 +1,8 @@
 // A training step repeated through StepGraph: on GPUs (the nccl transport; the emulated GPU in
 // CI) the second call is captured, halo exchange and all-reduce included, and every later one
 // launches the graph without queuing a kernel; the parameters and losses are the step's run as
-// it is, bit for bit. On a CPU the step runs as it is. A step that waits for its GPU cannot be
-// captured, and says so.
+// it is, bit for bit, Adam's step count and a learning rate set between launches included. On a CPU
+// the step runs as it is. A step that waits for its GPU cannot be captured, and says so.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -36,30 +36,32 @@ void write_input(Tensor<float>& x, int s) {
 struct Trained {
   std::vector<float> losses, weight;
   std::uint64_t kernels_after_capture = 0, launches = 0;
+  std::int64_t adam_steps = 0;
   bool on_gpu = false;
 };
 
-// Trains a convolution `steps` steps on `mesh` (x split as `layout` says), through a StepGraph or
-// not: what each processor this process runs saw.
+// Trains a convolution `steps` steps with Adam, its learning rate falling, on `mesh` (x split as
+// `layout` says), through a StepGraph or not: what each processor this process runs saw.
 std::vector<Trained> train(const std::string& mesh, const std::string& layout, bool graphed) {
   return on_mesh(MeshShape(mesh), [&](Mesh& m) {
     nn::Parameters<float> params;
     const nn::Conv<float> conv(m, params, "c", Dim("channels", 2), Dim("channels", 3),
                                Window("x, y, z").kernel(3).padding("same"), 7);
-    nn::Sgd<float> sgd(params.trainable(), 0.05, 0.9);
+    nn::Adam<float> adam(params.trainable());
     auto x = zeros<float>(m, Shape("batch:1, x:6, y:6, z:4, channels:2"), Layout(layout));
     Tensor<float> loss;
     auto step = [&] {
       loss = reduce_mean(square(relu(conv(x))), {"batch", "x", "y", "z", "channels"});
       backward(loss);
-      sgd.step();
-      sgd.zero_grad();
+      adam.step();
+      adam.zero_grad();
     };
     StepGraph graph;
     Trained t;
     std::uint64_t kernels = 0;
     for (int s = 0; s < steps; ++s) {
       write_input(x, s);
+      adam.set_learning_rate(0.02 / (1 + s));           // a schedule: set between launches
       if (s == 2) kernels = device_activity().kernels;  // captured by now, where it is
       if (graphed)
         graph.run(step);
@@ -70,6 +72,7 @@ std::vector<Trained> train(const std::string& mesh, const std::string& layout, b
     t.kernels_after_capture = device_activity().kernels - kernels;
     t.launches = device_activity().graph_launches;
     t.on_gpu = graph.captured();
+    t.adam_steps = adam.steps();
     const auto w = conv.weight().local();
     t.weight.assign(w.data(), w.data() + w.size());
     return t;
@@ -89,6 +92,7 @@ TEST_CASE("a step run through StepGraph gives the step's results, as a graph on 
       CHECK(graphed[p].losses == as_is[p].losses);  // bit for bit
       CHECK(graphed[p].weight == as_is[p].weight);
       CHECK(as_is[p].losses.front() != as_is[p].losses.back());  // it trained
+      CHECK(graphed[p].adam_steps == steps);                     // each launch counted its step
       if (graphed[p].on_gpu) {
         CHECK(graphed[p].launches == steps - 1);         // the captured call's, then one a call
         CHECK(graphed[p].kernels_after_capture == 0);    // the graph queues them, not the host

@@ -377,7 +377,7 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                     overlap_of(v, 1 + r.checks, o.task.classes.size()), r.voxels, r.lr);
       return;
     }
-    adam.undo_step();  // the optimiser skipped it, where the parameters are
+    // The optimiser skipped it where the parameters are, and did not count it.
     if (o.on_nonfinite == "stop")
       throw mt::Error("step " + std::to_string(r.step + 1) + ": " + bad +
                       " is not finite (NaN or infinity); training stopped, and the optimiser "

@@ -272,11 +272,12 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     // A guard that is not finite skips the step; a finite one lets it through.
     const auto nan_guard = on_gpu(std::vector<float>{std::nanf("")}),
                fine_guard = on_gpu(std::vector<float>{0.0f});
-    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
+    const auto hg = on_gpu(std::vector<kernels::shared::AdamStep>{h});
+    REQUIRE(kernels::gpu::adam(hg.data(), p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
                                nan_guard.data()));
     wait_for_device();  // before the host reads the results
     CHECK(differing(p, testing::OptimizerState<float>(n).parameter) == 0);
-    REQUIRE(kernels::gpu::adam(h, p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
+    REQUIRE(kernels::gpu::adam(hg.data(), p.data(), m.data(), v.data(), d.data(), std::int64_t(n),
                                fine_guard.data()));
     wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);
@@ -289,7 +290,8 @@ TEST_CASE("optimiser steps on the GPU equal the CPU loop") {
     auto p = on_gpu(ref.parameter), v = on_gpu(ref.first), d = on_gpu(ref.gradient);
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
-    REQUIRE(kernels::gpu::sgd(h, p.data(), v.data(), d.data(), std::int64_t(n),
+    const auto hg = on_gpu(std::vector<kernels::shared::SgdStep>{h});
+    REQUIRE(kernels::gpu::sgd(hg.data(), p.data(), v.data(), d.data(), std::int64_t(n),
                               static_cast<const float*>(nullptr)));
     wait_for_device();  // before the host reads the results
     CHECK(largest_relative_gap(p, ref.parameter) < 2e-7);

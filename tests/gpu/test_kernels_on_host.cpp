@@ -185,10 +185,10 @@ void check_optimizer_kernels() {
       kernels::shared::adam_update(h, ref.parameter[i], ref.first[i], ref.second[i],
                                    ref.gradient[i]);
     if constexpr (std::is_same_v<T, float>)
-      host_kernels::adam_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
+      host_kernels::adam_f32(&h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
                              gpu.gradient.data(), n, nullptr);
     else
-      host_kernels::adam_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
+      host_kernels::adam_f64(&h, gpu.parameter.data(), gpu.first.data(), gpu.second.data(),
                              gpu.gradient.data(), n, nullptr);
     CHECK(same_bits(gpu.parameter, ref.parameter));
     CHECK(same_bits(gpu.first, ref.first));
@@ -200,10 +200,10 @@ void check_optimizer_kernels() {
     for (std::size_t i = 0; i < n; ++i)
       kernels::shared::sgd_update(h, ref.parameter[i], ref.first[i], ref.gradient[i]);
     if constexpr (std::is_same_v<T, float>)
-      host_kernels::sgd_f32(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
+      host_kernels::sgd_f32(&h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
                             nullptr);
     else
-      host_kernels::sgd_f64(h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
+      host_kernels::sgd_f64(&h, gpu.parameter.data(), gpu.first.data(), gpu.gradient.data(), n,
                             nullptr);
     CHECK(same_bits(gpu.parameter, ref.parameter));
     CHECK(same_bits(gpu.first, ref.first));
@@ -213,6 +213,17 @@ void check_optimizer_kernels() {
 TEST_CASE("the optimiser kernels, run on the host, equal the CPU loops bit for bit") {
   check_optimizer_kernels<float>();
   check_optimizer_kernels<double>();
+  // Adam's step count: counted unless the guard skips the step, as the CPU counts it.
+  kernels::shared::AdamStep ref = testing::adam_steps()[0], gpu = ref;
+  ref.steps = gpu.steps = 2, ref.first_power = gpu.first_power = 0.81;
+  ref.second_power = gpu.second_power = 0.998001;
+  kernels::shared::adam_advance(ref);
+  const float fine = 0.0f, bad = std::nanf("");
+  host_kernels::adam_advance_f32(&gpu, &bad);
+  CHECK(gpu.steps == 2);
+  host_kernels::adam_advance_f32(&gpu, &fine);
+  CHECK(std::memcmp(&gpu, &ref, sizeof gpu) == 0);
+  CHECK(gpu.steps == 3);
 }
 
 template <std::size_t N>

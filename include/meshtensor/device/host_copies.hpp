@@ -16,7 +16,7 @@ namespace meshtensor {
 template <class T>
 void copy_to_host(const T* from, MemorySpace space, std::int64_t n, T* to) {
   if (n <= 0) return;
-  if (space == MemorySpace::none) return std::fill(to, to + n, T(0));
+  if (space == MemorySpace::none) return std::fill(to, to + n, T{});
 #if defined(MESHTENSOR_WITH_CUDA)
   if (space == MemorySpace::device) return cuda::copy_to_host(to, from, std::size_t(n) * sizeof(T));
 #endif

@@ -1,15 +1,20 @@
 #pragma once
 // Optimisers: SGD with momentum, Adam and AdamW. Gradients are complete on every processor (the
 // ops all-reduce them), so each processor updates its own block of each parameter with no
-// communication, and replicated parameters stay identical everywhere.
+// communication, and replicated parameters stay identical everywhere. A step's values (learning
+// rate, Adam's step count and bias corrections) are kept where the parameters are and counted
+// there, so that a step captured as a CUDA graph (StepGraph) takes them up at every launch; a
+// learning rate set between launches applies to the next.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/device/array.hpp"
+#include "meshtensor/device/host_copies.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/optimizer.hpp"
 #include "meshtensor/nn/parameters.hpp"
@@ -17,14 +22,24 @@
 
 namespace meshtensor::nn {
 
+namespace detail {
+// Writes `value` into the field at `offset` of the step values kept in `step`'s memory.
+template <class Step>
+void write_field(Buffer<Step>& step, std::size_t offset, double value) {
+  auto* field = reinterpret_cast<double*>(reinterpret_cast<char*>(step.data()) + offset);
+  copy_from_host(&value, 1, field, step.space());
+}
+}  // namespace detail
+
 /// SGD with momentum (PyTorch's form: v = mu v + g; p -= lr v) and L2 weight decay.
 template <class T = float>
 class Sgd {
  public:
   Sgd(std::vector<Tensor<T>> parameters, double lr, double momentum = 0.0,
       double weight_decay = 0.0)
-      : params_(std::move(parameters)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
+      : params_(std::move(parameters)) {
     const MemoryUseScope state(MemoryUse::optimizer);
+    step_ = Buffer<kernels::shared::SgdStep>(1, {lr, momentum, weight_decay});
     velocity_.reserve(params_.size());  // no copies of the blocks when the vector grows
     for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.array()));
   }
@@ -33,7 +48,6 @@ class Sgd {
   /// loss and the gradients times 0) none where it is not finite, decided where the parameters
   /// are, without the host reading it.
   void step(const Tensor<T>* guard = nullptr) {
-    const kernels::shared::SgdStep h{lr_, momentum_, weight_decay_};
     const T* skip = guard ? guard->array().data() : nullptr;
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
@@ -42,19 +56,21 @@ class Sgd {
       T* v = velocity_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      kernels::sgd(h, p, v, d, n, skip);
+      kernels::sgd(step_.data(), p, v, d, n, skip);
     }
   }
   void zero_grad() {
     for (auto& p : params_) p.zero_grad();
   }
-  void set_learning_rate(double lr) { lr_ = lr; }
+  void set_learning_rate(double lr) {
+    detail::write_field(step_, offsetof(kernels::shared::SgdStep, learning_rate), lr);
+  }
   std::vector<Array<T>>& state() { return velocity_; }
 
  private:
   std::vector<Tensor<T>> params_;
   std::vector<Array<T>> velocity_;
-  double lr_, momentum_, weight_decay_;
+  Buffer<kernels::shared::SgdStep> step_;
 };
 
 /**
@@ -67,14 +83,10 @@ class Adam {
   Adam(std::vector<Tensor<T>> parameters, double lr = 1e-3, double beta1 = 0.9,
        double beta2 = 0.999, double epsilon = 1e-8, double weight_decay = 0.0,
        bool decoupled = false)
-      : params_(std::move(parameters)),
-        lr_(lr),
-        beta1_(beta1),
-        beta2_(beta2),
-        epsilon_(epsilon),
-        weight_decay_(weight_decay),
-        decoupled_(decoupled) {
+      : params_(std::move(parameters)) {
     const MemoryUseScope state(MemoryUse::optimizer);
+    step_ = Buffer<kernels::shared::AdamStep>(
+        1, {lr, beta1, beta2, epsilon, weight_decay, 0, 0, decoupled, 0, 1, 1});
     first_.reserve(params_.size());  // no copies of the blocks when the vectors grow
     second_.reserve(params_.size());
     for (const auto& p : params_) {
@@ -85,19 +97,10 @@ class Adam {
 
   /// One update from the parameters' gradients; with a `guard` (a scalar, e.g. the sum of the
   /// loss and the gradients times 0) none where it is not finite, decided where the parameters
-  /// are, without the host reading it (the step is counted: undo_step() takes it back once the
-  /// host knows it was skipped).
+  /// are, without the host reading it (a skipped step is not counted for the bias correction).
   void step(const Tensor<T>* guard = nullptr) {
-    ++steps_;
     const T* skip = guard ? guard->array().data() : nullptr;
-    const kernels::shared::AdamStep h{lr_,
-                                      beta1_,
-                                      beta2_,
-                                      epsilon_,
-                                      weight_decay_,
-                                      1.0 - std::pow(beta1_, double(steps_)),
-                                      1.0 - std::pow(beta2_, double(steps_)),
-                                      decoupled_};
+    kernels::adam_advance(step_.data(), skip);
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto g = params_[k].grad();
       if (!g.defined()) continue;
@@ -106,17 +109,27 @@ class Adam {
       T* v = second_[k].data();
       const T* d = g.array().data();
       const auto n = static_cast<std::int64_t>(params_[k].array().size());
-      kernels::adam(h, p, m, v, d, n, skip);
+      kernels::adam(step_.data(), p, m, v, d, n, skip);
     }
   }
   void zero_grad() {
     for (auto& p : params_) p.zero_grad();
   }
-  void set_learning_rate(double lr) { lr_ = lr; }
-  std::int64_t steps() const { return steps_; }
-  void set_steps(std::int64_t steps) { steps_ = steps; }
-  /// A guarded step that was skipped no longer counts for the bias correction of later steps.
-  void undo_step() { --steps_; }
+  void set_learning_rate(double lr) {
+    detail::write_field(step_, offsetof(kernels::shared::AdamStep, learning_rate), lr);
+  }
+  /// The steps counted (waits for the work queued before).
+  std::int64_t steps() const { return read_step().steps; }
+  /// Counts `steps` steps taken (a checkpoint's), for the bias corrections of the next.
+  void set_steps(std::int64_t steps) {
+    kernels::shared::AdamStep h = read_step();
+    h.steps = steps;
+    h.first_power = std::pow(h.beta1, double(steps));
+    h.second_power = std::pow(h.beta2, double(steps));
+    h.first_correction = 1 - h.first_power;
+    h.second_correction = 1 - h.second_power;
+    copy_from_host(&h, 1, step_.data(), step_.space());
+  }
   std::vector<Array<T>>& first_moments() { return first_; }
   std::vector<Array<T>>& second_moments() { return second_; }
   /// A copy of parameter k's first (or second) moment as a tensor on the parameter's layout (to
@@ -130,11 +143,15 @@ class Adam {
     return Tensor<T>(p.mesh(), p.layout(), kernels::copy_of(moments.at(k)));
   }
 
+  kernels::shared::AdamStep read_step() const {
+    kernels::shared::AdamStep h{};
+    copy_to_host(step_.data(), step_.space(), 1, &h);
+    return h;
+  }
+
   std::vector<Tensor<T>> params_;
   std::vector<Array<T>> first_, second_;
-  double lr_, beta1_, beta2_, epsilon_, weight_decay_;
-  bool decoupled_;
-  std::int64_t steps_ = 0;
+  Buffer<kernels::shared::AdamStep> step_;
 };
 
 /// AdamW: Adam with decoupled weight decay (default 0.01, as PyTorch).

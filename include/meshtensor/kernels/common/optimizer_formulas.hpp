@@ -21,7 +21,19 @@ struct AdamStep {
   double learning_rate, beta1, beta2, epsilon, weight_decay;
   double first_correction, second_correction;
   long long decoupled;
+  // The steps taken, and beta1 and beta2 to their power: what the corrections come from.
+  long long steps;
+  double first_power, second_power;
 };
+// One more step: the powers of beta1 and beta2, and the bias corrections they give, updated where
+// the step's values are kept (a GPU's memory: a graph's launches count their steps there too).
+MESHTENSOR_DEVICE inline void adam_advance(AdamStep& h) {
+  h.steps += 1;
+  h.first_power *= h.beta1;
+  h.second_power *= h.beta2;
+  h.first_correction = 1 - h.first_power;
+  h.second_correction = 1 - h.second_power;
+}
 template <class T>
 MESHTENSOR_DEVICE inline void adam_update(const AdamStep& h, T& parameter, T& first, T& second,
                                           T gradient) {

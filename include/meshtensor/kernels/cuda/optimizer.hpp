@@ -21,37 +21,51 @@ template <class T>
 __device__ bool guarded(const T* guard) {
   return guard && !(guard[0] - guard[0] == T(0));
 }
+// The step's values come from GPU memory (`h`), where a graph's launches find them.
 template <class T>
-__device__ void sgd(SgdStep h, T* parameter, T* velocity, const T* gradient, long long n,
+__device__ void sgd(const SgdStep* h, T* parameter, T* velocity, const T* gradient, long long n,
                     const T* guard) {
   if (guarded(guard)) return;
+  const SgdStep step = *h;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)blockDim.x * gridDim.x)
-    sgd_update(h, parameter[i], velocity[i], gradient[i]);
+    sgd_update(step, parameter[i], velocity[i], gradient[i]);
 }
 template <class T>
-__device__ void adam(AdamStep h, T* parameter, T* first, T* second, const T* gradient,
+__device__ void adam(const AdamStep* h, T* parameter, T* first, T* second, const T* gradient,
                      long long n, const T* guard) {
   if (guarded(guard)) return;
+  const AdamStep step = *h;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)blockDim.x * gridDim.x)
-    adam_update(h, parameter[i], first[i], second[i], gradient[i]);
+    adam_update(step, parameter[i], first[i], second[i], gradient[i]);
 }
-extern "C" __global__ void sgd_f32(SgdStep h, float* p, float* v, const float* g, long long n,
-                                   const float* guard) {
+// One thread counts the step, after the last step's updates and before this one's (stream order).
+template <class T>
+__device__ void adam_advance_one(AdamStep* h, const T* guard) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && !guarded(guard)) adam_advance(*h);
+}
+extern "C" __global__ void sgd_f32(const SgdStep* h, float* p, float* v, const float* g,
+                                   long long n, const float* guard) {
   sgd(h, p, v, g, n, guard);
 }
-extern "C" __global__ void sgd_f64(SgdStep h, double* p, double* v, const double* g, long long n,
-                                   const double* guard) {
+extern "C" __global__ void sgd_f64(const SgdStep* h, double* p, double* v, const double* g,
+                                   long long n, const double* guard) {
   sgd(h, p, v, g, n, guard);
 }
-extern "C" __global__ void adam_f32(AdamStep h, float* p, float* m, float* v, const float* g,
-                                    long long n, const float* guard) {
+extern "C" __global__ void adam_f32(const AdamStep* h, float* p, float* m, float* v,
+                                    const float* g, long long n, const float* guard) {
   adam(h, p, m, v, g, n, guard);
 }
-extern "C" __global__ void adam_f64(AdamStep h, double* p, double* m, double* v, const double* g,
-                                    long long n, const double* guard) {
+extern "C" __global__ void adam_f64(const AdamStep* h, double* p, double* m, double* v,
+                                    const double* g, long long n, const double* guard) {
   adam(h, p, m, v, g, n, guard);
+}
+extern "C" __global__ void adam_advance_f32(AdamStep* h, const float* guard) {
+  adam_advance_one(h, guard);
+}
+extern "C" __global__ void adam_advance_f64(AdamStep* h, const double* guard) {
+  adam_advance_one(h, guard);
 }
 )"};
   return text;
@@ -67,7 +81,7 @@ inline const cuda::KernelSource& optimizer_source() {
 
 /// sgd_update of n elements on the GPU; false when it cannot run there.
 template <class T>
-bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient, std::int64_t n,
+bool sgd(const shared::SgdStep* h, T* parameter, T* velocity, const T* gradient, std::int64_t n,
          const T* guard) {
   if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
@@ -81,7 +95,7 @@ bool sgd(const shared::SgdStep& h, T* parameter, T* velocity, const T* gradient,
 
 /// adam_update of n elements on the GPU; false when it cannot run there.
 template <class T>
-bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T* gradient,
+bool adam(const shared::AdamStep* h, T* parameter, T* first, T* second, const T* gradient,
           std::int64_t n, const T* guard) {
   if constexpr (!std::is_floating_point_v<T>) {  // parameters stay float or double
     return false;
@@ -89,6 +103,19 @@ bool adam(const shared::AdamStep& h, T* parameter, T* first, T* second, const T*
     if (!cuda::computes_on_gpu()) return false;
     run_kernel(optimizer_source(), instance<T>("adam_f32", "adam_f64", ""), n, h, parameter, first,
                second, gradient, static_cast<long long>(n), guard);
+    return true;
+  }
+}
+
+/// adam_advance on the GPU (one thread); false when it cannot run there.
+template <class T>
+bool adam_advance(shared::AdamStep* h, const T* guard) {
+  if constexpr (!std::is_floating_point_v<T>) {
+    return false;
+  } else {
+    if (!cuda::computes_on_gpu()) return false;
+    run_kernel(optimizer_source(), instance<T>("adam_advance_f32", "adam_advance_f64", ""), 1, h,
+               guard);
     return true;
   }
 }
