@@ -4,11 +4,13 @@
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
 //              [--precision fp32|bf16|pair] [--layouts "x:a; y:b | channels:a"]
-//              [--deep-halos off|on|2,3]
+//              [--deep-halos off|on|2,3] [--graphs on|off]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 // --precision pair: an fp32 and a bf16 model in one process, their steps alternated, and the
 // median of the steps' bf16 / fp32 ratios (one line, "unet_precision_pair"): a shared host's speed
 // drifts by a fifth over minutes, which separate runs' medians take for the precisions' difference.
+// --graphs on: on a GPU, the step runs as one CUDA graph from its second call (mt::StepGraph); the
+// warm-up step is the graph's eager call, the first timed one its capture.
 // MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
 // "halo_overlap" field), to measure what the overlap hides.
 // "cpu_idle": the fraction of the machine's CPU time left idle over the timed steps (Linux): with
@@ -43,6 +45,7 @@ struct Options {
   std::string precision = "fp32";  // or bf16, or pair (both, steps alternated)
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
   std::string deep_halos = "off";  // levels sharing a deep halo: off, on, or a list such as 2,3
+  bool graphs = false;             // the step as a CUDA graph on a GPU
 };
 
 Options parse(int argc, char** argv) {
@@ -71,11 +74,15 @@ Options parse(int argc, char** argv) {
       o.precision = value;
     else if (flag == "--precision")
       throw mt::Error("--precision " + value + ": valid values are fp32, bf16 and pair");
+    else if (flag == "--graphs" && (value == "on" || value == "off"))
+      o.graphs = value == "on";
+    else if (flag == "--graphs")
+      throw mt::Error("--graphs " + value + ": valid values are on and off");
     else
       throw mt::Error(
           "unknown flag " + flag +
           "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute, "
-          "--precision, --layouts and --deep-halos");
+          "--precision, --layouts, --deep-halos and --graphs");
   }
   return o;
 }
@@ -169,8 +176,7 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) 
 // What a step asked of the device, per step (the largest processor's): kernels launched, cuDNN
 // and cuBLAS calls, cuDNN's algorithm queries, host waits, CPU loops run on the device's blocks
 // (0 on a CPU processor).
-std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& before,
-                                     int steps) {
+std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& before, int steps) {
   const mt::DeviceActivity& now = mt::device_activity();
   const auto per_step = [&](std::uint64_t after, std::uint64_t from) {
     return std::to_string(largest(mesh, double(after - from) / steps));
@@ -180,8 +186,8 @@ std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& b
          ",\"gpu_library_queries_per_step\":" +
          per_step(now.library_queries, before.library_queries) +
          ",\"gpu_waits_per_step\":" + per_step(now.waits, before.waits) +
-         ",\"gpu_host_fallbacks_per_step\":" +
-         per_step(now.host_fallbacks, before.host_fallbacks);
+         ",\"gpu_host_fallbacks_per_step\":" + per_step(now.host_fallbacks, before.host_fallbacks) +
+         ",\"gpu_graph_launches_per_step\":" + per_step(now.graph_launches, before.graph_launches);
 }
 
 // Where a step's time goes, per processor (the largest over processors): each kernel family's
@@ -315,8 +321,15 @@ int main(int argc, char** argv) {
     const unet3d::ModelConfig config = config_in(o.precision);
     unet3d::UNet net(mesh, config);
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
-    auto step = [&] { unet3d::train_step(net, adam, batch, weights); };
-    step();  // warm-up: primitives built, pool filled, optimiser state allocated
+    mt::StepGraph graph;
+    auto step = [&] {
+      if (o.graphs)
+        graph.run([&] { unet3d::train_step(net, adam, batch, weights); });
+      else
+        unet3d::train_step(net, adam, batch, weights);
+    };
+    step();                // warm-up: primitives built, pool filled, optimiser state allocated
+    if (o.graphs) step();  // captured: the timed steps are the graph's launches
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
@@ -363,7 +376,7 @@ int main(int argc, char** argv) {
           "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"mesh\":\"%s\","
           "\"layouts\":\"%s\",\"threads\":%d,"
           "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
-          "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"step_s\":%.4f,\"halo_s\":%.4f,"
+          "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"graphs\":%s,\"step_s\":%.4f,\"halo_s\":%.4f,"
           "\"cpu_idle\":%.4f,"
           "\"halo_exchanges\":%.0f,"
           "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
@@ -377,10 +390,12 @@ int main(int argc, char** argv) {
           layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
-          step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
+          o.graphs ? "true" : "false", step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
           at_peak.c_str(), parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
           misses, fresh_mib, conv_gflop, conv_gflop / step_s, device.c_str());
-    print_breakdown(mesh, step, o.steps, step_s, halo_s);
+    // Timed family by family, the step runs as it is: a graph's launch runs no host timer.
+    auto eager = [&] { unet3d::train_step(net, adam, batch, weights); };
+    print_breakdown(mesh, eager, o.steps, step_s, halo_s);
   });
 }

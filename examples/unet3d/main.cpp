@@ -405,6 +405,9 @@ void add_train_flags(CLI::App& cmd, TrainFlags& f) {
                  "bfloat16 (half the memory); master weights, Adam, normalisation statistics, "
                  "the loss and weight-gradient sums in fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd.add_flag("--graphs", f.options.graphs,
+               "on GPUs (--backend nccl), run each training step from the second on as one "
+               "CUDA graph: one launch instead of hundreds of kernels (mt::StepGraph)");
   cmd.add_option("--steps", f.options.steps, "training steps")->check(CLI::PositiveNumber);
   cmd.add_option("--stop-after", f.options.stop_after,
                  "end this run after so many steps, checkpointed, to --resume later (job time "

@@ -36,6 +36,7 @@ struct TrainOptions {
   int channels = 8;
   std::string norm = "batch";
   bool recompute = false;          // keep only each level's input and output; recompute the rest
+  bool graphs = false;             // on GPUs, each step one CUDA graph from the second on
   std::string precision = "fp32";  // or "bf16": activations in bfloat16, parameters in fp32
   std::int64_t steps = 600;
   std::int64_t stop_after =

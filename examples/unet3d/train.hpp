@@ -385,6 +385,24 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                       "--on-nonfinite skip-step to skip such steps");
     progress.skipped(r.step, bad);
   };
+  // One step's work on a batch: what the host reads of it lands in `read` (the loss, the checks,
+  // the overlap sums), assigned as the step runs, or once, when it is captured (--graphs).
+  std::vector<mt::Tensor<float>> read;
+  StepChecks checks;
+  const auto train = [&](const Batch& b) {
+    const auto [logits, loss] = forward_backward(net, b, weights);
+    // The optimiser skips the step where its checks are not finite: a NaN never reaches the
+    // weights or a checkpoint.
+    checks = step_checks(loss, net.parameters());
+    adam.step(&checks.guard);
+    adam.zero_grad();
+    read = {loss};
+    read.insert(read.end(), checks.parts.begin(), checks.parts.end());
+    for (auto& sums : overlap_sums(logits, b.labels)) read.push_back(std::move(sums));
+  };
+  std::optional<mt::StepGraph> graph;
+  if (o.graphs) graph.emplace();
+  std::optional<Batch> fixed;  // the batch a captured step reads, written in place each step
   for (std::int64_t step = start; step < end; ++step) {
     const auto begin = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
@@ -394,15 +412,17 @@ inline void train(mt::Mesh& mesh, const TrainOptions& o, const mt::Layout& layou
                       : phantoms->batch(step),
                 o.augment, o.seed, step);
     const double data_seconds = seconds_since(begin);
-    const auto [logits, loss] = forward_backward(net, batch, weights);
-    // The optimiser skips the step where its checks are not finite: a NaN never reaches the
-    // weights or a checkpoint.
-    const StepChecks checks = step_checks(loss, net.parameters());
-    adam.step(&checks.guard);
-    adam.zero_grad();
-    std::vector<mt::Tensor<float>> read{loss};
-    read.insert(read.end(), checks.parts.begin(), checks.parts.end());
-    for (auto& sums : overlap_sums(logits, batch.labels)) read.push_back(std::move(sums));
+    if (!graph) {
+      train(batch);
+    } else {
+      if (!fixed) {
+        fixed.emplace(batch);  // the blocks every later step reads
+      } else {
+        mt::write_into(fixed->input, batch.input);  // in place, outside the graph
+        mt::write_into(fixed->labels, batch.labels);
+      }
+      graph->run([&] { train(*fixed); });
+    }
     StepResults results{step,
                         begin,
                         data_seconds,

@@ -26,6 +26,7 @@
 #include "meshtensor/comm/threads.hpp"
 
 #include "meshtensor/device/activity.hpp"
+#include "meshtensor/device/step_graph.hpp"
 
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/random.hpp"
@@ -48,6 +49,7 @@
 #include "meshtensor/ops/norm_pool_conv.hpp"
 #include "meshtensor/ops/pool.hpp"
 #include "meshtensor/ops/read_later.hpp"
+#include "meshtensor/ops/write_into.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/reorient.hpp"

@@ -25,6 +25,19 @@ function(ok_matching regex)
   set(printed "${printed}" PARENT_SCOPE)
 endfunction()
 
+# Sets `ranks`, `precision` and `model` (a small U-Net on the nccl transport, one GPU or the
+# 2x2 grid) for a run given as "RANKS;PRECISION".
+macro(small_gpu_model ranks_and_precision)
+  set(run_parts ${ranks_and_precision})
+  list(GET run_parts 0 ranks)
+  list(GET run_parts 1 precision)
+  set(layout --mesh p:1)
+  if(ranks EQUAL 4)
+    set(layout --mesh "rows:2, cols:2" --layout "x:rows, y:cols")
+  endif()
+  set(model --size 16 --depth 2 --channels 4 --backend nccl ${layout} --precision ${precision})
+endmacro()
+
 # Fails the test if the last command's emulated GPU (MESHTENSOR_EMULATED_GPU_PAGES) saw the host
 # touch the GPU's memory while GPU work was still queued: a missing wait, a race on a GPU.
 function(no_race)
@@ -703,18 +716,24 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   # a bad step there, and the host reads each step's loss, checks and Dice counts while the GPU
   # runs the next (the emulated GPU counts every wait).
   foreach(run "1;fp32" "1;bf16" "4;fp32")
-    list(GET run 0 ranks)
-    list(GET run 1 precision)
-    set(layout --mesh p:1)
-    if(ranks EQUAL 4)
-      set(layout ${grid})
-    endif()
-    set(model --size 16 --depth 2 --channels 4 --backend nccl ${layout} --precision ${precision})
+    small_gpu_model("${run}")
     ok_matching("emulated GPU summary: .* waits=0\n" ${MPIEXEC} ${NP_FLAG} ${ranks} ${UNET3D} train
                 ${model} --validation-volumes 0 --steps 4 --out ${here}/waits_${ranks}_${precision})
     if("${printed}" MATCHES "waits=[1-9]")
       message(FATAL_ERROR "the host waited for a GPU during training")
     endif()
+  endforeach()
+  # Each training step from the second on as one CUDA graph (--graphs): the same losses to the
+  # bit, the four GPUs' halo exchanges and collectives inside the graph, one launch a step (3 of
+  # 4 steps), no wait, no race.
+  foreach(run "1;bf16" "4;fp32")
+    small_gpu_model("${run}")
+    ok_matching("emulated GPU summary: .* graphs=3 waits=0\n" ${MPIEXEC} ${NP_FLAG} ${ranks}
+                ${UNET3D} train ${model} --validation-volumes 0 --steps 4 --graphs
+                --out ${here}/graphs_${ranks}_${precision})
+    no_race()
+    ok(${CHECK} losses 0 ${here}/waits_${ranks}_${precision}/metrics.jsonl
+       ${here}/graphs_${ranks}_${precision}/metrics.jsonl)
   endforeach()
   # A plan for GPUs predicts what each GPU's pool held within 5%, on one GPU and two, in both
   # precisions; the top level's blocks (1 MiB) are past the pool's small segments.
