@@ -4,18 +4,19 @@
 //
 //   bench_unet [--size 64] [--mesh p:1] [--steps 4] [--channels 8] [--depth 3] [--recompute 1]
 //              [--precision fp32|bf16|pair] [--layouts "x:a; y:b | channels:a"]
-//              [--deep-halos off|on|2,3] [--graphs on|off]
+//              [--deep-halos off|on|2,3] [--graphs off|on|both]
 //   mpirun -np 4 bench_unet --size 128 --mesh p:4
 // --precision pair: an fp32 and a bf16 model in one process, their steps alternated, and the
 // median of the steps' bf16 / fp32 ratios (one line, "unet_precision_pair"): a shared host's speed
 // drifts by a fifth over minutes, which separate runs' medians take for the precisions' difference.
 // --graphs on: on a GPU, the step runs as one CUDA graph from its second call (mt::StepGraph); the
-// warm-up step is the graph's eager call, the first timed one its capture.
-// MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing (the
-// "halo_overlap" field), to measure what the overlap hides.
-// "cpu_idle": the fraction of the machine's CPU time left idle over the timed steps (Linux): with
-// more processors than cores, a processor waiting for its halo leaves its core to another, so
-// halo_s counts waits that cost the step nothing; cpu_idle counts what the cores lost.
+// warm-up step is the graph's eager call, the next its capture. --graphs both: the steps as they
+// are, then as a graph, in one run ("graphs_step_s", or "graphs_error" where it cannot be
+// captured). MESHTENSOR_HALO_OVERLAP=off: the convolutions exchange their halos before computing
+// (the "halo_overlap" field), to measure what the overlap hides. "cpu_idle": the fraction of the
+// machine's CPU time left idle over the timed steps (Linux): with more processors than cores, a
+// processor waiting for its halo leaves its core to another, so halo_s counts waits that cost the
+// step nothing; cpu_idle counts what the cores lost.
 
 #include <algorithm>
 #include <chrono>
@@ -45,7 +46,7 @@ struct Options {
   std::string precision = "fp32";  // or bf16, or pair (both, steps alternated)
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
   std::string deep_halos = "off";  // levels sharing a deep halo: off, on, or a list such as 2,3
-  bool graphs = false;             // the step as a CUDA graph on a GPU
+  std::string graphs = "off";      // the step as a CUDA graph on a GPU: off, on, or both
 };
 
 Options parse(int argc, char** argv) {
@@ -74,10 +75,10 @@ Options parse(int argc, char** argv) {
       o.precision = value;
     else if (flag == "--precision")
       throw mt::Error("--precision " + value + ": valid values are fp32, bf16 and pair");
-    else if (flag == "--graphs" && (value == "on" || value == "off"))
-      o.graphs = value == "on";
+    else if (flag == "--graphs" && (value == "on" || value == "off" || value == "both"))
+      o.graphs = value;
     else if (flag == "--graphs")
-      throw mt::Error("--graphs " + value + ": valid values are on and off");
+      throw mt::Error("--graphs " + value + ": valid values are off, on and both");
     else
       throw mt::Error(
           "unknown flag " + flag +
@@ -153,16 +154,19 @@ CpuTicks cpu_ticks() {
 }
 
 // The median wall time of `steps` calls of `step`, each between barriers; `idle` the fraction
-// of the machine's CPU time idle over them (-1 where /proc/stat is not there).
+// of the machine's CPU time idle over them (-1 where /proc/stat is not there); `host` the median
+// time the host took to queue a step (on a GPU, before the GPU has run it).
 template <typename Step>
-double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) {
-  std::vector<double> times;
+double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle, double& host) {
+  std::vector<double> times, queued;
   mesh.world().barrier();
   const CpuTicks before = cpu_ticks();
   for (int s = 0; s < steps; ++s) {
     mesh.world().barrier();
     const auto start = std::chrono::steady_clock::now();
     step();
+    queued.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     mesh.world().barrier();
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -170,6 +174,8 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle) 
   const CpuTicks after = cpu_ticks();
   idle = after.all > before.all ? (after.idle - before.idle) / (after.all - before.all) : -1;
   std::sort(times.begin(), times.end());
+  std::sort(queued.begin(), queued.end());
+  host = queued[queued.size() / 2];
   return times[times.size() / 2];
 }
 
@@ -188,6 +194,40 @@ std::string device_activity_per_step(mt::Mesh& mesh, const mt::DeviceActivity& b
          ",\"gpu_waits_per_step\":" + per_step(now.waits, before.waits) +
          ",\"gpu_host_fallbacks_per_step\":" + per_step(now.host_fallbacks, before.host_fallbacks) +
          ",\"gpu_graph_launches_per_step\":" + per_step(now.graph_launches, before.graph_launches);
+}
+
+// `text` as a JSON string.
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+// The step as one CUDA graph (--graphs both), after its steps as they are: the fields of its
+// median step and of what a launch asks of the device, or why it could not be captured.
+template <typename Step>
+std::string as_graph(mt::Mesh& mesh, const Step& step, int steps) {
+  mt::StepGraph graph;
+  auto launch = [&] { graph.run(step); };
+  try {
+    launch();  // as it is
+    launch();  // captured
+  } catch (const std::exception& e) {
+    return ",\"graphs_error\":" + json_string(e.what());
+  }
+  const mt::DeviceActivity before = mt::device_activity();
+  double idle = 0, host_s = 0;
+  const double step_s = median_step_seconds(mesh, launch, steps, idle, host_s);
+  const mt::DeviceActivity& now = mt::device_activity();
+  return ",\"graphs_step_s\":" + std::to_string(largest(mesh, step_s)) +
+         ",\"graphs_host_s\":" + std::to_string(largest(mesh, host_s)) +
+         ",\"graphs_kernels_per_step\":" +
+         std::to_string(largest(mesh, double(now.kernels - before.kernels) / steps)) +
+         ",\"graphs_launches_per_step\":" +
+         std::to_string(largest(mesh, double(now.graph_launches - before.graph_launches) / steps));
 }
 
 // Where a step's time goes, per processor (the largest over processors): each kernel family's
@@ -323,20 +363,24 @@ int main(int argc, char** argv) {
     mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
     mt::StepGraph graph;
     auto step = [&] {
-      if (o.graphs)
+      if (o.graphs == "on")
         graph.run([&] { unet3d::train_step(net, adam, batch, weights); });
       else
         unet3d::train_step(net, adam, batch, weights);
     };
-    step();                // warm-up: primitives built, pool filled, optimiser state allocated
-    if (o.graphs) step();  // captured: the timed steps are the graph's launches
+    step();  // warm-up: primitives built, pool filled, optimiser state allocated
+    if (o.graphs == "on") step();  // captured: the timed steps are the graph's launches
     mt::memory_pool().reset_peak();
     const auto halo_before = mt::halo_profile(mesh);
     const auto pool_before = mt::memory_stats();
     const mt::DeviceActivity device_before = mt::device_activity();
-    double cpu_idle = 0;
-    const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle);
-    const std::string device = device_activity_per_step(mesh, device_before, o.steps);
+    double cpu_idle = 0, host_s = 0;
+    const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle, host_s);
+    std::string device = device_activity_per_step(mesh, device_before, o.steps) +
+                         ",\"host_s\":" + std::to_string(largest(mesh, host_s));
+    if (o.graphs == "both")
+      device += as_graph(
+          mesh, [&] { unet3d::train_step(net, adam, batch, weights); }, o.steps);
     const auto halo = mt::halo_profile(mesh);
     const auto stats = mt::memory_stats();
     const double mib = 1024.0 * 1024.0;
@@ -390,7 +434,7 @@ int main(int argc, char** argv) {
           layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
           o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
           mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
-          o.graphs ? "true" : "false", step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
+          o.graphs == "on" ? "true" : "false", step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
           minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
           at_peak.c_str(), parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
           misses, fresh_mib, conv_gflop, conv_gflop / step_s, device.c_str());

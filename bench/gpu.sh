@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # meshtensor's U-Net training step beside PyTorch's, eager and torch.compile, on one NVIDIA GPU,
-# in 8 minutes at most: 64³ and 128³, 8 and 32 channels, fp32 and bf16 (8 rows, 3 sub-runs each).
+# in 8 minutes at most: 64³ and 128³, 8 and 32 channels, fp32 and bf16 (8 rows, 3 sub-runs each;
+# meshtensor's times its steps as they are and as one CUDA graph each).
 # Writes results.md, results.json and logs.tar.gz into the output folder (3 files: the device
 # tool brings back 8 at most) and prints the table.
 #   bench/gpu.sh [output folder]             (default ./gpu-results) on the GPU machine, from the
@@ -89,7 +90,7 @@ steps() {  # steps IMPL SIZE: timed steps
 command_of() {  # command_of IMPL SIZE C PRECISION: sets cmd, the sub-run's command line
   local common=(--size "$2" --channels "$3" --precision "$4" --steps "$(steps "$1" "$2")")
   case $1 in
-    meshtensor) cmd=(env "${mt_env[@]}" "$bench_unet" "${common[@]}") ;;
+    meshtensor) cmd=(env "${mt_env[@]}" "$bench_unet" "${common[@]}" --graphs both) ;;
     torch_eager) cmd=("$python" "$here/torch_bench.py" unet --device "$device" "${common[@]}"
       --threads "$threads" "${torch_flags[@]}") ;;
     torch_compile) command_of torch_eager "$2" "$3" "$4" && cmd+=(--compile) ;;

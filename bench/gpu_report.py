@@ -87,7 +87,10 @@ def figures(impl, out):
         pool, workspace = out.get("pool_peak_mib"), out.get("gpu_workspace_mib")
         return {**common, "peak_mib": None if pool is None else pool + (workspace or 0),
                 "pool_peak_mib": pool, "workspace_mib": workspace,
-                "in_use_peak_mib": out.get("pool_in_use_peak_mib")}
+                "in_use_peak_mib": out.get("pool_in_use_peak_mib"),
+                # the same steps as one CUDA graph each (bench_unet --graphs both)
+                "graphs_s": out.get("graphs_step_s"), "graphs_error": out.get("graphs_error"),
+                "host_s": out.get("host_s"), "graphs_host_s": out.get("graphs_host_s")}
     # torch_bench.py on cuda; in a dry run the CPU's resident memory
     return {**common, "peak_mib": out.get("gpu_peak_mib", out.get("step_memory_mib")),
             "reserved_peak_mib": out.get("gpu_reserved_peak_mib")}
@@ -120,6 +123,10 @@ def build_rows(logs):
             "compile_s")
         row["meshtensor_over_torch_eager"] = ratio(row["meshtensor_s"], row["torch_eager_s"])
         row["meshtensor_over_torch_compile"] = ratio(row["meshtensor_s"], row["torch_compile_s"])
+        row["meshtensor_graphs_over_torch_eager"] = ratio(row["meshtensor_graphs_s"],
+                                                          row["torch_eager_s"])
+        row["meshtensor_graphs_over_torch_compile"] = ratio(row["meshtensor_graphs_s"],
+                                                            row["torch_compile_s"])
         rows.append(row)
     # bf16 against fp32 of the same size and channels, for each implementation.
     fp32 = {(r["size"], r["channels"]): r for r in rows if r["precision"] == "fp32"}
@@ -148,17 +155,21 @@ def markdown(meta, rows):
              "torch.autocast; torch.compile of the model (loss and Adam eager). meshtensor: "
              f"bench_unet on {where}, one processor. Ratios are times: below 1× meshtensor "
              "is faster; bf16 / fp32 below 1× bf16 is faster.", "",
-             "| size | C | precision | meshtensor | eager | compile | compile time | "
-             "mt / eager | mt / compile | bf16 / fp32 (mt · eager · compile) |",
-             "|---" * 10 + "|"]
+             "| size | C | precision | meshtensor | mt graphs | eager | compile | compile time | "
+             "mt / eager | mt / compile | graphs / eager | graphs / compile | "
+             "bf16 / fp32 (mt · eager · compile) |",
+             "|---" * 13 + "|"]
     for r in rows:
         bf16 = r.get("bf16_over_fp32")
         lines.append(
             f"| {r['size']}³ | {r['channels']} | {r['precision']} | {num(r['meshtensor_s'])} | "
+            f"{num(r['meshtensor_graphs_s'])} | "
             f"{num(r['torch_eager_s'])} | {num(r['torch_compile_s'])} | "
             f"{num(r['torch_compile_time_s'], '{:.1f}')} | "
             f"{num(r['meshtensor_over_torch_eager'], x)} | "
             f"{num(r['meshtensor_over_torch_compile'], x)} | "
+            f"{num(r['meshtensor_graphs_over_torch_eager'], x)} | "
+            f"{num(r['meshtensor_graphs_over_torch_compile'], x)} | "
             + (" · ".join(num(bf16[i], x) for i in IMPLS) if bf16 else "") + " |")
     lines += ["", "Per step, each mt · eager · compile. Peak: meshtensor's pool peak (plus its "
               "GPU workspace where printed), PyTorch's max_memory_allocated. Kernels: launches "
@@ -171,6 +182,15 @@ def markdown(meta, rows):
                      f"{three(r, 'peak_mib', '{:.0f}')} | "
                      f"{three(r, 'kernels_per_step', '{:.0f}')} | "
                      f"{three(r, 'waits_per_step', '{:.0f}')} |")
+    lines += ["", "meshtensor's host time to queue a step, ms: its steps as they are, and as one CUDA "
+              "graph each (bench_unet --graphs both):", "",
+              "| size | C | precision | as they are | as graphs |", "|---" * 5 + "|"]
+    for r in rows:
+        graphs = r["meshtensor_graphs_error"] or num(r["meshtensor_graphs_host_s"] and
+                                                     1e3 * r["meshtensor_graphs_host_s"], "{:.2f}")
+        lines.append(f"| {r['size']}³ | {r['channels']} | {r['precision']} | "
+                     f"{num(r['meshtensor_host_s'] and 1e3 * r['meshtensor_host_s'], '{:.2f}')} | "
+                     f"{graphs} |")
     lines += ["", "GPU time per step by kernel family, ms (torch_bench.py's FAMILIES says how a "
               "kernel is classed):", "",
               "| size | C | precision | impl | " + " | ".join(FAMILIES) + " | sum |",
