@@ -725,10 +725,11 @@ elseif(SCENARIO STREQUAL "nccl_emulated")
   endforeach()
   # Each training step from the second on as one CUDA graph (--graphs): the same losses to the
   # bit, the four GPUs' halo exchanges and collectives inside the graph, one launch a step (3 of
-  # 4 steps), no wait, no race.
+  # 4 steps), no race, and at most one wait: at the capture, where the pool gives back the blocks
+  # the eager step cached (cudaFree waits for the GPU).
   foreach(run "1;bf16" "4;fp32")
     small_gpu_model("${run}")
-    ok_matching("emulated GPU summary: .* graphs=3 waits=0\n" ${MPIEXEC} ${NP_FLAG} ${ranks}
+    ok_matching("emulated GPU summary: .* graphs=3 waits=[01]\n" ${MPIEXEC} ${NP_FLAG} ${ranks}
                 ${UNET3D} train ${model} --validation-volumes 0 --steps 4 --graphs
                 --out ${here}/graphs_${ranks}_${precision})
     no_race()

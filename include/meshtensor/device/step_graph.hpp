@@ -107,11 +107,15 @@ class StepGraph {
       drop();
       cuda::check(made, "cudaGraphInstantiate");
     }
+    // The eager calls' blocks, cached for steps that now take the graph's: given back.
+    processor.own_pool().trim();
   }
 
   void launch() {
     cuda::check(cudaGraphLaunch(graph_, cuda::compute_stream()), "cudaGraphLaunch");
     ++device_activity().graph_launches;
+    // What the graph's pool holds counts in the processor's memory, as if all in use at once.
+    current_processor().own_pool().count_scratch(pool_->stats().peak_held);
   }
 #endif
 
