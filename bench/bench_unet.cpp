@@ -153,7 +153,8 @@ CpuTicks cpu_ticks() {
   return t;
 }
 
-// The median wall time of `steps` calls of `step`, each between barriers; `idle` the fraction
+// The median wall time of `steps` calls of `step`, each between barriers and waited for on a
+// device; `idle` the fraction
 // of the machine's CPU time idle over them (-1 where /proc/stat is not there); `host` the median
 // time the host took to queue a step (on a GPU, before the GPU has run it).
 template <typename Step>
@@ -167,6 +168,11 @@ double median_step_seconds(mt::Mesh& mesh, Step& step, int steps, double& idle, 
     step();
     queued.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    // A step queues its work on a GPU and returns: the time is the device's once it has run. The
+    // timing's own wait is not the step's, and is not counted as one.
+    const std::uint64_t waits = mt::device_activity().waits;
+    mt::wait_for_device();
+    mt::device_activity().waits = waits;
     mesh.world().barrier();
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -296,6 +302,7 @@ void print_precision_pair(mt::Mesh& mesh, const Options& o, const unet3d::ModelC
     mesh.world().barrier();
     const auto start = std::chrono::steady_clock::now();
     unet3d::train_step(net, adam, batch, weights);
+    mt::wait_for_device();  // on a GPU, until the step has run
     mesh.world().barrier();
     return largest(mesh,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
