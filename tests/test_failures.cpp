@@ -212,3 +212,15 @@ TEST_CASE("a wait for a processor that never comes ends after MESHTENSOR_TIMEOUT
   setenv("MESHTENSOR_TIMEOUT", "600", 1);
   setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
 }
+
+TEST_CASE("a malformed mesh given to run() is an error and status 1, never an abort") {
+  char name[] = "test_failures";
+  char* argv[] = {name, nullptr};
+  bool ran = false;
+  const auto body = [&](Mesh&) { ran = true; };
+  CHECK(run(1, argv, "rows:two", body) == 1);
+  CHECK(run(1, argv, std::string("rows:2; rows:2"), body) == 1);
+  CHECK_FALSE(ran);
+  CHECK(run(1, argv, "rows:2", body, "threads") == 0);
+  CHECK(ran);
+}

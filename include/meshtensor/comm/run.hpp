@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "meshtensor/comm/launcher.hpp"
 #include "meshtensor/comm/mesh.hpp"
@@ -170,6 +171,27 @@ int run(int argc, char** argv, const MeshShape& shape, F&& fn,
                mpi_launcher_variable().value_or("MESHTENSOR_TRANSPORT=mpi").c_str());
   return 1;
 #endif
+}
+
+/// run() with the mesh given as text ("rows:2; cols:2"): a malformed one ends the program with its
+/// message and status 1, as any failure before the processors start (parsed at the call, it would
+/// throw before run() could report it, and end the program by std::terminate).
+template <class F>
+int run(int argc, char** argv, const std::string& mesh, F&& fn,
+        const std::string& requested_transport = "", const std::string& requested_device = "") {
+  MeshShape shape;
+  try {
+    shape = MeshShape(mesh);
+  } catch (const std::exception& e) {
+    return fail_before_run(argc, argv, e.what(), 1);
+  }
+  return run(argc, argv, shape, std::forward<F>(fn), requested_transport, requested_device);
+}
+template <class F>
+int run(int argc, char** argv, const char* mesh, F&& fn,
+        const std::string& requested_transport = "", const std::string& requested_device = "") {
+  return run(argc, argv, std::string(mesh), std::forward<F>(fn), requested_transport,
+             requested_device);
 }
 
 }  // namespace meshtensor
