@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -281,6 +282,30 @@ TEST_CASE("the fused loss names what is wrong with its arguments") {
   CHECK_THAT(errors[1], Catch::Contains("must have the logits' shape"));
   CHECK_THAT(errors[2], Catch::Contains("must be [classes=3]"));
   CHECK_THAT(errors[3], Catch::Contains("give 0 to 2"));
+}
+
+TEST_CASE("softmax and the cross-entropy over a dim the tensor lacks name themselves") {
+  const auto errors = on_one_processor([](Mesh& m) {
+    const auto logits = test_input(m, logits_shape, Layout{}, 1);
+    const auto labels = one_hot(m, Layout{});
+    std::vector<std::string> messages;
+    for (const auto& f : std::vector<std::function<void()>>{
+             [&] { softmax(logits, "clases"); }, [&] { log_softmax(logits, "clases"); },
+             [&] { softmax_cross_entropy(logits, labels, "clases"); }}) {
+      try {
+        f();
+        messages.push_back("");
+      } catch (const ShapeError& e) {
+        messages.push_back(e.what());
+      }
+    }
+    return messages;
+  });
+  REQUIRE(errors.size() == 3);
+  CHECK_THAT(errors[0], Catch::StartsWith("softmax: ") && Catch::Contains("no dim \"clases\""));
+  CHECK_THAT(errors[1], Catch::StartsWith("log_softmax: "));
+  CHECK_THAT(errors[2], Catch::StartsWith("softmax_cross_entropy: ") &&
+                            Catch::Contains("\"classes\""));  // the dims it has
 }
 
 TEST_CASE("the same seed gives the same random tensor and dropout mask on any layout") {

@@ -39,6 +39,7 @@ Tensor<T> sigmoid(const Tensor<T>& x) {
 /// the output alone: dx = g - softmax * sum(g).
 template <class T>
 Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
+  detail::require_reduced_dim("log_softmax", x, dim);
   Tensor<T> out;
   {
     autodiff::NoGrad no_grad(x.mesh());
@@ -54,6 +55,7 @@ Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
 /// exp(x) / sum(exp(x)) over `dim`. Backward keeps the output alone: dx = y (g - sum(g y)).
 template <class T>
 Tensor<T> softmax(const Tensor<T>& x, const std::string& dim) {
+  detail::require_reduced_dim("softmax", x, dim);
   Tensor<T> out;
   {
     autodiff::NoGrad no_grad(x.mesh());

@@ -19,6 +19,7 @@ namespace meshtensor {
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes, const Tensor<T>& class_weights) {
+  detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
   const auto weighted = labels * class_weights;
   return -(reduce_sum(weighted * log_softmax(logits, classes)) / reduce_sum(weighted));
 }
@@ -27,6 +28,7 @@ Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes) {
+  detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
   return -(reduce_sum(labels * log_softmax(logits, classes)) /
            T(logits.shape().num_elements() / logits.shape().dim(classes).size));
 }
