@@ -153,3 +153,37 @@ TEST_CASE("a step that waits for its GPU cannot be captured, and says so") {
     CHECK(error.empty());
   }
 }
+
+#if defined(MESHTENSOR_WITH_CUDA)
+TEST_CASE("a step whose CUDA calls break the capture leaves no graph, and says why") {
+  const auto outcome = on_mesh(MeshShape("p:1"), [](Mesh& m) {
+    auto x = full<float>(m, Shape("x:8"), Layout{}, 2.0f);
+    Tensor<float> y;
+    StepGraph graph;
+    std::string error;
+    for (int s = 0; s < 2; ++s) {
+      try {
+        graph.run([&] {
+          y = x * 3.0f;
+          // Not the library's: CUDA refuses it while the stream is captured.
+          if (cuda::computes_on_gpu()) (void)cudaStreamQuery(cuda::compute_stream());
+        });
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    // The call that broke the capture ran its host code only; the processor goes on.
+    const float after = (x + 1.0f).local()(0);
+    return std::tuple(error, graph.captured(), after, cuda::computes_on_gpu());
+  });
+  if (outcome.empty()) return;  // a rank outside the mesh of one
+  const auto& [error, captured, after, on_gpu] = outcome[0];
+  CHECK_FALSE(captured);
+  CHECK(after == 3.0f);
+  if (on_gpu)
+    CHECK_THAT(error, Catch::Contains("could not be captured as a CUDA graph") &&
+                          Catch::Contains("cudaErrorStreamCaptureInvalidated"));
+  else
+    CHECK(error.empty());
+}
+#endif

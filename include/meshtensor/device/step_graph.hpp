@@ -11,7 +11,8 @@
 // writing the same tensors (inputs written in place before each call, parameters updated in place),
 // with the same host values (a learning rate, a step count) in its kernels' arguments. It may not
 // wait for its GPU: its results (tensors it assigned while captured, which every launch writes
-// again) are read after run() returns. What a capture cannot take is an Error naming it.
+// again) are read after run() returns. What a capture cannot take is an Error naming it (that
+// call's GPU work does not run).
 //
 //   StepGraph graph;
 //   for (int step = 0; step < steps; ++step) {
@@ -61,44 +62,66 @@ class StepGraph {
 
  private:
 #if defined(MESHTENSOR_WITH_CUDA)
-  // Captures the step's work on the processor's compute stream (and the streams that join it)
-  // into a graph, its blocks from the graph's pool; throws, leaving no graph, where it cannot.
+  // While it lives the processor allocates from the graph's pool, keeps the host values it copies
+  // for the graph and leaves out collective checks, and its compute stream is captured.
+  class Capturing {
+   public:
+    Capturing(Processor& processor, MemoryPool& pool, std::vector<std::shared_ptr<void>>& staged)
+        : processor_(processor), own_(pool) {
+      // Relaxed: the pool may take memory from the GPU while the step is captured.
+      cuda::check(cudaStreamBeginCapture(cuda::compute_stream(), cudaStreamCaptureModeRelaxed),
+                  "cudaStreamBeginCapture");
+      cuda::graph_capture().staged = &staged;
+      processor_.set_capturing(true);
+    }
+    ~Capturing() {
+      stop();
+      cudaGraph_t graph = nullptr;  // a capture left by an exception: ended, its graph dropped
+      if (!ended_ && cudaStreamEndCapture(cuda::compute_stream(), &graph) == cudaSuccess && graph)
+        (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+    }
+    Capturing(const Capturing&) = delete;
+    Capturing& operator=(const Capturing&) = delete;
+
+    // The graph captured; an Error where a call broke the capture.
+    cudaGraph_t end() {
+      stop();
+      ended_ = true;
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(cuda::compute_stream(), &graph);
+      if (ended == cudaSuccess) return graph;
+      (void)cudaGetLastError();
+      throw Error(std::string("the step could not be captured as a CUDA graph: ") +
+                  cudaGetErrorName(ended) + " (" + cudaGetErrorString(ended) +
+                  "); a call it made cannot be captured (a wait, a copy to the host, work on "
+                  "another stream outside the capture); run the step without StepGraph");
+    }
+
+   private:
+    void stop() {
+      cuda::graph_capture().staged = nullptr;
+      processor_.set_capturing(false);
+    }
+
+    Processor& processor_;
+    const AllocatingFrom own_;
+    bool ended_ = false;
+  };
+
+  // Captures the step into a graph; throws, leaving no graph, where it cannot.
   template <class Step>
   void capture(Step& step) {
     Processor& processor = current_processor();
     pool_ = MemoryPool::create(processor.pool().source());
-    const cudaStream_t stream = cuda::compute_stream();
     cudaGraph_t graph = nullptr;
-    {
-      const AllocatingFrom own(*pool_);
-      cuda::GraphCapture& capture = cuda::graph_capture();
-      capture.staged = &staged_;
-      processor.set_capturing(true);
-      // Relaxed: the pool may take memory from the GPU while the step is captured.
-      cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed),
-                  "cudaStreamBeginCapture");
-      try {
-        step();
-      } catch (...) {
-        capture.staged = nullptr;
-        processor.set_capturing(false);
-        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph)
-          (void)cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
-        drop();
-        throw;
-      }
-      capture.staged = nullptr;
-      processor.set_capturing(false);
-      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-      if (ended != cudaSuccess) {
-        (void)cudaGetLastError();
-        drop();
-        throw Error(std::string("the step could not be captured as a CUDA graph: ") +
-                    cudaGetErrorName(ended) + " (" + cudaGetErrorString(ended) +
-                    "); a call it made cannot be captured (a wait, a copy to the host, work "
-                    "on another stream outside the capture); run the step without StepGraph");
-      }
+    try {
+      Capturing capturing(processor, *pool_, staged_);
+      step();
+      graph = capturing.end();
+    } catch (...) {
+      drop();
+      throw;
     }
     const cudaError_t made = cudaGraphInstantiate(&graph_, graph, 0);
     (void)cudaGraphDestroy(graph);
