@@ -70,7 +70,9 @@ for target in "${targets[@]}"; do
   new=$(find "$work/new" -type f | wc -l)
   if [ "$status" -ne 0 ]; then
     failed+=("$target")
-    echo "fuzz: $target FAILED (status $status) after ${runs:-?} runs; its input and log:"
+    seed=$(sed -n '/^INFO: Seed: */{s///p;q}' "$work/log" || true)
+    echo "fuzz: $target FAILED (status $status) after ${runs:-?} runs (libFuzzer -seed=${seed:-?});" \
+      "its input and log:"
     ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null || true
     # nifticlib prints "** ERROR" for every header it refuses: noise, not the failure. The first
     # 40 lines are read whole (no pipe for head to close early under pipefail).
