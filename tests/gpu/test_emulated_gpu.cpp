@@ -57,6 +57,24 @@ struct DeviceBytes {
   void* data = nullptr;
 };
 
+// A stream of the GPU's beside the compute stream, destroyed with the object.
+struct OtherStream {
+  OtherStream() {
+    cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~OtherStream() { (void)cudaStreamDestroy(stream); }
+  cudaStream_t stream = nullptr;
+};
+
+// An event without timing, destroyed with the object.
+struct Event {
+  Event() {
+    cuda::check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~Event() { (void)cudaEventDestroy(event); }
+  cudaEvent_t event = nullptr;
+};
+
 // Queues out = 2 x on the calling thread's compute stream, without waiting.
 void queue_doubling(const float* x, float* out, long long n) {
   cuda::launch(cuda::kernel(kernels::gpu::elementwise_source(), "map_f32"), n,
@@ -105,10 +123,10 @@ TEST_CASE("a stream told to wait for an event runs its later work after the even
   std::fill(x.data, x.data + n, 1.0f);
   std::fill(y.data, y.data + n, 7.0f);
   std::fill(copy.data, copy.data + n, 0.0f);
-  cudaStream_t other = nullptr;
-  cudaEvent_t computed = nullptr;
-  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda::check(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming), "cudaEventCreate");
+  const OtherStream side;
+  const Event recorded;
+  const cudaStream_t other = side.stream;
+  const cudaEvent_t computed = recorded.event;
 
   queue_doubling(x.data, y.data, n);
   cuda::check(cudaEventRecord(computed, cuda::compute_stream()), "cudaEventRecord");
@@ -123,8 +141,6 @@ TEST_CASE("a stream told to wait for an event runs its later work after the even
   CHECK(all_equal(x.data, n, 1.0f));     // what came after the recorded point has not run
   cuda::check(cudaStreamSynchronize(cuda::compute_stream()), "cudaStreamSynchronize");
   CHECK(all_equal(x.data, n, 4.0f));
-  cuda::check(cudaEventDestroy(computed), "cudaEventDestroy");
-  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
 }
 
 TEST_CASE("device memory starts as NaN, and copies from pageable memory read it at the call") {
@@ -178,11 +194,10 @@ TEST_CASE("work captured from a stream runs only when the graph is launched, at 
   std::fill(y.data, y.data + n, 0.0f);
   std::fill(copy.data, copy.data + n, 0.0f);
   const cudaStream_t stream = cuda::compute_stream();
-  cudaStream_t other = nullptr;
-  cudaEvent_t forked = nullptr, joined = nullptr;
-  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda::check(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming), "cudaEventCreate");
-  cuda::check(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming), "cudaEventCreate");
+  const OtherStream side;
+  const Event fork, join;
+  const cudaStream_t other = side.stream;
+  const cudaEvent_t forked = fork.event, joined = join.event;
 
   cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin");
   queue_doubling(x.data, y.data, n);  // y = 2x
@@ -214,9 +229,6 @@ TEST_CASE("work captured from a stream runs only when the graph is launched, at 
   }
   cuda::check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
   cuda::check(cudaGraphDestroy(graph), "cudaGraphDestroy");
-  cuda::check(cudaEventDestroy(forked), "cudaEventDestroy");
-  cuda::check(cudaEventDestroy(joined), "cudaEventDestroy");
-  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
 }
 
 TEST_CASE("what CUDA refuses while a stream is captured breaks the capture") {
@@ -246,15 +258,13 @@ TEST_CASE("what CUDA refuses while a stream is captured breaks the capture") {
           void* p = nullptr;
           return cudaMalloc(&p, 256);
         }) == std::pair(cudaErrorStreamCaptureUnsupported, invalidated));
-  cudaEvent_t outside = nullptr;
-  cuda::check(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), "cudaEventCreate");
-  cudaStream_t other = nullptr;
-  cuda::check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda::check(cudaEventRecord(outside, other), "cudaEventRecord");
-  CHECK(refused_in_capture([&] { return cudaStreamWaitEvent(stream, outside, 0); }) ==
-        std::pair(cudaErrorStreamCaptureIsolation, invalidated));
-  cuda::check(cudaEventDestroy(outside), "cudaEventDestroy");
-  cuda::check(cudaStreamDestroy(other), "cudaStreamDestroy");
+  {
+    const OtherStream other;
+    const Event outside;
+    cuda::check(cudaEventRecord(outside.event, other.stream), "cudaEventRecord");
+    CHECK(refused_in_capture([&] { return cudaStreamWaitEvent(stream, outside.event, 0); }) ==
+          std::pair(cudaErrorStreamCaptureIsolation, invalidated));
+  }
   // Page-locked memory may be copied in a graph.
   float* pinned = nullptr;
   cuda::check(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16 * sizeof(float)),

@@ -48,7 +48,7 @@ inline GraphCapture& graph_capture() { return current_processor().state<GraphCap
 /// Throws where the host would wait for its GPU (`what`) while a step is captured: the captured
 /// work has not run, and never will until the graph is launched.
 inline void refuse_in_capture(const char* what) {
-  if (!graph_capture().staged) return;
+  if (!current_processor().capturing()) return;
   throw Error(std::string("a step captured as a CUDA graph (StepGraph) waited for its GPU: ") +
               what +
               "; a captured step may not wait for its own work: read its results after "

@@ -33,7 +33,8 @@ inline void copy_to_host(void* to, const void* from, std::size_t bytes) {
 inline void copy_from_host(void* to, const void* from, std::size_t bytes,
                            cudaStream_t stream = compute_stream()) {
   if (bytes == 0) return;
-  if (auto* staged = graph_capture().staged) {
+  if (current_processor().capturing()) {
+    auto* staged = graph_capture().staged;
     void* pinned = nullptr;
     check(cudaMallocHost(&pinned, bytes), "cudaMallocHost");
     staged->emplace_back(pinned, [](void* p) { (void)cudaFreeHost(p); });
