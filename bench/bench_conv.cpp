@@ -92,8 +92,9 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--precision")
       throw mt::Error("--precision: " + mt::detail::quote(value) + " is not fp32, bf16 or both");
     else
-      throw mt::Error("unknown flag " + flag +
-                      "; valid flags are --channels, --sizes, --threads, --seconds and --precision");
+      throw mt::Error(
+          "unknown flag " + flag +
+          "; valid flags are --channels, --sizes, --threads, --seconds and --precision");
   }
   return options;
 }
@@ -285,20 +286,24 @@ int main(int argc, char** argv) {
       for (Channels c : options.channels)
         print(ndhwc ? "onednn_raw_ndhwc" : "onednn_raw", c, s, threads,
               raw_onednn(c, s, options.seconds, ndhwc));
-  setenv("MESHTENSOR_THREADS_PER_PROCESSOR", std::to_string(threads).c_str(), 1);
-  return mt::run(argc, argv, mt::MeshShape("p:1"), [&](mt::Mesh& mesh) {
-    for (long s : options.sizes)
-      for (Channels c : options.channels) {
-        if (options.fp32)
-          print("meshtensor_kernels", c, s, threads,
-                meshtensor_kernels<float>(c, s, options.seconds));
-        if (options.bf16)
-          print("meshtensor_kernels_bf16", c, s, threads,
-                meshtensor_kernels<mt::bfloat16>(c, s, options.seconds));
-      }
-    if (!options.fp32) return;
-    for (long s : options.sizes)
-      for (Channels c : options.channels)
-        print("meshtensor", c, s, threads, meshtensor_conv(mesh, c, s, options.seconds));
-  });
+  mt::Settings settings = mt::environment_settings();
+  settings.threads_per_processor = threads;
+  return mt::run(
+      argc, argv, mt::MeshShape("p:1"),
+      [&](mt::Mesh& mesh) {
+        for (long s : options.sizes)
+          for (Channels c : options.channels) {
+            if (options.fp32)
+              print("meshtensor_kernels", c, s, threads,
+                    meshtensor_kernels<float>(c, s, options.seconds));
+            if (options.bf16)
+              print("meshtensor_kernels_bf16", c, s, threads,
+                    meshtensor_kernels<mt::bfloat16>(c, s, options.seconds));
+          }
+        if (!options.fp32) return;
+        for (long s : options.sizes)
+          for (Channels c : options.channels)
+            print("meshtensor", c, s, threads, meshtensor_conv(mesh, c, s, options.seconds));
+      },
+      settings);
 }

@@ -87,12 +87,16 @@ int main(int argc, char** argv) {
   app.add_option("--channels", o.channels, "channels at the top level");
   CLI11_PARSE(app, argc, argv);
   o.size = {size, size, size};
-  ::setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", 1);
+  mt::Settings settings = mt::environment_settings();
+  settings.kernels.onednn_formats = mt::KernelPolicy::Formats::by_channels;
   const mt::Layout rules(layout);
-  return mt::run(argc, argv, mt::MeshShape(mesh), [&](mt::Mesh& m) {
-    unet3d::model_and_two_steps(m, o, rules);
-    const auto mine = measured(m);
-    const auto all = mt::all_gather(m.world(), mine);
-    if (m.processor() == 0) compare(m, all, o, rules);
-  });
+  return mt::run(
+      argc, argv, mt::MeshShape(mesh),
+      [&](mt::Mesh& m) {
+        unet3d::model_and_two_steps(m, o, rules);
+        const auto mine = measured(m);
+        const auto all = mt::all_gather(m.world(), mine);
+        if (m.processor() == 0) compare(m, all, o, rules);
+      },
+      settings);
 }

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "support/environment.hpp"
 #include "support/spmd.hpp"
 
 using namespace meshtensor;
@@ -227,7 +228,7 @@ namespace {
 // peer's, in the checking mode; `call(mesh, processor)` makes the calls.
 template <class Call>
 std::vector<std::string> disagreements(Call&& call) {
-  setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
+  const testing::Setting checking("MESHTENSOR_CHECK_COLLECTIVES", "1");
   return on_mesh(MeshShape{{"p", 2}}, [&](Mesh& mesh) {
     try {
       call(mesh.world(), mesh.processor());

@@ -216,25 +216,12 @@ std::vector<Tensor<float>> norm_concat_chain(Mesh& m, const Layout& l, bool plai
   return {out, x.grad(), n.w.grad(), w2.grad(), n.gamma.grad(), n.beta.grad()};
 }
 
-// Each run below is a fresh processor, which times its own kernel choices (oneDNN's formats, an
-// input gradient as a forward convolution) and these round differently: on a loaded machine two
-// runs could choose apart. A fixed choice, while it lives, for runs compared bit for bit.
-class FixedKernelChoice {
- public:
-  FixedKernelChoice() {
-    if (const char* set = std::getenv(variable)) before_ = set;
-    setenv(variable, "by_channels", 1);
-  }
-  ~FixedKernelChoice() {
-    if (before_)
-      setenv(variable, before_->c_str(), 1);
-    else
-      unsetenv(variable);
-  }
-
- private:
-  static constexpr const char* variable = "MESHTENSOR_ONEDNN_FORMATS";
-  std::optional<std::string> before_;
+// Each run below is a fresh processor, which would time its own kernel choices (oneDNN's formats,
+// an input gradient as a forward convolution) and these round differently: on a loaded machine
+// two runs could choose apart. The fixed kernel policy, while it lives, for runs compared bit for
+// bit.
+struct FixedKernelChoice : Setting {
+  FixedKernelChoice() : Setting("MESHTENSOR_KERNELS", "fixed") {}
 };
 
 }  // namespace
@@ -364,10 +351,9 @@ TEST_CASE("a convolution's weight gradient computes a normalisation's output as 
               spatial_cases()) == "");
   }
   SECTION("a setting that is neither on nor off is refused, naming it") {
-    const Setting wrong("MESHTENSOR_MAPPED_INPUTS", "yes");
-    CHECK_THROWS_WITH(on_one_processor([](Mesh& m) { return mapped_norm_chain(m, ""); }),
-                      Catch::Contains("MESHTENSOR_MAPPED_INPUTS=yes") &&
-                          Catch::Contains("on (the default) and off"));
+    CHECK_THROWS_WITH(
+        Setting("MESHTENSOR_MAPPED_INPUTS", "yes"),
+        Catch::Contains("MESHTENSOR_MAPPED_INPUTS=yes") && Catch::Contains("expected on or off"));
   }
 }
 
@@ -570,14 +556,13 @@ TEST_CASE("windowed ops reject what cannot be computed, naming the op and dim") 
   }
 }
 
-TEST_CASE("MESHTENSOR_HALO_OVERLAP turns the convolutions' overlap on or off, naming a bad value") {
-  CHECK(halo_overlap_setting(nullptr));
-  CHECK(halo_overlap_setting("on"));
-  CHECK_FALSE(halo_overlap_setting("off"));
-  CHECK_THROWS_WITH(halo_overlap_setting("no"),
-                    Contains("MESHTENSOR_HALO_OVERLAP=no") && Contains("on (the default) or off"));
+TEST_CASE("the halo overlap setting turns the convolutions' overlap on or off") {
+  CHECK(halo_overlap() == current_processor().settings().halo_overlap);
+  {
+    const Setting off("MESHTENSOR_HALO_OVERLAP", "off");
+    CHECK_FALSE(halo_overlap());
+  }
   // ctest runs this file again with the overlap off (test_conv_pool_no_overlap): every case
   // above then takes the exchange-first path.
-  const char* set = std::getenv("MESHTENSOR_HALO_OVERLAP");
-  CHECK(halo_overlap() == !(set && std::string(set) == "off"));
+  CHECK(halo_overlap() == environment_settings().halo_overlap);
 }

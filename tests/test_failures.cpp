@@ -16,6 +16,8 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "support/environment.hpp"
+
 using namespace meshtensor;
 using Catch::Matchers::Contains;
 
@@ -153,7 +155,7 @@ TEST_CASE("a mesh whose size differs from the number of processors is rejected")
                     Contains("9 axes") && Contains("at most 8"));
 }
 
-TEST_CASE("run() turns a failure into an exit status and checks MESHTENSOR_TRANSPORT") {
+TEST_CASE("run() turns a failure into an exit status and checks the transport") {
   char name[] = "test";
   char* argv[] = {name, nullptr};
   CHECK(run(1, argv, "p:2", [](Mesh&) {}) == 0);
@@ -161,18 +163,23 @@ TEST_CASE("run() turns a failure into an exit status and checks MESHTENSOR_TRANS
           if (mesh.processor() == 1) throw std::runtime_error("boom");
           mesh.world().barrier();
         }) == 1);
-  ::setenv("MESHTENSOR_TRANSPORT", "carrier-pigeon", 1);
-  CHECK(run(1, argv, "p:2", [](Mesh&) {}) == 1);
-  CHECK_THROWS_WITH(chosen_transport(), Contains("\"carrier-pigeon\"") && Contains("\"threads\""));
-  ::setenv("MESHTENSOR_TRANSPORT", "threads", 1);
-  CHECK(chosen_transport() == "threads");
-  ::unsetenv("MESHTENSOR_TRANSPORT");
+  Settings pigeon;
+  pigeon.transport = "carrier-pigeon";
+  CHECK(run(
+            1, argv, "p:2", [](Mesh&) {}, pigeon) == 1);
+  CHECK_THROWS_WITH(chosen_transport(pigeon),
+                    Contains("\"carrier-pigeon\"") && Contains("\"threads\""));
+  CHECK_THROWS_WITH(testing::Setting("MESHTENSOR_TRANSPORT", "carrier-pigeon"),
+                    Contains("MESHTENSOR_TRANSPORT=carrier-pigeon: expected threads, mpi or nccl"));
+  Settings threads;
+  threads.transport = "threads";
+  CHECK(chosen_transport(threads) == "threads");
 }
 
 TEST_CASE("a wait for a processor that never comes ends after MESHTENSOR_TIMEOUT, naming it") {
-  setenv("MESHTENSOR_TIMEOUT", "0.3", 1);
+  const testing::Setting timeout("MESHTENSOR_TIMEOUT", "0.3");
   SECTION("a collective, unchecked: the processors that did not arrive are named") {
-    setenv("MESHTENSOR_CHECK_COLLECTIVES", "0", 1);
+    const testing::Setting unchecked("MESHTENSOR_CHECK_COLLECTIVES", "0");
     auto body = [](Mesh& mesh) {
       // Processor 2 arrives after the others gave up: it is told they stopped (PeerFailure).
       if (mesh.processor() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(900));
@@ -183,7 +190,7 @@ TEST_CASE("a wait for a processor that never comes ends after MESHTENSOR_TIMEOUT
                                "processor(s) 2, which did not reach it"));
   }
   SECTION("a collective, checked: the op is named") {
-    setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
+    const testing::Setting checked("MESHTENSOR_CHECK_COLLECTIVES", "1");
     auto body = [](Mesh& mesh) {
       if (mesh.processor() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
       float value = 0;
@@ -205,12 +212,9 @@ TEST_CASE("a wait for a processor that never comes ends after MESHTENSOR_TIMEOUT
                                "from processor 1, which did not send it"));
   }
   SECTION("a bad value is named") {
-    setenv("MESHTENSOR_TIMEOUT", "ten minutes", 1);
-    CHECK_THROWS_WITH(threads::run("p:2", [](Mesh& mesh) { mesh.world().barrier(); }),
+    CHECK_THROWS_WITH(testing::Setting("MESHTENSOR_TIMEOUT", "ten minutes"),
                       Contains("MESHTENSOR_TIMEOUT is \"ten minutes\"; give the seconds"));
   }
-  setenv("MESHTENSOR_TIMEOUT", "600", 1);
-  setenv("MESHTENSOR_CHECK_COLLECTIVES", "1", 1);
 }
 
 TEST_CASE("a malformed mesh given to run() is an error and status 1, never an abort") {
@@ -221,6 +225,8 @@ TEST_CASE("a malformed mesh given to run() is an error and status 1, never an ab
   CHECK(run(1, argv, "rows:two", body) == 1);
   CHECK(run(1, argv, std::string("rows:2; rows:2"), body) == 1);
   CHECK_FALSE(ran);
-  CHECK(run(1, argv, "rows:2", body, "threads") == 0);
+  Settings threads;
+  threads.transport = "threads";
+  CHECK(run(1, argv, "rows:2", body, threads) == 0);
   CHECK(ran);
 }

@@ -13,6 +13,7 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "support/environment.hpp"
 #include "support/spmd.hpp"
 
 using namespace meshtensor;
@@ -376,7 +377,7 @@ TEST_CASE("plans whose blocks together outgrow the addresses kept for plans get 
 }
 
 TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused by name before it is allocated") {
-  ::setenv("MESHTENSOR_MAX_BLOCK_BYTES", "1MiB", 1);
+  const Setting limit("MESHTENSOR_MAX_BLOCK_BYTES", "1MiB");
   // 1024 x 512 floats on each of two processors: 2 MiB each; the same split of y:256 fits.
   struct Outcome {
     std::size_t fitting_size;  // the block of the split that fits
@@ -392,7 +393,6 @@ TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused by name before it 
     }
     return outcome;
   });
-  ::unsetenv("MESHTENSOR_MAX_BLOCK_BYTES");
   REQUIRE_FALSE(outcomes.empty());
   for (const auto& outcome : outcomes) {
     CHECK(outcome.fitting_size == 1024 * 256);

@@ -14,6 +14,7 @@
 
 #include <meshtensor/meshtensor.hpp>
 
+#include "support/environment.hpp"
 #include "support/spmd.hpp"
 
 using namespace meshtensor;
@@ -163,8 +164,7 @@ TEST_CASE("every fault of a .npy header is named with the file") {
 TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused naming the .npy file") {
   const auto path = write_npy(
       "limited.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 64), }", 64 * 64 * 4);
-  LocalProcessor scope;
-  ::setenv("MESHTENSOR_MAX_BLOCK_BYTES", "1KiB", 1);
+  const testing::Setting limit("MESHTENSOR_MAX_BLOCK_BYTES", "1KiB");
   const std::string whole = read_error(path);
   std::string block = "no error";
   try {
@@ -172,7 +172,6 @@ TEST_CASE("a block over MESHTENSOR_MAX_BLOCK_BYTES is refused naming the .npy fi
   } catch (const IoError& e) {
     block = e.what();
   }
-  ::unsetenv("MESHTENSOR_MAX_BLOCK_BYTES");
   CHECK_THAT(block, Catch::StartsWith(path + ": ") && Contains("MESHTENSOR_MAX_BLOCK_BYTES"));
   CHECK(whole == "no error");  // the whole array is the host's, not a processor's block
 }

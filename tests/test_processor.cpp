@@ -46,7 +46,7 @@ std::vector<std::unique_ptr<ScopedVariable>> started_by_hand() {
   for (const char* name :
        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "PMIX_RANK",
         "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
-        "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "MESHTENSOR_THREADS_PER_PROCESSOR"})
+        "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK"})
     cleared.push_back(std::make_unique<ScopedVariable>(name, nullptr));
   return cleared;
 }
@@ -107,8 +107,8 @@ TEST_CASE("state is made once per processor, on first use, and may use other sta
 }
 
 TEST_CASE("compute threads are the processor's share of the cores") {
-  const char* forced = std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR");
-  if (forced) return;  // the variable decides for every processor
+  // MESHTENSOR_THREADS_PER_PROCESSOR decides for every processor
+  if (environment_settings().threads_per_processor > 0) return;
   std::vector<int> threads(2);
   threads::run("p:2", [&](Mesh& mesh) { threads[mesh.processor()] = compute_threads(); });
   CHECK(threads[0] == threads_per_processor(2));
@@ -125,15 +125,20 @@ TEST_CASE("devices are named and parsed") {
 }
 
 TEST_CASE("a device the transport cannot carry is refused with the valid pairs") {
-  CHECK(chosen_device("threads") == DeviceKind::cpu);
-  CHECK(chosen_device("mpi", "cpu") == DeviceKind::cpu);
-  CHECK(chosen_device("nccl") == DeviceKind::cuda);
-  CHECK_THROWS_WITH(chosen_device("threads", "cuda", "--device"),
+  const auto asked = [](const char* device) {
+    Settings settings;
+    settings.device = device;
+    return settings;
+  };
+  CHECK(chosen_device("threads", Settings{}) == DeviceKind::cpu);
+  CHECK(chosen_device("mpi", asked("cpu")) == DeviceKind::cpu);
+  CHECK(chosen_device("nccl", Settings{}) == DeviceKind::cuda);
+  CHECK_THROWS_WITH(chosen_device("threads", asked("cuda"), "--device"),
                     Contains("--device is \"cuda\"") && Contains("threads transport") &&
                         Contains("nccl with cuda"));
-  CHECK_THROWS_WITH(chosen_device("nccl", "cpu", "--device"),
+  CHECK_THROWS_WITH(chosen_device("nccl", asked("cpu"), "--device"),
                     Contains("--device is \"cpu\"") && Contains("GPU memory"));
-  CHECK_THROWS_WITH(chosen_device("mpi", "plan", "--device"), Contains("without data"));
+  CHECK_THROWS_WITH(chosen_device("mpi", asked("plan"), "--device"), Contains("without data"));
 
   std::vector<std::string> refusals;
   std::mutex mutex;
@@ -161,13 +166,15 @@ TEST_CASE("under Slurm, an srun step is a launch and its CPUs per task are a ran
     ScopedVariable step("SLURM_STEP_NUM_TASKS", "8"), cpus("SLURM_CPUS_PER_TASK", "3");
     CHECK(launcher_world_size() == 8);
     CHECK(mpi_launcher_variable() == std::string("SLURM_STEP_NUM_TASKS"));
-    CHECK(threads_per_process() == 3);
-    ScopedVariable forced("MESHTENSOR_THREADS_PER_PROCESSOR", "5");
-    CHECK(threads_per_process() == 5);  // the user's choice wins
+    CHECK(threads_per_process(Settings{}) == 3);
+    Settings five;
+    five.threads_per_processor = 5;
+    CHECK(threads_per_process(five) == 5);  // the user's choice wins
   }
   ScopedVariable local("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
   if (cores_available() == int(std::max(1u, std::thread::hardware_concurrency())))
-    CHECK(threads_per_process() == threads_per_processor(2));  // unbound: the node's share
+    CHECK(threads_per_process(Settings{}) ==
+          threads_per_processor(2, Settings{}));  // unbound: the node's share
 }
 
 TEST_CASE(
@@ -181,8 +188,8 @@ TEST_CASE(
   CPU_ZERO(&one);
   CPU_SET(first, &one);
   REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
-  const int cores = cores_available(), alone = threads_per_processor(1),
-            launched = threads_per_process();
+  const int cores = cores_available(), alone = threads_per_processor(1, Settings{}),
+            launched = threads_per_process(Settings{});
   sched_setaffinity(0, sizeof original, &original);
   CHECK(cores == 1);
   CHECK(alone == 1);

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -68,6 +69,7 @@ struct Placement {
   mt::LayoutSchedule layouts;                // empty until chosen where `choose`
   std::optional<unet3d::AutoLayout> choose;  // --layout auto
   unet3d::AutoLayout pricing;                // the network and kernels a prediction uses
+  mt::Settings settings;                     // the environment's, with --backend and --device
   const mt::Layout& data_layout() const { return layouts.at(0); }
 };
 
@@ -170,10 +172,11 @@ unet3d::AutoLayout auto_layout_of(const Distribution& d) {
 // The mesh and layout of this run, from the flags and the way the program was started; for a plan
 // (`planning`), of the run the flags describe, on a mesh of any size.
 Placement resolve(const Distribution& d, bool planning) {
-  mt::chosen_device(mt::chosen_transport(d.backend), d.device, "--device");
-  // Plans made here (plan, --layout auto, --deep-halos auto) stand for the run on the device the
-  // transport carries: a GPU's kernels allocate otherwise than the CPU's.
-  if (!d.backend.empty()) setenv("MESHTENSOR_TRANSPORT", d.backend.c_str(), /*overwrite=*/1);
+  mt::Settings settings = mt::environment_settings();
+  if (!d.backend.empty()) settings.transport = d.backend;
+  if (!d.device.empty()) settings.device = d.device;
+  mt::chosen_device(mt::chosen_transport(settings), settings,
+                    d.device.empty() ? "MESHTENSOR_DEVICE" : "--device");
   auto launched = planning ? std::nullopt : mt::launcher_world_size();
   if (launched && d.backend == "threads")
     throw mt::Error(
@@ -205,7 +208,7 @@ Placement resolve(const Distribution& d, bool planning) {
     throw mt::Error("--layout \"" + d.layout + "\" and --layouts \"" + d.layouts +
                     "\" both say where tensors live; give --layout for one layout at every level "
                     "or --layouts for one per level");
-  Placement where{mesh, {}, std::nullopt, pricing_of(d)};
+  Placement where{mesh, {}, std::nullopt, pricing_of(d), settings};
   if (d.layout == "auto") {
     where.choose = auto_layout_of(d);
     return where;
@@ -632,6 +635,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   Placement where;
+  std::optional<mt::LocalProcessor> planner;
   try {
     where = resolve(distribution, plan_cmd->parsed());
     if (train_cmd->parsed() || plan_cmd->parsed()) {
@@ -642,10 +646,12 @@ int main(int argc, char** argv) {
       // A prediction meets each convolution shape once: timing oneDNN's two memory formats per
       // shape (what training does, over hundreds of steps) would cost ten times the inference.
       // The fixed rule by channel count instead, unless the user chose.
-      setenv("MESHTENSOR_ONEDNN_FORMATS", "by_channels", /*overwrite=*/0);
+      auto& formats = where.settings.kernels.onednn_formats;
+      if (formats == mt::KernelPolicy::Formats::chosen)
+        formats = mt::KernelPolicy::Formats::by_channels;
     } else if (evaluate_cmd->parsed()) {
-      if (mt::chosen_device(mt::chosen_transport(distribution.backend), distribution.device,
-                            "--device") != mt::DeviceKind::cpu)
+      if (mt::chosen_device(mt::chosen_transport(where.settings), where.settings) !=
+          mt::DeviceKind::cpu)
         throw mt::Error(
             "evaluate measures surfaces on the CPU; leave out --device cuda and "
             "--backend nccl");
@@ -656,6 +662,9 @@ int main(int argc, char** argv) {
           mt::Shape{mt::Dim("x", size[0]), mt::Dim("y", size[1]), mt::Dim("z", size[2])},
           where.mesh, where.data_layout());
     }
+    // Plans made here (plan, --layout auto, --deep-halos auto) take the run's settings from this
+    // thread's processor: they stand for the run on the device its transport carries.
+    planner.emplace(mt::Device::cpu(), where.settings);
     if (where.choose && (plan_cmd->parsed() || !mt::launcher_world_size()))
       use_layouts(flags, where, unet3d::choose_schedule(flags.options, where.mesh, *where.choose));
     auto& deep_halos = flags.options.deep_halos;
@@ -696,5 +705,5 @@ int main(int argc, char** argv) {
         else
           unet3d::generate_volume(mesh, generate.options, where.data_layout());
       },
-      distribution.backend, distribution.device);
+      where.settings);
 }

@@ -48,10 +48,27 @@ foreach(path IN LISTS op_headers)
   endforeach()
 endforeach()
 
+# The environment is read in one place (core/environment.hpp, docs/LIBRARY.md's settings table);
+# the examples change settings through Settings, never the environment.
+file(GLOB_RECURSE library_headers "${ROOT}/include/meshtensor/*.hpp")
+foreach(path IN LISTS library_headers)
+  if(path MATCHES "core/environment.hpp$")
+    continue()
+  endif()
+  file(STRINGS "${path}" lines REGEX "(getenv|setenv|putenv)")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "//.*" "" code "${line}")
+    if(code MATCHES "(getenv|setenv|putenv)")
+      string(REPLACE ";" "," line "${line}")
+      list(APPEND failures "${path}: reads or sets the environment outside core/environment.hpp: ${line}")
+    endif()
+  endforeach()
+endforeach()
+
 # The examples: public API only (no detail::, no kernel calls of their own), no waits of their own.
 file(GLOB_RECURSE example_sources "${ROOT}/examples/*.hpp" "${ROOT}/examples/*.cpp")
 foreach(path IN LISTS example_sources)
-  file(STRINGS "${path}" lines REGEX "(detail::|kernels::|wait_for_)")
+  file(STRINGS "${path}" lines REGEX "(detail::|kernels::|wait_for_|setenv|putenv)")
   foreach(line IN LISTS lines)
     string(REPLACE ";" "," line "${line}")
     list(APPEND failures "${path}: ${line}")

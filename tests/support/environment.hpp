@@ -1,32 +1,34 @@
 #pragma once
-// An environment variable set for a scope: the knobs the kernels read on each call
-// (MESHTENSOR_BF16_PRODUCTS, MESHTENSOR_ROW_BANDS, ...), turned for one part of a test.
+// A setting turned for one part of a test, written as its environment variable
+// (MESHTENSOR_BF16_PRODUCTS=float, MESHTENSOR_ROW_BANDS=2, ...): while it lives, the calling thread
+// works for a processor whose settings are the current processor's with that variable applied
+// (settings_from), so kernels called here and meshes made here run with it.
 
-#include <cstdlib>
+#include <cstring>
 #include <optional>
-#include <string>
+
+#include <meshtensor/core/environment.hpp>
+#include <meshtensor/device/processor.hpp>
 
 namespace meshtensor::testing {
 
-/// `name` set to `value` while it lives; what it was before (or unset) afterwards.
+/// `name` set to `value` for the kernels and meshes of the calling thread while it lives.
 class Setting {
  public:
-  Setting(const char* name, const char* value) : name_(name) {
-    if (const char* before = std::getenv(name)) before_ = before;
-    setenv(name, value, 1);
-  }
-  ~Setting() {
-    if (before_)
-      setenv(name_, before_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
+  Setting(const char* name, const char* value)
+      : processor_(current_processor().device(), with(name, value)) {}
   Setting(const Setting&) = delete;
   Setting& operator=(const Setting&) = delete;
 
+  /// The current processor's settings with `name` set to `value`.
+  static Settings with(const char* name, const char* value) {
+    return settings_from(
+        [&](const char* asked) { return std::strcmp(asked, name) == 0 ? value : nullptr; },
+        current_processor().settings());
+  }
+
  private:
-  const char* name_;
-  std::optional<std::string> before_;
+  LocalProcessor processor_;
 };
 
 }  // namespace meshtensor::testing

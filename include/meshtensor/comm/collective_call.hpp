@@ -55,18 +55,6 @@ struct CollectiveCall {
   bool typed = false;  // whether `type` and `reduce` belong to the call
 };
 
-/// Whether collectives are checked: MESHTENSOR_CHECK_COLLECTIVES=1 (or true, on, yes).
-inline bool checking_collectives() {
-  const char* text = std::getenv("MESHTENSOR_CHECK_COLLECTIVES");
-  if (!text) return false;
-  const std::string value = text;
-  if (value.empty() || value == "0" || value == "false" || value == "off" || value == "no")
-    return false;
-  if (value == "1" || value == "true" || value == "on" || value == "yes") return true;
-  throw Error("MESHTENSOR_CHECK_COLLECTIVES is \"" + value +
-              "\"; valid values are 1 (check every collective's op and sizes) and 0");
-}
-
 namespace detail {
 
 // FNV-1a over the sizes: members compare one number instead of the whole list.

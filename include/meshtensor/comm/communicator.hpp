@@ -238,7 +238,10 @@ class Communicator {
     ++sequence_;
     // A call captured into a graph (StepGraph) was checked at the step's eager calls, and its
     // launches run no host code: the check's messages and wait cannot be captured.
-    if (!checking_ || !meets_peers() || size() == 1 || current_processor().capturing()) return;
+    const Processor& processor = current_processor();
+    if (!processor.settings().check_collectives || !meets_peers() || size() == 1 ||
+        processor.capturing())
+      return;
     const int n = size(), me = rank();
     std::vector<CollectiveCall> sent(n, call), theirs(n);
     std::vector<Request> requests;
@@ -287,7 +290,6 @@ class Communicator {
   }
 
   Traffic traffic_;
-  bool checking_ = checking_collectives();
   std::uint64_t sequence_ = 0;  // collectives called on this communicator so far
 };
 

@@ -1,38 +1,32 @@
 #pragma once
 // How long a processor waits for its peers before it gives up. Every wait of every transport ends
-// after MESHTENSOR_TIMEOUT, so that a processor that stopped, or called other ops than its peers,
-// ends the run with a message naming the op and the peer instead of hanging it.
+// after its timeout (Settings::timeout_seconds, MESHTENSOR_TIMEOUT), so that a processor that
+// stopped, or called other ops than its peers, ends the run with a message naming the op and the
+// peer instead of hanging it.
 
 #include <chrono>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
 
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
 
-/// How long a wait for other processors may last: MESHTENSOR_TIMEOUT seconds, 600 (10 minutes)
-/// unless set; 0 waits without limit.
-inline std::chrono::duration<double> wait_timeout() {
-  const char* text = std::getenv("MESHTENSOR_TIMEOUT");
-  if (!text || !*text) return std::chrono::duration<double>(600);
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(seconds >= 0) ||
-      seconds > std::numeric_limits<double>::max())
-    throw Error(std::string("MESHTENSOR_TIMEOUT is \"") + text +
-                "\"; give the seconds a processor may wait for its peers, e.g. 600 (the "
-                "default), or 0 for no limit");
+/// How long a wait for other processors may last: `seconds` (Settings::timeout_seconds, 600 unless
+/// set); 0 waits without limit.
+inline std::chrono::duration<double> wait_timeout(double seconds) {
   if (seconds == 0) return std::chrono::duration<double>(std::numeric_limits<double>::infinity());
   return std::chrono::duration<double>(seconds);
 }
 
-/// A wait's end: made when the wait starts, from wait_timeout().
+/// A wait's end: made when the wait starts, from the calling processor's timeout.
 class Deadline {
  public:
-  Deadline() : limit_(wait_timeout()), start_(std::chrono::steady_clock::now()) {}
+  Deadline()
+      : limit_(wait_timeout(current_processor().settings().timeout_seconds)),
+        start_(std::chrono::steady_clock::now()) {}
 
   bool passed() const { return std::chrono::steady_clock::now() - start_ > limit_; }
   /// The limit, for messages: "600 s (MESHTENSOR_TIMEOUT)".

@@ -16,6 +16,7 @@
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/core/settings.hpp"
 #include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
@@ -43,11 +44,13 @@ class Mesh {
 
   /// The mesh of the processors `world` connects; this processor computes on `device` (by
   /// default the transport's: the host's cores, or a GPU under nccl), which must be one the
-  /// transport can carry messages from.
-  Mesh(MeshShape shape, std::unique_ptr<Communicator> world, std::optional<Device> device = {})
+  /// transport can carry messages from, and runs with `settings` (by default the calling
+  /// thread's processor's: outside a run, the environment's).
+  Mesh(MeshShape shape, std::unique_ptr<Communicator> world, std::optional<Device> device = {},
+       const Settings& settings = current_processor().settings())
       : shape_(std::move(shape)),
-        processor_(checked_device(*world, device), kernel_threads(*world),
-                   memory_for(checked_device(*world, device))),
+        processor_(checked_device(*world, device), kernel_threads(*world, settings),
+                   memory_for(checked_device(*world, device)), settings),
         current_(processor_),
         world_(std::move(world)) {
     if (shape_.num_processors() != world_->size())
@@ -140,8 +143,9 @@ class Mesh {
   }
   // The processors of a threads run share this process's cores; an MPI rank shares its node's
   // with the other ranks there.
-  static int kernel_threads(const Communicator& world) {
-    return world.in_one_process() ? threads_per_processor(world.size()) : threads_per_process();
+  static int kernel_threads(const Communicator& world, const Settings& settings) {
+    return world.in_one_process() ? threads_per_processor(world.size(), settings)
+                                  : threads_per_process(settings);
   }
 
   MeshShape shape_;

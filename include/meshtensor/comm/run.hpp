@@ -10,12 +10,13 @@
 #include <string>
 #include <utility>
 
-#include "meshtensor/comm/launcher.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/threads.hpp"
 #include "meshtensor/comm/transport_choice.hpp"
+#include "meshtensor/core/environment.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/mesh_shape.hpp"
+#include "meshtensor/core/settings.hpp"
 
 #ifdef MESHTENSOR_WITH_MPI
 #include "meshtensor/comm/mpi.hpp"
@@ -28,11 +29,13 @@
 namespace meshtensor {
 
 namespace threads {
-/// Runs `fn(Mesh&)` on one thread per processor of `shape`; rethrows the first failure.
+/// Runs `fn(Mesh&)` on one thread per processor of `shape`, each with `settings`; rethrows the
+/// first failure.
 template <class F>
-void run(const MeshShape& shape, F&& fn) {
+void run(const MeshShape& shape, F&& fn,
+         const Settings& settings = current_processor().settings()) {
   spawn(shape.num_processors(), [&](std::unique_ptr<Communicator> world) {
-    Mesh mesh(shape, std::move(world));
+    Mesh mesh(shape, std::move(world), {}, settings);
     fn(mesh);
   });
 }
@@ -45,12 +48,13 @@ namespace mpi {
 /// `fn` returns, this rank waits until every rank has returned (MESHTENSOR_TIMEOUT at most); one
 /// that was waiting for this rank fails then, naming it.
 template <class F>
-void run(const MeshShape& shape, F&& fn) {
+void run(const MeshShape& shape, F&& fn,
+         const Settings& settings = current_processor().settings()) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
   auto world = std::make_unique<MpiCommunicator>(boost::mpi::communicator());
   const auto watch = world->watch();
-  Mesh mesh(shape, std::move(world));
+  Mesh mesh(shape, std::move(world), {}, settings);
   fn(mesh);
   // A rank still waiting for this one learns that it returned, and fails instead of hanging.
   watch->finish();
@@ -63,12 +67,13 @@ namespace nccl {
 /// Runs `fn(Mesh&)` on this rank of MPI_COMM_WORLD with its own GPU, over NCCL: the processor
 /// computes on that GPU (where a kernel has a GPU version) and keeps its blocks in its memory.
 template <class F>
-void run(const MeshShape& shape, F&& fn) {
+void run(const MeshShape& shape, F&& fn,
+         const Settings& settings = current_processor().settings()) {
   boost::mpi::environment environment(boost::mpi::threading::funneled,
                                       /*abort_on_exception=*/false);
   mpi::Watch watch(MPI_COMM_WORLD);
-  watch.meet("the start of the nccl transport");        // whose checks are blocking MPI collectives
-  Mesh mesh(shape, start(boost::mpi::communicator()));  // computing on the rank's GPU
+  watch.meet("the start of the nccl transport");  // whose checks are blocking MPI collectives
+  Mesh mesh(shape, start(boost::mpi::communicator()), {}, settings);  // on the rank's GPU
   fn(mesh);
   // As under mpi: no rank enters MPI's end while another may still fail and abort the job (Open
   // MPI's mpirun can hang when an abort meets ranks that are ending).
@@ -114,7 +119,8 @@ inline int fail_before_run(int argc, char** argv, const std::string& what, int s
 /**
  * Runs `fn(Mesh&)` as SPMD on every processor of the mesh `shape` and returns an exit status for
  * `main`. Started by hand it runs one thread per processor; under `mpirun -np N` it runs on the N
- * ranks, and N must equal the mesh size. `transport` ("threads", "mpi" or "nccl"; empty: see
+ * ranks, and N must equal the mesh size. Every processor runs with `settings` (by default the
+ * environment's, core/environment.hpp): their `transport` ("threads", "mpi" or "nccl"; empty: see
  * chosen_transport()) overrides the choice, and `device` ("cpu" or "cuda"; empty: see
  * chosen_device()) says where the processors compute. A failure on any processor ends the whole run
  * with its message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever.
@@ -127,15 +133,15 @@ inline int fail_before_run(int argc, char** argv, const std::string& what, int s
  */
 template <class F>
 int run(int argc, char** argv, const MeshShape& shape, F&& fn,
-        const std::string& requested_transport = "", const std::string& requested_device = "") {
+        const Settings& settings = environment_settings()) {
   (void)argc;
   (void)argv;
   std::string transport;
   try {
-    transport = chosen_transport(requested_transport);
-    chosen_device(transport, requested_device);
+    transport = chosen_transport(settings);
+    chosen_device(transport, settings);
     if (transport == "threads") {
-      threads::run(shape, fn);
+      threads::run(shape, fn, settings);
       return 0;
     }
   } catch (const std::exception& e) {
@@ -148,11 +154,11 @@ int run(int argc, char** argv, const MeshShape& shape, F&& fn,
   try {
 #ifdef MESHTENSOR_WITH_CUDA
     if (transport == "nccl") {
-      nccl::run(shape, fn);
+      nccl::run(shape, fn, settings);
       return 0;
     }
 #endif
-    mpi::run(shape, fn);
+    mpi::run(shape, fn, settings);
     return 0;
   } catch (const std::exception& e) {
     boost::mpi::communicator world;
@@ -178,20 +184,19 @@ int run(int argc, char** argv, const MeshShape& shape, F&& fn,
 /// throw before run() could report it, and end the program by std::terminate).
 template <class F>
 int run(int argc, char** argv, const std::string& mesh, F&& fn,
-        const std::string& requested_transport = "", const std::string& requested_device = "") {
+        const Settings& settings = environment_settings()) {
   MeshShape shape;
   try {
     shape = MeshShape(mesh);
   } catch (const std::exception& e) {
     return fail_before_run(argc, argv, e.what(), 1);
   }
-  return run(argc, argv, shape, std::forward<F>(fn), requested_transport, requested_device);
+  return run(argc, argv, shape, std::forward<F>(fn), settings);
 }
 template <class F>
 int run(int argc, char** argv, const char* mesh, F&& fn,
-        const std::string& requested_transport = "", const std::string& requested_device = "") {
-  return run(argc, argv, std::string(mesh), std::forward<F>(fn), requested_transport,
-             requested_device);
+        const Settings& settings = environment_settings()) {
+  return run(argc, argv, std::string(mesh), std::forward<F>(fn), settings);
 }
 
 }  // namespace meshtensor

@@ -103,7 +103,7 @@ class World {
       return;
     }
     group.present[rank] = true;
-    const Deadline deadline;  // only a member that has to wait reads MESHTENSOR_TIMEOUT
+    const Deadline deadline;  // only a member that has to wait reads the timeout
     // A member that has returned cannot be among those who arrived (the last arrival releases
     // everyone), so it will never come.
     int gone = -1;

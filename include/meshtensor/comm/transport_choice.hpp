@@ -3,12 +3,13 @@
 // start (threads by hand, MPI under a launcher). run() starts what these choose; a plan asks them
 // which run it stands for.
 
-#include <cstdlib>
 #include <string>
 
-#include "meshtensor/comm/launcher.hpp"
+#include "meshtensor/core/environment.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/core/settings.hpp"
 #include "meshtensor/device/device.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
 
@@ -49,12 +50,12 @@ inline std::string valid_transport(const std::string& name, const std::string& s
   return name;
 }
 
-/// The transport `run` will use: `requested` if not empty, else MESHTENSOR_TRANSPORT if set, else
-/// "mpi" under an MPI launcher, else "threads". "nccl" is never chosen by itself.
-inline std::string chosen_transport(const std::string& requested = "") {
-  if (!requested.empty()) return valid_transport(requested, "the transport asked for");
-  if (const char* forced = std::getenv("MESHTENSOR_TRANSPORT"))
-    return valid_transport(forced, "MESHTENSOR_TRANSPORT");
+/// The transport `run` will use: `settings.transport` if not empty (the program's, or
+/// MESHTENSOR_TRANSPORT's), else "mpi" under an MPI launcher, else "threads". "nccl" is never
+/// chosen by itself.
+inline std::string chosen_transport(const Settings& settings = environment_settings()) {
+  if (!settings.transport.empty())
+    return valid_transport(settings.transport, "the transport asked for");
   return mpi_launcher_variable() ? "mpi" : "threads";
 }
 
@@ -64,17 +65,13 @@ inline DeviceKind default_device(const std::string& transport) {
   return transport == "nccl" ? DeviceKind::cuda : DeviceKind::cpu;
 }
 
-/// The device `run` puts the processors on: `requested` ("cpu", "cuda"; empty: MESHTENSOR_DEVICE
-/// if set, else the transport's default), checked against the transport, which carries messages
-/// from that device's memory: threads and mpi from the host's, nccl from GPUs'.
-inline DeviceKind chosen_device(const std::string& transport, const std::string& requested = "",
-                                std::string source = "the device asked for") {
-  std::string name = requested;
-  if (name.empty())
-    if (const char* forced = std::getenv("MESHTENSOR_DEVICE")) {
-      name = forced;
-      source = "MESHTENSOR_DEVICE";
-    }
+/// The device `run` puts the processors on: `settings.device` ("cpu", "cuda"; empty: the
+/// transport's default), checked against the transport, which carries messages from that device's
+/// memory: threads and mpi from the host's, nccl from GPUs'.
+inline DeviceKind chosen_device(const std::string& transport,
+                                const Settings& settings = environment_settings(),
+                                const std::string& source = "the device asked for") {
+  const std::string& name = settings.device;
   if (name.empty()) return default_device(transport);
   const DeviceKind kind = parse_device_kind(name, source);
   if (kind == DeviceKind::plan)
@@ -93,7 +90,8 @@ inline DeviceKind chosen_device(const std::string& transport, const std::string&
 /// where blocks live must take the predicted run's road, or the plan counts messages the run
 /// never sends.
 inline bool plans_stand_for_devices() {
-  return chosen_device(chosen_transport()) == DeviceKind::cuda;
+  const Settings& settings = current_processor().settings();
+  return chosen_device(chosen_transport(settings), settings) == DeviceKind::cuda;
 }
 
 }  // namespace meshtensor

@@ -30,13 +30,14 @@ class PoolBlock {
     space_ = pool.source().space;
     if (n == 0) return;
     // A plan's blocks hold no memory: only real ones are held to the machine's.
+    const BlockLimit limit = current_processor().block_limit();
     const std::size_t bytes = checked_block_bytes(
         n, sizeof(T),
         [] {
           const std::string& label = current_processor().label();
           return label.empty() ? std::string("this process") : label;
         },
-        /*limited=*/space_ != MemorySpace::none);
+        space_ != MemorySpace::none ? &limit : nullptr);
     data_ = static_cast<T*>(pool.allocate(bytes));
     size_ = n;
   }

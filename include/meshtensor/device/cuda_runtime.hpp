@@ -10,9 +10,11 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "meshtensor/core/environment.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/memory/pool.hpp"
 
@@ -51,9 +53,9 @@ inline int visible_gpus() {
   int count = 0;
   const cudaError_t code = cudaGetDeviceCount(&count);
   const Versions v = versions();
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::optional<std::string> visible = cuda_visible_devices();
   const std::string visible_note =
-      visible ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + visible + "\")" : std::string();
+      visible ? " (CUDA_VISIBLE_DEVICES=\"" + *visible + "\")" : std::string();
   if (code == cudaErrorInsufficientDriver || code == cudaErrorCompatNotSupportedOnDevice) {
     (void)cudaGetLastError();  // the error is sticky for this call only; clear it
     if (v.driver == 0)

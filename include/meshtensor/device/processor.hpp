@@ -15,10 +15,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "meshtensor/core/environment.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/core/settings.hpp"
 #include "meshtensor/device/device.hpp"
+#include "meshtensor/memory/block_limit.hpp"
 #include "meshtensor/memory/pool.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/device/cuda_runtime.hpp"
@@ -38,32 +42,22 @@ inline int cores_available() {
 }
 
 /// Threads per processor when `sharing` processors share this process's cores, unless
-/// MESHTENSOR_THREADS_PER_PROCESSOR says otherwise.
-inline int threads_per_processor(int sharing) {
-  if (const char* forced = std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR")) {
-    const int n = std::atoi(forced);
-    if (n > 0) return n;
-  }
+/// `settings` say how many.
+inline int threads_per_processor(int sharing, const Settings& settings = environment_settings()) {
+  if (settings.threads_per_processor > 0) return settings.threads_per_processor;
   return std::max(1, cores_available() / std::max(1, sharing));
 }
 
-/// Threads for a processor that is one process of a launcher's job: Slurm's CPUs per task in an
-/// srun step; else the cores its affinity mask gives it where the launcher bound it to some;
-/// else the node's cores divided among the ranks the launcher placed on it.
-inline int threads_per_process() {
-  if (!std::getenv("MESHTENSOR_THREADS_PER_PROCESSOR") && std::getenv("SLURM_STEP_NUM_TASKS"))
-    if (const char* per_task = std::getenv("SLURM_CPUS_PER_TASK"))
-      if (std::atoi(per_task) > 0) return std::atoi(per_task);
+/// Threads for a processor that is one process of a launcher's job, unless `settings` say how
+/// many: Slurm's CPUs per task in an srun step; else the cores its affinity mask gives it where
+/// the launcher bound it to some; else the node's cores divided among the ranks the launcher
+/// placed on it.
+inline int threads_per_process(const Settings& settings = environment_settings()) {
+  if (settings.threads_per_processor > 0) return settings.threads_per_processor;
+  if (const auto per_task = slurm_cpus_per_task()) return *per_task;
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (cores_available() < machine) return threads_per_processor(1);
-  int sharing = 1;
-  for (const char* name :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* value = std::getenv(name)) {
-      sharing = std::max(1, std::atoi(value));
-      break;
-    }
-  return threads_per_processor(sharing);
+  if (cores_available() < machine) return threads_per_processor(1, settings);
+  return threads_per_processor(launcher_ranks_on_node().value_or(1), settings);
 }
 
 namespace detail {
@@ -110,13 +104,15 @@ inline MemorySource memory_of(const Device& device) {
  */
 class Processor {
  public:
-  Processor(Device device, int compute_threads, const MemorySource& memory)
+  Processor(Device device, int compute_threads, const MemorySource& memory,
+            Settings settings = environment_settings())
       : device_(device),
+        settings_(std::move(settings)),
         compute_threads_(std::max(1, compute_threads)),
         pool_(MemoryPool::create(memory)),
         active_pool_(pool_) {}
-  Processor(Device device, int compute_threads)
-      : Processor(device, compute_threads, detail::memory_of(device)) {}
+  Processor(Device device, int compute_threads, Settings settings = environment_settings())
+      : Processor(device, compute_threads, detail::memory_of(device), std::move(settings)) {}
   ~Processor() {
     states_.clear();  // handles and caches first: some hold blocks of the pool
     pool_->release();
@@ -125,6 +121,11 @@ class Processor {
   Processor& operator=(const Processor&) = delete;
 
   const Device& device() const { return device_; }
+
+  /// The settings of its run (core/settings.hpp): its kernel policy, timeouts, checks, limits.
+  const Settings& settings() const { return settings_; }
+  /// The most bytes one of its blocks may take.
+  BlockLimit block_limit() const { return meshtensor::block_limit(settings_.max_block_bytes); }
 
   /// How errors name this processor ("processor 3 of 8"); empty outside a mesh.
   const std::string& label() const { return label_; }
@@ -166,6 +167,7 @@ class Processor {
   friend class AllocatingFrom;
 
   Device device_;
+  Settings settings_;
   std::string label_;
   int compute_threads_;
   bool capturing_ = false;
@@ -219,10 +221,14 @@ class ProcessorScope {
 /// tests, tools): computing on `device`, its blocks from `memory` (by default the device's).
 class LocalProcessor {
  public:
-  explicit LocalProcessor(Device device = Device::cpu())
-      : processor_(device, threads_per_process()), scope_(processor_) {}
-  LocalProcessor(Device device, const MemorySource& memory)
-      : processor_(device, threads_per_process(), memory), scope_(processor_) {}
+  explicit LocalProcessor(Device device = Device::cpu(), Settings settings = environment_settings())
+      : processor_(device, threads_per_process(settings), std::move(settings)),
+        scope_(processor_) {}
+  explicit LocalProcessor(Settings settings) : LocalProcessor(Device::cpu(), std::move(settings)) {}
+  LocalProcessor(Device device, const MemorySource& memory,
+                 Settings settings = environment_settings())
+      : processor_(device, threads_per_process(settings), memory, std::move(settings)),
+        scope_(processor_) {}
   Processor& processor() { return processor_; }
 
  private:

@@ -246,19 +246,31 @@ inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
 }
 
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-// Which kernels run a bfloat16 pass: oneDNN's bf16 ones ("native"; each slab it has none for
-// runs widened) or meshtensor's ("widened": the row kernels' bfloat16 forms where they take the
-// shape, else the float kernels on widened slabs). MESHTENSOR_BF16_CONV=native|widened forces
-// one; by default (auto) each shape and pass is timed at its first call on a processor and runs
-// the faster: AMX's bf16 kernels beat the float ones 2-4x from 8 channels on, while at 1 -> 8 the
-// float row kernels run twice as fast as oneDNN's bf16 ones.
-inline std::string bf16_kernels_setting() {
-  const char* set = std::getenv("MESHTENSOR_BF16_CONV");
-  const std::string value = set ? set : "auto";
-  if (value != "auto" && value != "native" && value != "widened")
-    throw std::invalid_argument("MESHTENSOR_BF16_CONV=" + value +
-                                ": expected auto, native or widened");
-  return value;
+// Which kernels run a bfloat16 pass: oneDNN's bf16 ones (native; each slab it has none for runs
+// widened) or meshtensor's (widened: the row kernels' bfloat16 forms where they take the shape,
+// else the float kernels on widened slabs). KernelPolicy::bf16_conv forces one; chosen, each
+// shape and pass is timed at its first call on a processor and runs the faster (AMX's bf16
+// kernels beat the float ones 2-4x from 8 channels on, while at 1 -> 8 the float row kernels run
+// twice as fast as oneDNN's bf16 ones), or under the fixed rule oneDNN's where it has AMX.
+enum class Bf16Kernels { native, widened, timed };
+
+inline bool onednn_has_amx() {
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
+}
+
+inline Bf16Kernels bf16_kernels_setting() {
+  const KernelPolicy& policy = current_processor().settings().kernels;
+  switch (policy.bf16_conv) {
+    case KernelPolicy::Bf16Conv::native:
+      return Bf16Kernels::native;
+    case KernelPolicy::Bf16Conv::widened:
+      return Bf16Kernels::widened;
+    case KernelPolicy::Bf16Conv::chosen:
+      break;
+  }
+  if (!policy.fixed()) return Bf16Kernels::timed;
+  return onednn_has_amx() ? Bf16Kernels::native : Bf16Kernels::widened;
 }
 
 struct Bf16Choice {
@@ -274,8 +286,8 @@ struct Bf16Choice {
 // their buffers (both variants' at once) for the rest of the run.
 template <class Run>
 void bf16_kernels(const ConvGeometry& g, int pass, Run&& run) {
-  const std::string setting = bf16_kernels_setting();
-  if (setting != "auto") return run(setting == "native", false);
+  const Bf16Kernels setting = bf16_kernels_setting();
+  if (setting != Bf16Kernels::timed) return run(setting == Bf16Kernels::native, false);
   std::vector<std::int64_t> key = onednn::detail::key_of(g, dnnl::memory::data_type::bf16);
   key.push_back(pass);
   auto& choice = onednn::detail::cache_of<Bf16Choice>()[key];
@@ -403,10 +415,10 @@ inline void bf16_backward_weight_faster(const ConvGeometry& g, const bfloat16* i
 }
 #endif
 
-// Whether a bfloat16 pass may run on the row kernels: not where MESHTENSOR_BF16_CONV=native.
+// Whether a bfloat16 pass may run on the row kernels: not where oneDNN's are set to run it.
 inline bool bf16_rows_may_run() {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-  return bf16_kernels_setting() != "native";
+  return bf16_kernels_setting() != Bf16Kernels::native;
 #else
   return true;
 #endif
@@ -571,22 +583,14 @@ void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* w
   kernels::split_rows(detail::box_positions(g), box.data(), detail::row_pieces(grad_input));
 }
 
-/// MESHTENSOR_MAPPED_INPUTS=off: a part given as an affine map is written out first (the
-/// normalisation recomputed into a copy, as before the kernels could map it), to compare; on by
-/// default.
-inline bool mapped_inputs_enabled() {
-  const char* set = std::getenv("MESHTENSOR_MAPPED_INPUTS");
-  const std::string setting = set ? set : "on";
-  if (setting != "on" && setting != "off")
-    throw std::invalid_argument("MESHTENSOR_MAPPED_INPUTS=" + setting +
-                                ": the choices are on (the default) and off");
-  return setting == "on";
-}
+/// Whether a part given as an affine map is read through it (the default) or written out first
+/// (KernelPolicy::mapped_inputs off: the normalisation recomputed into a copy, to compare).
+inline bool mapped_inputs_enabled() { return current_processor().settings().kernels.mapped_inputs; }
 
 /// Whether `pass` (forward or the weight gradient) computes parts given as affine maps
 /// (ChannelParts::affine) as it reads them, with no copy of the mapped part: the row kernels on
 /// the CPU, where they read the input as planes — float ones not on the first layer's
-/// one-channel forward, bfloat16 ones in either products unless MESHTENSOR_BF16_CONV=native.
+/// one-channel forward, bfloat16 ones in either products unless oneDNN's are set to run them.
 /// (Where oneDNN's bf16 kernels time faster they read a mapped copy.)
 template <class T>
 bool takes_mapped_input(const ConvGeometry& g, plan::ConvClass::Pass pass) {

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstddef>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -22,10 +21,10 @@ struct BlockLimit {
   std::string source;
 };
 
-/// MESHTENSOR_MAX_BLOCK_BYTES ("48GiB", "1e9") when set, else this machine's memory.
-inline BlockLimit block_limit() {
-  if (const char* text = std::getenv("MESHTENSOR_MAX_BLOCK_BYTES"))
-    return {parse_bytes(text, "MESHTENSOR_MAX_BLOCK_BYTES"), "MESHTENSOR_MAX_BLOCK_BYTES"};
+/// The limit `bytes` where a run sets one (Settings::max_block_bytes, MESHTENSOR_MAX_BLOCK_BYTES),
+/// else this machine's memory.
+inline BlockLimit block_limit(double bytes) {
+  if (bytes > 0) return {bytes, "the block limit MESHTENSOR_MAX_BLOCK_BYTES"};
   static const double memory = [] {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? double(pages) * double(page)
@@ -35,22 +34,20 @@ inline BlockLimit block_limit() {
 }
 
 /// The bytes of `elements` elements of `element_bytes` each; a ShapeError naming `subject()` when
-/// they overflow or, where `limited` (a block that holds memory, not a plan's), exceed
-/// block_limit().
+/// they overflow or, where `limit` is given (a block that holds memory, not a plan's), exceed it.
 template <class Subject>
 std::size_t checked_block_bytes(std::size_t elements, std::size_t element_bytes,
-                                const Subject& subject, bool limited = true) {
+                                const Subject& subject, const BlockLimit* limit) {
   const auto bytes = detail::checked_product(elements, element_bytes);
-  if (bytes && !limited) return *bytes;
-  const BlockLimit limit = block_limit();
-  if (bytes && double(*bytes) <= limit.bytes) return *bytes;
+  if (bytes && (!limit || double(*bytes) <= limit->bytes)) return *bytes;
   const std::string asked =
       bytes ? std::to_string(*bytes) + " bytes (" + format_bytes(double(*bytes)) + ")"
             : "more bytes than 64 bits count";
+  const std::string over =
+      limit ? ", more than " + limit->source + " (" + format_bytes(limit->bytes) + ")" : "";
   throw ShapeError(subject() + " needs a block of " + std::to_string(elements) + " elements of " +
-                   std::to_string(element_bytes) + " bytes, " + asked + ", more than " +
-                   limit.source + " (" + format_bytes(limit.bytes) +
-                   "); split it over more processors, make it smaller, or raise "
+                   std::to_string(element_bytes) + " bytes, " + asked + over +
+                   "; split it over more processors, make it smaller, or raise "
                    "MESHTENSOR_MAX_BLOCK_BYTES");
 }
 

@@ -1,27 +1,13 @@
 #pragma once
 // Whether convolutions overlap their halo exchange with the rows that need no halo (the default),
-// or exchange first and compute after: MESHTENSOR_HALO_OVERLAP=on|off. The results are the same
-// either way; off is there to measure what the overlap hides (bench/run.sh's scaling table).
+// or exchange first and compute after (Settings::halo_overlap, MESHTENSOR_HALO_OVERLAP=off). The
+// results are the same either way; off is there to measure what the overlap hides.
 
-#include <cstdlib>
-#include <string>
-
-#include "meshtensor/core/error.hpp"
+#include "meshtensor/device/processor.hpp"
 
 namespace meshtensor {
 
-/// The overlap setting `value` (MESHTENSOR_HALO_OVERLAP's text, or null where unset) stands for.
-inline bool halo_overlap_setting(const char* value) {
-  const std::string text = value ? value : "on";
-  if (text != "on" && text != "off")
-    throw Error("MESHTENSOR_HALO_OVERLAP=" + text + ": expected on (the default) or off");
-  return text == "on";
-}
-
-/// Whether this process's convolutions overlap their halo exchanges: read once.
-inline bool halo_overlap() {
-  static const bool on = halo_overlap_setting(std::getenv("MESHTENSOR_HALO_OVERLAP"));
-  return on;
-}
+/// Whether the calling processor's convolutions overlap their halo exchanges.
+inline bool halo_overlap() { return current_processor().settings().halo_overlap; }
 
 }  // namespace meshtensor

@@ -47,8 +47,9 @@ struct CountStart {
 
 // What processor `rank`'s run of `fn` would do, from its count_from_here() if it called one.
 template <class F>
-ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn) {
-  Mesh mesh(shape, std::make_unique<CountingCommunicator>(rank, shape.num_processors()));
+ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn, const Settings& settings) {
+  Mesh mesh(shape, std::make_unique<CountingCommunicator>(rank, shape.num_processors()), {},
+            settings);
   fn(mesh);
   ProcessorPlan p = counted_so_far(mesh);
   p.memory = mesh.processor_context().own_pool().stats();
@@ -60,6 +61,7 @@ ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn) {
 template <class F>
 void plan_processors(const MeshShape& shape, const std::vector<int>& ranks, F& fn, int workers,
                      PlanReport& report) {
+  const Settings settings = current_processor().settings();  // the worker threads have none
   std::atomic<std::size_t> next{0};
   std::mutex failure_mutex;
   std::exception_ptr failure;
@@ -67,7 +69,7 @@ void plan_processors(const MeshShape& shape, const std::vector<int>& ranks, F& f
     for (std::size_t i; (i = next++) < ranks.size();) {
       const int rank = ranks[i];
       try {
-        report.processors[std::size_t(rank)] = plan_processor(shape, rank, fn);
+        report.processors[std::size_t(rank)] = plan_processor(shape, rank, fn, settings);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(failure_mutex);
         if (!failure)
@@ -197,7 +199,8 @@ PlanReport plan(const MeshShape& shape, const Layout& layout, F&& fn, PlanOption
     detail::plan_processors(shape, all, fn, workers, report);  // or the inner ones differ
     report.planned = n;
   }
-  report.assumed = kernels::plan::assumed_kernels(plans_stand_for_devices());
+  report.assumed = kernels::plan::assumed_kernels(current_processor().settings().kernels,
+                                                  plans_stand_for_devices());
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return report;
 }

@@ -63,9 +63,9 @@ struct ProcessorPlan {
 struct PlanReport {
   std::string mesh, layout;
   std::vector<ProcessorPlan> processors;
-  int planned = 0;     // processors run; the others are like one of them
-  double seconds = 0;  // how long planning took
-  std::string assumed = kernels::plan::assumed_kernels();  // what a real run may add to the peaks
+  int planned = 0;      // processors run; the others are like one of them
+  double seconds = 0;   // how long planning took
+  std::string assumed;  // what a real run may add to the peaks (kernels::plan::assumed_kernels)
 
   /// The processor with the most of `measure` (ties: the lowest rank).
   template <class Measure>

@@ -3,7 +3,6 @@
 // calibrated kernel throughput — where the XDG conventions put them, read whole, and written under
 // a temporary name and renamed, so that no reader ever sees half a file.
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,19 +10,10 @@
 
 #include <unistd.h>
 
+#include "meshtensor/core/environment.hpp"
 #include "meshtensor/core/error.hpp"
 
 namespace meshtensor {
-
-/// `forced` (an environment variable naming the directory) if set, else $`xdg`/meshtensor, else
-/// ~/`home_default`/meshtensor.
-inline std::filesystem::path settings_directory(const char* forced, const char* xdg,
-                                                const char* home_default) {
-  if (const char* dir = std::getenv(forced)) return dir;
-  if (const char* base = std::getenv(xdg)) return std::filesystem::path(base) / "meshtensor";
-  const char* home = std::getenv("HOME");
-  return std::filesystem::path(home ? home : ".") / home_default / "meshtensor";
-}
 
 /// The whole of the text file `path`; an Error naming `what` (a flag, a file's role) if it cannot
 /// be read.

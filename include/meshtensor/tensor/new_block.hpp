@@ -26,10 +26,11 @@ std::string tensor_on_processor(const Mesh& mesh, const TensorLayout& layout) {
 
 template <class T>
 void check_block_fits(const Mesh& mesh, const TensorLayout& layout, const Block& block) {
+  const BlockLimit limit = current_processor().block_limit();
   (void)checked_block_bytes(
       static_cast<std::size_t>(block.num_elements()), sizeof(T),
       [&] { return tensor_on_processor<T>(mesh, layout); },
-      /*limited=*/memory_pool().source().space != MemorySpace::none);
+      memory_pool().source().space != MemorySpace::none ? &limit : nullptr);
 }
 
 /// The block `block` of a tensor laid out as `layout`, uninitialised, on this processor of `mesh`;

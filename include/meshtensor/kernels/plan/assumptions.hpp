@@ -4,17 +4,19 @@
 // are a real run's; its row kernels (few channels) take a few planes of their input per compute
 // thread for the length of a call; oneDNN's passes may copy operands into the formats they prefer
 // (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a scratchpad,
-// both from the pool — and which formats run is chosen by MESHTENSOR_ONEDNN_FORMATS, by default
-// timed at a shape's first use. The report says which of these holds for the program that planned.
+// both from the pool — and which formats run is the kernel policy's (KernelPolicy::onednn_formats),
+// by default timed at a shape's first use. The report says which of these holds for the program
+// that planned.
 
-#include <cstdlib>
 #include <string>
+
+#include "meshtensor/core/settings.hpp"
 
 namespace meshtensor::kernels::plan {
 
-/// The kernels a real run of this program would use (on GPUs where `for_gpus`), and what of
-/// theirs the plan's peaks leave out, in one sentence.
-inline std::string assumed_kernels(bool for_gpus = false) {
+/// The kernels a real run under `policy` would use (on GPUs where `for_gpus`), and what of theirs
+/// the plan's peaks leave out, in one sentence.
+inline std::string assumed_kernels(const KernelPolicy& policy, bool for_gpus = false) {
   if (for_gpus)
     return "cuDNN and meshtensor's GPU kernels, with their own buffers (filters in cuDNN's order, "
            "padded boxes, float copies of bfloat16 operands); cuDNN's workspace, which the "
@@ -22,16 +24,19 @@ inline std::string assumed_kernels(bool for_gpus = false) {
 #if defined(MESHTENSOR_REFERENCE_KERNELS)
   return "reference CPU kernels, which take no workspace: the peaks are a real run's";
 #elif defined(MESHTENSOR_WITH_ONEDNN)
-  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
-  const std::string formats = forced ? forced : "auto";
-  const std::string chosen =
-      formats == "auto" ? "timed at each shape's first use (MESHTENSOR_ONEDNN_FORMATS=auto)"
-                        : "MESHTENSOR_ONEDNN_FORMATS=" + formats;
+  using F = KernelPolicy::Formats;
+  const F formats = policy.onednn_formats;
+  const std::string chosen = formats == F::chosen && !policy.fixed()
+                                 ? "timed at each shape's first use"
+                             : formats == F::channels_last ? "channels-last"
+                             : formats == F::blocked       ? "blocked"
+                                                           : "by channels (the fixed rule)";
   return "oneDNN convolutions with no workspace; a real run's formats are " + chosen +
          ", and a pass on formats other than channels-last adds reorder buffers and oneDNN's "
          "scratchpad (and first use, the timing's copies), and meshtensor's row kernels (few "
          "channels) a few planes of their input per thread, which the peaks leave out";
 #else
+  (void)policy;
   return "meshtensor's blocked and row CPU kernels; the row kernels (few channels) take a few "
          "planes of their input per thread, which the peaks leave out";
 #endif

@@ -283,32 +283,38 @@ inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
   return chosen;
 }
 
-inline std::string formats_setting() {
-  const char* forced = std::getenv("MESHTENSOR_ONEDNN_FORMATS");
-  return forced ? forced : "auto";
+// The formats the calling processor's policy sets: timed (chosen, timed), or a fixed choice
+// (by_channels: the rule bench/RESULTS.md suggests, channels-last up to 16 channels, blocked from
+// 32; also the fixed policy's).
+inline KernelPolicy::Formats formats_setting() {
+  const KernelPolicy& policy = current_processor().settings().kernels;
+  if (policy.onednn_formats == KernelPolicy::Formats::chosen && policy.fixed())
+    return KernelPolicy::Formats::by_channels;
+  return policy.onednn_formats;
 }
 
 inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
   auto& slot = cache()[key_of(g, type)];
   if (slot) return *slot;
-  // MESHTENSOR_ONEDNN_FORMATS: auto (default: the faster per pass, timed once per shape),
-  // channels_last, blocked, or by_channels: the rule bench/RESULTS.md suggests, channels-last
-  // (2.3-2.8x faster at 8 channels, about even at 16) up to 16 channels, blocked from 32.
-  const std::string formats = formats_setting();
-  if (formats == "auto") {
-    Primitives channels_last = build(g, true, type);
-    const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
-    // A shape the blocked kernels run (not usable) has nothing to time.
-    slot = std::make_unique<Primitives>(
-        channels_last.usable() ? choose_formats(g, type, channels_last, build(g, false, type))
-                               : channels_last);
-  } else if (formats == "channels_last" || formats == "blocked")
-    slot = std::make_unique<Primitives>(build(g, formats == "channels_last", type));
-  else if (formats == "by_channels")
-    slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16, type));
-  else
-    throw std::invalid_argument("MESHTENSOR_ONEDNN_FORMATS=" + formats +
-                                ": expected auto, by_channels, channels_last or blocked");
+  switch (formats_setting()) {
+    case KernelPolicy::Formats::chosen: {
+      Primitives channels_last = build(g, true, type);
+      const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
+      // A shape the blocked kernels run (not usable) has nothing to time.
+      slot = std::make_unique<Primitives>(
+          channels_last.usable() ? choose_formats(g, type, channels_last, build(g, false, type))
+                                 : channels_last);
+      break;
+    }
+    case KernelPolicy::Formats::channels_last:
+    case KernelPolicy::Formats::blocked:
+      slot = std::make_unique<Primitives>(
+          build(g, formats_setting() == KernelPolicy::Formats::channels_last, type));
+      break;
+    case KernelPolicy::Formats::by_channels:
+      slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16, type));
+      break;
+  }
   return *slot;
 }
 
@@ -487,12 +493,6 @@ struct AsForward {
   const Primitives* forward = nullptr;
 };
 
-// Tests force the choice: true, as a forward convolution wherever oneDNN runs one; false, never.
-inline std::optional<bool>& forced_as_forward() {
-  static std::optional<bool> forced;
-  return forced;
-}
-
 // The primitives that run g's input gradient as a forward convolution, or null where oneDNN has
 // no optimised forward kernel for it or (`bounded`) it would take more memory than the direct
 // pass: a copy of activations the direct one does not make (rows_per_call bounds those), or a
@@ -514,8 +514,8 @@ inline const Primitives* as_forward_primitives(const ConvGeometry& g, memory::da
 
 // The input gradient on oneDNN: its backward-data pass, or for a stride-1 convolution its forward
 // pass on flipped weights where that takes no more memory and runs faster — timed once per shape,
-// at its first call, both ways on the call's own arrays. Like the formats, chosen only under
-// MESHTENSOR_ONEDNN_FORMATS=auto: the two round differently.
+// at its first call, both ways on the call's own arrays. Like the formats, chosen only where they
+// are timed: the two round differently. KernelPolicy::input_gradient_as_forward forces either.
 template <class T, class Fallback>
 void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight, T* grad_input,
                    Fallback&& fallback) {
@@ -530,18 +530,20 @@ void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight,
   const auto direct = [&] {
     run(p->backward_data, backward_data_args, grad_output, weight, grad_input);
   };
-  const std::optional<bool> forced = forced_as_forward();
-  if (forced == false) return direct();
+  const KernelPolicy::AsForward forced =
+      current_processor().settings().kernels.input_gradient_as_forward;
+  if (forced == KernelPolicy::AsForward::never) return direct();
   const Primitives* q = nullptr;
   AsForward* first_call = nullptr;  // where the shape's choice goes, on its first call
-  if (forced) {
+  if (forced == KernelPolicy::AsForward::always) {
     q = as_forward_primitives(g, type, p->backward_data, /*bounded=*/false);
   } else {
     auto& choice = cache_of<AsForward>()[key_of(g, type)];
     if (!choice) {
-      choice = std::make_unique<AsForward>(AsForward{
-          formats_setting() == "auto" ? as_forward_primitives(g, type, p->backward_data, true)
-                                      : nullptr});
+      choice = std::make_unique<AsForward>(
+          AsForward{formats_setting() == KernelPolicy::Formats::chosen
+                        ? as_forward_primitives(g, type, p->backward_data, true)
+                        : nullptr});
       first_call = choice.get();
     }
     q = choice->forward;

@@ -230,21 +230,13 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
 // (`box_bytes` a position and channel), the raw rows of the plane turned next, and
 // `out_row_bytes` per output row. At 8 channels and 2 MiB, 64^3 is one band (whole planes) and
 // 128^3 two (whole planes there, 1.7 MiB turned and 1 MiB raw and out beside them, ran the three
-// passes 10-15% slower). MESHTENSOR_ROW_BANDS=off takes whole planes, =N bands of N rows (tests).
+// passes 10-15% slower). KernelPolicy::row_bands -1 takes whole planes, N bands of N rows (tests).
 inline std::int64_t band_rows(const ConvGeometry& g, const RowGeometry& r, std::int64_t box_bytes,
                               std::int64_t in_bytes, std::int64_t out_row_bytes) {
   const std::int64_t plane = std::max<std::int64_t>(1, g.out[1]);
-  const char* set = std::getenv("MESHTENSOR_ROW_BANDS");
-  const std::string setting = set ? set : "auto";
-  if (setting == "off") return plane;
-  if (setting != "auto") {
-    char* end = nullptr;
-    const long rows = std::strtol(setting.c_str(), &end, 10);
-    if (*end != '\0' || rows < 1)
-      throw std::invalid_argument("MESHTENSOR_ROW_BANDS=" + setting +
-                                  ": expected auto, off or a number of rows (1 or more)");
-    return std::min<std::int64_t>(rows, plane);
-  }
+  const std::int64_t set = current_processor().settings().kernels.row_bands;
+  if (set < 0) return plane;
+  if (set > 0) return std::min<std::int64_t>(set, plane);
   const std::int64_t budget = second_level_cache_bytes() * 3 / 4;
   const Taps& t = g.taps[1];
   const std::int64_t turned_row = g.kernel[0] * g.c_in * r.box.width * box_bytes;
@@ -340,8 +332,7 @@ void forward_planes(const ConvGeometry& g, const ChannelParts<const In>& input, 
 }
 
 // forward_planes over all output planes, a part of them on each of the processor's compute threads
-// (the bands chosen here, outside the threads: a bad MESHTENSOR_ROW_BANDS throws where it can be
-// caught).
+// (the bands chosen here, outside the threads, from the calling processor's settings).
 template <class P, class T, class In>
 void forward_on_threads(const ConvGeometry& g, const ChannelParts<const In>& input,
                         const float* weight, const ChannelParts<T>& output, bool around_cache) {
@@ -516,18 +507,9 @@ void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const In>&
 
 }  // namespace detail
 
-/// Whether these kernels run the shapes they fit: yes unless MESHTENSOR_ROW_KERNELS=off (to compare
-/// with the kernels that would run instead).
-inline bool enabled() {
-  static const bool on = [] {
-    const char* set = std::getenv("MESHTENSOR_ROW_KERNELS");
-    const std::string value = set ? set : "on";
-    if (value != "on" && value != "off")
-      throw std::invalid_argument("MESHTENSOR_ROW_KERNELS=" + value + ": expected on or off");
-    return value == "on";
-  }();
-  return on;
-}
+/// Whether these kernels run the shapes they fit: yes unless the processor's kernel policy turns
+/// them off (KernelPolicy::row_kernels, to compare with the kernels that would run instead).
+inline bool enabled() { return current_processor().settings().kernels.row_kernels; }
 
 /// Whether the forward kernel can run `g` (and the input gradient's, the reversed `g`): ordinary
 /// taps, output channels in eights, at most `few` channels on one side, rows of at least a vector.
@@ -664,22 +646,25 @@ inline void conv_backward_input(const ConvGeometry& g, const float* grad_output,
 /// instruction, the operands never widened) or float multiply-adds on values widened as the
 /// planes are turned (no float copy of a block either). By default the dot products where they
 /// give more products a second (AMD's Zen 4 and 5: twice as many), else float (Intel's AVX-512
-/// cores without AMX, whose dot product gives half as many; AVX2); MESHTENSOR_BF16_PRODUCTS=
-/// dot|float forces one.
+/// cores without AMX, whose dot product gives half as many; AVX2; under a fixed kernel policy
+/// float); KernelPolicy::bf16_products (MESHTENSOR_BF16_PRODUCTS=dot|float) forces one.
 enum class Bf16Products { dot, widened };
 
 inline Bf16Products bf16_products() {
-  const char* set = std::getenv("MESHTENSOR_BF16_PRODUCTS");
-  const std::string value = set ? set : "auto";
-  if (value == "float") return Bf16Products::widened;
-  if (value == "dot" && !detail::bf16_rows)
-    throw std::invalid_argument(
-        "MESHTENSOR_BF16_PRODUCTS=dot: this build has no AVX512_BF16; expected auto or float");
-  if (value == "dot") return Bf16Products::dot;
-  if (value != "auto")
-    throw std::invalid_argument("MESHTENSOR_BF16_PRODUCTS=" + value +
-                                ": expected auto, dot or float");
-  return detail::bf16_rows && bf16_dot_products_pay() ? Bf16Products::dot : Bf16Products::widened;
+  const KernelPolicy& policy = current_processor().settings().kernels;
+  switch (policy.bf16_products) {
+    case KernelPolicy::Bf16Products::widened:
+      return Bf16Products::widened;
+    case KernelPolicy::Bf16Products::dot:
+      if (!detail::bf16_rows)
+        throw std::invalid_argument(
+            "MESHTENSOR_BF16_PRODUCTS=dot: this build has no AVX512_BF16; expected auto or float");
+      return Bf16Products::dot;
+    case KernelPolicy::Bf16Products::chosen:
+      break;
+  }
+  return detail::bf16_rows && !policy.fixed() && bf16_dot_products_pay() ? Bf16Products::dot
+                                                                         : Bf16Products::widened;
 }
 
 /// Whether the bfloat16 passes below run `g`: where the float ones do.

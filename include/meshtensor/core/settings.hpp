@@ -1,0 +1,56 @@
+#pragma once
+// What a run may change without changing its results' meaning: how kernels are chosen and the
+// processors' other settings. A program passes one Settings to run() (by default the one the
+// environment gives, core/environment.hpp); each processor holds its own, so two meshes in one
+// process can run with different settings. docs/LIBRARY.md's table lists every field.
+
+#include <cstdint>
+#include <string>
+
+namespace meshtensor {
+
+/// How kernels are chosen where several could run a call.
+struct KernelPolicy {
+  /// timed: where candidates compete (oneDNN's formats, bfloat16 kernels, an input gradient as a
+  /// forward pass), each shape and pass is timed at its first call and the faster runs. fixed: a
+  /// rule decides, the same at every run, so results repeat bit for bit from run to run.
+  enum class Choice { timed, fixed };
+  /// oneDNN's operand formats: chosen (by `choice`), channels-last, blocked, or by channels
+  /// (channels-last up to 16 channels, blocked above: the fixed rule).
+  enum class Formats { chosen, channels_last, blocked, by_channels };
+  /// Which kernels run a bfloat16 convolution: chosen (fixed rule: oneDNN's where the CPU has
+  /// AMX), oneDNN's bf16 kernels (native), or meshtensor's on bfloat16 or widened rows.
+  enum class Bf16Conv { chosen, native, widened };
+  /// How meshtensor's bfloat16 row kernels multiply: chosen (where AVX512_BF16's dot products give
+  /// more products a second; fixed rule: float), dot products, or float multiply-adds.
+  enum class Bf16Products { chosen, dot, widened };
+  /// An input gradient run as a forward convolution on flipped weights: chosen (fixed rule:
+  /// never), always where oneDNN runs it, or never.
+  enum class AsForward { chosen, always, never };
+
+  Choice choice = Choice::timed;
+  Formats onednn_formats = Formats::chosen;
+  Bf16Conv bf16_conv = Bf16Conv::chosen;
+  Bf16Products bf16_products = Bf16Products::chosen;
+  AsForward input_gradient_as_forward = AsForward::chosen;
+  bool row_kernels = true;     // meshtensor's row kernels run the shapes they fit (few channels)
+  std::int64_t row_bands = 0;  // output rows per band of the row kernels: 0 by the cache, -1 whole
+  bool mapped_inputs = true;   // normalised inputs read through their affine map, not copied
+
+  bool fixed() const { return choice == Choice::fixed; }
+};
+
+/// A run's settings: the kernel policy and each processor's other settings.
+struct Settings {
+  KernelPolicy kernels;
+  /// The transport (threads, mpi, nccl) and device (cpu, cuda); empty: the launcher's and the
+  /// transport's.
+  std::string transport, device;
+  int threads_per_processor = 0;   // 0: the cores this processor's share of the process has
+  bool halo_overlap = true;        // convolutions compute the rows that need no halo meanwhile
+  double timeout_seconds = 600;    // the longest wait for other processors; 0: no limit
+  bool check_collectives = false;  // every collective's op and sizes compared among its members
+  double max_block_bytes = 0;      // the largest block a processor may allocate; 0: the machine's
+};
+
+}  // namespace meshtensor
