@@ -52,14 +52,8 @@ inline mt::Throughput kernels_here(int threads, bool again) {
     if (auto cached = mt::cached_throughput(threads); cached && calibrated_fully(*cached))
       return *cached;
   measured_in_this_run.insert(threads);
-  if (mt::launcher_world_size().value_or(1) > 1)
-    throw mt::Error(
-        "--layout auto under mpirun or srun needs this machine's kernels calibrated "
-        "with " +
-        std::to_string(threads) + " thread(s) per processor (" +
-        mt::throughput_cache_file(threads).string() +
-        "), which a calibration in parallel with other ranks would get wrong; run the "
-        "same `unet3d plan --layout auto ...` once without the launcher, then train");
+  // Under a launcher only processor 0 chooses (chosen_on_first): the other ranks wait, idle, for
+  // its choice, so the calibration has this node's cores to itself.
   std::fprintf(stderr, "calibrating this machine's kernels with %d thread%s (once; cached in %s)\n",
                threads, threads == 1 ? "" : "s", mt::throughput_cache_file(threads).c_str());
   return mt::throughput(threads, calibration_step, /*again=*/true);
@@ -133,8 +127,9 @@ inline mt::LayoutSchedule choose_schedule(const TrainOptions& o, const mt::MeshS
 
 namespace unet3d {
 
-/// A choice in a job of several processes: processor 0 makes it (`choose`, returning text, from
-/// the cached calibration) and tells the others, or they all fail with its error.
+/// A choice in a job of several processes: processor 0 makes it (`choose`, returning text;
+/// calibrating this machine's kernels first where none is cached) while the others wait, and
+/// tells them, or they all fail with its error, which the job says once.
 template <class Choose>
 std::string chosen_on_first(mt::Mesh& mesh, Choose&& choose) {
   std::string chosen;

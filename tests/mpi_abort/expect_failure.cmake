@@ -1,7 +1,8 @@
 # Runs a program under mpirun that must fail (a rank throws, or the job cannot start), and checks
 # that the job ends by itself, soon, with a non-zero status and a message matching EXPECT on stderr.
 # Arguments: MPIEXEC, NP_FLAG, NP, PROGRAM, ARGS (a ;-list), EXPECT (a regular expression),
-# MAX_SECONDS (optional: how soon the job must have ended).
+# MAX_SECONDS (optional: how soon the job must have ended), ONCE (optional: the message must not
+# repeat, as from each rank).
 string(TIMESTAMP started "%s")
 execute_process(
   COMMAND ${MPIEXEC} ${NP_FLAG} ${NP} ${PROGRAM} ${ARGS}
@@ -24,4 +25,9 @@ if(status EQUAL 0)
 endif()
 if(NOT err MATCHES "${EXPECT}")
   message(FATAL_ERROR "stderr does not say why the job failed (expected: ${EXPECT})")
+endif()
+string(REGEX MATCHALL "${EXPECT}" said "${err}")
+list(LENGTH said times)
+if(ONCE AND times GREATER 1)
+  message(FATAL_ERROR "stderr says why the job failed ${times} times; once was expected")
 endif()

@@ -14,7 +14,7 @@
 namespace meshtensor {
 
 /// Every processor learns of any processor's failure (empty = none) and throws the first one, in
-/// processor order, as an IoError.
+/// processor order, as an AgreedError (an IoError), which run() reports once.
 inline void agree_on(Mesh& mesh, const std::string& local_failure) {
   std::vector<char> text(local_failure.begin(), local_failure.end());
   const auto all = all_gather(mesh.world(), text);
@@ -22,7 +22,7 @@ inline void agree_on(Mesh& mesh, const std::string& local_failure) {
   const auto sizes = all_gather(mesh.world(), lengths);
   std::size_t offset = 0;
   for (auto n : sizes) {
-    if (n > 0) throw IoError(std::string(all.begin() + offset, all.begin() + offset + n));
+    if (n > 0) throw AgreedError(std::string(all.begin() + offset, all.begin() + offset + n));
     offset += static_cast<std::size_t>(n);
   }
 }
@@ -45,7 +45,8 @@ std::string failure_of(F&& f) {
 
 namespace meshtensor {
 /// Runs `f` on this processor; if it threw here or on any other, every processor throws the first
-/// failure in processor order (an IoError with its message). Collective: every processor calls it.
+/// failure in processor order (an AgreedError with its message). Collective: every processor calls
+/// it.
 template <class F>
 void agree(Mesh& mesh, F&& f) {
   agree_on(mesh, failure_of(std::forward<F>(f)));

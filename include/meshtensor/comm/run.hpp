@@ -3,11 +3,13 @@
 // implies — threads when started by hand, MPI under mpirun or srun — or the one asked for (nccl:
 // one GPU per MPI rank). The same program runs on all of them.
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "meshtensor/comm/mesh.hpp"
@@ -82,6 +84,26 @@ void run(const MeshShape& shape, F&& fn,
 }  // namespace nccl
 #endif
 
+#ifdef MESHTENSOR_WITH_MPI
+namespace detail {
+// Ends a job whose every rank failed alike (AgreedError): rank 0 says it once and aborts the job;
+// the others wait for that abort, so no other rank's abort cuts the message short.
+[[noreturn]] inline void end_agreed_failure(boost::mpi::environment& environment,
+                                            const std::string& what) {
+  boost::mpi::communicator world;
+  if (world.rank() == 0) {
+    std::fprintf(stderr, "meshtensor: error on all %d processors: %s\n", world.size(),
+                 what.c_str());
+    std::fflush(stderr);
+    environment.abort(1);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(30));  // rank 0's abort ends this one first
+  environment.abort(1);
+  std::abort();  // not reached: abort ends the job
+}
+}  // namespace detail
+#endif
+
 /**
  * Ends a program that failed before `run` (bad flags, say) with `status`, whose message was
  * printed: returns it for `main`. Under an MPI launcher each rank first joins the job and then
@@ -123,7 +145,8 @@ inline int fail_before_run(int argc, char** argv, const std::string& what, int s
  * environment's, core/environment.hpp): their `transport` ("threads", "mpi" or "nccl"; empty: see
  * chosen_transport()) overrides the choice, and `device` ("cpu" or "cuda"; empty: see
  * chosen_device()) says where the processors compute. A failure on any processor ends the whole run
- * with its message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever.
+ * with its message on stderr — under MPI and NCCL by aborting the job, so no rank waits forever; a
+ * failure every processor learnt (agree_on) is printed once.
  *
  * ```cpp
  * int main(int argc, char** argv) {
@@ -160,6 +183,8 @@ int run(int argc, char** argv, const MeshShape& shape, F&& fn,
 #endif
     mpi::run(shape, fn, settings);
     return 0;
+  } catch (const AgreedError& e) {
+    detail::end_agreed_failure(environment, e.what());
   } catch (const std::exception& e) {
     boost::mpi::communicator world;
     std::fprintf(stderr, "meshtensor: error on processor %d of %d: %s\n", world.rank(),

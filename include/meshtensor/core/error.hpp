@@ -70,6 +70,13 @@ class IoError : public Error {
   using Error::Error;
 };
 
+/// A failure every processor of a run raised alike (agree_on: one processor's, learnt by all), so
+/// that run() reports it once rather than once per processor.
+class AgreedError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 /// Thrown on every other processor when one processor of an in-process run failed, so that none of
 /// them waits forever for a message that will never come.
 class PeerFailure : public Error {
