@@ -47,6 +47,7 @@ struct Options {
   std::string layouts;  // per level (mt::LayoutSchedule); empty: x over the mesh's first axis
   std::string deep_halos = "off";  // levels sharing a deep halo: off, on, or a list such as 2,3
   std::string graphs = "off";      // the step as a CUDA graph on a GPU: off, on, or both
+  std::string math;                // float convolutions on a GPU: fp32 or tf32; empty: the setting
 };
 
 Options parse(int argc, char** argv) {
@@ -79,11 +80,15 @@ Options parse(int argc, char** argv) {
       o.graphs = value;
     else if (flag == "--graphs")
       throw mt::Error("--graphs " + value + ": valid values are off, on and both");
+    else if (flag == "--math" && (value == "fp32" || value == "tf32"))
+      o.math = value;
+    else if (flag == "--math")
+      throw mt::Error("--math " + value + ": valid values are fp32 and tf32");
     else
       throw mt::Error(
           "unknown flag " + flag +
           "; valid flags are --size, --mesh, --steps, --channels, --depth, --recompute, "
-          "--precision, --layouts, --deep-halos and --graphs");
+          "--precision, --layouts, --deep-halos, --graphs and --math");
   }
   return o;
 }
@@ -341,112 +346,126 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double rss_start = status_mib("VmRSS");
-  return mt::run(argc, argv, mt::MeshShape(o.mesh), [&](mt::Mesh& mesh) {
-    const mt::LayoutSchedule layouts(o.layouts.empty() ? "x:" + mesh.shape()[0].name : o.layouts);
-    const mt::Layout& layout = layouts.at(0);
-    const std::array<std::int64_t, 3> size{o.size, o.size, o.size};
-    const auto batch = unet3d::make_batch(mesh, layout, 1, "bench", 0, 1, size);
-    const auto weights =
-        mt::generate<float>(mesh, mt::Shape{mt::Dim("classes", unet3d::num_classes)}, mt::Layout{},
-                            [](const mt::Index& i) { return i["classes"] == 0 ? 1.0f : 3.0f; });
-    mesh.world().barrier();
-    const double rss_before_model = largest(mesh, status_mib("VmRSS"));
-    const auto pool_before_model = mt::memory_stats().in_use;
+  mt::Settings settings = mt::environment_settings();
+  if (!o.math.empty())
+    settings.kernels.math =
+        o.math == "tf32" ? mt::KernelPolicy::Math::tf32 : mt::KernelPolicy::Math::fp32;
+  return mt::run(
+      argc, argv, mt::MeshShape(o.mesh),
+      [&](mt::Mesh& mesh) {
+        const mt::LayoutSchedule layouts(o.layouts.empty() ? "x:" + mesh.shape()[0].name
+                                                           : o.layouts);
+        const mt::Layout& layout = layouts.at(0);
+        const std::array<std::int64_t, 3> size{o.size, o.size, o.size};
+        const auto batch = unet3d::make_batch(mesh, layout, 1, "bench", 0, 1, size);
+        const auto weights = mt::generate<float>(
+            mesh, mt::Shape{mt::Dim("classes", unet3d::num_classes)}, mt::Layout{},
+            [](const mt::Index& i) { return i["classes"] == 0 ? 1.0f : 3.0f; });
+        mesh.world().barrier();
+        const double rss_before_model = largest(mesh, status_mib("VmRSS"));
+        const auto pool_before_model = mt::memory_stats().in_use;
 
-    const auto config_in = [&](const std::string& precision) {
-      unet3d::ModelConfig config;
-      config.channels = o.channels;
-      config.depth = o.depth;
-      config.recompute = o.recompute;
-      config.precision = precision;
-      config.layouts = layouts;
-      config.deep_halos = unet3d::deep_halo_levels(o.deep_halos, o.depth);
-      return config;
-    };
-    if (o.precision == "pair")
-      return print_precision_pair(mesh, o, config_in("fp32"), config_in("bf16"), batch, weights);
-    const unet3d::ModelConfig config = config_in(o.precision);
-    unet3d::UNet net(mesh, config);
-    mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
-    mt::StepGraph graph;
-    auto step = [&] {
-      if (o.graphs == "on")
-        graph.run([&] { unet3d::train_step(net, adam, batch, weights); });
-      else
-        unet3d::train_step(net, adam, batch, weights);
-    };
-    step();  // warm-up: primitives built, pool filled, optimiser state allocated
-    if (o.graphs == "on") step();  // captured: the timed steps are the graph's launches
-    mt::memory_pool().reset_peak();
-    const auto halo_before = mt::halo_profile(mesh);
-    const auto pool_before = mt::memory_stats();
-    const mt::DeviceActivity device_before = mt::device_activity();
-    double cpu_idle = 0, host_s = 0;
-    const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle, host_s);
-    std::string device = device_activity_per_step(mesh, device_before, o.steps) +
-                         ",\"host_s\":" + std::to_string(largest(mesh, host_s));
-    if (o.graphs == "both")
-      device += as_graph(
-          mesh, [&] { unet3d::train_step(net, adam, batch, weights); }, o.steps);
-    const auto halo = mt::halo_profile(mesh);
-    const auto stats = mt::memory_stats();
-    const double mib = 1024.0 * 1024.0;
-    const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
-    const double halo_bytes =
-        mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
-    const double halo_exchanges =
-        largest(mesh, double(halo.exchanges - halo_before.exchanges) / o.steps);
-    const double misses =
-        largest(mesh, double(stats.system_allocations - pool_before.system_allocations) / o.steps);
-    const double fresh_mib =
-        largest(mesh, double(stats.fresh_bytes - pool_before.fresh_bytes) / o.steps / (1 << 20));
-    const double allocations =
-        largest(mesh, double(stats.allocations - pool_before.allocations) / o.steps);
-    const double pool_step_peak = largest(mesh, double(stats.peak_held - pool_before_model) / mib);
-    const double pool_peak = largest(mesh, double(stats.peak_held) / mib);
-    // What live tensors and buffers needed at most; held beyond it is cached for reuse.
-    const double pool_in_use_peak = largest(mesh, double(stats.peak_in_use) / mib);
-    const double rss_peak = largest(mesh, status_mib("VmHWM"));
-    // What the peak in use was made of, by what the blocks were for (the largest processor's).
-    std::string at_peak;
-    for (std::size_t u = 0; u < mt::memory_uses; ++u)
-      at_peak += std::string(u ? "," : "") + "\"" + mt::memory_use_name(mt::MemoryUse(u)) +
-                 "\":" + std::to_string(largest(mesh, double(stats.at_peak[u]) / mib));
-    const double parameters_mib = largest(mesh, [&] {
-      double bytes = 0;
-      for (auto& p : net.parameters().trainable()) bytes += p.local().size() * sizeof(float);
-      return 3 * bytes / mib;  // the values and Adam's two moments
-    }());
-    unet3d::TrainOptions model;  // the model's convolutions' FLOPs, counted from its definition
-    model.size = size;
-    model.channels = o.channels;
-    model.depth = o.depth;
-    const double conv_gflop = unet3d::conv_flops_per_step(model) / 1e9;
-    if (mesh.processor() == 0)
-      std::printf(
-          "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"mesh\":\"%s\","
-          "\"layouts\":\"%s\",\"threads\":%d,"
-          "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
-          "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"graphs\":%s,\"step_s\":%.4f,\"halo_s\":%.4f,"
-          "\"cpu_idle\":%.4f,"
-          "\"halo_exchanges\":%.0f,"
-          "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
-          "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"pool_at_peak_mib\":{%s},"
-          "\"parameters_and_state_mib\":%.2f,"
-          "\"rss_start_mib\":%.1f,"
-          "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
-          "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%.2f,"
-          "\"conv_gflops\":%.2f,%s}\n",
-          mesh.transport().c_str(), mesh.num_processors(), o.mesh.c_str(),
-          layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
-          o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
-          mt::halo_overlap() ? "true" : "false", unet3d::deep_halos_text(config.deep_halos).c_str(),
-          o.graphs == "on" ? "true" : "false", step_s, halo_s, cpu_idle, halo_exchanges, halo_bytes,
-          minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak, pool_in_use_peak,
-          at_peak.c_str(), parameters_mib, rss_start, rss_before_model, rss_peak, allocations,
-          misses, fresh_mib, conv_gflop, conv_gflop / step_s, device.c_str());
-    // Timed family by family, the step runs as it is: a graph's launch runs no host timer.
-    auto eager = [&] { unet3d::train_step(net, adam, batch, weights); };
-    print_breakdown(mesh, eager, o.steps, step_s, halo_s);
-  });
+        const auto config_in = [&](const std::string& precision) {
+          unet3d::ModelConfig config;
+          config.channels = o.channels;
+          config.depth = o.depth;
+          config.recompute = o.recompute;
+          config.precision = precision;
+          config.layouts = layouts;
+          config.deep_halos = unet3d::deep_halo_levels(o.deep_halos, o.depth);
+          return config;
+        };
+        if (o.precision == "pair")
+          return print_precision_pair(mesh, o, config_in("fp32"), config_in("bf16"), batch,
+                                      weights);
+        const unet3d::ModelConfig config = config_in(o.precision);
+        unet3d::UNet net(mesh, config);
+        mt::nn::Adam<float> adam(net.parameters().trainable(), 1e-3);
+        mt::StepGraph graph;
+        auto step = [&] {
+          if (o.graphs == "on")
+            graph.run([&] { unet3d::train_step(net, adam, batch, weights); });
+          else
+            unet3d::train_step(net, adam, batch, weights);
+        };
+        step();  // warm-up: primitives built, pool filled, optimiser state allocated
+        if (o.graphs == "on") step();  // captured: the timed steps are the graph's launches
+        mt::memory_pool().reset_peak();
+        const auto halo_before = mt::halo_profile(mesh);
+        const auto pool_before = mt::memory_stats();
+        const mt::DeviceActivity device_before = mt::device_activity();
+        double cpu_idle = 0, host_s = 0;
+        const double step_s = median_step_seconds(mesh, step, o.steps, cpu_idle, host_s);
+        std::string device = device_activity_per_step(mesh, device_before, o.steps) +
+                             ",\"host_s\":" + std::to_string(largest(mesh, host_s));
+        if (o.graphs == "both")
+          device += as_graph(
+              mesh, [&] { unet3d::train_step(net, adam, batch, weights); }, o.steps);
+        const auto halo = mt::halo_profile(mesh);
+        const auto stats = mt::memory_stats();
+        const double mib = 1024.0 * 1024.0;
+        const double halo_s = largest(mesh, (halo.seconds - halo_before.seconds) / o.steps);
+        const double halo_bytes =
+            mean(mesh, double(halo.bytes_sent - halo_before.bytes_sent) / o.steps);
+        const double halo_exchanges =
+            largest(mesh, double(halo.exchanges - halo_before.exchanges) / o.steps);
+        const double misses = largest(
+            mesh, double(stats.system_allocations - pool_before.system_allocations) / o.steps);
+        const double fresh_mib = largest(
+            mesh, double(stats.fresh_bytes - pool_before.fresh_bytes) / o.steps / (1 << 20));
+        const double allocations =
+            largest(mesh, double(stats.allocations - pool_before.allocations) / o.steps);
+        const double pool_step_peak =
+            largest(mesh, double(stats.peak_held - pool_before_model) / mib);
+        const double pool_peak = largest(mesh, double(stats.peak_held) / mib);
+        // What live tensors and buffers needed at most; held beyond it is cached for reuse.
+        const double pool_in_use_peak = largest(mesh, double(stats.peak_in_use) / mib);
+        const double rss_peak = largest(mesh, status_mib("VmHWM"));
+        // What the peak in use was made of, by what the blocks were for (the largest processor's).
+        std::string at_peak;
+        for (std::size_t u = 0; u < mt::memory_uses; ++u)
+          at_peak += std::string(u ? "," : "") + "\"" + mt::memory_use_name(mt::MemoryUse(u)) +
+                     "\":" + std::to_string(largest(mesh, double(stats.at_peak[u]) / mib));
+        const double parameters_mib = largest(mesh, [&] {
+          double bytes = 0;
+          for (auto& p : net.parameters().trainable()) bytes += p.local().size() * sizeof(float);
+          return 3 * bytes / mib;  // the values and Adam's two moments
+        }());
+        unet3d::TrainOptions model;  // the model's convolutions' FLOPs, counted from its definition
+        model.size = size;
+        model.channels = o.channels;
+        model.depth = o.depth;
+        const double conv_gflop = unet3d::conv_flops_per_step(model) / 1e9;
+        if (mesh.processor() == 0)
+          std::printf(
+              "{\"bench\":\"unet_step\",\"transport\":\"%s\",\"processors\":%d,\"mesh\":\"%s\","
+              "\"layouts\":\"%s\",\"threads\":%d,"
+              "\"size\":%lld,\"channels\":%d,\"depth\":%d,\"recompute\":%s,\"precision\":\"%s\","
+              "\"halo_overlap\":%s,\"deep_halos\":\"%s\",\"graphs\":%s,\"step_s\":%.4f,\"halo_s\":%"
+              ".4f,"
+              "\"cpu_idle\":%.4f,"
+              "\"halo_exchanges\":%.0f,"
+              "\"halo_bytes\":%.0f,\"halo_bytes_minimum\":%.0f,\"pool_peak_mib\":%.1f,"
+              "\"pool_step_mib\":%.1f,\"pool_in_use_peak_mib\":%.1f,\"pool_at_peak_mib\":{%s},"
+              "\"parameters_and_state_mib\":%.2f,"
+              "\"rss_start_mib\":%.1f,"
+              "\"rss_before_model_mib\":%.1f,\"rss_peak_mib\":%.1f,\"pool_allocations\":%.0f,"
+              "\"system_allocations\":%.0f,\"fresh_mib_per_step\":%.1f,\"conv_gflop_per_step\":%."
+              "2f,"
+              "\"conv_gflops\":%.2f,%s}\n",
+              mesh.transport().c_str(), mesh.num_processors(), o.mesh.c_str(),
+              layouts.to_string().c_str(), mt::compute_threads(), (long long)o.size, o.channels,
+              o.depth, o.recompute ? "true" : "false", o.precision.c_str(),
+              mt::halo_overlap() ? "true" : "false",
+              unet3d::deep_halos_text(config.deep_halos).c_str(),
+              o.graphs == "on" ? "true" : "false", step_s, halo_s, cpu_idle, halo_exchanges,
+              halo_bytes, minimum_halo_bytes(o, mesh.shape()[0].size), pool_peak, pool_step_peak,
+              pool_in_use_peak, at_peak.c_str(), parameters_mib, rss_start, rss_before_model,
+              rss_peak, allocations, misses, fresh_mib, conv_gflop, conv_gflop / step_s,
+              device.c_str());
+        // Timed family by family, the step runs as it is: a graph's launch runs no host timer.
+        auto eager = [&] { unet3d::train_step(net, adam, batch, weights); };
+        print_breakdown(mesh, eager, o.steps, step_s, halo_s);
+      },
+      settings);
 }

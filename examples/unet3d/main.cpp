@@ -55,7 +55,7 @@ const CLI::Validator FinitePositive(
 constexpr int most_threads = 1024;
 
 struct Distribution {
-  std::string mesh, layout, layouts, backend, device;
+  std::string mesh, layout, layouts, backend, device, math;
   int threads = 0;
   // --layout auto and the plan's prediction
   std::string memory_per_processor, network, kernels;
@@ -113,6 +113,11 @@ void add_distribution(CLI::App& app, Distribution& d, bool model = true) {
                  "where each processor computes: cpu, or cuda (one GPU per rank, with --backend "
                  "nccl) (default: the backend's, cpu for threads and mpi, cuda for nccl)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--math", d.math,
+                 "float convolutions on a GPU: fp32 (multiply-adds, results as the CPU's to float "
+                 "rounding) or tf32 (also tensor cores; results differ beyond rounding) (default: "
+                 "fp32, or MESHTENSOR_MATH)")
+      ->check(CLI::IsMember({"fp32", "tf32"}));
 }
 
 // --size and --shape, whose default `size` the help shows (none where it is all 0: the input's).
@@ -175,6 +180,9 @@ Placement resolve(const Distribution& d, bool planning) {
   mt::Settings settings = mt::environment_settings();
   if (!d.backend.empty()) settings.transport = d.backend;
   if (!d.device.empty()) settings.device = d.device;
+  if (!d.math.empty())
+    settings.kernels.math =
+        d.math == "tf32" ? mt::KernelPolicy::Math::tf32 : mt::KernelPolicy::Math::fp32;
   mt::chosen_device(mt::chosen_transport(settings), settings,
                     d.device.empty() ? "MESHTENSOR_DEVICE" : "--device");
   auto launched = planning ? std::nullopt : mt::launcher_world_size();

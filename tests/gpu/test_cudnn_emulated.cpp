@@ -7,8 +7,11 @@
 // where there is one.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <random>
+#include <set>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <meshtensor/core/bfloat16.hpp>
@@ -153,4 +156,56 @@ TEST_CASE("each pass asks cuDNN for its algorithm once per shape") {
   CHECK(first == 3);
   CHECK(same == 0);
   CHECK(other == 2);
+}
+
+namespace {
+
+// The emulated cuDNN's three algorithms (emulated/cudnn.cpp: 0 slowest, 2 on the tensor cores)
+// while it lives.
+class ThreeAlgorithms {
+ public:
+  ThreeAlgorithms() { setenv(variable, "3", 1); }
+  ~ThreeAlgorithms() { unsetenv(variable); }
+
+ private:
+  static constexpr const char* variable = "MESHTENSOR_EMULATED_CUDNN_ALGORITHMS";
+};
+
+// The algorithms a fresh GPU processor under `policy` chose for the passes of `g` in T, after
+// checking their results; and the waits its second round of the same calls made.
+template <class T>
+std::pair<std::set<int>, std::uint64_t> chosen_algorithms(const ConvGeometry& g,
+                                                          KernelPolicy policy) {
+  Settings settings = environment_settings();
+  settings.kernels = policy;
+  LocalProcessor gpu(Device::cuda(0), settings);
+  CHECK(agrees<T>(g));
+  const std::uint64_t waits = device_activity().waits;
+  CHECK(agrees<T>(g));  // the same shapes: chosen already
+  std::set<int> algorithms;
+  for (const auto& [key, chosen] : kernels::cudnn::detail::context().chosen())
+    algorithms.insert(chosen.algo);
+  return {algorithms, device_activity().waits - waits};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cuDNN's fastest algorithm is timed at a shape's first call, unless the policy is fixed") {
+  const ThreeAlgorithms three;
+  const ConvGeometry g = geometry(conv_cases().front());
+  KernelPolicy timed, fixed, tf32;
+  fixed.choice = KernelPolicy::Choice::fixed;
+  tf32.math = KernelPolicy::Math::tf32;
+  // Float without TF32: algorithm 2 (tensor cores) is not allowed, 1 is faster than 0.
+  const auto [timed_float, timed_waits] = chosen_algorithms<float>(g, timed);
+  CHECK(timed_float == std::set<int>{1});
+  // The fixed policy runs the heuristics' first, untimed.
+  const auto [fixed_float, fixed_waits] = chosen_algorithms<float>(g, fixed);
+  CHECK(fixed_float == std::set<int>{0});
+  CHECK(timed_waits == fixed_waits);  // a shape is timed at its first call only
+  // TF32 allowed: the tensor cores' algorithm, fastest, for float too.
+  CHECK(chosen_algorithms<float>(g, tf32).first == std::set<int>{2});
+  // bfloat16 runs on the tensor cores anyway (its weight gradient is float's problem).
+  CHECK(chosen_algorithms<bfloat16>(g, timed).first.count(2) == 1);
 }

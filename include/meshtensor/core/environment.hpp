@@ -98,6 +98,9 @@ inline void apply_kernel_variables(const EnvironmentLookup& lookup, KernelPolicy
   });
   read("MESHTENSOR_MAPPED_INPUTS",
        [&](const char* v, const std::string& t) { k.mapped_inputs = on_off_setting(v, t); });
+  read("MESHTENSOR_MATH", [&](const char* v, const std::string& t) {
+    k.math = K::Math(setting_choice(v, t, {"fp32", "tf32"}));
+  });
 }
 
 }  // namespace detail

@@ -12,8 +12,9 @@ namespace meshtensor {
 /// How kernels are chosen where several could run a call.
 struct KernelPolicy {
   /// timed: where candidates compete (oneDNN's formats, bfloat16 kernels, an input gradient as a
-  /// forward pass), each shape and pass is timed at its first call and the faster runs. fixed: a
-  /// rule decides, the same at every run, so results repeat bit for bit from run to run.
+  /// forward pass, cuDNN's algorithms), each shape and pass is timed at its first call and the
+  /// faster runs. fixed: a rule decides, the same at every run, so results repeat bit for bit from
+  /// run to run.
   enum class Choice { timed, fixed };
   /// oneDNN's operand formats: chosen (by `choice`), channels-last, blocked, or by channels
   /// (channels-last up to 16 channels, blocked above: the fixed rule).
@@ -27,6 +28,9 @@ struct KernelPolicy {
   /// An input gradient run as a forward convolution on flipped weights: chosen (fixed rule:
   /// never), always where oneDNN runs it, or never.
   enum class AsForward { chosen, always, never };
+  /// What float convolutions on a GPU may compute with: fp32 multiply-adds, or also TF32 tensor
+  /// cores, whose operands keep 10 bits of mantissa (results differ beyond float rounding).
+  enum class Math { fp32, tf32 };
 
   Choice choice = Choice::timed;
   Formats onednn_formats = Formats::chosen;
@@ -36,6 +40,7 @@ struct KernelPolicy {
   bool row_kernels = true;     // meshtensor's row kernels run the shapes they fit (few channels)
   std::int64_t row_bands = 0;  // output rows per band of the row kernels: 0 by the cache, -1 whole
   bool mapped_inputs = true;   // normalised inputs read through their affine map, not copied
+  Math math = Math::fp32;
 
   bool fixed() const { return choice == Choice::fixed; }
 };

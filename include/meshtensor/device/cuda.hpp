@@ -83,6 +83,27 @@ inline void wait_for_event(cudaEvent_t event, const char* what) {
   check(cudaEventSynchronize(event), "cudaEventSynchronize");
 }
 
+/// An event that records times on a stream, destroyed with the object (timing kernels' candidates).
+class TimingEvent {
+ public:
+  TimingEvent() { check(cudaEventCreateWithFlags(&event_, cudaEventDefault), "cudaEventCreate"); }
+  ~TimingEvent() { (void)cudaEventDestroy(event_); }
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+
+  void record(cudaStream_t stream) { check(cudaEventRecord(event_, stream), "cudaEventRecord"); }
+  /// Waits until the stream reached this event, then gives the milliseconds since `start`.
+  float ms_since(const TimingEvent& start, const char* what) const {
+    wait_for_event(event_, what);
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 /// Waits until the GPU has run everything queued on the calling processor's compute stream;
 /// nothing to wait for when it computes on the CPU. GPU calls return once queued (the host goes on
 /// preparing the next while they run); the host waits before it touches memory that queued work

@@ -15,11 +15,14 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -168,15 +171,35 @@ class Result {
   std::vector<float> sum_;
 };
 
+// The algorithms the heuristics suggest: one, or with MESHTENSOR_EMULATED_CUDNN_ALGORITHMS=3 three,
+// in the heuristics' order but slowest first: 0 and 1 (multiply-adds; 40 and 20 ms more) and 2
+// (tensor cores; for float, TF32). Their results are the same.
+int algorithms_offered() {
+  const char* set = std::getenv("MESHTENSOR_EMULATED_CUDNN_ALGORITHMS");
+  return set && std::string(set) == "3" ? 3 : 1;
+}
+
 template <class Perf>
-cudnnStatus_t one_algorithm(int* count, Perf* perf, std::size_t memory, cudnnDataType_t type) {
-  *count = 1;
-  perf[0] = {};
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = type == CUDNN_DATA_BFLOAT16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
-  perf[0].memory = memory;
+cudnnStatus_t suggested_algorithms(int* count, Perf* perf, int room, std::size_t memory,
+                                   cudnnDataType_t type) {
+  *count = std::min(algorithms_offered(), room);
+  for (int i = 0; i < *count; ++i) {
+    perf[i] = {};
+    perf[i].algo = static_cast<decltype(perf[i].algo)>(i);
+    perf[i].status = CUDNN_STATUS_SUCCESS;
+    perf[i].determinism = CUDNN_DETERMINISTIC;
+    const bool tensor_cores = type == CUDNN_DATA_BFLOAT16 || i == 2;
+    perf[i].mathType = tensor_cores ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    perf[i].memory = memory;
+  }
   return CUDNN_STATUS_SUCCESS;
+}
+
+// Of several algorithms, 0 and 1 take longer, by more than a busy machine's noise, so that a
+// timing tells them apart.
+void run_as(int algorithm) {
+  if (algorithm < 2 && algorithms_offered() > 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(algorithm == 0 ? 40 : 20));
 }
 
 float value(const void* scalar) { return *static_cast<const float*>(scalar); }
@@ -211,12 +234,13 @@ cudnnStatus_t convolution_call(cudnnHandle_t handle, const char* call,
                                const void* beta, const cudnnTensorStruct* xd,
                                const cudnnFilterStruct* wd, const cudnnConvolutionStruct* conv,
                                const cudnnTensorStruct* yd, const cudnnTensorStruct& out_t,
-                               void* out, Term term) {
+                               void* out, int algorithm, Term term) {
   if (const cudnnStatus_t refused = refusal(xd, wd, conv, yd); refused != CUDNN_STATUS_SUCCESS)
     return refused;
   return in_stream(handle, call, operands,
                    [a = value(alpha), b = value(beta), xt = *xd, wt = *wd, ct = *conv, yt = *yd,
-                    out_t, out, term] {
+                    out_t, out, algorithm, term] {
+                     run_as(algorithm);
                      Result sum(out_t, out, b);
                      for_each_product(&xt, &wt, &ct, &yt, [&](long xi, long wi, long yi) {
                        const auto [at, product] = term(xi, wi, yi);
@@ -330,38 +354,38 @@ cudnnStatus_t CUDNNWINAPI cudnnTransformTensor(cudnnHandle_t handle, const void*
 
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int, int* count,
-    cudnnConvolutionFwdAlgoPerf_t* perf) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int room,
+    int* count, cudnnConvolutionFwdAlgoPerf_t* perf) {
   if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
     return refused;
-  return one_algorithm(count, perf, 16, x->type);
+  return suggested_algorithms(count, perf, room, 16, x->type);
 }
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t y,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t x, const int, int* count,
-    cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t x, const int room,
+    int* count, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
   if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
     return refused;
-  return one_algorithm(count, perf, 0, x->type);
+  return suggested_algorithms(count, perf, room, 0, x->type);
 }
 cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t y,
-    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t w, const int, int* count,
-    cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t w, const int room,
+    int* count, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
   if (const cudnnStatus_t refused = refusal(x, w, conv, y); refused != CUDNN_STATUS_SUCCESS)
     return refused;
-  return one_algorithm(count, perf, 8, x->type);
+  return suggested_algorithms(count, perf, room, 8, x->type);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                                   const cudnnTensorDescriptor_t xd, const void* x,
                                                   const cudnnFilterDescriptor_t wd, const void* w,
                                                   const cudnnConvolutionDescriptor_t conv,
-                                                  cudnnConvolutionFwdAlgo_t, void*, size_t,
+                                                  cudnnConvolutionFwdAlgo_t algo, void*, size_t,
                                                   const void* beta,
                                                   const cudnnTensorDescriptor_t yd, void* y) {
   return convolution_call(handle, "cudnnConvolutionForward", {x, w, y}, alpha, beta, xd, wd, conv,
-                          yd, *yd, y,
+                          yd, *yd, y, int(algo),
                           [x, w, xt = xd->type, wt = wd->type](long xi, long wi, long yi) {
                             return std::pair{yi, load(x, xt, xi) * load(w, wt, wi)};
                           });
@@ -369,10 +393,10 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(
     cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wd, const void* w,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
-    cudnnConvolutionBwdDataAlgo_t, void*, size_t, const void* beta,
+    cudnnConvolutionBwdDataAlgo_t algo, void*, size_t, const void* beta,
     const cudnnTensorDescriptor_t xd, void* dx) {
   return convolution_call(handle, "cudnnConvolutionBackwardData", {w, dy, dx}, alpha, beta, xd, wd,
-                          conv, yd, *xd, dx,
+                          conv, yd, *xd, dx, int(algo),
                           [dy, w, yt = yd->type, wt = wd->type](long xi, long wi, long yi) {
                             return std::pair{xi, load(dy, yt, yi) * load(w, wt, wi)};
                           });
@@ -380,10 +404,10 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(
     cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
     const cudnnTensorDescriptor_t yd, const void* dy, const cudnnConvolutionDescriptor_t conv,
-    cudnnConvolutionBwdFilterAlgo_t, void*, size_t, const void* beta,
+    cudnnConvolutionBwdFilterAlgo_t algo, void*, size_t, const void* beta,
     const cudnnFilterDescriptor_t wd, void* dw) {
   return convolution_call(handle, "cudnnConvolutionBackwardFilter", {x, dy, dw}, alpha, beta, xd,
-                          wd, conv, yd, as_tensor(*wd), dw,
+                          wd, conv, yd, as_tensor(*wd), dw, int(algo),
                           [x, dy, xt = xd->type, yt = yd->type](long xi, long wi, long yi) {
                             return std::pair{wi, load(x, xt, xi) * load(dy, yt, yi)};
                           });

@@ -13,11 +13,13 @@
 // x = the box, y = the output; where the padding before and after differ (a split block's edge
 // has a halo on one side and padding on the other) x is a zero-padded copy of the box. A
 // transposed convolution is the adjoint of the convolution from its output space to its input:
-// x = a buffer over every output position the input reaches, y = the input. Calls use FMA math,
-// not TF32 tensor cores, so results match the CPU kernels to float rounding; deterministic
-// algorithms only. bfloat16 blocks run on the tensor cores (bf16 operands, float accumulation,
-// each output rounded once, as the CPU's bf16 kernels do); their weight gradient runs on the
-// operands widened to float, so that it is summed in float as on the CPU.
+// x = a buffer over every output position the input reaches, y = the input. Float calls use FMA
+// math, not TF32 tensor cores (unless KernelPolicy::math allows them), so results match the CPU
+// kernels to float rounding; deterministic algorithms only, the fastest of the heuristics'
+// candidates timed at a shape's first call unless the kernel policy is fixed. bfloat16 blocks run
+// on the tensor cores (bf16 operands, float accumulation, each output rounded once, as the CPU's
+// bf16 kernels do); their weight gradient runs on the operands widened to float, so that it is
+// summed in float as on the CPU.
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -281,10 +283,18 @@ struct Descriptors {
   ConvolutionDescriptor conv;
   cudnnDataType_t type;
 
-  std::vector<std::int64_t> key;  // what identifies the problem to cuDNN (algorithm_key)
+  std::vector<std::int64_t> key;          // what identifies the problem to cuDNN (algorithm_key)
+  std::size_t x_bytes, y_bytes, w_bytes;  // what a buffer of each operand spans
+  bool tf32;                              // float may run on TF32 tensor cores (KernelPolicy::math)
 
   Descriptors(const Problem& p, cudnnDataType_t element_type)
-      : type(element_type), key(problem_key(p, element_type)) {
+      : type(element_type),
+        key(problem_key(p, element_type)),
+        x_bytes(std::size_t(p.x.elements_of_full()) * element_bytes()),
+        y_bytes(std::size_t(p.y.elements_of_full()) * element_bytes()),
+        w_bytes(std::size_t(p.filter_out) * p.filter_in * p.kernel[0] * p.kernel[1] * p.kernel[2] *
+                element_bytes()),
+        tf32(current_processor().settings().kernels.math == KernelPolicy::Math::tf32) {
     p.x.describe(x, type);
     p.y.describe(y, type);
     const int filter[5] = {p.filter_out, p.filter_in, p.kernel[0], p.kernel[1], p.kernel[2]};
@@ -297,13 +307,15 @@ struct Descriptors {
     check(cudnnSetConvolutionMathType(conv.d, math()), "cudnnSetConvolutionMathType");
   }
 
+  std::size_t element_bytes() const { return type == CUDNN_DATA_FLOAT ? 4 : 2; }
   cudnnMathType_t math() const {
-    return type == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    return type == CUDNN_DATA_FLOAT && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
   }
-  // Whether an algorithm's math keeps to the precision promised: float never on the tensor
-  // cores (TF32 would round its operands); bfloat16 on whichever unit (it accumulates in float).
+  // Whether an algorithm's math keeps to the precision promised: float on the tensor cores only
+  // where TF32 is allowed (it rounds the operands); bfloat16 on whichever unit (it accumulates in
+  // float).
   bool allows(cudnnMathType_t algorithm_math) const {
-    return type != CUDNN_DATA_FLOAT || algorithm_math == CUDNN_FMA_MATH;
+    return type != CUDNN_DATA_FLOAT || tf32 || algorithm_math == CUDNN_FMA_MATH;
   }
 };
 
@@ -377,12 +389,12 @@ std::vector<Perf> candidates(const Descriptors& d, Query&& query, const char* ca
   return usable;
 }
 
-// Runs `call(algo, workspace, bytes)` with each candidate, in the math it was suggested for, until
-// one succeeds: an algorithm the heuristics suggest may still refuse the problem, or its workspace
-// may not fit. The one that ran, or none; other failures throw.
+// Runs `call(algo, workspace, bytes, out, beta)` with each candidate, in the math it was suggested
+// for, until one succeeds: an algorithm the heuristics suggest may still refuse the problem, or its
+// workspace may not fit. The one that ran, or none; other failures throw.
 template <class Perf, class Call>
 std::optional<Perf> run_first(Descriptors& d, const std::vector<Perf>& perfs, const char* what,
-                              Call&& call) {
+                              void* out, float beta, Call&& call) {
   for (const Perf& perf : perfs) {
     check(cudnnSetConvolutionMathType(d.conv.d, perf.mathType), "cudnnSetConvolutionMathType");
     std::optional<cuda::StreamBuffer> workspace;
@@ -391,7 +403,7 @@ std::optional<Perf> run_first(Descriptors& d, const std::vector<Perf>& perfs, co
     } catch (const OutOfMemoryError&) {
       continue;  // another algorithm may need less
     }
-    const cudnnStatus_t status = call(perf.algo, workspace->as<void>(), perf.memory);
+    const cudnnStatus_t status = call(perf.algo, workspace->as<void>(), perf.memory, out, beta);
     ++device_activity().library_calls;
     if (status == CUDNN_STATUS_SUCCESS) return perf;
     if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM &&
@@ -401,12 +413,35 @@ std::optional<Perf> run_first(Descriptors& d, const std::vector<Perf>& perfs, co
   return std::nullopt;
 }
 
-// Runs pass `pass` of the problem with the algorithm chosen for it at its first call; at the
-// first call (or if that algorithm fails now), with the first of the heuristics' candidates
-// (`query`) that runs, which is kept.
+// The candidates fastest first, as PyTorch's cudnn.benchmark orders them: each run once on this
+// problem into a scratch output (the caller's untouched), timed by events on the compute stream;
+// those that do not run go last. Waits for the GPU once, at a shape's first call.
+template <class Perf, class Call>
+std::vector<Perf> fastest_first(Context& c, Descriptors& d, const std::vector<Perf>& perfs,
+                                const char* what, std::size_t out_bytes, Call&& call) {
+  const ScratchMemory trials;  // the trials' buffers do not stay cached in the processor's pool
+  cuda::StreamBuffer out(out_bytes);
+  cuda::TimingEvent start, end;
+  std::vector<std::pair<float, Perf>> timed;
+  for (const Perf& perf : perfs) {
+    start.record(c.stream());
+    if (!run_first(d, std::vector<Perf>{perf}, what, out.as<void>(), 0.0f, call)) continue;
+    end.record(c.stream());
+    timed.emplace_back(end.ms_since(start, "a cuDNN algorithm's timing"), perf);
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Perf> ordered;
+  for (const auto& [ms, perf] : timed) ordered.push_back(perf);
+  return ordered;
+}
+
+// Runs pass `pass` of the problem with the algorithm chosen for it at its first call: the fastest
+// of the heuristics' candidates (`query`) where the kernel policy times them, else the first that
+// runs, which is kept. Writes `out` (beta: added to it).
 template <class Perf, class Query, class Call>
 bool run_chosen(Context& c, Descriptors& d, int pass, Query&& query, const char* query_name,
-                const char* what, Call&& call) {
+                const char* what, void* out, float beta, std::size_t out_bytes, Call&& call) {
   std::vector<std::int64_t> key = d.key;
   key.push_back(pass);
   auto& chosen = c.chosen();
@@ -415,11 +450,16 @@ bool run_chosen(Context& c, Descriptors& d, int pass, Query&& query, const char*
     perf.algo = static_cast<decltype(perf.algo)>(found->second.algo);
     perf.mathType = found->second.math;
     perf.memory = found->second.memory;
-    if (run_first(d, std::vector<Perf>{perf}, what, call)) return true;
+    if (run_first(d, std::vector<Perf>{perf}, what, out, beta, call)) return true;
     chosen.erase(found);
   }
   ++device_activity().library_queries;
-  const auto ran = run_first(d, candidates<Perf>(d, query, query_name), what, call);
+  std::vector<Perf> perfs = candidates<Perf>(d, query, query_name);
+  // A captured step (StepGraph) cannot wait for a timing; its eager first call chose already.
+  const Processor& processor = current_processor();
+  if (perfs.size() > 1 && !processor.settings().kernels.fixed() && !processor.capturing())
+    perfs = fastest_first(c, d, perfs, what, out_bytes, call);
+  const auto ran = run_first(d, perfs, what, out, beta, call);
   if (ran) chosen[key] = {int(ran->algo), ran->mathType, ran->memory};
   return ran.has_value();
 }
@@ -434,10 +474,11 @@ bool forward(Context& c, Descriptors& d, const T* x, const T* filter, float beta
         return cudnnGetConvolutionForwardAlgorithm_v7(c.handle(), d.x.d, d.w.d, d.conv.d, d.y.d, n,
                                                       count, out);
       },
-      "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward",
-      [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes) {
+      "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward", y, beta, d.y_bytes,
+      [&](cudnnConvolutionFwdAlgo_t algo, void* workspace, std::size_t bytes, void* out,
+          float out_beta) {
         return cudnnConvolutionForward(c.handle(), &one, d.x.d, x, d.w.d, filter, d.conv.d, algo,
-                                       workspace, bytes, &beta, d.y.d, y);
+                                       workspace, bytes, &out_beta, d.y.d, out);
       });
 }
 
@@ -451,10 +492,12 @@ bool backward_data(Context& c, Descriptors& d, const T* filter, const T* y, floa
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle(), d.w.d, d.y.d, d.conv.d,
                                                            d.x.d, n, count, out);
       },
-      "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData",
-      [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes) {
+      "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData", x, beta,
+      d.x_bytes,
+      [&](cudnnConvolutionBwdDataAlgo_t algo, void* workspace, std::size_t bytes, void* out,
+          float out_beta) {
         return cudnnConvolutionBackwardData(c.handle(), &one, d.w.d, filter, d.y.d, y, d.conv.d,
-                                            algo, workspace, bytes, &beta, d.x.d, x);
+                                            algo, workspace, bytes, &out_beta, d.x.d, out);
       });
 }
 
@@ -468,10 +511,12 @@ inline bool backward_filter(Context& c, Descriptors& d, const float* x, const fl
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.handle(), d.x.d, d.y.d, d.conv.d,
                                                              d.w.d, n, count, out);
       },
-      "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter",
-      [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes) {
+      "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter", filter,
+      zero, d.w_bytes,
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, void* workspace, std::size_t bytes, void* out,
+          float out_beta) {
         return cudnnConvolutionBackwardFilter(c.handle(), &one, d.x.d, x, d.y.d, y, d.conv.d, algo,
-                                              workspace, bytes, &zero, d.w.d, filter);
+                                              workspace, bytes, &out_beta, d.w.d, out);
       });
 }
 
