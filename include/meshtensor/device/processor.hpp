@@ -264,8 +264,8 @@ class MemoryUseScope {
 /// Memory for a short job beside the processor's work (timing kernel formats at a shape's first
 /// use): for its lifetime the processor allocates from a pool of its own, given back to the
 /// system when it ends. Were the job's buffers taken from the processor's pool, that pool would
-/// keep caching freed blocks up to the job's peak for the rest of the run (64^3 U-Net on one
-/// processor: 136 MiB held for 96 in use). The processor's peaks count the job while it lasts.
+/// keep caching freed blocks up to the job's peak for the rest of the run. The processor's peaks
+/// count the job while it lasts.
 class ScratchMemory {
  public:
   ScratchMemory()

@@ -140,13 +140,12 @@ Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
 
 // bfloat16 operands on the CPU run the float kernels a slab of rows at a time (rows along the
 // first dim, per batch entry), each slab widened for its call and its result rounded once: the
-// float copies stay about 1 MiB whatever the block, so bfloat16 keeps its halved memory (at 4 MiB,
-// two copies were a fifth of the 64^3 U-Net's bf16 peak; the step is no slower at 1 MiB).
+// float copies stay about 1 MiB whatever the block, so bfloat16 keeps its halved memory (larger
+// slabs are no faster; bench/RESULTS.md, "Figures behind the kernels' choices").
 constexpr std::int64_t widened_slab_bytes = std::int64_t(1) << 20;
 
 // A slab's rows: about 1 MiB of them, and at least one per compute thread, since the float kernels
-// share a call's rows among the threads. On 16 threads, slabs of 8 rows of 128 x 128 x 8 kept
-// neither bf16 way busy: the U-Net's bf16 weight gradients took 3x its fp32 ones.
+// share a call's rows among the threads (thinner slabs leave threads idle).
 inline std::int64_t rows_per_slab(std::int64_t row_size) {
   const std::int64_t fitting =
       widened_slab_bytes / std::int64_t(sizeof(float)) / std::max<std::int64_t>(1, row_size);
@@ -172,11 +171,10 @@ inline ConvGeometry one_entry(ConvGeometry g) {
 }
 
 // Few channels run the row kernels' bfloat16 forms, with no float copies: in AVX512_BF16's dot
-// products where they pay (2 AMD cores, 8 -> 8: forward and input gradient at about twice their
-// float rates, the weight gradient at 280-305 GFLOP/s against 145-177), else in float products
-// on values widened as the rows are turned; the first layer's forward pass channels last where
-// that kernel runs (1 -> 8, half the widened slabs' time); one-tap ones with few channels (the
-// head) run cpu/pointwise.hpp; the rest the float kernels on widened slabs.
+// products where they pay (more products a second than float multiply-adds), else in float
+// products on values widened as the rows are turned; the first layer's forward pass channels last
+// where that kernel runs (faster than widened slabs); one-tap ones with few channels (the head)
+// run cpu/pointwise.hpp; the rest the float kernels on widened slabs.
 inline bool bf16_rows_run(bool fits) { return !reference_kernels && fits; }
 
 inline void bf16_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
@@ -249,9 +247,8 @@ inline void bf16_backward_weight(const ConvGeometry& g, const bfloat16* input,
 // Which kernels run a bfloat16 pass: oneDNN's bf16 ones (native; each slab it has none for runs
 // widened) or meshtensor's (widened: the row kernels' bfloat16 forms where they take the shape,
 // else the float kernels on widened slabs). KernelPolicy::bf16_conv forces one; chosen, each
-// shape and pass is timed at its first call on a processor and runs the faster (AMX's bf16
-// kernels beat the float ones 2-4x from 8 channels on, while at 1 -> 8 the float row kernels run
-// twice as fast as oneDNN's bf16 ones), or under the fixed rule oneDNN's where it has AMX.
+// shape and pass is timed at its first call on a processor and runs the faster (which one wins
+// depends on the CPU and the channels), or under the fixed rule oneDNN's where it has AMX.
 enum class Bf16Kernels { native, widened, timed };
 
 inline bool onednn_has_amx() {

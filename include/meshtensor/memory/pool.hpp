@@ -2,8 +2,7 @@
 // Each processor's memory: one pool that every tensor block and kernel buffer of that processor
 // comes from. It does two jobs.
 //  - Reuse. A training step allocates the same sizes every step; a block freed by one step serves
-//    the next without a fresh mmap and its page faults (at 64^3 x 32 channels, a 32 MiB activation
-//    costs ~8k page faults per allocation otherwise).
+//    the next without a fresh mmap and its page faults (thousands per large activation).
 //  - Accounting. It knows what this processor holds, now and at its peak — also under the threads
 //    transport, where all processors share one process and its RSS says nothing per processor.
 // Big blocks (>= 64 KiB) are mmap'd in size classes (64 per power of two) and cached when freed; a
@@ -460,7 +459,7 @@ class MemoryPool {
     // No cached block is big enough: the biggest ones are joined, front to back, the last one's
     // front only where it has more than the rest needs. Steps free and ask the same sizes in a
     // different order, so one block rarely fits; growing it with fresh pages while others go back
-    // cost a 128^3 U-Net step ~50 MiB of pages the kernel zeroes (3% of the step).
+    // costs pages the kernel zeroes at every step.
     while (resize.from < size && !by_size_.empty()) {
       const auto [biggest, block] = *by_size_.rbegin();
       uncache(block, biggest);
@@ -586,9 +585,8 @@ class MemoryPool {
   static std::size_t round_up(std::size_t bytes) {
     return (bytes + alignment - 1) / alignment * alignment;
   }
-  // 64 classes per power of two: at most 1.6% rounding. (With 8, every power-of-two tensor — a
-  // 128^3 x 8 activation — took 12.5% more than it needs, since the block's header tips it into
-  // the next class.)
+  // 64 classes per power of two: at most 1.6% rounding. (With few classes, a power-of-two tensor
+  // takes a whole class more than it needs, since the block's header tips it into the next.)
   static std::size_t size_class(std::size_t bytes) {
     const std::size_t power =
         bytes ? std::size_t{1} << (63 - __builtin_clzll(static_cast<unsigned long long>(bytes)))
@@ -600,7 +598,7 @@ class MemoryPool {
     constexpr std::size_t huge_page = std::size_t{2} << 20;
     const bool huge = size >= 2 * huge_page;  // fewer faults and TLB misses
     // A big block starts on a huge page: mapped anywhere, a 4 MiB bfloat16 activation held one
-    // huge page or none (the 64^3 bf16 step faulted in 4 KiB pages, 2.8% of its CPU time).
+    // huge page or none, and faulted in 4 KiB pages.
     const std::size_t mapped = huge ? size + huge_page : size;
     void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return nullptr;

@@ -1,8 +1,8 @@
 #pragma once
 // Max pooling of 2 x 2 x 2 windows at stride 2 (the U-Net's down-sampling) on channels-last
 // blocks, forward and backward, float or bfloat16. oneDNN's pooling vectorises along channels,
-// half-empty vectors at the U-Net's 8: at 128^3 x 8 on 2 threads it took 13 ms forward and 18 ms
-// backward, these about 3 each (float). Here each window's rows of channels are read whole, and
+// half-empty vectors at the U-Net's 8, several times slower. Here each window's rows of channels
+// are read whole, and
 // backward writes every input position once (the windows do not overlap), with no zeroing pass
 // first. The workspace holds each output's window index (0-7, window order: dim 0 slowest), and
 // ties go to the first maximum in window order, as in the reference kernels and oneDNN.
@@ -133,10 +133,8 @@ void backward_row(const T* __restrict grad_output, const std::uint8_t* __restric
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-// Rows of channels in eights, 8 channels a vector, written out with intrinsics: GCC's vectorised
-// loops above ran at 128^3 x 8 on 2 AMD cores in 3.6 ms forward and 6.3 backward (float), 6.2 and
-// 13 (bfloat16, whose backward loop miscompiled with its channels fixed); these in 2.1 and 1.3
-// (bfloat16).
+// Rows of channels in eights, 8 channels a vector, written out with intrinsics: faster than GCC's
+// vectorised loops above, whose bfloat16 backward loop miscompiled with its channels fixed.
 
 // The element types these rows take (a double block runs the loops above).
 template <class T>
@@ -262,7 +260,7 @@ void pair_max_pool_backward(const PoolGeometry& g, const T* grad_output, const v
           continue;
         }
 #endif
-      // Elsewhere float rows with the channels fixed (9.5 -> 5.5 ms at 128^3 x 8 on 2 threads);
+      // Elsewhere float rows with the channels fixed (faster than generic);
       // bfloat16's generic (with_fixed_channels).
       if constexpr (std::is_same_v<T, float>)
         pair_pool_detail::with_fixed_channels(c, rows);

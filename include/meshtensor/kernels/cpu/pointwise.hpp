@@ -2,8 +2,7 @@
 // One-tap (1x1x1) convolutions with few channels on bfloat16 blocks: the U-Net's head, 8 -> 3.
 // Each pass sweeps the positions once, a chunk at a time through float buffers (the converters'
 // vector paths), so it runs at about the speed of memory. oneDNN's bf16 kernels and the float
-// kernels on widened slabs took 2-3x float's time on the head (64^3, 2 Zen 4 cores: input
-// gradient 0.86 ms, weight gradient 0.97 ms, against float's 0.30 and 0.47): widening whole slabs
+// kernels on widened slabs took several times float's time on the head: widening whole slabs
 // costs more than the multiply-adds. Sums in float, the weight gradient's added into double per
 // part of the positions, the parts in a fixed order.
 

@@ -400,8 +400,7 @@ void weight_gradient(const ConvGeometry& g, const T* input, const T* grad_output
 // run's peak fell slower than 1/P. In slabs of an eighth of the operand (at least `min_floats`,
 // below which calls get too thin to run fast) they cost at most an eighth of it on any split. And
 // rows away from the box's edges read no padding: on AVX2, oneDNN 2.6 has a direct 3-D
-// weight-gradient kernel only for those (130 GFLOP/s on 2 cores vs 80 for the 2-D one per tap,
-// 64x64 cross-section, 16 channels).
+// weight-gradient kernel only for those, faster than the 2-D one per tap.
 inline std::int64_t& min_slab_floats() {               // tests lower it to cut small shapes too
   static std::int64_t floats = std::int64_t{1} << 18;  // 1 MiB
   return floats;

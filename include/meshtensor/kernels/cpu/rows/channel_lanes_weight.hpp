@@ -3,8 +3,7 @@
 // products with the output channels in the lanes: each lane sums one weight over every position,
 // two positions an instruction (rows/pair_words.hpp). The planar kernel puts positions in the
 // lanes instead, 32 a vector: a 32^3 plane gives its tiles 32 rows of one vector each, a 16^3 plane
-// half a vector, and the tiles' setup and lane sums outweigh their products (2 Zen 4 cores,
-// 16 -> 16 at 32^3: 160-240 GFLOP/s, oneDNN's bf16 217; 16 -> 32 at 16^3: 53 against 285).
+// half a vector, and the tiles' setup and lane sums outweigh their products.
 // Here a tile runs over a whole band of rows and pairs, whatever the plane's width.
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 #pragma once
 // Convolutions with few channels, vectorised along the last spatial dim instead of the channels
 // (same contract as kernels/cpu/reference/conv.hpp). At 8 channels a vector of channels is half an
-// AVX-512 register and oneDNN runs at about 40% of the FMA peak; a vector of 16 positions of one
-// channel is full whatever the channel count. Each input plane is turned channel by channel once
-// (planar_rows.hpp); a tile of 8 output channels times a few vectors of positions stays in
+// AVX-512 register, and oneDNN's kernels run far from the FMA peak; a vector of 16 positions of
+// one channel is full whatever the channel count. Each input plane is turned channel by channel
+// once (planar_rows.hpp); a tile of 8 output channels times a few vectors of positions stays in
 // registers while the taps and input channels stream past, each weight broadcast.
 //   forward:          out[co][o..o+L)  += w[tap][ci][co] * x[ci][o+tap..)
 //   input gradient:   the forward pass of the reversed convolution (taps flipped, channels swapped)
@@ -44,7 +44,7 @@ constexpr int tile_channels = 8;  // output channels the kernels take at a time 
 // Output channels per register tile. Forward: NB vectors of positions times this many
 // accumulators, NB inputs and a weight fit the registers (AVX-512: 3 x 8 of 32; AVX2: 2 x 4 of
 // 16). Weight gradient: 3 taps along the row times weight_channels, 3 inputs and a gradient
-// (AVX2: 3 x 4, where the loads then bound it, at about 45% of the peak; 3 x 2 is no faster).
+// (AVX2: 3 x 4, where the loads then bound it; 3 x 2 is no faster).
 constexpr int register_channels = Simd::registers >= 32 ? 8 : 4;
 constexpr int weight_channels = Simd::registers >= 32 ? 8 : 4;
 
@@ -228,9 +228,9 @@ std::vector<std::array<std::int64_t, 2>> tile_parts(const ChannelParts<T>& outpu
 // Output rows per band (planar_planes.hpp): as many as keep what a band of rows touches in three
 // quarters of the second-level cache — the rows of the kernel[0] planes it reads, turned
 // (`box_bytes` a position and channel), the raw rows of the plane turned next, and
-// `out_row_bytes` per output row. At 8 channels and 2 MiB, 64^3 is one band (whole planes) and
-// 128^3 two (whole planes there, 1.7 MiB turned and 1 MiB raw and out beside them, ran the three
-// passes 10-15% slower). KernelPolicy::row_bands -1 takes whole planes, N bands of N rows (tests).
+// `out_row_bytes` per output row: whole planes that overflow the cache run slower. At 8 channels
+// and 2 MiB, 64^3 is one band (whole planes) and 128^3 two. KernelPolicy::row_bands -1 takes whole
+// planes, N bands of N rows (tests).
 inline std::int64_t band_rows(const ConvGeometry& g, const RowGeometry& r, std::int64_t box_bytes,
                               std::int64_t in_bytes, std::int64_t out_row_bytes) {
   const std::int64_t plane = std::max<std::int64_t>(1, g.out[1]);
@@ -389,11 +389,9 @@ void weight_tile(const ConvGeometry& g, const RowGeometry& r, const T* plane, co
 // Rows of an output plane per weight tile: long enough that a tile's setup and its sums' update
 // cost little beside its multiply-adds, short enough that the cache holding them feeds the tile
 // while every tap and input channel passes over them. Where 512-bit multiply-adds run as two
-// halves (Zen 4), the second-level cache keeps up: 128 KiB (79% of the FMA peak at 64^3 and 128^3,
-// 8 channels, 2 cores; 20 KiB: 66%). Where they run at full rate (Zen 5, Intel's server cores), a
-// tile takes twice the data a cycle and the second-level cache does not: blocks of two thirds of
-// the first-level data cache (Zen 5's 48 KiB: 8 -> 8 at 64^3, 250-305 GFLOP/s against 205-245
-// with 128 KiB; FMA peak 505). AVX2 keeps 128 KiB.
+// halves (Zen 4), the second-level cache keeps up: 128 KiB. Where they run at full rate (Zen 5,
+// Intel's server cores), a tile takes twice the data a cycle and the second-level cache does not:
+// blocks of two thirds of the first-level data cache. AVX2 keeps 128 KiB.
 template <class T>
 std::int64_t weight_block_rows(const ConvGeometry& g, const RowGeometry& r) {
   static const bool full_rate_512 = Simd::lanes == 16 && !half_width_fma_at_full_rate();
@@ -543,8 +541,7 @@ inline bool fits_backward_weight(const ConvGeometry& g, std::int64_t few = 8) {
 
 /// How the forward pass writes its output: through the cache; around it (streamed stores, which
 /// skip reading each line before it is written); or around it where the output is larger than the
-/// last-level cache, which it would leave anyway (1 -> 8 and 8 -> 8 at 128^3, 2 AVX-512 cores:
-/// 15% faster).
+/// last-level cache, which it would leave anyway (faster there).
 enum class OutputStores { through_cache, around_cache, by_size };
 
 inline bool writes_around_cache(const ConvGeometry& g, OutputStores stores,
@@ -571,9 +568,8 @@ inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>&
 }
 
 /// Whether the forward pass below runs g on the first layer's kernel, channels last in 256-bit
-/// vectors: where those are the widest or as fast as 512-bit ones (2 AMD cores, bench_conv: AVX2
-/// build 78-80% of the FMA peak at 64^3 and 128^3, against the planar kernel's 52-54%; AVX-512
-/// build 71-78% against 61-70%).
+/// vectors: where those are the widest or as fast as 512-bit ones (there it beats the planar
+/// kernel).
 inline bool runs_one_channel_forward(const ConvGeometry& g) {
   return fits_one_channel_forward(g) && (Simd::lanes == 8 || half_width_fma_at_full_rate());
 }
@@ -781,9 +777,8 @@ inline void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_outp
 /// shapes fits_backward_weight(g) takes.
 inline void conv_backward_weight(const ConvGeometry& g, const float* input,
                                  const float* grad_output, double* grad_weight) {
-  // The first layer's output gradient read as it lies, input row by input row (2 AMD cores, best
-  // of five, % of the FMA peak: AVX-512 85% at 128^3 and 88% at 64^3; AVX2 68% and 88%, where the
-  // planar kernel ran at 51% and 63%).
+  // The first layer's output gradient read as it lies, input row by input row (faster than the
+  // planar kernel there).
   if (fits_one_channel_weight(g))
     return conv_backward_weight_one_channel(g, input, grad_output, grad_weight);
   detail::planar_backward_weight<float>(g, ChannelParts<const float>(input, g.c_in), grad_output,

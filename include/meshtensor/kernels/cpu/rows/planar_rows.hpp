@@ -338,7 +338,7 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
   if (map && whole > 0) vectors.emplace(*map, c);
   const detail::AffineVectors* map_vectors = vectors ? &*vectors : nullptr;
   // The padding as bytes (bfloat16 zero is all zero bits): std::fill of the class type stored
-  // one value at a time, 7% of the bfloat16 weight gradient at 64^3.
+  // one value at a time.
   const auto zeros = [](bfloat16* to, std::int64_t n) {
     std::memset(static_cast<void*>(to), 0, static_cast<std::size_t>(n) * sizeof(bfloat16));
   };
