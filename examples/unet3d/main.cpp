@@ -219,6 +219,11 @@ Placement resolve(const Distribution& d, bool planning) {
   Placement where{mesh, {}, std::nullopt, pricing_of(d), settings};
   if (d.layout == "auto") {
     where.choose = auto_layout_of(d);
+    // The budget holds for the peaks planned: oneDNN's formats by the channel rule, which plans
+    // assume, rather than timed at a shape's first call with copies the plans do not hold.
+    auto& formats = where.settings.kernels.onednn_formats;
+    if (formats == mt::KernelPolicy::Formats::chosen)
+      formats = mt::KernelPolicy::Formats::by_channels;
     return where;
   }
   if (!d.memory_per_processor.empty())
