@@ -24,7 +24,7 @@ struct BlockLimit {
 /// The limit `bytes` where a run sets one (Settings::max_block_bytes, MESHTENSOR_MAX_BLOCK_BYTES),
 /// else this machine's memory.
 inline BlockLimit block_limit(double bytes) {
-  if (bytes > 0) return {bytes, "the block limit MESHTENSOR_MAX_BLOCK_BYTES"};
+  if (bytes > 0) return {bytes, "MESHTENSOR_MAX_BLOCK_BYTES"};
   static const double memory = [] {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? double(pages) * double(page)
