@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -142,19 +143,17 @@ inline const Settings& environment_settings() {
 /// The launcher variable that marks an MPI start (mpirun, mpiexec, an srun step), or nullopt when
 /// the program was started by hand. Inside a Slurm allocation (sbatch, salloc) but outside an srun
 /// step, SLURM_NTASKS says what the allocation holds, not that this process is one of them.
-inline std::optional<std::string> mpi_launcher_variable(
-    const EnvironmentLookup& lookup = process_environment) {
+inline std::optional<std::string> mpi_launcher_variable() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
                            "HYDRA_CONTROL_FD", "SLURM_STEP_NUM_TASKS"})
-    if (lookup(name)) return std::string(name);
+    if (process_environment(name)) return std::string(name);
   return std::nullopt;
 }
 
 namespace detail {
-inline std::optional<int> first_positive(const EnvironmentLookup& lookup,
-                                         std::initializer_list<const char*> names) {
+inline std::optional<int> first_positive(std::initializer_list<const char*> names) {
   for (const char* name : names)
-    if (const char* value = lookup(name)) {
+    if (const char* value = process_environment(name)) {
       const int n = std::atoi(value);
       if (n > 0) return n;
     }
@@ -163,24 +162,21 @@ inline std::optional<int> first_positive(const EnvironmentLookup& lookup,
 }  // namespace detail
 
 /// The number of processes the launcher started (its world size), or nullopt when not launched.
-inline std::optional<int> launcher_world_size(
-    const EnvironmentLookup& lookup = process_environment) {
+inline std::optional<int> launcher_world_size() {
   return detail::first_positive(
-      lookup, {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"});
+      {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"});
 }
 
 /// The processes the launcher placed on this node, where it says.
-inline std::optional<int> launcher_ranks_on_node(
-    const EnvironmentLookup& lookup = process_environment) {
+inline std::optional<int> launcher_ranks_on_node() {
   return detail::first_positive(
-      lookup, {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"});
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"});
 }
 
 /// Slurm's CPUs per task inside an srun step, or nullopt.
-inline std::optional<int> slurm_cpus_per_task(
-    const EnvironmentLookup& lookup = process_environment) {
-  if (!lookup("SLURM_STEP_NUM_TASKS")) return std::nullopt;
-  return detail::first_positive(lookup, {"SLURM_CPUS_PER_TASK"});
+inline std::optional<int> slurm_cpus_per_task() {
+  if (!process_environment("SLURM_STEP_NUM_TASKS")) return std::nullopt;
+  return detail::first_positive({"SLURM_CPUS_PER_TASK"});
 }
 
 /// CUDA_VISIBLE_DEVICES, for messages about the GPUs a process sees.

@@ -43,6 +43,11 @@ struct KernelPolicy {
   Math math = Math::fp32;
 
   bool fixed() const { return choice == Choice::fixed; }
+  /// The formats oneDNN's convolutions take: those forced, else timed (chosen), or the channel rule
+  /// under the fixed choice.
+  Formats formats() const {
+    return onednn_formats == Formats::chosen && fixed() ? Formats::by_channels : onednn_formats;
+  }
 };
 
 /// A run's settings: the kernel policy and each processor's other settings.

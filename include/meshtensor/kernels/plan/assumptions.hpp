@@ -25,9 +25,8 @@ inline std::string assumed_kernels(const KernelPolicy& policy, bool for_gpus = f
   return "reference CPU kernels, which take no workspace: the peaks are a real run's";
 #elif defined(MESHTENSOR_WITH_ONEDNN)
   using F = KernelPolicy::Formats;
-  const F formats = policy.onednn_formats;
-  const std::string chosen = formats == F::chosen && !policy.fixed()
-                                 ? "timed at each shape's first use"
+  const F formats = policy.formats();
+  const std::string chosen = formats == F::chosen          ? "timed at each shape's first use"
                              : formats == F::channels_last ? "channels-last"
                              : formats == F::blocked       ? "blocked"
                                                            : "by channels (the fixed rule)";

@@ -283,20 +283,11 @@ inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
   return chosen;
 }
 
-// The formats the calling processor's policy sets: timed (chosen, timed), or a fixed choice
-// (by_channels: the rule bench/RESULTS.md suggests, channels-last up to 16 channels, blocked from
-// 32; also the fixed policy's).
-inline KernelPolicy::Formats formats_setting() {
-  const KernelPolicy& policy = current_processor().settings().kernels;
-  if (policy.onednn_formats == KernelPolicy::Formats::chosen && policy.fixed())
-    return KernelPolicy::Formats::by_channels;
-  return policy.onednn_formats;
-}
-
 inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
   auto& slot = cache()[key_of(g, type)];
   if (slot) return *slot;
-  switch (formats_setting()) {
+  const KernelPolicy::Formats formats = current_processor().settings().kernels.formats();
+  switch (formats) {
     case KernelPolicy::Formats::chosen: {
       Primitives channels_last = build(g, true, type);
       const ScratchMemory timing;  // its buffers do not stay cached in the processor's pool
@@ -309,7 +300,7 @@ inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
     case KernelPolicy::Formats::channels_last:
     case KernelPolicy::Formats::blocked:
       slot = std::make_unique<Primitives>(
-          build(g, formats_setting() == KernelPolicy::Formats::channels_last, type));
+          build(g, formats == KernelPolicy::Formats::channels_last, type));
       break;
     case KernelPolicy::Formats::by_channels:
       slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16, type));
@@ -539,10 +530,10 @@ void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight,
   } else {
     auto& choice = cache_of<AsForward>()[key_of(g, type)];
     if (!choice) {
-      choice = std::make_unique<AsForward>(
-          AsForward{formats_setting() == KernelPolicy::Formats::chosen
-                        ? as_forward_primitives(g, type, p->backward_data, true)
-                        : nullptr});
+      choice = std::make_unique<AsForward>(AsForward{
+          current_processor().settings().kernels.formats() == KernelPolicy::Formats::chosen
+              ? as_forward_primitives(g, type, p->backward_data, true)
+              : nullptr});
       first_call = choice.get();
     }
     q = choice->forward;
