@@ -76,7 +76,7 @@ std::vector<T> sines_of(std::size_t n, double phase) {
 // Whether the row kernels run a pass of T that fits (`fits`) on the parts in place.
 template <class T>
 bool rows_read_parts(bool fits) {
-  return rows::simd_available && rows::enabled() && fits;
+  return rows::available() && rows::enabled() && fits;
 }
 
 // The case's passes on the parts against the same on them joined, on `threads` compute threads:
@@ -165,7 +165,7 @@ TEST_CASE("a bfloat16 convolution reads its input, and writes its input's gradie
   // oneDNN's, which read a joined copy), in each way this build multiplies.
   const Setting kernels("MESHTENSOR_BF16_CONV", "widened");
   std::vector<const char*> products{"float"};
-  if (rows::detail::bf16_rows) products.push_back("dot");
+  if (rows::bf16_dot_products_available()) products.push_back("dot");
   for (const char* way : products) {
     const Setting multiply("MESHTENSOR_BF16_PRODUCTS", way);
     for (int threads : {1, 2})
@@ -239,7 +239,7 @@ TEST_CASE(
     "forward and the weight gradient read a part given as its affine map as the values it maps "
     "to") {
   std::vector<const char*> products{"float"}, bf16_kernels{"widened"};
-  if (rows::detail::bf16_rows) products.push_back("dot");
+  if (rows::bf16_dot_products_available()) products.push_back("dot");
 #ifdef MESHTENSOR_WITH_ONEDNN
   bf16_kernels.push_back("native");
 #endif
@@ -282,7 +282,7 @@ TEST_CASE("which bfloat16 roads map a part as they read it") {
   const std::pair<bool, bool> both{true, true}, neither{false, false};
   CHECK(maps("float", "widened") == both);
   CHECK(maps("float", "auto") == both);  // where the timing picks oneDNN's, that reads a copy
-  if (rows::detail::bf16_rows) CHECK(maps("dot", "widened") == both);
+  if (rows::bf16_dot_products_available()) CHECK(maps("dot", "widened") == both);
 #ifdef MESHTENSOR_WITH_ONEDNN
   CHECK(maps("float", "native") == neither);
 #endif

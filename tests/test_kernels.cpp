@@ -234,15 +234,46 @@ const std::vector<RowCase> row_cases{
 // The ways this build's bfloat16 row kernels multiply: float products always, AVX512_BF16's dot
 // products where it has them.
 std::vector<rows::Bf16Products> bf16_products_built() {
-  if (rows::detail::bf16_rows) return {rows::Bf16Products::widened, rows::Bf16Products::dot};
+  if (rows::bf16_dot_products_available())
+    return {rows::Bf16Products::widened, rows::Bf16Products::dot};
   return {rows::Bf16Products::widened};
 }
 
+// The instruction sets whose form of the row kernels this program runs on this CPU
+// (cpu/instruction_set.hpp): one where built for the building machine, each the CPU has where
+// built for any x86-64 (test_kernels_any_cpu).
+std::vector<cpu::InstructionSet> row_kernel_forms() {
+  std::vector<cpu::InstructionSet> forms;
+  for (const auto set :
+       {cpu::InstructionSet::avx512_bf16, cpu::InstructionSet::avx512, cpu::InstructionSet::avx2}) {
+    const cpu::InstructionSet form = cpu::form_within(std::min(set, cpu::cpu_instruction_set()));
+    if (form != cpu::InstructionSet::baseline &&
+        std::find(forms.begin(), forms.end(), form) == forms.end())
+      forms.push_back(form);
+  }
+  return forms;
+}
+
+void check_row_kernels();
+
 TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
-  if (!rows::simd_available) {
+  if (!rows::available()) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
+  for (const cpu::InstructionSet form : row_kernel_forms()) {
+    const Setting cap("MESHTENSOR_MAX_CPU_ISA", cpu::name_of(form).c_str());
+    INFO("the " << cpu::name_of(form) << " form");
+    REQUIRE(rows::instruction_set() == form);
+    check_row_kernels();
+  }
+  // Capped below every form, no row kernel runs.
+  const Setting baseline("MESHTENSOR_MAX_CPU_ISA", "baseline");
+  CHECK_FALSE(rows::available());
+  CHECK_FALSE(rows::takes(geometry(row_cases[0].c)));
+}
+
+void check_row_kernels() {
   int one_channel_cases = 0, bf16_dot_cases = 0, bf16_float_cases = 0, bf16_first_layer_cases = 0;
   for (const RowCase& rc : row_cases) {
     const ConvCheck check(rc.c);
@@ -372,10 +403,10 @@ TEST_CASE("row kernels agree with the reference loops on the shapes they take") 
   // float kernel runs, in dot products of the 7 of those with input channels in pairs; the input
   // gradient of the 7 that have one.
   CHECK(bf16_float_cases == int(row_cases.size()) + 9 + 7);
-  CHECK(bf16_dot_cases == (rows::detail::bf16_rows ? int(row_cases.size()) + 7 + 7 : 0));
-  // Two shapes fit each of the first layer's kernels this build has (odd rows, strides, dilation).
-  CHECK(one_channel_cases == 2 * (int{rows::detail::one_channel_kernel} +
-                                  int{rows::detail::one_channel_forward_kernel}));
+  CHECK(bf16_dot_cases ==
+        (rows::bf16_dot_products_available() ? int(row_cases.size()) + 7 + 7 : 0));
+  // Two shapes fit each of the first layer's two kernels (odd rows, strides, dilation).
+  CHECK(one_channel_cases == 2 * 2 * int{rows::available()});
   CHECK(bf16_first_layer_cases ==
         (rows::fits_one_channel_forward_bf16(geometry(row_cases[1].c)) ? 2 : 0));
 }
@@ -419,7 +450,7 @@ RowPasses row_passes(const RowCase& rc, const ConvCheck& check) {
 // sum the same products in the same order, bit for bit; the weight gradient's lane sums are cut
 // at other rows, equal within float rounding.
 TEST_CASE("row kernels in bands of rows give what they give on whole planes") {
-  if (!rows::simd_available) {
+  if (!rows::available()) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
@@ -573,7 +604,7 @@ void check_mapped_parts(const ConvCheck& check) {
     forward(g, as_written, w.data(), y_written.data());
     CHECK(same_bits(y_map, y_written));
     if constexpr (std::is_same_v<T, meshtensor::bfloat16>)
-      if (rows::detail::bf16_rows) {
+      if (rows::bf16_dot_products_available()) {
         // The dot products map as they turn: the weight gradient its bfloat16 planes (or pair
         // words), the forward pass the channel pairs it reads as floats' bits, half by half.
         const rows::Bf16Products dot = rows::Bf16Products::dot;
@@ -601,7 +632,7 @@ void check_mapped_parts(const ConvCheck& check) {
 // the same sums bit for bit, whole or as one part of a concatenation, in whole planes or bands;
 // bfloat16 parts mapped and rounded as norm_affine writes them, read in float products.
 TEST_CASE("row kernels read a part given as its affine map as the values it maps to") {
-  if (!rows::simd_available) {
+  if (!rows::available()) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
     return;
   }
@@ -620,7 +651,7 @@ TEST_CASE("row kernels read a part given as its affine map as the values it maps
 }
 
 TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels on one side") {
-  if (!rows::detail::bf16_rows) {
+  if (!rows::bf16_dot_products_available()) {
     WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
     return;
   }
@@ -650,7 +681,7 @@ TEST_CASE("the bfloat16 weight gradient in dot products takes up to 16 channels 
 // rows, no padding, padding before only, a stride across planes, in bands of any rows and with
 // the input in parts: the reference's sums (products exact, summed in float).
 TEST_CASE("the bfloat16 weight gradient with output channels in lanes agrees with the reference") {
-  if (!rows::detail::bf16_rows) {
+  if (!rows::bf16_dot_products_available()) {
     WARN("skipped: this build has no AVX512_BF16, so the bfloat16 row kernels never run");
     return;
   }
@@ -712,8 +743,9 @@ TEST_CASE("row kernels turn down transposed convolutions, strided rows and short
     const ConvGeometry g = geometry(c);
     INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
                 << c.c_out << (c.transposed ? " transposed" : ""));
-    const bool short_rows = g.out[2] < rows::Simd::lanes;
-    if (c.transposed || c.stride[2] > 1 || short_rows || !rows::simd_available)
+    const int lanes = rows::instruction_set() >= cpu::InstructionSet::avx512 ? 16 : 8;
+    const bool short_rows = g.out[2] < lanes;
+    if (c.transposed || c.stride[2] > 1 || short_rows || !rows::available())
       CHECK_FALSE(rows::takes(g));
   }
   ConvGeometry many = geometry(row_cases.front().c);

@@ -256,7 +256,7 @@ TEST_CASE("a convolution reads a concatenation as its parts, with the ops' resul
       return calls - before;
     });
   };
-  if (kernels::rows::simd_available) CHECK(copies_of(true) < copies_of(false));
+  if (kernels::rows::available()) CHECK(copies_of(true) < copies_of(false));
 }
 
 TEST_CASE("nn::norm_up_conv gives its layers' results one after the other") {

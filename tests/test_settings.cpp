@@ -35,6 +35,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(defaults.kernels.onednn_formats == KernelPolicy::Formats::chosen);
   CHECK(defaults.kernels.row_kernels);
   CHECK(defaults.kernels.math == KernelPolicy::Math::fp32);
+  CHECK(defaults.kernels.cpu_instructions == KernelPolicy::CpuInstructions::chosen);
   CHECK(defaults.halo_overlap);
   CHECK(defaults.timeout_seconds == 600);
   CHECK_FALSE(defaults.check_collectives);
@@ -49,6 +50,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
                              {"MESHTENSOR_ROW_BANDS", "3"},
                              {"MESHTENSOR_MAPPED_INPUTS", "off"},
                              {"MESHTENSOR_MATH", "tf32"},
+                             {"MESHTENSOR_MAX_CPU_ISA", "avx2"},
                              {"MESHTENSOR_TRANSPORT", "mpi"},
                              {"MESHTENSOR_DEVICE", "cpu"},
                              {"MESHTENSOR_THREADS_PER_PROCESSOR", "3"},
@@ -66,6 +68,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(k.row_bands == 3);
   CHECK_FALSE(k.mapped_inputs);
   CHECK(k.math == KernelPolicy::Math::tf32);
+  CHECK(k.cpu_instructions == KernelPolicy::CpuInstructions::avx2);
   CHECK(set.transport == "mpi");
   CHECK(set.device == "cpu");
   CHECK(set.threads_per_processor == 3);
@@ -84,6 +87,7 @@ TEST_CASE("a variable with a value that is not valid is refused, naming it and t
       {"MESHTENSOR_BF16_PRODUCTS", "expected auto, dot or float"},
       {"MESHTENSOR_ROW_KERNELS", "expected on or off"},
       {"MESHTENSOR_MATH", "expected fp32 or tf32"},
+      {"MESHTENSOR_MAX_CPU_ISA", "expected best, avx512_bf16, avx512, avx2 or baseline"},
       {"MESHTENSOR_ROW_BANDS", "auto, off or a number of rows"},
       {"MESHTENSOR_TRANSPORT", "expected threads, mpi or nccl"},
       {"MESHTENSOR_DEVICE", "expected cpu or cuda"},

@@ -102,6 +102,10 @@ inline void apply_kernel_variables(const EnvironmentLookup& lookup, KernelPolicy
   read("MESHTENSOR_MATH", [&](const char* v, const std::string& t) {
     k.math = K::Math(setting_choice(v, t, {"fp32", "tf32"}));
   });
+  read("MESHTENSOR_MAX_CPU_ISA", [&](const char* v, const std::string& t) {
+    k.cpu_instructions = K::CpuInstructions(
+        setting_choice(v, t, {"best", "avx512_bf16", "avx512", "avx2", "baseline"}));
+  });
 }
 
 }  // namespace detail

@@ -31,6 +31,10 @@ struct KernelPolicy {
   /// What float convolutions on a GPU may compute with: fp32 multiply-adds, or also TF32 tensor
   /// cores, whose operands keep 10 bits of mantissa (results differ beyond float rounding).
   enum class Math { fp32, tf32 };
+  /// The widest x86 instructions meshtensor's own CPU kernels may use: the CPU's best (chosen), or
+  /// at most AVX-512 with bfloat16 dot products, AVX-512, AVX2 with FMA, or none of these (the
+  /// kernels that need them leave their shapes to oneDNN's and the reference kernels).
+  enum class CpuInstructions { chosen, avx512_bf16, avx512, avx2, baseline };
 
   Choice choice = Choice::timed;
   Formats onednn_formats = Formats::chosen;
@@ -41,6 +45,7 @@ struct KernelPolicy {
   std::int64_t row_bands = 0;  // output rows per band of the row kernels: 0 by the cache, -1 whole
   bool mapped_inputs = true;   // normalised inputs read through their affine map, not copied
   Math math = Math::fp32;
+  CpuInstructions cpu_instructions = CpuInstructions::chosen;
 
   bool fixed() const { return choice == Choice::fixed; }
   /// The formats oneDNN's convolutions take: those forced, else timed (chosen), or the channel rule

@@ -10,14 +10,23 @@
 #include <algorithm>
 #include <chrono>
 
-#if defined(__AVX512F__)
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
+
+#if MESHTENSOR_CPU_TARGETS
 #include <immintrin.h>
 #endif
 
 namespace meshtensor::kernels {
 namespace detail {
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_CPU_TARGETS
+// Compiled for AVX512_BF16 whatever the program's flags; run only where the CPU has what each uses.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+#endif
 // Operations a second of `chains(iterations)`, which runs twelve independent chains of one
 // operation (enough to hide its latency on every core with AVX-512) that many rounds: best of
 // three loops of 100000 rounds (about a millisecond).
@@ -64,6 +73,30 @@ inline double wide_fma_rate() {
                              });
   return rate;
 }
+
+inline double half_width_fma_rate() {
+  return 8 * operation_rate([](long n) {
+           const __m256 x =
+               _mm256_castsi256_ps(_mm256_set1_epi32(0x3A833A83));  // rate_operand()'s lanes
+           MESHTENSOR_CHAINS("vfmadd231ps", "ymm", n, x);
+         });
+}
+
+// A dot product's lane takes two products.
+inline double bf16_dot_product_rate() {
+  return 32 * operation_rate([](long n) {
+           const __m512 x = rate_operand();
+           MESHTENSOR_CHAINS("vdpbf16ps", "zmm", n, x);
+         });
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef MESHTENSOR_CHAINS
+#undef MESHTENSOR_OP12
 #endif
 
 }  // namespace detail
@@ -71,14 +104,9 @@ inline double wide_fma_rate() {
 /// True where 256-bit multiply-adds reach at least 85% of the 512-bit rate in floats a second
 /// (measured once on the calling core, a few milliseconds); false without AVX-512.
 inline bool half_width_fma_at_full_rate() {
-#if defined(__AVX512F__)
-  static const bool same = [] {
-    const double narrow = 8 * detail::operation_rate([](long n) {
-                            const __m256 x = _mm512_castps512_ps256(detail::rate_operand());
-                            MESHTENSOR_CHAINS("vfmadd231ps", "ymm", n, x);
-                          });
-    return narrow >= 0.85 * detail::wide_fma_rate();
-  }();
+#if MESHTENSOR_CPU_TARGETS
+  static const bool same = cpu::cpu_instruction_set() >= cpu::InstructionSet::avx512 &&
+                           detail::half_width_fma_rate() >= 0.85 * detail::wide_fma_rate();
   return same;
 #else
   return false;
@@ -88,24 +116,13 @@ inline bool half_width_fma_at_full_rate() {
 /// True where AVX512_BF16's dot products give at least 1.2x the products a second of float
 /// multiply-adds (measured once, as above); false without AVX512_BF16.
 inline bool bf16_dot_products_pay() {
-#if defined(__AVX512BF16__)
-  static const bool pay = [] {
-    // A dot product's lane takes two products.
-    const double dot = 32 * detail::operation_rate([](long n) {
-                         const __m512 x = detail::rate_operand();
-                         MESHTENSOR_CHAINS("vdpbf16ps", "zmm", n, x);
-                       });
-    return dot >= 1.2 * detail::wide_fma_rate();
-  }();
+#if MESHTENSOR_CPU_TARGETS
+  static const bool pay = cpu::cpu_instruction_set() >= cpu::InstructionSet::avx512_bf16 &&
+                          detail::bf16_dot_product_rate() >= 1.2 * detail::wide_fma_rate();
   return pay;
 #else
   return false;
 #endif
 }
-
-#if defined(__AVX512F__)
-#undef MESHTENSOR_CHAINS
-#undef MESHTENSOR_OP12
-#endif
 
 }  // namespace meshtensor::kernels

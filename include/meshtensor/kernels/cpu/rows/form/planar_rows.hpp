@@ -1,31 +1,10 @@
-#pragma once
 // Channels-last rows turned channel by channel, for kernels that run along a row: a plane
 // [n1][n2][c] becomes [n1][c][width], each channel's row starting `before` zeros in and padded with
 // zeros to `width` (a whole number of vectors), so that the kernels read whole vectors with no
 // bounds to check. The results go back the other way, a tile of vectors at a time.
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <optional>
-#include <stdexcept>
-#include <type_traits>
-#include <vector>
-
-#include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/kernels/common/channel_affine.hpp"
-#include "meshtensor/kernels/cpu/rows/simd.hpp"
-
-namespace meshtensor::kernels::rows {
-
-struct RowFormat {
-  std::int64_t before = 0;  // zeros before box index 0
-  std::int64_t width = 0;   // floats per channel row
-};
-
-inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
 
 namespace detail {
 
@@ -49,6 +28,13 @@ struct AffineVectors {
   }
 };
 
+// shared::affine_floor's expression on vectors (a template instantiated on them would be compiled
+// for the program's instructions, not this set's).
+inline Simd::V affine_floor(Simd::V scale, Simd::V x, Simd::V shift, Simd::V floor) {
+  const Simd::V y = scale * x + shift;
+  return y < floor ? floor : y;
+}
+
 // Channels [first, first + 8) of positions [i, i + lanes) of a channels-last row into the planar
 // rows `out` (channel ch's row at out + ch * width), through registers; bfloat16 widened as it
 // is loaded. With `affine`, each value is its affine map: the same formula as written out
@@ -68,15 +54,15 @@ void eight_to_planar(const From* row, std::int64_t i, std::int64_t c, std::int64
   for (int v = 0; v < 8; ++v) in[v] = Simd::load(from + v * L);
   if (affine)
     for (int v = 0; v < 8; ++v) {
-      in[v] = shared::affine_floor(affine->scale[first / 8], in[v], affine->shift[first / 8],
-                                   affine->floor);
+      in[v] =
+          affine_floor(affine->scale[first / 8], in[v], affine->shift[first / 8], affine->floor);
       if constexpr (std::is_same_v<From, bfloat16>) in[v] = Simd::rounded_to_bf16(in[v]);
     }
   Simd::to_channels(in, rows);
   for (int ch = 0; ch < 8; ++ch) Simd::store(out + (first + ch) * width + i, rows[ch]);
 }
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
 // The 4 channels of 16 positions [i, i + 16) of a channels-last row into the planar rows `out`
 // (bfloat16 channel pairs, read as floats' bits, come four to a position at 8 channels).
 inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width, float* out) {
@@ -102,7 +88,7 @@ inline void four_to_planar(const float* row, std::int64_t i, std::int64_t width,
 inline void map_bf16_pairs(const float* in, std::int64_t n, std::int64_t c,
                            const ChannelAffineIn<float>& map, float* out) {
   std::int64_t w = 0;
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
   if (16 % c == 0 || c % 16 == 0) {
     using V = Simd::V;
     const std::int64_t patterns = c % 16 == 0 ? c / 16 : 1;
@@ -125,9 +111,9 @@ inline void map_bf16_pairs(const float* in, std::int64_t n, std::int64_t c,
       const V low = V(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, bits, 16)));
       const V high = V(_mm512_castsi512_ps(_mm512_and_si512(bits, high_half)));
       const V low_mapped =
-          Simd::rounded_to_bf16(shared::affine_floor(even_scale[k], low, even_shift[k], floor));
+          Simd::rounded_to_bf16(affine_floor(even_scale[k], low, even_shift[k], floor));
       const V high_mapped =
-          Simd::rounded_to_bf16(shared::affine_floor(odd_scale[k], high, odd_shift[k], floor));
+          Simd::rounded_to_bf16(affine_floor(odd_scale[k], high, odd_shift[k], floor));
       const __m512i words = _mm512_or_si512(
           _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(__m512(low_mapped)), 16),
           _mm512_castps_si512(__m512(high_mapped)));
@@ -180,12 +166,12 @@ void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
   const ChannelAffineIn<float>* map = affine ? &*mapped : nullptr;
   // Whole vectors of positions through registers where the channels come in eights (or, with
   // AVX-512, four: bfloat16 pairs read as floats, never mapped).
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
   constexpr bool fours = std::is_same_v<From, float>;
 #else
   constexpr bool fours = false;
 #endif
-  const bool through_registers = (c % 8 == 0 || (fours && c == 4 && !map)) && simd_available;
+  const bool through_registers = (c % 8 == 0 || (fours && c == 4 && !map));
   const std::int64_t whole = through_registers ? n2 / Simd::lanes * Simd::lanes : 0;
   std::optional<detail::AffineVectors> vectors;
   if (map && whole > 0) vectors.emplace(*map, c);
@@ -193,7 +179,7 @@ void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
   for (std::int64_t r = 0; r < n1; ++r) {
     const From* row = in + r * n2 * c;
     float* rows = out + r * row_stride;
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
     if constexpr (fours)
       if (c == 4)
         for (std::int64_t i = 0; i < whole; i += Simd::lanes)
@@ -232,7 +218,7 @@ namespace detail {
 inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c, std::int64_t first,
                             std::int64_t width, bfloat16* out,
                             const AffineVectors* affine = nullptr) {
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
   alignas(64) bfloat16 positions[16 * 8];
   const bfloat16* from = row + i * c + first;
   if (c != 8) {
@@ -246,8 +232,8 @@ inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c,
   }
   if (affine)  // two positions' 8 channels a vector: the layout AffineVectors holds
     for (int v = 0; v < 8; ++v)
-      in[v] = Simd::rounded_to_bf16(shared::affine_floor(affine->scale[first / 8], in[v],
-                                                         affine->shift[first / 8], affine->floor));
+      in[v] = Simd::rounded_to_bf16(
+          affine_floor(affine->scale[first / 8], in[v], affine->shift[first / 8], affine->floor));
   Simd::to_channels(in, rows);
   for (int ch = 0; ch < 8; ++ch)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (first + ch) * width + i),
@@ -261,7 +247,13 @@ inline void eight_to_planar(const bfloat16* row, std::int64_t i, std::int64_t c,
 #endif
 }
 
-#if defined(__AVX512BW__)
+#if MESHTENSOR_TARGET_AVX512
+// The 64-bit pieces q0..q7 of a (0-7) and b (8-15).
+inline __m512i pick(__m512i a, __m512i b, long long q0, long long q1, long long q2, long long q3,
+                    long long q4, long long q5, long long q6, long long q7) {
+  return _mm512_permutex2var_epi64(a, _mm512_setr_epi64(q0, q1, q2, q3, q4, q5, q6, q7), b);
+}
+
 // Channels [first, first + 8) of 32 positions [i, i + 32) of a bfloat16 channels-last row into
 // the planar rows `out`, as 16-bit words: each vector takes 4 positions' 8 channels, a word permute
 // groups them by channel (a channel's 4 positions in 64 bits), and an 8 x 8 transpose of those
@@ -290,10 +282,6 @@ inline void thirty_two_to_planar(const bfloat16* row, std::int64_t i, std::int64
     block[k] = _mm512_permutexvar_epi16(by_channel, block[k]);
   }
   // The transpose, in three rounds of pairs: 64-bit piece ch of block k ends as piece k of ch.
-  const auto pick = [](__m512i a, __m512i b, long long q0, long long q1, long long q2, long long q3,
-                       long long q4, long long q5, long long q6, long long q7) {
-    return _mm512_permutex2var_epi64(a, _mm512_setr_epi64(q0, q1, q2, q3, q4, q5, q6, q7), b);
-  };
   __m512i pairs[4][2];  // blocks 2a, 2a + 1: channels 0-3, then 4-7, two pieces each
   for (int a = 0; a < 4; ++a) {
     pairs[a][0] = pick(block[2 * a], block[2 * a + 1], 0, 8, 1, 9, 2, 10, 3, 11);
@@ -328,7 +316,7 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
   const std::int64_t after = std::max<std::int64_t>(0, format.width - format.before - n2);
   std::optional<ChannelAffineIn<float>> map;
   if (affine) map.emplace(*affine);
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
   const bool vectors_map = true;
 #else
   const bool vectors_map = false;
@@ -347,7 +335,7 @@ inline void to_planar(const bfloat16* in, std::int64_t n1, std::int64_t n2, std:
     bfloat16* rows = out + r * row_stride;
     for (std::int64_t first = 0; first < c && whole > 0; first += 8) {
       std::int64_t i = 0;
-#if defined(__AVX512BW__)
+#if MESHTENSOR_TARGET_AVX512
       for (; i + 32 <= whole && !map; i += 32)  // words permuted as they lie: never mapped
         detail::thirty_two_to_planar(row, i, c, first, format.width, rows + format.before);
 #endif
@@ -392,7 +380,7 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
     std::memcpy(out + p * c + first, positions + 8 * p, 8 * sizeof(float));
 }
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
 /// The same into a bfloat16 row, each value rounded to nearest (ties to even) as bfloat16(float)
 /// rounds it.
 __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)[8], std::int64_t n,
@@ -403,7 +391,7 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
   Simd::V by_position[8];
   Simd::to_positions(rows, by_position);
   __m256i rounded[8];
-  for (int v = 0; v < 8; ++v) rounded[v] = cpu::narrowed_bf16(__m512(by_position[v]));
+  for (int v = 0; v < 8; ++v) rounded[v] = narrowed_bf16(__m512(by_position[v]));
   if (c == 8 && n == L) {
     auto* to = reinterpret_cast<__m256i*>(out);
     if (around_cache && reinterpret_cast<std::uintptr_t>(out) % sizeof(__m256i) == 0)
@@ -419,4 +407,4 @@ __attribute__((always_inline)) inline void store_positions(const Simd::V (&rows)
 }
 #endif
 
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET

@@ -1,4 +1,3 @@
-#pragma once
 // The forward pass of a 3x3x3 convolution from one input channel to 8 (the U-Net's first layer) in
 // 256-bit vectors, accumulated channels last: a vector is one output position's 8 channels, a
 // tap's 8 weights a vector, and each input, broadcast once, serves the 3 taps along the row that
@@ -9,24 +8,10 @@
 // It runs where 256-bit vectors are the widest, and on AVX-512 cores that multiply-add 256 bits
 // as fast as 512 (kernels/cpu/vector_rate.hpp); AVX-512 builds compile it either way, for the
 // tests.
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <array>
-#include <cstdint>
-#include <cstring>
-#include <stdexcept>
-#include <vector>
-
-#include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/kernels/common/conv_geometry.hpp"
-#include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
-#include "meshtensor/kernels/cpu/rows/simd.hpp"
-#include "meshtensor/kernels/cpu/vector_rate.hpp"
-
-namespace meshtensor::kernels::rows {
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
 namespace detail {
-
-#if defined(__AVX2__) && defined(__FMA__)
-constexpr bool one_channel_forward_kernel = true;
 
 // Without __m256's may_alias, so that the accumulators stay in registers.
 typedef float Y __attribute__((vector_size(32)));
@@ -45,7 +30,7 @@ __attribute__((always_inline)) inline void store_eight(Y acc, float* to, bool st
   else
     _mm256_storeu_ps(to, acc);
 }
-#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+#if MESHTENSOR_TARGET_AVX512_BF16
 constexpr bool one_channel_bf16_stores = true;
 // The same rounded to bfloat16 (to nearest, ties to even, as bfloat16(float) rounds).
 __attribute__((always_inline)) inline void store_eight(Y acc, bfloat16* to, bool stream) {
@@ -107,25 +92,18 @@ void one_channel_row(const ConvGeometry& g, const RowGeometry& r,
   for (; o + 8 <= g.out[2]; o += 8) one_row_positions<8>(taps.data(), count, o, out, around_cache);
   for (; o < g.out[2]; ++o) one_row_positions<1>(taps.data(), count, o, out, false);
 }
-#else
-constexpr bool one_channel_forward_kernel = false;
-constexpr bool one_channel_bf16_stores = false;
-#endif
 
 }  // namespace detail
 
 /// Whether conv_forward_one_channel runs `g`: 1 -> 8 channels, 3x3x3 taps that the row kernels
 /// take (rows/conv.hpp's `takes`), undilated along the rows, on a CPU with AVX2 at least.
-inline bool fits_one_channel_forward(const ConvGeometry& g) {
-  return detail::one_channel_forward_kernel && detail::first_layer_shape(g);
-}
+inline bool fits_one_channel_forward(const ConvGeometry& g) { return detail::first_layer_shape(g); }
 
 namespace detail {
 // The float kernel on input planes widened as they are turned, outputs stored as Out.
 template <class In, class Out>
 void one_channel_planes(const ConvGeometry& g, const In* input, const float* weight, Out* output,
                         bool around_cache) {
-#if defined(__AVX2__) && defined(__FMA__)
   const RowGeometry r = row_geometry(g);
   on_plane_parts(
       g.batch * g.out[0], [&] { return PlanarPlanes(g, r.box); },
@@ -137,9 +115,6 @@ void one_channel_planes(const ConvGeometry& g, const In* input, const float* wei
         }
         if (around_cache) stream_fence();
       });
-#else
-  (void)g, (void)input, (void)weight, (void)output, (void)around_cache;
-#endif
 }
 }  // namespace detail
 
@@ -164,7 +139,7 @@ inline void conv_forward_one_channel(const ConvGeometry& g, const bfloat16* inpu
                                      const bfloat16* weight, bfloat16* output, bool around_cache) {
   if (!fits_one_channel_forward_bf16(g))
     throw std::invalid_argument("internal: the bfloat16 first-layer kernel needs AVX512_BF16");
-#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+#if MESHTENSOR_TARGET_AVX512_BF16
   float widened[27 * 8];
   for (int i = 0; i < 27 * 8; ++i) widened[i] = float(weight[i]);
   detail::one_channel_planes(g, input, widened, output, around_cache);
@@ -173,4 +148,4 @@ inline void conv_forward_one_channel(const ConvGeometry& g, const bfloat16* inpu
 #endif
 }
 
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET

@@ -1,26 +1,9 @@
-#pragma once
 // What the row kernels (rows/conv.hpp) share: where a row's outputs read along the last dim, the
 // input planes turned channel by channel a few at a time, and the output planes split among the
 // processor's compute threads.
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <algorithm>
-#include <array>
-#include <cstdint>
-#include <type_traits>
-#include <vector>
-
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/processor.hpp"
-#include "meshtensor/kernels/common/channel_parts.hpp"
-#include "meshtensor/kernels/common/conv_geometry.hpp"
-#include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
-#include "meshtensor/kernels/cpu/rows/simd.hpp"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-namespace meshtensor::kernels::rows::detail {
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET::detail {
 
 constexpr int L = Simd::lanes;
 using V = Simd::V;
@@ -100,7 +83,7 @@ struct TurnPlanar {
 // current output plane reads, each turned once while consecutive output planes share it. Where
 // whole planes would not stay in the second-level cache while the planes that share them pass,
 // the kernels take the output planes in bands of rows, and only the rows a band reads are turned.
-// Turn says into what (TurnPlanar; rows/pair_words.hpp's position pairs); a row holds c_in
+// Turn says into what (TurnPlanar; rows/form/pair_words.hpp's position pairs); a row holds c_in
 // times format.width values either way.
 template <class T, class Turn = TurnPlanar>
 class PlanarPlanesOf {
@@ -187,4 +170,4 @@ auto on_plane_parts(std::int64_t n, MakeState&& make_state, Part&& part) {
   return states;
 }
 
-}  // namespace meshtensor::kernels::rows::detail
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET::detail

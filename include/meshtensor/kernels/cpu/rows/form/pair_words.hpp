@@ -1,25 +1,11 @@
-#pragma once
 // Channels-last bfloat16 rows as words of position pairs: word x of channel ch holds the values
 // at positions x * step + first and the one after it (low and high half, zero outside the row),
 // channels innermost ([x][channel]). AVX512_BF16's dot product multiplies such words pairwise,
 // so a word of the input against a word of the output gradient gives two positions' products of
-// one weight (rows/channel_lanes_weight.hpp).
+// one weight (rows/form/channel_lanes_weight.hpp).
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <cstdint>
-#include <cstring>
-#include <optional>
-
-#include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/common/channel_affine.hpp"
-#include "meshtensor/kernels/cpu/rows/planar_rows.hpp"
-#include "meshtensor/kernels/cpu/rows/simd.hpp"
-
-#if defined(__AVX512BW__)
-#include <immintrin.h>
-#endif
-
-namespace meshtensor::kernels::rows {
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
 
 namespace detail {
 
@@ -31,7 +17,7 @@ inline std::uint32_t pair_word(bfloat16 low, bfloat16 high) {
 // widened to 32 bits with the next position's shifted above it.
 inline void pair_words_inside(const bfloat16* at, std::int64_t c, std::uint32_t* to) {
   std::int64_t ch = 0;
-#if defined(__AVX512BW__)
+#if MESHTENSOR_TARGET_AVX512
   for (; ch + 16 <= c; ch += 16) {
     // The zero-masking forms: GCC 12 warns of the plain ones' undefined operand.
     const __m512i low =
@@ -104,4 +90,4 @@ struct TurnPairs {
   }
 };
 
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET

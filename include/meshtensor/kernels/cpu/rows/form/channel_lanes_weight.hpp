@@ -1,25 +1,12 @@
-#pragma once
 // The bfloat16 weight gradient of wide layers (output channels in sixteens) in AVX512_BF16 dot
 // products with the output channels in the lanes: each lane sums one weight over every position,
-// two positions an instruction (rows/pair_words.hpp). The planar kernel puts positions in the
+// two positions an instruction (rows/form/pair_words.hpp). The planar kernel puts positions in the
 // lanes instead, 32 a vector: a 32^3 plane gives its tiles 32 rows of one vector each, a 16^3 plane
 // half a vector, and the tiles' setup and lane sums outweigh their products.
 // Here a tile runs over a whole band of rows and pairs, whatever the plane's width.
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <cstdint>
-#include <vector>
-
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/common/channel_parts.hpp"
-#include "meshtensor/kernels/common/conv_geometry.hpp"
-#include "meshtensor/kernels/cpu/rows/pair_words.hpp"
-#include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
-
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
-
-namespace meshtensor::kernels::rows {
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
 
 namespace detail {
 
@@ -55,7 +42,7 @@ inline bool fits_channel_lanes_weight(const ConvGeometry& g) {
          g.batch * g.out[0] * g.out[1] * g.out[2] > 0;
 }
 
-#if defined(__AVX512BF16__)
+#if MESHTENSOR_TARGET_AVX512_BF16
 namespace detail {
 
 // Sums of taps (k0, k1, *), input channels [ci, ci + 8) and output channels [co, co + 16) over
@@ -168,4 +155,4 @@ inline void channel_lanes_backward_weight(const ConvGeometry& g,
 }
 #endif
 
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET

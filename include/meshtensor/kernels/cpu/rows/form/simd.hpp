@@ -1,19 +1,18 @@
-#pragma once
 // The vector registers the row kernels are written in: 16 floats with AVX-512, 8 with AVX2 and
-// FMA, chosen at compile time (this tree's programs are built for their machine, -march=native).
-// Without either, `simd_available` is false and the other CPU kernels run every shape.
+// FMA. Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
+
+#if MESHTENSOR_TARGET_AVX512
+// 16 floats rounded to bfloat16 bit patterns as VCVTNEPS2BF16 rounds them.
+inline __m256i narrowed_bf16(__m512 values) {
+#if MESHTENSOR_TARGET_AVX512_BF16
+  return cpu::narrowed_bf16_by_instruction(values);
+#else
+  return cpu::narrowed_bf16_emulated(values);
 #endif
+}
 
-#include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/kernels/cpu/convert.hpp"
-
-namespace meshtensor::kernels::rows {
-
-#if defined(__AVX512F__)
-inline constexpr bool simd_available = true;
 struct Simd {
   // A vector type without __m512's may_alias: the compiler may keep accumulators in registers
   // across loops that load floats (which may alias an __m512 in memory).
@@ -26,7 +25,7 @@ struct Simd {
     return cpu::widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   // Each value rounded to bfloat16 as bfloat16(float) rounds it, and widened again (exact).
-  static V rounded_to_bf16(V v) { return cpu::widened_bf16(cpu::narrowed_bf16(__m512(v))); }
+  static V rounded_to_bf16(V v) { return cpu::widened_bf16(narrowed_bf16(__m512(v))); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   // Around the cache (p aligned to a vector): the line is not read before it is written.
   static void stream(float* p, V v) { _mm512_stream_ps(p, v); }
@@ -88,8 +87,7 @@ struct Simd {
         _mm512_permutex2var_pd(_mm512_castps_pd(a), _mm512_load_si512(index), _mm512_castps_pd(b)));
   }
 };
-#elif defined(__AVX2__) && defined(__FMA__)
-inline constexpr bool simd_available = true;
+#else
 struct Simd {
   typedef float V __attribute__((vector_size(32)));  // as for AVX-512
   static constexpr int lanes = 8;
@@ -132,36 +130,6 @@ struct Simd {
   }
   static void to_channels(const V (&in)[8], V (&rows)[8]) { to_positions(in, rows); }
 };
-#else
-inline constexpr bool simd_available = false;
-struct Simd {  // keeps the kernels compiling; they are never chosen
-  using V = float;
-  static constexpr int lanes = 1;
-  static constexpr int registers = 16;
-  static V zero() { return 0.0f; }
-  static V load(const float* p) { return *p; }
-  static V load(const bfloat16* p) { return float(*p); }
-  static V rounded_to_bf16(V v) { return float(bfloat16(v)); }
-  static void store(float* p, V v) { *p = v; }
-  static void stream(float* p, V v) { *p = v; }
-  static V broadcast(const float* p) { return *p; }
-  static V fma(V a, V b, V c) { return a * b + c; }
-  static V add(V a, V b) { return a + b; }
-  static float sum(V v) { return v; }
-  static void keep_in_register(V&) {}
-  static void to_positions(const V (&rows)[8], V (&out)[8]) {
-    for (int c = 0; c < 8; ++c) out[c] = rows[c];
-  }
-  static void to_channels(const V (&in)[8], V (&rows)[8]) { to_positions(in, rows); }
-};
 #endif
 
-/// Orders the calling thread's streamed stores before its later ones (other threads may read them
-/// after it).
-inline void stream_fence() {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-  _mm_sfence();
-#endif
-}
-
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET

@@ -1,4 +1,3 @@
-#pragma once
 // The weight gradient of a 3x3x3 convolution from one input channel to 8 (the U-Net's first
 // layer), read from the output gradient as it lies, channels last (no transposition of it, which
 // costs the planar kernel of rows/conv.hpp a pass over memory). It runs input row by input row:
@@ -9,28 +8,16 @@
 //   w[tap][co] += sum over o of x[o + tap] * grad_out[o][co]
 // One accumulator a tap: AVX-512 keeps all 27 in registers, AVX2 the 9 of one k0 at a time (a pass
 // over the plane each). They sum an input plane in float, then go into double.
+// Part of one instruction set's form of the kernels (rows/form/all.hpp): no include guard.
 
-#include <array>
-#include <cstdint>
-#include <cstring>
-#include <vector>
-
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/kernels/common/conv_geometry.hpp"
-#include "meshtensor/kernels/cpu/rows/planar_planes.hpp"
-#include "meshtensor/kernels/cpu/rows/simd.hpp"
-
-namespace meshtensor::kernels::rows {
+namespace meshtensor::kernels::rows::MESHTENSOR_TARGET {
 namespace detail {
 
 constexpr int one_channel_taps = 27;
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-constexpr bool one_channel_kernel = true;
-
 // Output positions of 8 channels a vector, and what they meet.
 struct GradientPositions {
-#if defined(__AVX512F__)
+#if MESHTENSOR_TARGET_AVX512
   static constexpr int count = 2;      // positions a vector
   static constexpr int pass_rows = 9;  // tap rows (k0, k1) a pass: 27 of the 32 registers
   // Inputs x[0] in lanes 0-7 and x[1] in lanes 8-15, as two positions' 8 channels line up.
@@ -161,23 +148,17 @@ inline void one_channel_plane(const ConvGeometry& g, const float* input, const f
   for (int first = 0; first < 9; first += GradientPositions::pass_rows)
     one_channel_pass<GradientPositions::pass_rows>(g, input, grad_output, q, first, state);
 }
-#else
-constexpr bool one_channel_kernel = false;
-#endif
 
 }  // namespace detail
 
 /// Whether conv_backward_weight_one_channel runs `g`: AVX-512 or AVX2, 1 -> 8 channels, 3x3x3 taps
 /// that the row kernels take (rows/conv.hpp's `takes`), undilated along the rows.
-inline bool fits_one_channel_weight(const ConvGeometry& g) {
-  return detail::one_channel_kernel && detail::first_layer_shape(g);
-}
+inline bool fits_one_channel_weight(const ConvGeometry& g) { return detail::first_layer_shape(g); }
 
 /// grad_weight += the gradient of the forward pass's output with respect to the weight, for
 /// shapes fits_one_channel_weight(g) takes (and rows::takes(g)).
 inline void conv_backward_weight_one_channel(const ConvGeometry& g, const float* input,
                                              const float* grad_output, double* grad_weight) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   using namespace detail;
   const auto row_floats = static_cast<std::size_t>(g.out[2] + 3 + L);
   const auto gradient_floats = static_cast<std::size_t>(g.out[2] * 8 + L);
@@ -193,9 +174,6 @@ inline void conv_backward_weight_one_channel(const ConvGeometry& g, const float*
       });
   for (const OneChannelState& state : states)  // in a fixed order: the same bits on every run
     for (std::size_t i = 0; i < state.sums.size(); ++i) grad_weight[i] += state.sums[i];
-#else
-  (void)g, (void)input, (void)grad_output, (void)grad_weight;
-#endif
 }
 
-}  // namespace meshtensor::kernels::rows
+}  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET
