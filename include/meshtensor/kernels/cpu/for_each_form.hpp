@@ -1,4 +1,4 @@
-// No include guard: included once per family of kernels, after defining MESHTENSOR_TARGET_BODY.
+// No include guard: included once per kernel family, after defining MESHTENSOR_TARGET_BODY.
 //
 // Includes the header MESHTENSOR_TARGET_BODY names once per instruction set of InstructionSet
 // (cpu/instruction_set.hpp) that the program compiles a form for (form_compiled), each time with
@@ -24,22 +24,11 @@
 #define MESHTENSOR_TARGET_AVX2 1
 #define MESHTENSOR_TARGET_AVX512 0
 #define MESHTENSOR_TARGET_AVX512_BF16 0
-
 #if MESHTENSOR_FORM_COMPILED(1)
 #define MESHTENSOR_TARGET avx2
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt")
-#endif
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX2_INSTRUCTIONS)
 #include MESHTENSOR_TARGET_BODY
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MESHTENSOR_FORM_END
 #undef MESHTENSOR_TARGET
 #endif
 
@@ -47,21 +36,9 @@
 #define MESHTENSOR_TARGET_AVX512 1
 #if MESHTENSOR_FORM_COMPILED(2)
 #define MESHTENSOR_TARGET avx512
-#if defined(__clang__)
-#pragma clang attribute push(                                                                \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt," \
-                          "popcnt"))),                                                       \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt")
-#endif
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
 #include MESHTENSOR_TARGET_BODY
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MESHTENSOR_FORM_END
 #undef MESHTENSOR_TARGET
 #endif
 
@@ -69,22 +46,9 @@
 #define MESHTENSOR_TARGET_AVX512_BF16 1
 #if MESHTENSOR_FORM_COMPILED(3)
 #define MESHTENSOR_TARGET avx512_bf16
-#if defined(__clang__)
-#pragma clang attribute push(                                                                \
-    __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi," \
-                          "bmi2,lzcnt,popcnt"))),                                            \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target( \
-    "avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt")
-#endif
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_BF16_INSTRUCTIONS)
 #include MESHTENSOR_TARGET_BODY
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MESHTENSOR_FORM_END
 #undef MESHTENSOR_TARGET
 #endif
 

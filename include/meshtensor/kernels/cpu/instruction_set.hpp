@@ -38,6 +38,25 @@
   (MESHTENSOR_CPU_TARGETS && (level) >= MESHTENSOR_BUILD_CPU_LEVEL)
 #endif
 
+// The instructions each form is compiled with, and the pragmas that compile every function
+// defined between MESHTENSOR_FORM_BEGIN(instructions) and MESHTENSOR_FORM_END with them.
+#define MESHTENSOR_AVX2_INSTRUCTIONS "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
+#define MESHTENSOR_AVX512_INSTRUCTIONS \
+  "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
+#define MESHTENSOR_AVX512_BF16_INSTRUCTIONS \
+  "avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
+#define MESHTENSOR_PRAGMA(text) _Pragma(#text)
+#if defined(__clang__)
+#define MESHTENSOR_FORM_BEGIN(instructions) \
+  MESHTENSOR_PRAGMA(                        \
+      clang attribute push(__attribute__((target(instructions))), apply_to = function))
+#define MESHTENSOR_FORM_END MESHTENSOR_PRAGMA(clang attribute pop)
+#else
+#define MESHTENSOR_FORM_BEGIN(instructions) \
+  MESHTENSOR_PRAGMA(GCC push_options) MESHTENSOR_PRAGMA(GCC target(instructions))
+#define MESHTENSOR_FORM_END MESHTENSOR_PRAGMA(GCC pop_options)
+#endif
+
 namespace meshtensor::kernels::cpu {
 
 /// Each takes the ones before it: AVX2 with FMA; AVX-512 F, BW, VL and DQ; AVX512_BF16 too.

@@ -21,12 +21,7 @@ namespace detail {
 
 #if MESHTENSOR_CPU_TARGETS
 // Compiled for AVX512_BF16 whatever the program's flags; run only where the CPU has what each uses.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16")
-#endif
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_BF16_INSTRUCTIONS)
 // Operations a second of `chains(iterations)`, which runs twelve independent chains of one
 // operation (enough to hide its latency on every core with AVX-512) that many rounds: best of
 // three loops of 100000 rounds (about a millisecond).
@@ -90,11 +85,7 @@ inline double bf16_dot_product_rate() {
          });
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MESHTENSOR_FORM_END
 #undef MESHTENSOR_CHAINS
 #undef MESHTENSOR_OP12
 #endif

@@ -11,7 +11,7 @@ namespace detail {
 // A per-channel affine map (ChannelAffine) as vectors of channels-last floats: per group of 8
 // channels, the scale and shift of each lane's channel (a vector holds L / 8 positions' 8).
 struct AffineVectors {
-  std::vector<Simd::V> scale, shift;
+  VectorList scale, shift;
   Simd::V floor;
 
   AffineVectors(const ChannelAffineIn<float>& f, std::int64_t c) {
@@ -92,7 +92,7 @@ inline void map_bf16_pairs(const float* in, std::int64_t n, std::int64_t c,
   if (16 % c == 0 || c % 16 == 0) {
     using V = Simd::V;
     const std::int64_t patterns = c % 16 == 0 ? c / 16 : 1;
-    std::vector<V> even_scale, even_shift, odd_scale, odd_shift;
+    VectorList even_scale, even_shift, odd_scale, odd_shift;
     alignas(64) float lanes[16];
     const auto vector_of = [&](std::int64_t k, int half, const std::vector<float>& of) {
       for (int lane = 0; lane < 16; ++lane) lanes[lane] = of[2 * ((16 * k + lane) % c) + half];

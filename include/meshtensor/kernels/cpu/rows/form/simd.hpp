@@ -132,4 +132,18 @@ struct Simd {
 };
 #endif
 
+// Vectors held in memory a std::vector allocates, stored and loaded unaligned: its allocator
+// aligns them as the program's flags align the vector type, which can be less than this set's.
+class VectorList {
+ public:
+  void push_back(Simd::V v) {
+    values_.resize(values_.size() + Simd::lanes);
+    Simd::store(values_.data() + values_.size() - Simd::lanes, v);
+  }
+  Simd::V operator[](std::size_t k) const { return Simd::load(values_.data() + k * Simd::lanes); }
+
+ private:
+  std::vector<float> values_;
+};
+
 }  // namespace meshtensor::kernels::rows::MESHTENSOR_TARGET
