@@ -13,9 +13,10 @@
 
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
 #include "meshtensor/kernels/cpu/vector_math.hpp"
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_AVX512_COMPILED
 #include <immintrin.h>
 #endif
 
@@ -24,17 +25,15 @@ namespace meshtensor::kernels::cpu {
 template <class U>
 constexpr bool tile_stored = std::is_same_v<U, float> || std::is_same_v<U, bfloat16>;
 
-/// Whether the class tiles run here for C classes, scores T and labels L.
+/// Whether the class tiles take C classes, scores T and labels L in this program (they run where
+/// avx512_loops_run() too).
 template <int C, class T, class L>
 constexpr bool class_tiles_fit() {
-#if defined(__AVX512F__)
-  return (C == 2 || C == 3) && tile_stored<T> && tile_stored<L>;
-#else
-  return false;
-#endif
+  return MESHTENSOR_AVX512_COMPILED && (C == 2 || C == 3) && tile_stored<T> && tile_stored<L>;
 }
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_AVX512_COMPILED
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
 namespace class_tiles_detail {
 
 constexpr std::int64_t lanes = 16;
@@ -199,6 +198,7 @@ std::int64_t class_tile_gradient(const T* scores, const L* labels, const float* 
   }
   return q;
 }
+MESHTENSOR_FORM_END
 #else
 // Without AVX-512 no tile is taken here (class_tiles_fit is false): every one is the portable
 // tiles', from `first`.

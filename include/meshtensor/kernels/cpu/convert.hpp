@@ -11,6 +11,7 @@
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/cpu/bf16_lanes.hpp"
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
 
 namespace meshtensor::kernels::cpu {
@@ -18,34 +19,45 @@ namespace meshtensor::kernels::cpu {
 /// VCVTNEPS2BF16 on one value (bfloat16's own rounding: a denormal rounds as zero of its sign).
 inline bfloat16 to_bf16_flushed(float value) { return bfloat16(value); }
 
-#if defined(__AVX512F__)
-/// 16 floats rounded to bfloat16 bit patterns as VCVTNEPS2BF16 rounds them (that instruction where
-/// the program is built for a CPU that has it, else its AVX-512F emulation).
-inline __m256i narrowed_bf16(__m512 values) {
+#if MESHTENSOR_AVX512_COMPILED
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
+// The first n / 16 * 16 values converted, 16 at a time; returns how many. Rounding by AVX512_BF16's
+// instruction where the program's flags have it, else by its emulation.
+inline std::int64_t to_bf16_vectors(const float* from, bfloat16* to, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 values = _mm512_loadu_ps(from + i);
 #if defined(__AVX512BF16__)
-  return narrowed_bf16_by_instruction(values);
+    const __m256i bits = narrowed_bf16_by_instruction(values);
 #else
-  return narrowed_bf16_emulated(values);
+    const __m256i bits = narrowed_bf16_emulated(values);
 #endif
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i), bits);
+  }
+  return i;
 }
+inline std::int64_t to_float_vectors(const bfloat16* from, float* to, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(to + i,
+                     widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
+  return i;
+}
+MESHTENSOR_FORM_END
 #endif
 
 inline void to_bf16_run(const float* from, bfloat16* to, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i),
-                        narrowed_bf16(_mm512_loadu_ps(from + i)));
+#if MESHTENSOR_AVX512_COMPILED
+  if (avx512_loops_run()) i = to_bf16_vectors(from, to, n);
 #endif
   for (; i < n; ++i) to[i] = to_bf16_flushed(from[i]);
 }
 
 inline void to_float_run(const bfloat16* from, float* to, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(to + i,
-                     widened_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
+#if MESHTENSOR_AVX512_COMPILED
+  if (avx512_loops_run()) i = to_float_vectors(from, to, n);
 #endif
   for (; i < n; ++i) to[i] = float(from[i]);
 }

@@ -171,7 +171,8 @@ void dice_cross_entropy_sums(const ClassBlock& b, const T* scores, const L* labe
       double* s = parts[static_cast<std::size_t>(part)].data();
       constexpr int C = decltype(known)::value;
       if constexpr (class_tiles_fit<C, T, L>())  // classes innermost: whole tiles in registers
-        if (b.inner == 1) first = class_tile_sums<C>(scores, labels, weights, first, last, s);
+        if (b.inner == 1 && avx512_loops_run())
+          first = class_tile_sums<C>(scores, labels, weights, first, last, s);
       detail::TileSoftmax tile(b.classes);
       detail::for_each_tile(b, first, last, [&](const detail::Tile& t) {
         tile.compute<C>(b, scores, labels, t);
@@ -215,7 +216,7 @@ void dice_cross_entropy_gradient(const ClassBlock& b, const T* scores, const L* 
     detail::over_positions(b.positions(), [&](int, auto first, auto last) {
       constexpr int C = decltype(known)::value;
       if constexpr (class_tiles_fit<C, T, L>())  // classes innermost: whole tiles in registers
-        if (b.inner == 1) {
+        if (b.inner == 1 && avx512_loops_run()) {
           float label_term[C], constant[C];
           for (int c = 0; c < C; ++c) {
             label_term[c] = static_cast<float>(k.dice_label[std::size_t(c)]);

@@ -45,6 +45,13 @@
   "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
 #define MESHTENSOR_AVX512_BF16_INSTRUCTIONS \
   "avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
+// Whether the loops written for AVX-512 alone are compiled: where either AVX-512 form is (with
+// clang, whose pragma does not reach the lambdas they use, where the program's flags have it).
+#if defined(__clang__)
+#define MESHTENSOR_AVX512_COMPILED (MESHTENSOR_BUILD_CPU_LEVEL >= 2)
+#else
+#define MESHTENSOR_AVX512_COMPILED (MESHTENSOR_FORM_COMPILED(2) || MESHTENSOR_FORM_COMPILED(3))
+#endif
 #define MESHTENSOR_PRAGMA(text) _Pragma(#text)
 #if defined(__clang__)
 #define MESHTENSOR_FORM_BEGIN(instructions) \
@@ -139,6 +146,12 @@ inline InstructionSet form_within(InstructionSet usable) {
        {InstructionSet::avx512_bf16, InstructionSet::avx512, InstructionSet::avx2})
     if (set <= usable && form_compiled(set)) return set;
   return InstructionSet::baseline;
+}
+
+/// Whether the loops written for AVX-512 alone (pooling, the normalisations' gradient sums, the
+/// loss's tiles, conversions; compiled where MESHTENSOR_AVX512_COMPILED) run on this CPU.
+inline bool avx512_loops_run() {
+  return MESHTENSOR_AVX512_COMPILED && cpu_instruction_set() >= InstructionSet::avx512;
 }
 
 }  // namespace meshtensor::kernels::cpu

@@ -382,7 +382,7 @@ std::vector<double> norm_gradient_sums(const Sizes& sizes, const Strides& key_st
   const KeyedBlock st(sizes, key_strides, scale.size());
 #ifdef MESHTENSOR_REGISTER_SUMS  // AVX-512: float or bfloat16 values, keys dividing 64
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)
-    if (st.keys_innermost() && KeyLanes::wide % std::int64_t(st.keys) == 0)
+    if (st.keys_innermost() && KeyLanes::wide % std::int64_t(st.keys) == 0 && avx512_loops_run())
       return register_gradient_sums(st, g, v, mask, scale, shift);
 #endif
   using C = compute_t<T>;

@@ -10,12 +10,14 @@
 
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if MESHTENSOR_AVX512_COMPILED  // and they run where avx512_loops_run()
 #include <immintrin.h>
 
 namespace meshtensor::kernels::cpu {
-#define MESHTENSOR_REGISTER_SUMS 1  // the sums below exist in this build
+#define MESHTENSOR_REGISTER_SUMS 1  // the sums below exist in this program
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
 
 namespace register_sums_detail {
 
@@ -69,5 +71,6 @@ void add_register_gradient_sums(const T* g, const T* v, const T* x, const float*
     _mm512_storeu_ps(sums[1] + 16 * q, sum_gv[q]);
   }
 }
+MESHTENSOR_FORM_END
 }  // namespace meshtensor::kernels::cpu
 #endif

@@ -7,8 +7,6 @@
 // first. The workspace holds each output's window index (0-7, window order: dim 0 slowest), and
 // ties go to the first maximum in window order, as in the reference kernels and oneDNN.
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -16,6 +14,11 @@
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
+
+#if MESHTENSOR_AVX512_COMPILED
+#include <immintrin.h>
+#endif
 
 namespace meshtensor::kernels::cpu {
 
@@ -132,7 +135,8 @@ void backward_row(const T* __restrict grad_output, const std::uint8_t* __restric
       }
 }
 
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if MESHTENSOR_AVX512_COMPILED  // and they run where avx512_loops_run()
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
 // Rows of channels in eights, 8 channels a vector, written out with intrinsics: faster than GCC's
 // vectorised loops above, whose bfloat16 backward loop miscompiled with its channels fixed.
 
@@ -201,6 +205,7 @@ void backward_row_eights(const T* grad_output, const std::uint8_t* at, int k01, 
       }
     }
 }
+MESHTENSOR_FORM_END
 #endif
 
 }  // namespace pair_pool_detail
@@ -216,9 +221,9 @@ void pair_max_pool_forward(const PoolGeometry& g, const T* input, T* output, voi
     for (std::int64_t o1 = 0; o1 < out1; ++o1) {
       const auto row = [&](int k0, int k1) { return plane + (k0 * in1 + 2 * o1 + k1) * in2 * c; };
       const std::int64_t first = (q * out1 + o1) * out2 * c;
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if MESHTENSOR_AVX512_COMPILED
       if constexpr (pair_pool_detail::eights<T>)
-        if (c % 8 == 0) {
+        if (c % 8 == 0 && avx512_loops_run()) {
           pair_pool_detail::forward_row_eights(row(0, 0), row(0, 1), row(1, 0), row(1, 1),
                                                output + first, index + first, out2, c);
           continue;
@@ -250,9 +255,9 @@ void pair_max_pool_backward(const PoolGeometry& g, const T* grad_output, const v
                 grad_output + first, index + first, k0 * 2 + k1,
                 plane + (k0 * in1 + 2 * o1 + k1) * in2 * c, out2, c);
       };
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#if MESHTENSOR_AVX512_COMPILED
       if constexpr (pair_pool_detail::eights<T>)
-        if (c % 8 == 0) {
+        if (c % 8 == 0 && avx512_loops_run()) {
           for (int k01 = 0; k01 < 4; ++k01)
             pair_pool_detail::backward_row_eights(
                 grad_output + first, index + first, k01,

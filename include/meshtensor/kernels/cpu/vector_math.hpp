@@ -8,7 +8,9 @@
 #include <cstring>
 #include <iterator>
 
-#if defined(__AVX512F__)
+#include "meshtensor/kernels/cpu/instruction_set.hpp"
+
+#if MESHTENSOR_AVX512_COMPILED
 #include <immintrin.h>
 #endif
 
@@ -71,7 +73,8 @@ inline float log_approx(float x) {
   return m + y + e * ln2_high;
 }
 
-#if defined(__AVX512F__)
+#if MESHTENSOR_AVX512_COMPILED
+MESHTENSOR_FORM_BEGIN(MESHTENSOR_AVX512_INSTRUCTIONS)
 /// exp_approx on 16 floats (the zero-masking forms of the intrinsics: GCC 12 warns of the plain
 /// ones' undefined operand). A NaN stays NaN (the clamp's operands in the order that keeps it).
 inline __m512 exp_approx(__m512 x) {
@@ -114,6 +117,7 @@ inline __m512 log_approx(__m512 x) {
   y = _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, y);
   return _mm512_fmadd_ps(e, _mm512_set1_ps(ln2_high), _mm512_add_ps(m, y));
 }
+MESHTENSOR_FORM_END
 #endif
 
 }  // namespace meshtensor::kernels::cpu
