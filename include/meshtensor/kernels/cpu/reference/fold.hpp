@@ -32,12 +32,14 @@ void fold(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T
   if (inner_merged.size() == 1) {
     // One run per output (a softmax's classes at each position): a plain loop, in the same order.
     const std::int64_t n = inner_merged[0];
+    // (A lambda may not capture a structured binding in C++17: clang refuses.)
+    const auto& walk = inner_walk;
     for_each_offset<N>(outer, outer_strides, [&](const std::array<std::int64_t, N>& base) {
       Acc acc = init;
       for (std::int64_t i = 0; i < n; ++i) {
-        Acc product = static_cast<Acc>(operands[0].data[base[0] + i * inner_walk[0][0]]);
+        Acc product = static_cast<Acc>(operands[0].data[base[0] + i * walk[0][0]]);
         for (std::size_t k = 1; k < N; ++k)
-          product *= static_cast<Acc>(operands[k].data[base[k] + i * inner_walk[k][0]]);
+          product *= static_cast<Acc>(operands[k].data[base[k] + i * walk[k][0]]);
         acc = combine(acc, product);
       }
       out[o++] = static_cast<Out>(acc);
