@@ -142,121 +142,144 @@ namespace detail {
 // Each function below: the same function of the form `instruction_set()` names
 // (rows/form/passes.hpp and the files rows/form/all.hpp lists say what each does).
 
-inline bool takes(const ConvGeometry& g, std::int64_t few = 8) {
+inline bool takes([[maybe_unused]] const ConvGeometry& g, [[maybe_unused]] std::int64_t few = 8) {
   MESHTENSOR_ON_TARGET(instruction_set(), takes(g, few));
   return false;
 }
-inline bool fits_forward(const ConvGeometry& g) {
+inline bool fits_forward([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_forward(g));
   return false;
 }
-inline bool fits_backward_input(const ConvGeometry& g) {
+inline bool fits_backward_input([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_backward_input(g));
   return false;
 }
-inline bool fits_backward_weight(const ConvGeometry& g, std::int64_t few = 8) {
+inline bool fits_backward_weight([[maybe_unused]] const ConvGeometry& g,
+                                 [[maybe_unused]] std::int64_t few = 8) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_backward_weight(g, few));
   return false;
 }
 inline bool fits_forward_bf16(const ConvGeometry& g) { return fits_forward(g); }
 inline bool fits_backward_input_bf16(const ConvGeometry& g) { return fits_backward_input(g); }
-inline bool fits_backward_weight_bf16(const ConvGeometry& g,
-                                      Bf16Products products = bf16_products()) {
+inline bool fits_backward_weight_bf16([[maybe_unused]] const ConvGeometry& g,
+                                      [[maybe_unused]] Bf16Products products = bf16_products()) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_backward_weight_bf16(g, products));
   return false;
 }
-inline bool fits_one_channel_forward(const ConvGeometry& g) {
+inline bool fits_one_channel_forward([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_one_channel_forward(g));
   return false;
 }
-inline bool fits_one_channel_forward_bf16(const ConvGeometry& g) {
+inline bool fits_one_channel_forward_bf16([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_one_channel_forward_bf16(g));
   return false;
 }
-inline bool fits_one_channel_weight(const ConvGeometry& g) {
+inline bool fits_one_channel_weight([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_one_channel_weight(g));
   return false;
 }
-inline bool fits_channel_lanes_weight(const ConvGeometry& g) {
+inline bool fits_channel_lanes_weight([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), fits_channel_lanes_weight(g));
   return false;
 }
-inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
+inline bool runs_channel_lanes_weight([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), runs_channel_lanes_weight(g));
   return false;
 }
-inline bool forward_reads_planes(const ConvGeometry& g) {
+inline bool forward_reads_planes([[maybe_unused]] const ConvGeometry& g) {
   MESHTENSOR_ON_TARGET(instruction_set(), forward_reads_planes(g));
   return false;
 }
 template <class T>
-bool takes_output_parts(const ChannelParts<T>& parts) {
+bool takes_output_parts([[maybe_unused]] const ChannelParts<T>& parts) {
   MESHTENSOR_ON_TARGET(instruction_set(), takes_output_parts(parts));
   return false;
 }
 
-inline void conv_forward(const ConvGeometry& g, const ChannelParts<const float>& input,
-                         const float* weight, const ChannelParts<float>& output,
-                         OutputStores stores = OutputStores::by_size) {
+inline void conv_forward([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const ChannelParts<const float>& input,
+                         [[maybe_unused]] const float* weight,
+                         [[maybe_unused]] const ChannelParts<float>& output,
+                         [[maybe_unused]] OutputStores stores = OutputStores::by_size) {
   MESHTENSOR_ON_TARGET(instruction_set(), conv_forward(g, input, weight, output, stores));
   detail::no_form();
 }
-inline void conv_forward(const ConvGeometry& g, const float* input, const float* weight,
-                         float* output, OutputStores stores = OutputStores::by_size) {
+inline void conv_forward([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const float* input, [[maybe_unused]] const float* weight,
+                         [[maybe_unused]] float* output,
+                         [[maybe_unused]] OutputStores stores = OutputStores::by_size) {
   MESHTENSOR_ON_TARGET(instruction_set(), conv_forward(g, input, weight, output, stores));
   detail::no_form();
 }
-inline void conv_forward(const ConvGeometry& g, const ChannelParts<const bfloat16>& input,
-                         const bfloat16* weight, const ChannelParts<bfloat16>& output,
-                         OutputStores stores = OutputStores::by_size,
-                         Bf16Products products = bf16_products()) {
+inline void conv_forward([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const ChannelParts<const bfloat16>& input,
+                         [[maybe_unused]] const bfloat16* weight,
+                         [[maybe_unused]] const ChannelParts<bfloat16>& output,
+                         [[maybe_unused]] OutputStores stores = OutputStores::by_size,
+                         [[maybe_unused]] Bf16Products products = bf16_products()) {
   MESHTENSOR_ON_TARGET(instruction_set(), conv_forward(g, input, weight, output, stores, products));
   detail::no_form();
 }
-inline void conv_forward(const ConvGeometry& g, const bfloat16* input, const bfloat16* weight,
-                         bfloat16* output, OutputStores stores = OutputStores::by_size,
-                         Bf16Products products = bf16_products()) {
+inline void conv_forward([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const bfloat16* input,
+                         [[maybe_unused]] const bfloat16* weight, [[maybe_unused]] bfloat16* output,
+                         [[maybe_unused]] OutputStores stores = OutputStores::by_size,
+                         [[maybe_unused]] Bf16Products products = bf16_products()) {
   MESHTENSOR_ON_TARGET(instruction_set(), conv_forward(g, input, weight, output, stores, products));
   detail::no_form();
 }
 template <class T>
-void conv_forward_one_channel(const ConvGeometry& g, const T* input, const T* weight, T* output,
-                              bool around_cache) {
+void conv_forward_one_channel([[maybe_unused]] const ConvGeometry& g,
+                              [[maybe_unused]] const T* input, [[maybe_unused]] const T* weight,
+                              [[maybe_unused]] T* output, [[maybe_unused]] bool around_cache) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_forward_one_channel(g, input, weight, output, around_cache));
   detail::no_form();
 }
 
 template <class T, class GradInput>
-void conv_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
-                         GradInput grad_input, OutputStores stores = OutputStores::by_size) {
+void conv_backward_input([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const T* grad_output, [[maybe_unused]] const T* weight,
+                         [[maybe_unused]] GradInput grad_input,
+                         [[maybe_unused]] OutputStores stores = OutputStores::by_size) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_backward_input(g, grad_output, weight, grad_input, stores));
   detail::no_form();
 }
 template <class GradInput>
-void conv_backward_input(const ConvGeometry& g, const bfloat16* grad_output, const bfloat16* weight,
-                         GradInput grad_input, OutputStores stores, Bf16Products products) {
+void conv_backward_input([[maybe_unused]] const ConvGeometry& g,
+                         [[maybe_unused]] const bfloat16* grad_output,
+                         [[maybe_unused]] const bfloat16* weight,
+                         [[maybe_unused]] GradInput grad_input,
+                         [[maybe_unused]] OutputStores stores,
+                         [[maybe_unused]] Bf16Products products) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_backward_input(g, grad_output, weight, grad_input, stores, products));
   detail::no_form();
 }
 
 template <class Input, class T>
-void conv_backward_weight(const ConvGeometry& g, const Input& input, const T* grad_output,
-                          double* grad_weight) {
+void conv_backward_weight([[maybe_unused]] const ConvGeometry& g,
+                          [[maybe_unused]] const Input& input,
+                          [[maybe_unused]] const T* grad_output,
+                          [[maybe_unused]] double* grad_weight) {
   MESHTENSOR_ON_TARGET(instruction_set(), conv_backward_weight(g, input, grad_output, grad_weight));
   detail::no_form();
 }
 template <class Input>
-void conv_backward_weight(const ConvGeometry& g, const Input& input, const bfloat16* grad_output,
-                          double* grad_weight, Bf16Products products) {
+void conv_backward_weight([[maybe_unused]] const ConvGeometry& g,
+                          [[maybe_unused]] const Input& input,
+                          [[maybe_unused]] const bfloat16* grad_output,
+                          [[maybe_unused]] double* grad_weight,
+                          [[maybe_unused]] Bf16Products products) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_backward_weight(g, input, grad_output, grad_weight, products));
   detail::no_form();
 }
-inline void conv_backward_weight_one_channel(const ConvGeometry& g, const float* input,
-                                             const float* grad_output, double* grad_weight) {
+inline void conv_backward_weight_one_channel([[maybe_unused]] const ConvGeometry& g,
+                                             [[maybe_unused]] const float* input,
+                                             [[maybe_unused]] const float* grad_output,
+                                             [[maybe_unused]] double* grad_weight) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_backward_weight_one_channel(g, input, grad_output, grad_weight));
   detail::no_form();
@@ -264,9 +287,11 @@ inline void conv_backward_weight_one_channel(const ConvGeometry& g, const float*
 
 /// The plane [n1][n2][c] at `in` turned channel by channel (rows/form/planar_rows.hpp).
 template <class From, class To>
-void to_planar(const From* in, std::int64_t n1, std::int64_t n2, std::int64_t c,
-               const RowFormat& format, To* out, std::int64_t row_stride = 0,
-               const ChannelAffine* affine = nullptr) {
+void to_planar([[maybe_unused]] const From* in, [[maybe_unused]] std::int64_t n1,
+               [[maybe_unused]] std::int64_t n2, [[maybe_unused]] std::int64_t c,
+               [[maybe_unused]] const RowFormat& format, [[maybe_unused]] To* out,
+               [[maybe_unused]] std::int64_t row_stride = 0,
+               [[maybe_unused]] const ChannelAffine* affine = nullptr) {
   MESHTENSOR_ON_TARGET(instruction_set(),
                        to_planar(in, n1, n2, c, format, out, row_stride, affine));
   detail::no_form();
