@@ -61,6 +61,15 @@ inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
+/// The instruction set whose form of the kernels runs on this processor: the widest compiled one
+/// that the CPU has and the kernel policy allows (KernelPolicy::cpu_instructions).
+inline cpu::InstructionSet instruction_set() {
+  return cpu::form_within(cpu::usable_instruction_set(current_processor().settings().kernels));
+}
+
+/// Whether any form runs here (AVX2 and FMA at least).
+inline bool available() { return instruction_set() != cpu::InstructionSet::baseline; }
+
 /// Whether these kernels run the shapes they fit: yes unless the processor's kernel policy turns
 /// them off (KernelPolicy::row_kernels, to compare with the kernels that would run instead).
 inline bool enabled() { return current_processor().settings().kernels.row_kernels; }
@@ -86,8 +95,7 @@ enum class Bf16Products { dot, widened };
 
 /// Whether the CPU has AVX512_BF16's dot products and the kernel policy allows them.
 inline bool bf16_dot_products_available() {
-  return cpu::form_within(cpu::usable_instruction_set(current_processor().settings().kernels)) ==
-         cpu::InstructionSet::avx512_bf16;
+  return instruction_set() == cpu::InstructionSet::avx512_bf16;
 }
 
 inline Bf16Products bf16_products() {
@@ -123,15 +131,6 @@ inline void stream_fence() {
 #include "meshtensor/kernels/cpu/for_each_form.hpp"
 
 namespace meshtensor::kernels::rows {
-
-/// The instruction set whose form of the kernels runs on this processor: the widest compiled one
-/// that the CPU has and the kernel policy allows (KernelPolicy::cpu_instructions).
-inline cpu::InstructionSet instruction_set() {
-  return cpu::form_within(cpu::usable_instruction_set(current_processor().settings().kernels));
-}
-
-/// Whether any form runs here (AVX2 and FMA at least).
-inline bool available() { return instruction_set() != cpu::InstructionSet::baseline; }
 
 namespace detail {
 [[noreturn]] inline void no_form() {
