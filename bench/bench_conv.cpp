@@ -1,6 +1,7 @@
 // 3x3x3 convolution throughput, forward + backward (data and weights), batch 1, "same" padding:
 // meshtensor's conv op on one processor (forward, then backward through the tape), meshtensor's
-// kernels pass by pass (kernels/conv.hpp: the row kernels where they fit, else oneDNN's), and the
+// kernels pass by pass (the candidates kernels/conv_candidates.hpp chose, named in the line's
+// "kernels": forward/data/weights), and the
 // raw oneDNN primitives in the formats oneDNN picks, data already in those formats (the floor any
 // framework on oneDNN can reach). Also the machine's FMA peak, and each line's share of it. One
 // JSON object per line. A channel entry is C (C -> C) or CIN:COUT (1:8, the U-Net's first layer).
@@ -133,7 +134,7 @@ double fma_peak = 0;  // GFLOP/s, measured first
 
 // The passes' GFLOP/s where they were timed apart, and the whole: `passes` of them.
 void print(const char* impl, Channels c, long s, int threads, const std::array<double, 3>& t,
-           int passes = 3) {
+           int passes = 3, const std::string& kernels = "") {
   const double total = t[0] + t[1] + t[2], pass = conv_flops(c, s) / 1e9;
   const double gflops = passes * pass / total;
   std::printf(
@@ -146,6 +147,7 @@ void print(const char* impl, Channels c, long s, int threads, const std::array<d
         ",\"forward_gflops\":%.2f,\"backward_data_gflops\":%.2f,"
         "\"backward_weights_gflops\":%.2f",
         t[0] > 0 ? pass / t[0] : 0.0, t[1] > 0 ? pass / t[1] : 0.0, pass / t[2]);
+  if (!kernels.empty()) std::printf(",\"kernels\":\"%s\"", kernels.c_str());
   std::printf("}\n");
   std::fflush(stdout);
 }
@@ -232,15 +234,31 @@ std::array<double, 3> meshtensor_conv(mt::Mesh& mesh, Channels c, long s, double
 
 // The kernels the conv op calls, pass by pass, on a whole block with 'same' zero padding, in
 // element type T (float or bfloat16).
-template <class T>
-std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
-  namespace kernels = mt::kernels;
-  kernels::ConvGeometry g;
+mt::kernels::ConvGeometry same_padding(Channels c, long s) {
+  mt::kernels::ConvGeometry g;
   g.c_in = c.in;
   g.c_out = c.out;
   g.in = g.out = {s, s, s};
   g.kernel = {3, 3, 3};
   for (auto& taps : g.taps) taps.origin = -1;
+  return g;
+}
+
+// The candidates that ran each pass (kernels/conv_candidates.hpp), forward/data/weights.
+template <class T>
+std::string kernel_names(Channels c, long s) {
+  using Pass = mt::kernels::plan::ConvClass::Pass;
+  const auto g = same_padding(c, s);
+  std::string names;
+  for (Pass pass : {Pass::forward, Pass::backward_input, Pass::backward_weight})
+    names += (names.empty() ? "" : "/") + mt::kernels::conv_kernel_name<T>(g, pass);
+  return names;
+}
+
+template <class T>
+std::array<double, 3> meshtensor_kernels(Channels c, long s, double seconds) {
+  namespace kernels = mt::kernels;
+  const kernels::ConvGeometry g = same_padding(c, s);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1, 1);
   // Aligned as the library's tensors are: streamed stores need whole aligned vectors, and an
@@ -293,12 +311,16 @@ int main(int argc, char** argv) {
       [&](mt::Mesh& mesh) {
         for (long s : options.sizes)
           for (Channels c : options.channels) {
-            if (options.fp32)
-              print("meshtensor_kernels", c, s, threads,
-                    meshtensor_kernels<float>(c, s, options.seconds));
-            if (options.bf16)
-              print("meshtensor_kernels_bf16", c, s, threads,
-                    meshtensor_kernels<mt::bfloat16>(c, s, options.seconds));
+            // Named after the timing: a raced pair's winner is known then.
+            if (options.fp32) {
+              const auto t = meshtensor_kernels<float>(c, s, options.seconds);
+              print("meshtensor_kernels", c, s, threads, t, 3, kernel_names<float>(c, s));
+            }
+            if (options.bf16) {
+              const auto t = meshtensor_kernels<mt::bfloat16>(c, s, options.seconds);
+              print("meshtensor_kernels_bf16", c, s, threads, t, 3,
+                    kernel_names<mt::bfloat16>(c, s));
+            }
           }
         if (!options.fp32) return;
         for (long s : options.sizes)

@@ -7,18 +7,23 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <meshtensor/core/bfloat16.hpp>
 #include <meshtensor/kernels/common/input_gradient_as_forward.hpp>
 #include <meshtensor/kernels/common/strided.hpp>
+#include <meshtensor/kernels/conv.hpp>
 #include <meshtensor/kernels/cpu/blocked/conv.hpp>
 #include <meshtensor/kernels/cpu/copy.hpp>
 #include <meshtensor/kernels/cpu/elementwise.hpp>
@@ -29,6 +34,7 @@
 #include <meshtensor/kernels/cpu/reference/pool.hpp>
 #include <meshtensor/kernels/cpu/rows/conv.hpp>
 #include <meshtensor/kernels/cpu/vector_rate.hpp>
+#include <meshtensor/kernels/pool.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/cpu/onednn/conv.hpp>
 #include <meshtensor/kernels/cpu/onednn/pool.hpp>
@@ -190,6 +196,88 @@ TEST_CASE("fast and reference convolution kernels agree") {
   }
 }
 
+namespace {
+// One pass of `check` on T through the convolution family, where the candidate forced by the
+// processor's policy supports it; the gap to the reference loops, or -1 where it does not.
+template <class T>
+double forced_pass_gap(const ConvCheck& check, std::size_t candidate, plan::ConvClass::Pass pass) {
+  const ConvGeometry& g = check.g;
+  if (!ConvCandidates::supports(
+          candidate, meshtensor::kernels::detail::whole_problem(g, pass, element_of<T>())))
+    return -1;
+  REQUIRE(conv_kernel_name<T>(g, pass) == ConvCandidates::names[candidate]);
+  const auto as_t = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const std::vector<T> x = as_t(check.x), w = as_t(check.w), dy = as_t(check.dy);
+  switch (pass) {
+    case plan::ConvClass::forward: {
+      std::vector<T> y(check.out_n);
+      meshtensor::kernels::conv_forward(g, x.data(), w.data(), y.data());
+      return relative_gap(widen(check.y_ref), widen(y));
+    }
+    case plan::ConvClass::backward_input: {
+      std::vector<T> dx(check.in_n);
+      meshtensor::kernels::conv_backward_input(g, dy.data(), w.data(), dx.data());
+      return relative_gap(widen(check.dx_ref), widen(dx));
+    }
+    default: {  // the weight gradient
+      std::vector<double> dw(check.w_n, 0.0);
+      meshtensor::kernels::conv_backward_weight(g, x.data(), dy.data(), dw.data());
+      return relative_gap(check.dw_ref, dw);
+    }
+  }
+  return -1;
+}
+
+// Whether this build and CPU run `name` on some of the shapes below.
+bool runs_here(std::string_view name) {
+  if (name == "reference" || name == "widened") return true;
+  if (reference_kernels) return false;
+  if (name == "onednn" || name == "onednn_bf16") return onednn_kernels;
+  if (name == "rows") return rows::available();
+  return true;  // blocked (double), pointwise
+}
+}  // namespace
+
+TEST_CASE("each convolution candidate, forced, runs what it supports as the reference loops do") {
+  std::vector<Case> cases = conv_cases();
+  cases.push_back({{4, 4, 6}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 2, 8, 3, false});  // pointwise's
+  for (std::size_t candidate = 0; candidate < ConvCandidates::size; ++candidate) {
+    const std::string name(ConvCandidates::names[candidate]);
+    INFO("the " << name << " candidate");
+    const Setting forced("MESHTENSOR_CONV_KERNEL", name.c_str());
+    int ran = 0;
+    for (const Case& c : cases) {
+      const ConvCheck check(c), exact(c, /*bf16_values=*/true);
+      INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
+                  << c.c_out << (c.transposed ? " transposed" : ""));
+      for (const auto pass : {plan::ConvClass::forward, plan::ConvClass::backward_input,
+                              plan::ConvClass::backward_weight}) {
+        const bool weight_pass = pass == plan::ConvClass::backward_weight;
+        for (const double gap : {forced_pass_gap<float>(check, candidate, pass),
+                                 forced_pass_gap<double>(check, candidate, pass)}) {
+          if (gap < 0) continue;
+          CHECK(gap < 1e-4);
+          ++ran;
+        }
+        // bfloat16 results are rounded once (a weight gradient's sums are not).
+        const double bf16_gap = forced_pass_gap<meshtensor::bfloat16>(exact, candidate, pass);
+        if (bf16_gap < 0) continue;
+        CHECK(bf16_gap < (weight_pass ? 1e-4 : 4e-3));
+        ++ran;
+      }
+    }
+    CHECK((ran > 0) == runs_here(name));
+  }
+  const Setting unknown("MESHTENSOR_CONV_KERNEL", "fastest");
+  const ConvCheck check(conv_cases().front());
+  std::vector<float> y(check.out_n);
+  CHECK_THROWS_WITH(
+      meshtensor::kernels::conv_forward(check.g, check.x.data(), check.w.data(), y.data()),
+      Catch::Matchers::Contains(
+          "MESHTENSOR_CONV_KERNEL=fastest: no such kernel; expected auto or one of "
+          "onednn_bf16, rows, pointwise, widened, onednn, blocked, reference"));
+}
+
 TEST_CASE("a stride-1 convolution's input gradient is the forward convolution of flipped weights") {
   int stride_one = 0;
   for (const auto& c : conv_cases()) {
@@ -204,7 +292,7 @@ TEST_CASE("a stride-1 convolution's input gradient is the forward convolution of
     CHECK((f->in == check.g.out && f->out == check.g.in && f->c_in == c.c_out));
     std::vector<float> flipped(check.w.size()), dx(check.in_n);
     flip_weights(check.g, check.w.data(), flipped.data());
-    conv_forward(*f, check.dy.data(), flipped.data(), dx.data());
+    reference::conv_forward(*f, check.dy.data(), flipped.data(), dx.data());
     CHECK(relative_gap(widen(check.dx_ref), widen(dx)) < 1e-5);
   }
   CHECK(stride_one >= 5);
@@ -759,47 +847,138 @@ TEST_CASE("row kernels turn down transposed convolutions, strided rows and short
 }
 
 #ifdef MESHTENSOR_WITH_ONEDNN
-TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
-  struct PoolCase {
-    std::array<std::int64_t, 3> out, kernel, stride;
-    std::int64_t batch, channels;
-    std::int64_t extra = 0;  // box positions beyond the last window: oneDNN cannot take those
-  };
-  const std::vector<PoolCase> cases{
+namespace {
+struct PoolCase {
+  std::array<std::int64_t, 3> out, kernel, stride;
+  std::int64_t batch, channels;
+  std::int64_t extra = 0;  // box positions beyond the last window: oneDNN cannot take those
+};
+
+std::vector<PoolCase> pool_cases() {
+  return {
       {{8, 6, 4}, {2, 2, 2}, {2, 2, 2}, 1, 8},  // the U-Net's down-sampling
       {{3, 5, 4}, {2, 2, 2}, {2, 2, 2}, 2, 17},
       {{4, 3, 5}, {3, 3, 3}, {2, 2, 2}, 1, 16},  // overlapping windows
       {{5, 4, 3}, {3, 1, 2}, {1, 1, 2}, 3, 1},
       {{4, 4, 4}, {3, 3, 3}, {2, 2, 2}, 1, 8, 1},  // falls back to reference
   };
-  for (const auto& c : cases) {
-    PoolGeometry g;
-    g.batch = c.batch;
-    g.channels = c.channels;
-    g.out = c.out;
-    g.kernel = c.kernel;
-    for (int d = 0; d < 3; ++d) {
-      g.taps[d] = Taps{false, 0, c.stride[d], 1};
-      g.in[d] = (c.out[d] - 1) * c.stride[d] + c.kernel[d] + c.extra;
-      g.inside_begin[d] = 0;
-      g.inside_end[d] = g.in[d];
+}
+
+PoolGeometry pool_geometry(const PoolCase& c) {
+  PoolGeometry g;
+  g.batch = c.batch;
+  g.channels = c.channels;
+  g.out = c.out;
+  g.kernel = c.kernel;
+  for (int d = 0; d < 3; ++d) {
+    g.taps[d] = Taps{false, 0, c.stride[d], 1};
+    g.in[d] = (c.out[d] - 1) * c.stride[d] + c.kernel[d] + c.extra;
+    g.inside_begin[d] = 0;
+    g.inside_end[d] = g.in[d];
+  }
+  return g;
+}
+
+std::size_t pool_input_size(const PoolGeometry& g) {
+  return std::size_t(g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels);
+}
+std::size_t pool_output_size(const PoolGeometry& g) {
+  return std::size_t(g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels);
+}
+
+// Half the inputs are ReLU's zeros: many windows have several maxima. Values a bfloat16 holds.
+std::vector<float> pool_inputs(std::size_t n) {
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = float(meshtensor::bfloat16(std::max(0.0f, float(std::sin(0.7 * i + 0.3)))));
+  return x;
+}
+std::vector<float> pool_gradients(std::size_t n) {
+  std::vector<float> dy(n);
+  for (std::size_t i = 0; i < n; ++i)
+    dy[i] = float(meshtensor::bfloat16(float(std::sin(2.1 * i + 1))));
+  return dy;
+}
+
+// The family's max and average pooling of `c` on T, forward and backward, against the reference
+// loops on the same values; false where the forced `candidate` does not run it.
+template <class T>
+bool forced_pool_matches(const PoolCase& c, std::size_t candidate) {
+  namespace k = meshtensor::kernels;
+  const PoolGeometry g = pool_geometry(c);
+  const std::size_t in_n = pool_input_size(g), out_n = pool_output_size(g);
+  const std::vector<float> x = pool_inputs(in_n), dy = pool_gradients(out_n);
+  const std::vector<T> xt(x.begin(), x.end()), dyt(dy.begin(), dy.end());
+  const double rounding = std::is_same_v<T, meshtensor::bfloat16> ? 4e-3 : 1e-6;
+  bool ran = false;
+  if (PoolCandidates::supports(candidate,
+                               k::detail::pool_problem<T>(g, PoolProblem::Kind::max, false))) {
+    ran = true;
+    REQUIRE(k::pool_kernel_name<T>(g, PoolProblem::Kind::max) == PoolCandidates::names[candidate]);
+    std::vector<std::uint8_t> ws_ref(reference::max_pool_workspace_bytes(g)),
+        ws(k::max_pool_workspace_bytes<T>(g));
+    std::vector<float> y_ref(out_n), dx_ref(in_n, 7.0f);
+    std::vector<T> y(out_n), dx(in_n, T(7.0f));
+    reference::max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
+    reference::max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
+    k::max_pool_forward(g, xt.data(), y.data(), ws.data());
+    k::max_pool_backward(g, dyt.data(), ws.data(), dx.data());
+    CHECK(widen(y) == widen(y_ref));
+    CHECK(relative_gap(widen(dx_ref), widen(dx)) < rounding);  // overlapping windows add
+  }
+  for (bool count_padding : {true, false}) {
+    const PoolProblem p =
+        k::detail::pool_problem<T>(g, PoolProblem::Kind::average, false, count_padding);
+    if (!PoolCandidates::supports(candidate, p)) continue;
+    ran = true;
+    std::vector<float> a_ref(out_n), da_ref(in_n, 7.0f);
+    std::vector<T> a(out_n), da(in_n, T(7.0f));
+    reference::avg_pool_forward(g, x.data(), a_ref.data(), count_padding);
+    reference::avg_pool_backward(g, dy.data(), da_ref.data(), count_padding);
+    k::avg_pool_forward(g, xt.data(), a.data(), count_padding);
+    k::avg_pool_backward(g, dyt.data(), da.data(), count_padding);
+    CHECK(relative_gap(widen(a_ref), widen(a)) < rounding);
+    CHECK(relative_gap(widen(da_ref), widen(da)) < rounding);
+  }
+  return ran;
+}
+}  // namespace
+
+TEST_CASE("each pooling candidate, forced, pools as the reference loops do") {
+  for (std::size_t candidate = 0; candidate < PoolCandidates::size; ++candidate) {
+    const std::string name(PoolCandidates::names[candidate]);
+    INFO("the " << name << " candidate");
+    const Setting forced("MESHTENSOR_POOL_KERNEL", name.c_str());
+    int ran = 0;
+    for (const PoolCase& c : pool_cases()) {
+      INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", kernel " << c.kernel[0]
+                  << "x" << c.kernel[1] << "x" << c.kernel[2] << ", " << c.channels << " channels");
+      ran += forced_pool_matches<float>(c, candidate);
+      ran += forced_pool_matches<double>(c, candidate);
+      ran += forced_pool_matches<meshtensor::bfloat16>(c, candidate);
     }
+    const bool expected = name == "reference" || name == "widened" ||
+                          (name == "pair" && !reference_kernels) ||
+                          (name == "onednn" && onednn_kernels);
+    CHECK((ran > 0) == expected);
+  }
+}
+
+TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
+  for (const auto& c : pool_cases()) {
+    const PoolGeometry g = pool_geometry(c);
     INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", kernel " << c.kernel[0]
                 << "x" << c.kernel[1] << "x" << c.kernel[2] << ", " << c.channels << " channels");
     CHECK(onednn::detail::supported(g) == (c.extra == 0));
-    const std::size_t in_n = g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
-    const std::size_t out_n = g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
-    // Half the inputs are ReLU's zeros: many windows have several maxima.
-    std::vector<float> x(in_n), dy(out_n);
-    for (std::size_t i = 0; i < in_n; ++i) x[i] = std::max(0.0f, float(std::sin(0.7 * i + 0.3)));
-    for (std::size_t i = 0; i < out_n; ++i) dy[i] = float(std::sin(2.1 * i + 1));
+    const std::size_t in_n = pool_input_size(g), out_n = pool_output_size(g);
+    const std::vector<float> x = pool_inputs(in_n), dy = pool_gradients(out_n);
 
-    std::vector<std::uint8_t> ws_ref(max_pool_workspace_bytes(g)),
+    std::vector<std::uint8_t> ws_ref(reference::max_pool_workspace_bytes(g)),
         ws(onednn::max_pool_workspace_bytes<float>(g));
     if (c.extra == 0) CHECK(ws.size() * 8 <= ws_ref.size());  // a byte per output, not eight
     std::vector<float> y_ref(out_n), y(out_n), dx_ref(in_n, 7.0f), dx(in_n, 7.0f);
-    max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
-    max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
+    reference::max_pool_forward(g, x.data(), y_ref.data(), ws_ref.data());
+    reference::max_pool_backward(g, dy.data(), ws_ref.data(), dx_ref.data());
     onednn::max_pool_forward(g, x.data(), y.data(), ws.data());
     onednn::max_pool_backward(g, dy.data(), ws.data(), dx.data());
     CHECK(y == y_ref);
@@ -807,8 +986,8 @@ TEST_CASE("oneDNN and reference pooling kernels agree, ties included") {
 
     for (bool count_padding : {true, false}) {
       std::vector<float> a_ref(out_n), a(out_n), da_ref(in_n, 7.0f), da(in_n, 7.0f);
-      avg_pool_forward(g, x.data(), a_ref.data(), count_padding);
-      avg_pool_backward(g, dy.data(), da_ref.data(), count_padding);
+      reference::avg_pool_forward(g, x.data(), a_ref.data(), count_padding);
+      reference::avg_pool_backward(g, dy.data(), da_ref.data(), count_padding);
       onednn::avg_pool_forward(g, x.data(), a.data(), count_padding);
       onednn::avg_pool_backward(g, dy.data(), da.data(), count_padding);
       CHECK(relative_gap(widen(a_ref), widen(a)) < 1e-6);

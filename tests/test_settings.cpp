@@ -51,6 +51,8 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
                              {"MESHTENSOR_MAPPED_INPUTS", "off"},
                              {"MESHTENSOR_MATH", "tf32"},
                              {"MESHTENSOR_MAX_CPU_ISA", "avx2"},
+                             {"MESHTENSOR_CONV_KERNEL", "rows"},
+                             {"MESHTENSOR_POOL_KERNEL", "pair"},
                              {"MESHTENSOR_TRANSPORT", "mpi"},
                              {"MESHTENSOR_DEVICE", "cpu"},
                              {"MESHTENSOR_THREADS_PER_PROCESSOR", "3"},
@@ -69,6 +71,8 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK_FALSE(k.mapped_inputs);
   CHECK(k.math == KernelPolicy::Math::tf32);
   CHECK(k.cpu_instructions == KernelPolicy::CpuInstructions::avx2);
+  CHECK(k.conv_kernel == "rows");
+  CHECK(k.pool_kernel == "pair");
   CHECK(set.transport == "mpi");
   CHECK(set.device == "cpu");
   CHECK(set.threads_per_processor == 3);
@@ -77,6 +81,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(set.check_collectives);
   CHECK(set.max_block_bytes == 2 << 20);
   CHECK(from({{"MESHTENSOR_ROW_BANDS", "off"}}).kernels.row_bands == -1);
+  CHECK(from({{"MESHTENSOR_CONV_KERNEL", "auto"}}).kernels.conv_kernel.empty());
 }
 
 TEST_CASE("a variable with a value that is not valid is refused, naming it and the valid ones") {

@@ -80,9 +80,9 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
     Buffer<double> dw(check.w_n, 0.0);
     const ConvGeometry& g = check.g;
     const auto ran = cudnn_passes(g, x, w, dy, y, dx, dw);
-    if (!ran[0]) kernels::cpu_conv::conv_forward(g, x.data(), w.data(), y.data());
-    if (!ran[1]) kernels::cpu_conv::conv_backward_input(g, dy.data(), w.data(), dx.data());
-    if (!ran[2]) kernels::cpu_conv::conv_backward_weight(g, x.data(), dy.data(), dw.data());
+    if (!ran[0]) kernels::reference::conv_forward(g, x.data(), w.data(), y.data());
+    if (!ran[1]) kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx.data());
+    if (!ran[2]) kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw.data());
     const bool unet_shape = c.pad == 1 || c.exact_multiple;
     for (int k = 0; k < 3; ++k) {
       if (!ran[k]) WARN("cuDNN declined kernel " << k << " (forward, input, weight) of this case");

@@ -102,6 +102,11 @@ inline void apply_kernel_variables(const EnvironmentLookup& lookup, KernelPolicy
   read("MESHTENSOR_MATH", [&](const char* v, const std::string& t) {
     k.math = K::Math(setting_choice(v, t, {"fp32", "tf32"}));
   });
+  // Kernel names are checked against their family's list where a call runs.
+  read("MESHTENSOR_CONV_KERNEL",
+       [&](const char*, const std::string& t) { k.conv_kernel = t == "auto" ? "" : t; });
+  read("MESHTENSOR_POOL_KERNEL",
+       [&](const char*, const std::string& t) { k.pool_kernel = t == "auto" ? "" : t; });
   read("MESHTENSOR_MAX_CPU_ISA", [&](const char* v, const std::string& t) {
     k.cpu_instructions = K::CpuInstructions(
         setting_choice(v, t, {"best", "avx512_bf16", "avx512", "avx2", "baseline"}));

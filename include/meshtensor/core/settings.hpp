@@ -46,6 +46,11 @@ struct KernelPolicy {
   bool mapped_inputs = true;   // normalised inputs read through their affine map, not copied
   Math math = Math::fp32;
   CpuInstructions cpu_instructions = CpuInstructions::chosen;
+  /// A convolution kernel (a name in kernels/conv_candidates.hpp's list) that runs every call it
+  /// supports, the others chosen as usual; empty: chosen.
+  std::string conv_kernel;
+  /// The same for pooling (kernels/pool_candidates.hpp).
+  std::string pool_kernel;
 
   bool fixed() const { return choice == Choice::fixed; }
   /// The formats oneDNN's convolutions take: those forced, else timed (chosen), or the channel rule

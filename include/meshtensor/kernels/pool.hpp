@@ -1,46 +1,24 @@
 #pragma once
 // The pooling family: max and average pooling and their gradients on one block
-// (kernels/common/pool_geometry.hpp). The CPU's kernels are chosen at compile time as for
-// convolutions (kernels/conv.hpp): oneDNN when the program links meshtensor::onednn, else — and
-// with MESHTENSOR_REFERENCE_KERNELS — the reference loops; max pooling of 2 x 2 x 2 windows at
-// stride 2 on meshtensor's own (cpu/pair_pool.hpp), faster than oneDNN's at few channels;
-// bfloat16 average pooling where oneDNN does not run it on the float kernels. A GPU runs
-// meshtensor's CUDA kernels, and the CPU's for windows they cannot run (both passes of a max
-// pooling alike: they agree on the workspace's format). A plan counts an operation per (output,
-// tap) pair.
+// (kernels/common/pool_geometry.hpp). A GPU runs meshtensor's CUDA kernels, and the CPU's for
+// windows they cannot run (both passes of a max pooling alike: they agree on the workspace's
+// format); the CPU the first of kernels/pool_candidates.hpp's list that supports the call. A plan
+// counts an operation per (output, tap) pair.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
+#include <string>
 
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
-#include "meshtensor/kernels/cpu/convert.hpp"
-#include "meshtensor/kernels/cpu/pair_pool.hpp"
-#include "meshtensor/kernels/cpu/reference/pool.hpp"
-#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-#include "meshtensor/kernels/cpu/onednn/pool.hpp"
-#endif
+#include "meshtensor/kernels/pool_candidates.hpp"
+#include "meshtensor/kernels/registry.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/pool.hpp"
 #endif
 
 namespace meshtensor::kernels {
-#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-namespace cpu_pool = onednn;
-#else
-namespace cpu_pool {
-template <class T>
-std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
-  return reference::max_pool_workspace_bytes(g);
-}
-using reference::avg_pool_backward;
-using reference::avg_pool_forward;
-using reference::max_pool_backward;
-using reference::max_pool_forward;
-}  // namespace cpu_pool
-#endif
 
 namespace detail {
 inline double pool_flops(const PoolGeometry& g) {
@@ -49,85 +27,34 @@ inline double pool_flops(const PoolGeometry& g) {
   return n;
 }
 
-inline std::int64_t pool_input_size(const PoolGeometry& g) {
-  return g.batch * g.in[0] * g.in[1] * g.in[2] * g.channels;
-}
-inline std::int64_t pool_output_size(const PoolGeometry& g) {
-  return g.batch * g.out[0] * g.out[1] * g.out[2] * g.channels;
-}
-
-// Average pooling of bfloat16 blocks runs on oneDNN's bf16 kernels, or where they do not run it
-// on the float kernels, widened for the call: a window's sum in float, rounded once either way.
-// (Max pooling needs no arithmetic: it runs on bfloat16 as it is.)
-template <class T>
-bool widened_avg(const PoolGeometry& g, bool count_padding) {
-#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-  return !onednn::detail::runs_avg<T>(g, count_padding);
-#else
-  (void)g, (void)count_padding;
-  return true;
-#endif
-}
-
-// Max pooling on the CPU: 2 x 2 x 2 windows at stride 2 on meshtensor's own kernels
-// (cpu/pair_pool.hpp), others on oneDNN's or the reference ones. The choice depends on the shape
-// and type alone, so that backward reads the workspace the way forward wrote it.
-template <class T>
-bool pair_pooled(const PoolGeometry& g) {
-#if defined(MESHTENSOR_REFERENCE_KERNELS)
-  (void)g;
-  return false;
-#else
-  constexpr bool pooled_type = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
-  return pooled_type && cpu::pair_pool_fits(g);
-#endif
-}
-template <class T>
-std::size_t cpu_max_workspace_bytes(const PoolGeometry& g) {
-  return pair_pooled<T>(g) ? cpu::pair_pool_workspace_bytes(g)
-                           : cpu_pool::max_pool_workspace_bytes<T>(g);
-}
-template <class T>
-void cpu_max_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
-  if (pair_pooled<T>(g)) return cpu::pair_max_pool_forward(g, input, output, workspace);
-  cpu_pool::max_pool_forward(g, input, output, workspace);
-}
-template <class T>
-void cpu_max_backward(const PoolGeometry& g, const T* grad_output, const void* workspace,
-                      T* grad_input) {
-  if (pair_pooled<T>(g)) return cpu::pair_max_pool_backward(g, grad_output, workspace, grad_input);
-  cpu_pool::max_pool_backward(g, grad_output, workspace, grad_input);
+inline Selection select_pool(const PoolProblem& p, std::size_t from) {
+  if (from > 0) return PoolCandidates::select_from(p, from);
+  return PoolCandidates::select(p, current_processor().settings().kernels.pool_kernel,
+                                "MESHTENSOR_POOL_KERNEL");
 }
 
 template <class T>
-void cpu_avg_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    if (widened_avg<T>(g, count_padding)) {
-      Buffer<float> in(std::size_t(pool_input_size(g))), out(std::size_t(pool_output_size(g)));
-      cpu::convert(input, pool_input_size(g), in.data());
-      cpu_pool::avg_pool_forward(g, in.data(), out.data(), count_padding);
-      return cpu::convert(out.data(), pool_output_size(g), output);
-    }
-  cpu_pool::avg_pool_forward(g, input, output, count_padding);
-}
-template <class T>
-void cpu_avg_backward(const PoolGeometry& g, const T* grad_output, T* grad_input,
-                      bool count_padding) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    if (widened_avg<T>(g, count_padding)) {
-      Buffer<float> out(std::size_t(pool_output_size(g))), in(std::size_t(pool_input_size(g)));
-      cpu::convert(grad_output, pool_output_size(g), out.data());
-      cpu_pool::avg_pool_backward(g, out.data(), in.data(), count_padding);
-      return cpu::convert(in.data(), pool_input_size(g), grad_input);
-    }
-  cpu_pool::avg_pool_backward(g, grad_output, grad_input, count_padding);
+void run_pool_candidates_from(const PoolProblem& p, const PoolOperands<T>& o, std::size_t from) {
+  PoolCandidates::visit(select_pool(p, from).chosen,
+                        [&](auto candidate) { candidate.template run<T>(p, o); });
 }
 }  // namespace detail
+
+/// The candidate (kernels/pool_candidates.hpp) that runs a pooling call of `g` on T here.
+template <class T>
+std::string pool_kernel_name(const PoolGeometry& g, PoolProblem::Kind kind,
+                             bool count_padding = false) {
+  const PoolProblem p = detail::pool_problem<T>(g, kind, false, count_padding);
+  return std::string(PoolCandidates::names[detail::select_pool(p, 0).chosen]);
+}
 
 /// Bytes of max pooling's workspace on this processor.
 template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
-  const std::size_t cpu = detail::cpu_max_workspace_bytes<T>(g);
+  const PoolProblem p = detail::pool_problem<T>(g, PoolProblem::Kind::max, false);
+  const std::size_t cpu = PoolCandidates::ask<std::size_t>(
+      detail::select_pool(p, 0).chosen,
+      [&](auto candidate) { return candidate.workspace_bytes(p); });
 #if defined(MESHTENSOR_WITH_CUDA)
   if (takes_gpu_roads()) return std::max(cpu, gpu::max_pool_workspace_bytes(g));
 #endif
@@ -140,7 +67,12 @@ template <class T>
 void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* workspace) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::max_pool_forward(g, input, output, workspace)),
-           [&] { detail::cpu_max_forward(g, input, output, workspace); });
+           [&] {
+             PoolOperands<T> o;
+             o.input = input, o.output = output, o.workspace = workspace;
+             detail::run_pool_candidates_from(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::max, false), o, 0);
+           });
 }
 
 /// grad_input (the box) = grad_output routed to each window's maximum.
@@ -149,7 +81,13 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
                        T* grad_input) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::max_pool_backward(g, grad_output, workspace, grad_input)),
-           [&] { detail::cpu_max_backward(g, grad_output, workspace, grad_input); });
+           [&] {
+             PoolOperands<T> o;
+             o.grad_output = grad_output, o.grad_input = grad_input;
+             o.workspace = const_cast<void*>(workspace);  // read only, backward
+             detail::run_pool_candidates_from(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::max, true), o, 0);
+           });
 }
 
 /// output = mean over each window (over the positions inside the tensor, unless count_padding).
@@ -157,7 +95,13 @@ template <class T>
 void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool count_padding) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::avg_pool_forward(g, input, output, count_padding)),
-           [&] { detail::cpu_avg_forward(g, input, output, count_padding); });
+           [&] {
+             PoolOperands<T> o;
+             o.input = input, o.output = output;
+             detail::run_pool_candidates_from(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::average, false, count_padding), o,
+                 0);
+           });
 }
 
 /// grad_input (the box) = grad_output spread evenly over each window.
@@ -166,7 +110,12 @@ void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
                        bool count_padding) {
   dispatch([&] { plan::count(plan::Family::pool, detail::pool_flops(g)); },
            MESHTENSOR_ON_GPU(gpu::avg_pool_backward(g, grad_output, grad_input, count_padding)),
-           [&] { detail::cpu_avg_backward(g, grad_output, grad_input, count_padding); });
+           [&] {
+             PoolOperands<T> o;
+             o.grad_output = grad_output, o.grad_input = grad_input;
+             detail::run_pool_candidates_from(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::average, true, count_padding), o, 0);
+           });
 }
 
 }  // namespace meshtensor::kernels

@@ -39,6 +39,14 @@ inline std::int64_t conv_weight_size(const ConvGeometry& g) {
   return g.kernel[0] * g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
 }
 
+/// Whether a block has nothing to sum: no channels on one side (an uneven channel split leaves
+/// some processors none) or no positions. oneDNN and cuDNN refuse such shapes.
+inline bool conv_is_empty(const ConvGeometry& g) {
+  std::int64_t product = g.batch * g.c_in * g.c_out;
+  for (int d = 0; d < 3; ++d) product *= g.in[d] * g.out[d];
+  return product == 0;
+}
+
 /// Integer division rounded down and up (for negative numerators too: taps reaching before row 0).
 inline std::int64_t floor_div(std::int64_t p, std::int64_t q) {
   return p >= 0 ? p / q : -((-p + q - 1) / q);
