@@ -120,35 +120,19 @@ constexpr auto no_gpu_arm = [] { return false; };
 template <class T>
 constexpr bool cudnn_runs = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 template <class T>
-bool cudnn_forward(const ConvGeometry& g, const T* input, const T* weight, T* output) {
-  if constexpr (cudnn_runs<T>) return cudnn::conv_forward(g, input, weight, output);
-  return false;
-}
-template <class T>
-bool cudnn_backward_input(const ConvGeometry& g, const T* grad_output, const T* weight,
-                          T* grad_input) {
-  if constexpr (cudnn_runs<T>)
-    return cudnn::conv_backward_input(g, grad_output, weight, grad_input);
-  return false;
-}
-template <class T>
-bool cudnn_backward_weight(const ConvGeometry& g, const T* input, const T* grad_output,
-                           double* grad_weight) {
-  if constexpr (cudnn_runs<T>)
-    return cudnn::conv_backward_weight(g, input, grad_output, grad_weight);
-  return false;
-}
-template <class T>
 bool cudnn_run(const ConvProblem& p, const ConvOperands<T>& o) {
-  switch (p.pass) {
-    case plan::ConvClass::forward:
-      return cudnn_forward(p.geometry, o.input.data[0], o.weight, o.output);
-    case plan::ConvClass::backward_input:
-      return cudnn_backward_input(p.geometry, o.grad_output, o.weight, o.grad_input.data[0]);
-    case plan::ConvClass::backward_weight:
-      return cudnn_backward_weight(p.geometry, o.input.data[0], o.grad_output, o.grad_weight);
-    case plan::ConvClass::passes:  // the count of passes, not one
-      break;
+  if constexpr (cudnn_runs<T>) {
+    const ConvGeometry& g = p.geometry;
+    switch (p.pass) {
+      case plan::ConvClass::forward:
+        return cudnn::conv_forward(g, o.input.data[0], o.weight, o.output);
+      case plan::ConvClass::backward_input:
+        return cudnn::conv_backward_input(g, o.grad_output, o.weight, o.grad_input.data[0]);
+      case plan::ConvClass::backward_weight:
+        return cudnn::conv_backward_weight(g, o.input.data[0], o.grad_output, o.grad_weight);
+      case plan::ConvClass::passes:  // the count of passes, not one
+        break;
+    }
   }
   return false;
 }

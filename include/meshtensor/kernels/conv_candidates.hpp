@@ -276,6 +276,14 @@ Buffer<T> joined(const ConvGeometry& g, const ChannelParts<const T>& parts) {
   kernels::join_rows(box_positions(g), row_pieces(plain), box.data());
   return box;
 }
+
+// The input as one box: itself where it is one part of plain data, else joined into `held`.
+template <class T>
+const T* one_box(const ConvGeometry& g, const ChannelParts<const T>& input, Buffer<T>& held) {
+  if (input.size() == 1 && !input.has_affine()) return input.data[0];
+  held = joined(g, input);
+  return held.data();
+}
 }  // namespace detail
 
 template <class T>
@@ -295,9 +303,8 @@ void OnednnBf16Conv::run([[maybe_unused]] const ConvProblem& p,
         const auto rest = [&](const ConvGeometry& s, const T* in, const T* w, T* out) {
           run_conv_candidates_from(whole(s), detail::forward_operands(s, in, w, out), after);
         };
-        if (o.input.size() == 1 && !o.input.has_affine())
-          return onednn::conv_forward_or(g, o.input.data[0], o.weight, o.output, rest);
-        return onednn::conv_forward_or(g, detail::joined(g, o.input).data(), o.weight, o.output,
+        Buffer<T> held;
+        return onednn::conv_forward_or(g, detail::one_box(g, o.input, held), o.weight, o.output,
                                        rest);
       }
       case plan::ConvClass::backward_input: {
@@ -317,10 +324,8 @@ void OnednnBf16Conv::run([[maybe_unused]] const ConvProblem& p,
           run_conv_candidates_from(whole(s), detail::backward_weight_operands(s, in, go, gw),
                                    after);
         };
-        if (o.input.size() == 1 && !o.input.has_affine())
-          return onednn::conv_backward_weight_or(g, o.input.data[0], o.grad_output, o.grad_weight,
-                                                 rest);
-        return onednn::conv_backward_weight_or(g, detail::joined(g, o.input).data(), o.grad_output,
+        Buffer<T> held;
+        return onednn::conv_backward_weight_or(g, detail::one_box(g, o.input, held), o.grad_output,
                                                o.grad_weight, rest);
       }
       case plan::ConvClass::passes:  // the count of passes, not one

@@ -27,16 +27,15 @@ inline double pool_flops(const PoolGeometry& g) {
   return n;
 }
 
-inline Selection select_pool(const PoolProblem& p, std::size_t from) {
-  if (from > 0) return PoolCandidates::select_from(p, from);
+inline std::size_t chosen_pool(const PoolProblem& p) {
   return PoolCandidates::select(p, current_processor().settings().kernels.pool_kernel,
-                                "MESHTENSOR_POOL_KERNEL");
+                                "MESHTENSOR_POOL_KERNEL")
+      .chosen;
 }
 
 template <class T>
-void run_pool_candidates_from(const PoolProblem& p, const PoolOperands<T>& o, std::size_t from) {
-  PoolCandidates::visit(select_pool(p, from).chosen,
-                        [&](auto candidate) { candidate.template run<T>(p, o); });
+void run_pool_candidates(const PoolProblem& p, const PoolOperands<T>& o) {
+  PoolCandidates::visit(chosen_pool(p), [&](auto candidate) { candidate.template run<T>(p, o); });
 }
 }  // namespace detail
 
@@ -45,7 +44,7 @@ template <class T>
 std::string pool_kernel_name(const PoolGeometry& g, PoolProblem::Kind kind,
                              bool count_padding = false) {
   const PoolProblem p = detail::pool_problem<T>(g, kind, false, count_padding);
-  return std::string(PoolCandidates::names[detail::select_pool(p, 0).chosen]);
+  return std::string(PoolCandidates::names[detail::chosen_pool(p)]);
 }
 
 /// Bytes of max pooling's workspace on this processor.
@@ -53,8 +52,7 @@ template <class T>
 std::size_t max_pool_workspace_bytes(const PoolGeometry& g) {
   const PoolProblem p = detail::pool_problem<T>(g, PoolProblem::Kind::max, false);
   const std::size_t cpu = PoolCandidates::ask<std::size_t>(
-      detail::select_pool(p, 0).chosen,
-      [&](auto candidate) { return candidate.workspace_bytes(p); });
+      detail::chosen_pool(p), [&](auto candidate) { return candidate.workspace_bytes(p); });
 #if defined(MESHTENSOR_WITH_CUDA)
   if (takes_gpu_roads()) return std::max(cpu, gpu::max_pool_workspace_bytes(g));
 #endif
@@ -70,8 +68,8 @@ void max_pool_forward(const PoolGeometry& g, const T* input, T* output, void* wo
            [&] {
              PoolOperands<T> o;
              o.input = input, o.output = output, o.workspace = workspace;
-             detail::run_pool_candidates_from(
-                 detail::pool_problem<T>(g, PoolProblem::Kind::max, false), o, 0);
+             detail::run_pool_candidates(detail::pool_problem<T>(g, PoolProblem::Kind::max, false),
+                                         o);
            });
 }
 
@@ -85,8 +83,8 @@ void max_pool_backward(const PoolGeometry& g, const T* grad_output, const void* 
              PoolOperands<T> o;
              o.grad_output = grad_output, o.grad_input = grad_input;
              o.workspace = const_cast<void*>(workspace);  // read only, backward
-             detail::run_pool_candidates_from(
-                 detail::pool_problem<T>(g, PoolProblem::Kind::max, true), o, 0);
+             detail::run_pool_candidates(detail::pool_problem<T>(g, PoolProblem::Kind::max, true),
+                                         o);
            });
 }
 
@@ -98,9 +96,8 @@ void avg_pool_forward(const PoolGeometry& g, const T* input, T* output, bool cou
            [&] {
              PoolOperands<T> o;
              o.input = input, o.output = output;
-             detail::run_pool_candidates_from(
-                 detail::pool_problem<T>(g, PoolProblem::Kind::average, false, count_padding), o,
-                 0);
+             detail::run_pool_candidates(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::average, false, count_padding), o);
            });
 }
 
@@ -113,8 +110,8 @@ void avg_pool_backward(const PoolGeometry& g, const T* grad_output, T* grad_inpu
            [&] {
              PoolOperands<T> o;
              o.grad_output = grad_output, o.grad_input = grad_input;
-             detail::run_pool_candidates_from(
-                 detail::pool_problem<T>(g, PoolProblem::Kind::average, true, count_padding), o, 0);
+             detail::run_pool_candidates(
+                 detail::pool_problem<T>(g, PoolProblem::Kind::average, true, count_padding), o);
            });
 }
 

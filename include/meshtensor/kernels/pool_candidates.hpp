@@ -40,7 +40,6 @@ struct PoolProblem {
   bool count_padding = false;
 
   bool is(Element e) const { return element == e; }
-  bool pooled_type() const { return !is(Element::float64); }  // float or bfloat16
 };
 
 /// A call's operands: forward reads input into output (max pooling: and where each maximum is
@@ -61,10 +60,10 @@ PoolProblem pool_problem(const PoolGeometry& g, PoolProblem::Kind kind, bool bac
   return PoolProblem{g, kind, backward, element_of<T>(), count_padding};
 }
 
-// Runs p on the candidates at or after `from` (a candidate's float pass). Defined after
-// PoolCandidates.
+// Runs p on the candidate chosen for it (also a candidate's float pass). Defined in
+// kernels/pool.hpp.
 template <class T>
-void run_pool_candidates_from(const PoolProblem& p, const PoolOperands<T>& o, std::size_t from);
+void run_pool_candidates(const PoolProblem& p, const PoolOperands<T>& o);
 }  // namespace detail
 
 struct PoolCandidate {
@@ -76,7 +75,7 @@ struct PoolCandidate {
 struct PairPool : PoolCandidate {
   static constexpr std::string_view name = "pair";
   static bool supports(const PoolProblem& p) {
-    return !reference_kernels && p.kind == PoolProblem::Kind::max && p.pooled_type() &&
+    return !reference_kernels && p.kind == PoolProblem::Kind::max && !p.is(Element::float64) &&
            cpu::pair_pool_fits(p.geometry);
   }
   static std::size_t workspace_bytes(const PoolProblem& p) {
@@ -95,19 +94,9 @@ struct PairPool : PoolCandidate {
 /// oneDNN's pooling kernels (where the program links oneDNN).
 struct OnednnPool : PoolCandidate {
   static constexpr std::string_view name = "onednn";
-  static bool supports([[maybe_unused]] const PoolProblem& p) {
-#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
-    if (p.kind == PoolProblem::Kind::max)
-      return p.is(Element::float32)    ? onednn::detail::runs_max<float>(p.geometry)
-             : p.is(Element::bfloat16) ? onednn::detail::runs_max<bfloat16>(p.geometry)
-                                       : false;
-    return p.is(Element::float32) ? onednn::detail::runs_avg<float>(p.geometry, p.count_padding)
-           : p.is(Element::bfloat16)
-               ? onednn::detail::runs_avg<bfloat16>(p.geometry, p.count_padding)
-               : false;
-#else
-    return false;
-#endif
+  static bool supports(const PoolProblem& p) {
+    if (p.is(Element::float32)) return runs<float>(p);
+    return p.is(Element::bfloat16) && runs<bfloat16>(p);
   }
   static std::size_t workspace_bytes([[maybe_unused]] const PoolProblem& p) {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
@@ -131,6 +120,17 @@ struct OnednnPool : PoolCandidate {
       if (!p.backward) return onednn::avg_pool_forward(g, o.input, o.output, p.count_padding);
       onednn::avg_pool_backward(g, o.grad_output, o.grad_input, p.count_padding);
     }
+#endif
+  }
+
+ private:
+  template <class T>
+  static bool runs([[maybe_unused]] const PoolProblem& p) {
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+    if (p.kind == PoolProblem::Kind::max) return onednn::detail::runs_max<T>(p.geometry);
+    return onednn::detail::runs_avg<T>(p.geometry, p.count_padding);
+#else
+    return false;
 #endif
   }
 };
@@ -192,12 +192,12 @@ void WidenedPool::run(const PoolProblem& p, const PoolOperands<T>& o) {
     if (!p.backward) {
       cpu::convert(o.input, inputs, in.data());
       w.input = in.data(), w.output = out.data();
-      detail::run_pool_candidates_from(wide, w, 0);
+      detail::run_pool_candidates(wide, w);
       return cpu::convert(out.data(), outputs, o.output);
     }
     cpu::convert(o.grad_output, outputs, out.data());
     w.grad_output = out.data(), w.grad_input = in.data();
-    detail::run_pool_candidates_from(wide, w, 0);
+    detail::run_pool_candidates(wide, w);
     cpu::convert(in.data(), inputs, o.grad_input);
   }
 }
