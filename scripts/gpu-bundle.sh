@@ -25,11 +25,14 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/ompi"
 programs=(tests/gpu/test_gpu_kernels tests/gpu/test_runtime_compile tests/gpu/test_kernels_on_host
   examples/unet3d/unet3d bench/bench_communication)
 [ -x $build/bench/bench_unet ] && programs+=(bench/bench_unet)
-# The test programs that run under mpirun (tests/CMakeLists.txt lists them), for the nccl transport.
-mapfile -t mpi_tests <"$build/tests/mpi-test-programs.txt"
-for test in "${mpi_tests[@]}"; do [ -n "$test" ] && programs+=("tests/$test"); done
+# The tests that run under mpirun, for the nccl transport: a line each, the test, its program and
+# the program's arguments (tests/CMakeLists.txt lists them).
+mpi_tests=$build/tests/mpi-test-programs.txt
+while read -r _ program _; do programs+=("tests/$program"); done < <(grep -v '^$' "$mpi_tests")
+mapfile -t programs < <(printf '%s\n' "${programs[@]}" | awk '!seen[$0]++')
 for p in "${programs[@]}"; do cp "$build/$p" "$stage/bin/"; done
-for test in "${mpi_tests[@]}"; do [ -n "$test" ] && basename "$test"; done >"$stage/mpi-tests.txt"
+# In the bundle every program sits in bin/.
+awk 'NF { n = split($2, path, "/"); $2 = path[n]; print }' "$mpi_tests" >"$stage/mpi-tests.txt"
 strip "$stage/bin/"*
 
 # The libraries the programs load, less those every Linux with CUDA has (the C and C++ runtimes)

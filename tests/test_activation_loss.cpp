@@ -20,6 +20,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_activation_loss {
+
 namespace {
 const Shape logits_shape("batch:2, x:9, y:6, classes:3");
 
@@ -337,3 +340,5 @@ TEST_CASE("the same seed gives the same random tensor and dropout mask on any la
   CHECK(stats[4] >= 0.0);
   CHECK(stats[5] == Approx(1.0 / 3).epsilon(0.05));  // another seed, an independent stream
 }
+
+}  // namespace test_activation_loss

@@ -10,6 +10,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_autodiff {
 using Catch::Matchers::Contains;
 
 using Inputs = std::vector<Tensor<double>>;
@@ -145,3 +148,5 @@ TEST_CASE("autodiff misuse gives clear errors") {
   CHECK_THAT(errors[2], Contains("map(t, f, df)"));
   CHECK_THAT(errors[3], Contains("retain_grad"));
 }
+
+}  // namespace test_autodiff

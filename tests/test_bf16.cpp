@@ -14,6 +14,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_bf16 {
+
 namespace {
 // A bfloat16 result may differ from another run's by a few rounding steps (2^-8 relative each):
 // float sums in another order land on either side of a rounding boundary, and an input gradient's
@@ -209,3 +212,5 @@ TEST_CASE("the U-Net's ops in bfloat16 are their fp32 values within bfloat16's r
   });
   CHECK(why == "");
 }
+
+}  // namespace test_bf16

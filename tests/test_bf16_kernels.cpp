@@ -21,6 +21,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_bf16_kernels {
+
 namespace {
 float from_bits(std::uint32_t u) {
   float f;
@@ -286,3 +289,5 @@ TEST_CASE(
       CHECK(wrong == 0);
     }
 }
+
+}  // namespace test_bf16_kernels

@@ -14,6 +14,9 @@
 #include "auto_layout.hpp"
 #include "step.hpp"
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_choose {
+
 namespace mt = meshtensor;
 using mt::kernels::plan::ConvClass;
 using mt::kernels::plan::Family;
@@ -273,3 +276,5 @@ TEST_CASE("many candidates are searched an axis at a time, to a schedule all of 
                  option.step.seconds == Approx(best.step.seconds);
   CHECK(among_all);
 }
+
+}  // namespace test_choose

@@ -10,6 +10,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_collectives {
+
 namespace {
 
 struct Observed {
@@ -298,3 +301,5 @@ TEST_CASE("in the checking mode, processors in different collectives get an erro
                                "processor 0, which expects 2.*"));
   }
 }
+
+}  // namespace test_collectives

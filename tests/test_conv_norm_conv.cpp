@@ -21,6 +21,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_conv_norm_conv {
+
 namespace {
 
 struct Pair {
@@ -187,3 +190,5 @@ TEST_CASE("the halo sent before the statistics gives exactly the three ops' resu
   CHECK(early_halo_against_three_ops<float>(pair) == 0.0);
   CHECK(early_halo_against_three_ops<bfloat16>(pair) == 0.0);
 }
+
+}  // namespace test_conv_norm_conv

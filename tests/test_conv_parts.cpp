@@ -23,6 +23,9 @@
 using namespace meshtensor::kernels;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_conv_parts {
+
 namespace {
 
 // A 'same' 3x3x3 convolution over `out` (batch `batch`), c_in -> c_out channels.
@@ -289,3 +292,5 @@ TEST_CASE("which bfloat16 roads map a part as they read it") {
   const Setting off("MESHTENSOR_MAPPED_INPUTS", "off");
   CHECK(maps("float", "widened") == neither);
 }
+
+}  // namespace test_conv_parts

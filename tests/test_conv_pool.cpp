@@ -21,6 +21,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_conv_pool {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -566,3 +569,5 @@ TEST_CASE("the halo overlap setting turns the convolutions' overlap on or off") 
   // above then takes the exchange-first path.
   CHECK(halo_overlap() == environment_settings().halo_overlap);
 }
+
+}  // namespace test_conv_pool

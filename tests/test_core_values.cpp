@@ -13,6 +13,9 @@
 #include <meshtensor/core/shape.hpp>
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_core_values {
 using Catch::Matchers::Contains;
 
 template <class T>
@@ -162,3 +165,5 @@ TEST_CASE(
   CHECK_THROWS_WITH(Shape("x:4294967296, y:4294967296"), Contains("overflows at dim \"y\""));
   CHECK(Shape("x:4294967296, y:2147483647").num_elements() == 4294967296LL * 2147483647LL);
 }
+
+}  // namespace test_core_values

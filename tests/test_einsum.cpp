@@ -6,6 +6,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_einsum {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -83,3 +86,5 @@ TEST_CASE("einsum errors name the dim") {
                Contains("einsum") && Contains("dim \"x\"") && Contains("6") && Contains("5"));
   }
 }
+
+}  // namespace test_einsum

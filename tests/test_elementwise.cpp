@@ -8,6 +8,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_elementwise {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -176,3 +179,5 @@ TEST_CASE("maximum and minimum with a scalar, clamp and not_equal match one proc
   CHECK(std::isnan(held(5)));
   for (std::size_t i = 0; i < want_unequal.size(); ++i) CHECK(unequal(i) == want_unequal[i]);
 }
+
+}  // namespace test_elementwise

@@ -19,6 +19,9 @@
 #include "support/environment.hpp"
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_failures {
 using Catch::Matchers::Contains;
 
 TEST_CASE("an exception on one processor reaches the caller and releases the others") {
@@ -230,3 +233,5 @@ TEST_CASE("a malformed mesh given to run() is an error and status 1, never an ab
   CHECK(run(1, argv, "rows:2", body, threads) == 0);
   CHECK(ran);
 }
+
+}  // namespace test_failures

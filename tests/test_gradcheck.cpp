@@ -7,6 +7,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_gradcheck {
+
 using Inputs = std::vector<Tensor<double>>;
 
 namespace {
@@ -118,3 +121,5 @@ TEST_CASE("activations, dropout and losses") {
           return reduce_sum(soft_dice(softmax(in[0], "classes"), labels, "classes") * 0.7);
         }) == "");
 }
+
+}  // namespace test_gradcheck

@@ -18,6 +18,9 @@ using namespace meshtensor::testing;
 
 using namespace meshtensor::testing::windows;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_halo {
+
 namespace {
 
 // Read ranges of a conv-like window on every dim: windows[d] applies to dim d.
@@ -367,3 +370,5 @@ TEST_CASE(
     }
   }
 }
+
+}  // namespace test_halo

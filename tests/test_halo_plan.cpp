@@ -17,6 +17,9 @@ using namespace meshtensor;
 
 using namespace meshtensor::testing::windows;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_halo_plan {
+
 namespace {
 
 struct Case {
@@ -173,3 +176,5 @@ TEST_CASE("a split dim read only in its own block sends nothing; the box has the
   CHECK(plan.inside().ranges[0] == Range{0, 10});
   CHECK_FALSE(plan.local_only());  // the padding makes the box larger than the block
 }
+
+}  // namespace test_halo_plan

@@ -43,6 +43,9 @@
 #include "support/conv_cases.hpp"
 #include "support/environment.hpp"
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_kernels {
+
 using namespace meshtensor::kernels;
 using namespace meshtensor::kernels::reference;
 using namespace meshtensor::testing;
@@ -1373,3 +1376,5 @@ TEST_CASE("a normalisation's gradient sums per channel match double loops, in re
       check_gradient_sums<meshtensor::bfloat16>(rows, keys);
     }
 }
+
+}  // namespace test_kernels

@@ -19,6 +19,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_memory {
+
 TEST_CASE("a freed block serves the next allocation of its size without new system memory") {
   LocalProcessor scope;
   MemoryPool& pool = memory_pool();
@@ -416,3 +419,5 @@ TEST_CASE("sizes past 64 bits or any machine's memory are errors, not wrapped si
   CHECK_THROWS_AS(memory_pool().allocate(std::size_t{1} << 63), ShapeError);
   CHECK(memory_pool().stats().in_use == 0);
 }
+
+}  // namespace test_memory

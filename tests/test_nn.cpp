@@ -16,6 +16,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_nn {
+
 TEST_CASE("SGD with momentum, Adam and AdamW follow their update formulas") {
   // One parameter p with loss p^2 / 2 + 3p: gradient p + 3.
   auto run = [](auto make_optimizer, int steps) {
@@ -244,3 +247,5 @@ TEST_CASE("recomputed activations give the gradients and statistics of kept ones
   CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) { return block_step(m, l, true); },
                                    1e-5, spatial_cases()) == "");
 }
+
+}  // namespace test_nn

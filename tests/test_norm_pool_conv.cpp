@@ -24,6 +24,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_norm_pool_conv {
+
 namespace {
 
 // Even sizes along x, y and z, so that 2x2x2 windows tile the volume and the blocks of x split 2,
@@ -201,3 +204,5 @@ TEST_CASE("nn::norm_pool_conv gives its layers' results one after the other") {
     }
   }
 }
+
+}  // namespace test_norm_pool_conv

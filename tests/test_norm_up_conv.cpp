@@ -24,6 +24,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_norm_up_conv {
+
 namespace {
 
 // The coarse z is half the skip along x, y and z, so that x split 2, 4 or 8 ways (and y and z 2
@@ -290,3 +293,5 @@ TEST_CASE("nn::norm_up_conv gives its layers' results one after the other") {
     }
   }
 }
+
+}  // namespace test_norm_up_conv

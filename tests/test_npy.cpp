@@ -18,6 +18,9 @@
 #include "support/spmd.hpp"
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_npy {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -208,3 +211,5 @@ TEST_CASE(
   });
   for (const auto& e : errors) CHECK_THAT(e, Contains(path + ": element (3, 1) is -inf"));
 }
+
+}  // namespace test_npy

@@ -19,6 +19,9 @@
 namespace mt = meshtensor;
 using mt::testing::on_mesh;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_plan {
+
 TEST_CASE("the counting transport records what would be sent and never waits") {
   mt::CountingCommunicator world(2, 4);
   CHECK(world.transport() == "plan");
@@ -242,3 +245,5 @@ TEST_CASE("a plan runs one processor for each class of like processors") {
     CHECK(plan_of("p:10", "x:p", 48, false).planned == 10);
   }
 }
+
+}  // namespace test_plan

@@ -15,6 +15,9 @@
 #include <meshtensor/meshtensor.hpp>
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_processor {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -196,3 +199,5 @@ TEST_CASE(
   CHECK(launched == 1);
   CHECK(cores_available() == CPU_COUNT(&original));
 }
+
+}  // namespace test_processor

@@ -6,6 +6,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_reduce {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -107,3 +110,5 @@ TEST_CASE("an optimiser step guarded by a value that is not finite changes nothi
   });
   for (bool ok : results) CHECK(ok);
 }
+
+}  // namespace test_reduce

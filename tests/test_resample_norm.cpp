@@ -11,6 +11,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_resample_norm {
+
 namespace {
 
 // out and d(sum(out * r))/d(inputs) for an op of the volume (and extra inputs made alike).
@@ -174,3 +177,5 @@ TEST_CASE("batch statistics are the same on every layout and are stable for larg
   });
   CHECK(variance == Approx(0.25).epsilon(1e-6));
 }
+
+}  // namespace test_resample_norm

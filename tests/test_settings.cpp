@@ -15,6 +15,9 @@
 #include "support/op_check.hpp"
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_settings {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -167,3 +170,5 @@ TEST_CASE("a processor's settings are its mesh's, and a mesh made inside a proce
   CHECK(timeouts == std::vector<double>{42, 42});
   CHECK(halo_overlap() == settings.halo_overlap);
 }
+
+}  // namespace test_settings

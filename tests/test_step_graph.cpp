@@ -21,6 +21,9 @@
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_step_graph {
+
 namespace {
 
 constexpr int steps = 5;
@@ -187,3 +190,5 @@ TEST_CASE("a step whose CUDA calls break the capture leaves no graph, and says w
     CHECK(error.empty());
 }
 #endif
+
+}  // namespace test_step_graph

@@ -9,6 +9,9 @@
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_tensor {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -197,3 +200,5 @@ TEST_CASE("relayout moves only what changes owner: slicing is free, gathers send
     }
   }
 }
+
+}  // namespace test_tensor

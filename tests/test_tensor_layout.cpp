@@ -10,6 +10,9 @@
 #include "support/all_layouts.hpp"
 
 using namespace meshtensor;
+
+// In a namespace of its own: test files share a program (tests/CMakeLists.txt).
+namespace test_tensor_layout {
 using Catch::Matchers::Contains;
 using meshtensor::testing::all_layouts;
 
@@ -108,3 +111,5 @@ TEST_CASE("layouts that do not fit the mesh or the tensor are rejected, naming w
                     Contains("both dims \"x\" and \"y\"") && Contains("\"rows\""));
   CHECK_NOTHROW(TensorLayout("x:8, c:3", "rows:2", "x:rows; y:rows"));
 }
+
+}  // namespace test_tensor_layout
