@@ -347,6 +347,82 @@ std::vector<cpu::InstructionSet> row_kernel_forms() {
 
 void check_row_kernels();
 
+namespace {
+// The peak of what the calling thread's processor holds while it runs one pass of `check` on T,
+// the input whole or in two parts; run on a fresh processor computing on `device` (a plan's
+// holds what the call states, a CPU's what it takes).
+template <class T>
+std::size_t call_peak(const ConvCheck& check, plan::ConvClass::Pass pass, bool in_parts,
+                      const meshtensor::Device& device) {
+  const meshtensor::LocalProcessor local(device, meshtensor::current_processor().settings());
+  const ConvGeometry& g = check.g;
+  const auto as_t = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const std::vector<T> x = as_t(check.x), w = as_t(check.w), dy = as_t(check.dy);
+  std::vector<T> y(check.out_n), dx(check.in_n);
+  std::vector<double> dw(check.w_n, 0.0);
+  ChannelParts<const T> parts;
+  parts.add(x.data(), g.c_in / 2);
+  parts.add(x.data() + check.in_n / 2, g.c_in - g.c_in / 2);  // (the values do not matter)
+  switch (pass) {
+    case plan::ConvClass::forward:
+      if (in_parts)
+        meshtensor::kernels::conv_forward(g, parts, w.data(), y.data());
+      else
+        meshtensor::kernels::conv_forward(g, x.data(), w.data(), y.data());
+      break;
+    case plan::ConvClass::backward_input:
+      meshtensor::kernels::conv_backward_input(g, dy.data(), w.data(), dx.data());
+      break;
+    default:
+      if (in_parts)
+        meshtensor::kernels::conv_backward_weight(g, parts, dy.data(), dw.data());
+      else
+        meshtensor::kernels::conv_backward_weight(g, x.data(), dy.data(), dw.data());
+  }
+  return meshtensor::memory_stats().peak_in_use;
+}
+
+// Whether the row kernels run that call here; then whether a plan of it holds what it takes.
+template <class T>
+int checked_workspace(const ConvCheck& check, plan::ConvClass::Pass pass, bool in_parts) {
+  const ConvGeometry& g = check.g;
+  ConvProblem p = meshtensor::kernels::detail::whole_problem(g, pass, element_of<T>());
+  if (in_parts) p.parts = {g.c_in / 2, g.c_in - g.c_in / 2};
+  if (!RowsConv::supports(p)) return 0;
+  INFO((in_parts ? "in parts, " : "")
+       << "pass " << int(pass) << " on " << (std::is_same_v<T, float> ? "float" : "bfloat16"));
+  CHECK(call_peak<T>(check, pass, in_parts, meshtensor::Device::plan()) ==
+        call_peak<T>(check, pass, in_parts, meshtensor::Device::cpu()));
+  return 1;
+}
+}  // namespace
+
+TEST_CASE("a plan holds what the row kernels take of the processor's memory for a call") {
+  if (!rows::available()) {
+    WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");
+    return;
+  }
+  const Setting forced("MESHTENSOR_CONV_KERNEL", "rows");
+  for (const cpu::InstructionSet form : row_kernel_forms()) {
+    const Setting cap("MESHTENSOR_MAX_CPU_ISA", cpu::name_of(form).c_str());
+    INFO("the " << cpu::name_of(form) << " form");
+    int checked = 0;
+    for (const RowCase& rc : row_cases) {
+      const ConvCheck check(rc.c);
+      INFO("out " << rc.c.out[0] << "x" << rc.c.out[1] << "x" << rc.c.out[2] << ", " << rc.c.c_in
+                  << " -> " << rc.c.c_out);
+      for (const auto pass : {plan::ConvClass::forward, plan::ConvClass::backward_input,
+                              plan::ConvClass::backward_weight})
+        for (const bool in_parts : {false, true}) {
+          if (in_parts && (pass == plan::ConvClass::backward_input || check.g.c_in < 2)) continue;
+          checked += checked_workspace<float>(check, pass, in_parts);
+          checked += checked_workspace<meshtensor::bfloat16>(check, pass, in_parts);
+        }
+    }
+    CHECK(checked > 0);
+  }
+}
+
 TEST_CASE("row kernels agree with the reference loops on the shapes they take") {
   if (!rows::available()) {
     WARN("skipped: this CPU has neither AVX2 nor AVX-512, so the row kernels never run");

@@ -145,13 +145,11 @@ TEST_CASE("a plan of the U-Net sends, holds and computes what a real run does") 
         CHECK(sum == planned.memory.peak_in_use);
         // The plan holds blocks as a host pool does; a GPU's pool keeps its own size classes.
         if (mt::testing::transport_under_test() == "nccl") continue;
-        // The plan leaves out kernels' scratch (oneDNN's reorders): within 5% of the measured
-        // peak, or of that peak without the scratch it held, where that was at its peak.
+        // The plan holds what the row kernels state they take, and leaves out what oneDNN's
+        // take (reorders, scratchpad): never more than the measured peak, within 3% of it.
         const double measured_peak = double(measured.memory.peak_in_use);
-        const double without_scratch =
-            measured_peak - double(at_peak(measured.memory, mt::MemoryUse::workspace));
-        CHECK(double(planned.memory.peak_in_use) <= 1.05 * measured_peak);
-        CHECK(double(planned.memory.peak_in_use) >= 0.95 * without_scratch);
+        CHECK(double(planned.memory.peak_in_use) <= measured_peak);
+        CHECK(double(planned.memory.peak_in_use) >= 0.97 * measured_peak);
         for (auto use : {mt::MemoryUse::parameters, mt::MemoryUse::optimizer}) {
           INFO(mt::memory_use_name(use));
           CHECK(at_peak(planned.memory, use) > 0);

@@ -138,16 +138,39 @@ bool cudnn_run(const ConvProblem& p, const ConvOperands<T>& o) {
 }
 #endif
 
-// A plan's count of a pass of `g` on T that, where the plan stands for a run on GPUs, also holds
-// for the call what cuDNN's road allocates there.
+// Holds for a planned call the workspace the CPU candidate chosen for it states (of a raced pair,
+// the larger), as the call would take it.
+inline void hold_workspace(const ConvProblem& p) {
+  const Selection s = select_conv(p, 0);
+  if (!s.found()) return;
+  const auto stated = [&](std::size_t index) {
+    return ConvCandidates::ask<std::vector<std::size_t>>(
+        index, [&](auto candidate) { return decltype(candidate)::workspace(p); });
+  };
+  const auto total = [](const std::vector<std::size_t>& blocks) {
+    std::size_t sum = 0;
+    for (const std::size_t bytes : blocks) sum += bytes;
+    return sum;
+  };
+  std::vector<std::size_t> blocks = stated(s.chosen);
+  if (s.rival != Selection::none)
+    if (auto rival = stated(s.rival); total(rival) > total(blocks)) blocks = std::move(rival);
+  std::vector<Buffer<unsigned char>> held;
+  held.reserve(blocks.size());
+  for (const std::size_t bytes : blocks) held.emplace_back(bytes);
+}
+
+// A plan's count of call p on T, holding what the call takes beside its operands: on a GPU's road
+// (a plan standing for a run on GPUs) what cuDNN's allocates, else the CPU candidate's workspace.
 template <class T>
-auto counted_on_road(const ConvGeometry& g, plan::ConvClass::Pass pass) {
-  return [&g, pass] {
-    counted(g, pass)();
+auto counted_on_road(const ConvProblem& p) {
+  return [&p] {
+    counted(p.geometry, p.pass)();
 #if defined(MESHTENSOR_WITH_CUDA)
     if constexpr (cudnn_runs<T>)
-      if (takes_gpu_roads()) cudnn::take_own_buffers<T>(g, pass);
+      if (takes_gpu_roads()) return cudnn::take_own_buffers<T>(p.geometry, p.pass);
 #endif
+    if (!takes_gpu_roads()) hold_workspace(p);
   };
 }
 
@@ -181,10 +204,8 @@ void run_written_out(ConvProblem p, const ConvOperands<T>& o) {
 template <class T>
 void run_conv(const ConvProblem& p, const ConvOperands<T>& o) {
   const auto on_cpu = [&] { run_conv_candidates_from(p, o, 0); };
-  if (p.whole())
-    return dispatch(counted_on_road<T>(p.geometry, p.pass), MESHTENSOR_ON_GPU(cudnn_run(p, o)),
-                    on_cpu);
-  if (reads_in_place(p)) return dispatch(counted(p.geometry, p.pass), no_gpu_arm, on_cpu);
+  if (p.whole()) return dispatch(counted_on_road<T>(p), MESHTENSOR_ON_GPU(cudnn_run(p, o)), on_cpu);
+  if (reads_in_place(p)) return dispatch(counted_on_road<T>(p), no_gpu_arm, on_cpu);
   run_written_out(p, o);
 }
 }  // namespace detail

@@ -129,6 +129,9 @@ void run_conv_candidates_from(const ConvProblem& p, const ConvOperands<T>& o, st
 struct ConvCandidate {
   static bool races_next(const ConvProblem&) { return false; }
   static constexpr bool in_place_parts = false;
+  /// The blocks (bytes each) a call takes of the processor's memory at once beyond its operands,
+  /// which a plan holds for the call: none stated.
+  static std::vector<std::size_t> workspace(const ConvProblem&) { return {}; }
 };
 
 /// oneDNN's bfloat16 kernels (where the program links oneDNN), raced against meshtensor's; parts
@@ -152,6 +155,10 @@ struct RowsConv : ConvCandidate {
   static constexpr std::string_view name = "rows";
   static bool supports(const ConvProblem& p);
   static constexpr bool in_place_parts = true;
+  /// Its threads' planes and its weights' copies (rows/form/workspace.hpp).
+  static std::vector<std::size_t> workspace(const ConvProblem& p) {
+    return rows::workspace(p.geometry, {p.pass, p.is(Element::bfloat16), p.whole(), p.parts});
+  }
   template <class T>
   static void run(const ConvProblem& p, const ConvOperands<T>& o);
 };

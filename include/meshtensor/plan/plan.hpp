@@ -45,11 +45,22 @@ struct CountStart {
   ProcessorPlan at;
 };
 
+// The compute threads of each processor of the run a plan of `processors` stands for (kernels
+// hold workspace per thread): this process's where it is one rank of a launcher's job (its
+// ranks share a node's cores alike), else a share of this machine's cores, as the threads
+// transport gives them.
+inline int planned_compute_threads(int processors, const Settings& settings) {
+  return launcher_ranks_on_node() ? threads_per_process(settings)
+                                  : threads_per_processor(processors, settings);
+}
+
 // What processor `rank`'s run of `fn` would do, from its count_from_here() if it called one.
 template <class F>
 ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn, const Settings& settings) {
   Mesh mesh(shape, std::make_unique<CountingCommunicator>(rank, shape.num_processors()), {},
             settings);
+  mesh.processor_context().set_compute_threads(
+      planned_compute_threads(shape.num_processors(), settings));
   fn(mesh);
   ProcessorPlan p = counted_so_far(mesh);
   p.memory = mesh.processor_context().own_pool().stats();

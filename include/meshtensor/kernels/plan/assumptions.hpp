@@ -1,12 +1,13 @@
 #pragma once
-// What a plan assumes where a real run decides at run time. A plan's kernels allocate no
-// workspace. meshtensor's blocked and reference CPU kernels need none, so there the plan's peaks
-// are a real run's; its row kernels (few channels) take a few planes of their input per compute
-// thread for the length of a call; oneDNN's passes may copy operands into the formats they prefer
-// (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a scratchpad,
-// both from the pool — and which formats run is the kernel policy's (KernelPolicy::onednn_formats),
-// by default timed at a shape's first use. The report says which of these holds for the program
-// that planned.
+// What a plan assumes where a real run decides at run time. A plan holds for each convolution the
+// workspace its CPU kernel states (the row kernels' planes per compute thread and weight copies:
+// kernels/conv_candidates.hpp); meshtensor's blocked and reference CPU kernels need none, so there
+// the plan's peaks are a real run's. oneDNN's passes may copy operands into the formats they
+// prefer (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a
+// scratchpad, both from the pool, and bfloat16 passes on the float kernels widen slabs of about
+// 1 MiB: none of these is stated yet. Which formats run is the kernel policy's
+// (KernelPolicy::onednn_formats), by default timed at a shape's first use. The report says which
+// of these holds for the program that planned.
 
 #include <string>
 
@@ -32,12 +33,14 @@ inline std::string assumed_kernels(const KernelPolicy& policy, bool for_gpus = f
                                                            : "by channels (the fixed rule)";
   return "oneDNN convolutions with no workspace; a real run's formats are " + chosen +
          ", and a pass on formats other than channels-last adds reorder buffers and oneDNN's "
-         "scratchpad (and first use, the timing's copies), and meshtensor's row kernels (few "
-         "channels) a few planes of their input per thread, which the peaks leave out";
+         "scratchpad (and first use, the timing's copies), and bfloat16 passes on float kernels "
+         "slabs of about 1 MiB, which the peaks leave out; meshtensor's row kernels (few "
+         "channels) with the planes they take";
 #else
   (void)policy;
-  return "meshtensor's blocked and row CPU kernels; the row kernels (few channels) take a few "
-         "planes of their input per thread, which the peaks leave out";
+  return "meshtensor's blocked and row CPU kernels, the row kernels (few channels) with the "
+         "planes they take; bfloat16 passes on float kernels add slabs of about 1 MiB, which the "
+         "peaks leave out";
 #endif
 }
 

@@ -40,6 +40,7 @@
 #include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/instruction_set.hpp"
 #include "meshtensor/kernels/cpu/vector_rate.hpp"
+#include "meshtensor/kernels/plan/counts.hpp"
 
 #if MESHTENSOR_CPU_TARGETS
 #include <immintrin.h>
@@ -73,6 +74,15 @@ inline bool available() { return instruction_set() != cpu::InstructionSet::basel
 /// Whether these kernels run the shapes they fit: yes unless the processor's kernel policy turns
 /// them off (KernelPolicy::row_kernels, to compare with the kernels that would run instead).
 inline bool enabled() { return current_processor().settings().kernels.row_kernels; }
+
+/// A call of a pass, as far as its memory goes (workspace()): the pass, its element type, and the
+/// channels of its input's parts (one part for a whole input).
+struct WorkspaceCall {
+  plan::ConvClass::Pass pass = plan::ConvClass::forward;
+  bool bf16 = false;
+  bool whole = true;
+  std::vector<std::int64_t> input_parts;
+};
 
 /// How the forward pass writes its output: through the cache; around it (streamed stores, which
 /// skip reading each line before it is written); or around it where the output is larger than the
@@ -282,6 +292,14 @@ inline void conv_backward_weight_one_channel([[maybe_unused]] const ConvGeometry
   MESHTENSOR_ON_TARGET(instruction_set(),
                        conv_backward_weight_one_channel(g, input, grad_output, grad_weight));
   detail::no_form();
+}
+
+/// The blocks (bytes each) that `call` of `g` holds at once from the calling processor's memory
+/// (rows/form/workspace.hpp), for a call these kernels run.
+inline std::vector<std::size_t> workspace([[maybe_unused]] const ConvGeometry& g,
+                                          [[maybe_unused]] const WorkspaceCall& call) {
+  MESHTENSOR_ON_TARGET(instruction_set(), workspace(g, call));
+  return {};
 }
 
 /// The plane [n1][n2][c] at `in` turned channel by channel (rows/form/planar_rows.hpp).

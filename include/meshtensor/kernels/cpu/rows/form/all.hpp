@@ -11,4 +11,5 @@
 #include "meshtensor/kernels/cpu/rows/form/one_channel_weight.hpp"
 #include "meshtensor/kernels/cpu/rows/form/channel_lanes_weight.hpp"
 #include "meshtensor/kernels/cpu/rows/form/passes.hpp"
+#include "meshtensor/kernels/cpu/rows/form/workspace.hpp"
 // clang-format on

@@ -149,6 +149,10 @@ inline void one_channel_plane(const ConvGeometry& g, const float* input, const f
     one_channel_pass<GradientPositions::pass_rows>(g, input, grad_output, q, first, state);
 }
 
+// A thread's input row and output gradient rows, in floats (OneChannelState's buffers).
+inline std::int64_t one_channel_row_floats(const ConvGeometry& g) { return g.out[2] + 3 + L; }
+inline std::int64_t one_channel_gradient_floats(const ConvGeometry& g) { return g.out[2] * 8 + L; }
+
 }  // namespace detail
 
 /// Whether conv_backward_weight_one_channel runs `g`: AVX-512 or AVX2, 1 -> 8 channels, 3x3x3 taps
@@ -160,8 +164,8 @@ inline bool fits_one_channel_weight(const ConvGeometry& g) { return detail::firs
 inline void conv_backward_weight_one_channel(const ConvGeometry& g, const float* input,
                                              const float* grad_output, double* grad_weight) {
   using namespace detail;
-  const auto row_floats = static_cast<std::size_t>(g.out[2] + 3 + L);
-  const auto gradient_floats = static_cast<std::size_t>(g.out[2] * 8 + L);
+  const auto row_floats = static_cast<std::size_t>(one_channel_row_floats(g));
+  const auto gradient_floats = static_cast<std::size_t>(one_channel_gradient_floats(g));
   auto states = on_plane_parts(
       g.batch * g.in[0],
       [&] {

@@ -403,6 +403,11 @@ struct WeightState {
   Buffer<float> lanes;
 };
 
+// The elements of WeightState's grad_plane: an output gradient plane, turned.
+inline std::int64_t weight_grad_plane(const ConvGeometry& g, const RowGeometry& r) {
+  return g.out[1] * g.c_out * r.outputs.width;
+}
+
 template <class T, int K2, class In>
 void weight_planes(const ConvGeometry& g, const RowGeometry& r, const ChannelParts<const In>& input,
                    const In* grad_output, std::int64_t a, std::int64_t b, std::int64_t band,
@@ -446,9 +451,8 @@ void planar_backward_weight(const ConvGeometry& g, const ChannelParts<const In>&
   auto states = on_plane_parts(
       g.batch * g.out[0],
       [&] {
-        const std::int64_t grad_plane = g.out[1] * g.c_out * r.outputs.width;
         return WeightState<T>{PlanarPlanesOf<T>(g, r.box),
-                              Buffer<T>(static_cast<std::size_t>(grad_plane)),
+                              Buffer<T>(static_cast<std::size_t>(weight_grad_plane(g, r))),
                               Buffer<float>(size * L, 0.0f)};
       },
       [&](WeightState<T>& state, std::int64_t a, std::int64_t b) {
@@ -714,6 +718,18 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
   detail::planar_backward_weight<float>(g, input, grad_output, grad_weight);
 }
 
+namespace detail {
+// The channel-lanes weight gradient's bands: as the planar kernel's, of rows of pair words.
+inline std::int64_t channel_lanes_band(const ConvGeometry& g) {
+  const PairGeometry p = pair_geometry(g);
+  RowGeometry words;
+  words.box = p.box;
+  return band_rows(g, words, sizeof(std::uint32_t), sizeof(bfloat16),
+                   g.out[2] * g.c_out * std::int64_t(sizeof(bfloat16)) +
+                       p.pairs * g.c_out * std::int64_t(sizeof(std::uint32_t)));
+}
+}  // namespace detail
+
 /// Whether the bfloat16 weight gradient in dot products runs `g` with the output channels in the
 /// lanes (rows/form/channel_lanes_weight.hpp) rather than on the planar kernel: wherever it takes g
 /// (2 Zen 4 cores, GFLOP/s against the planar kernel's: 8 -> 16, 16 -> 16, 32 -> 16 at 32^3 347,
@@ -745,17 +761,9 @@ inline void conv_backward_weight(const ConvGeometry& g, const ChannelParts<const
   if (!fits_backward_weight_bf16(g, products))
     throw std::invalid_argument("internal: the bfloat16 row kernels do not take this shape");
 #if MESHTENSOR_TARGET_AVX512_BF16
-  if (products == Bf16Products::dot && runs_channel_lanes_weight(g)) {
-    // Bands as the planar kernel's, of rows of pair words.
-    const detail::PairGeometry p = detail::pair_geometry(g);
-    detail::RowGeometry words;
-    words.box = p.box;
-    const std::int64_t band =
-        detail::band_rows(g, words, sizeof(std::uint32_t), sizeof(bfloat16),
-                          g.out[2] * g.c_out * std::int64_t(sizeof(bfloat16)) +
-                              p.pairs * g.c_out * std::int64_t(sizeof(std::uint32_t)));
-    return channel_lanes_backward_weight(g, input, grad_output, grad_weight, band);
-  }
+  if (products == Bf16Products::dot && runs_channel_lanes_weight(g))
+    return channel_lanes_backward_weight(g, input, grad_output, grad_weight,
+                                         detail::channel_lanes_band(g));
   if (products == Bf16Products::dot)
     return detail::planar_backward_weight<bfloat16>(g, input, grad_output, grad_weight);
 #endif

@@ -93,7 +93,12 @@ class PlanarPlanesOf {
         format_(format),
         plane_size_(g.in[1] * g.c_in * format.width),
         slots_(static_cast<std::size_t>(g.kernel[0]), -1),
-        data_(plane_size_ * g.kernel[0]) {}
+        data_(static_cast<std::size_t>(elements(g, format))) {}
+
+  /// The elements it holds for `g` in `format`: a plane for each tap along the first dim.
+  static std::int64_t elements(const ConvGeometry& g, const RowFormat& format) {
+    return g.in[1] * g.c_in * format.width * g.kernel[0];
+  }
 
   /// Per tap k0, the plane output plane (p, o0) reads through it, or null where that is padding.
   /// A box of another type than T is converted as it is turned (to_planar).
@@ -156,10 +161,14 @@ using PlanarPlanes = PlanarPlanesOf<float>;
 // Runs part(state, a, b) for parts [a, b) of n planes on up to the processor's compute threads,
 // each part with its own state, made on the calling thread (whose processor's pool it draws on);
 // returns the states.
+// How many parts on_plane_parts cuts n planes into: one per compute thread, at most n.
+inline int plane_parts(std::int64_t n) {
+  return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(compute_threads(), n)));
+}
+
 template <class MakeState, class Part>
 auto on_plane_parts(std::int64_t n, MakeState&& make_state, Part&& part) {
-  const int parts =
-      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(compute_threads(), n)));
+  const int parts = plane_parts(n);
   std::vector<decltype(make_state())> states;
   states.reserve(parts);
   for (int p = 0; p < parts; ++p) states.push_back(make_state());
