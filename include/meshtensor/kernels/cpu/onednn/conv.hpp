@@ -238,8 +238,8 @@ inline bool same_formats(const Pass& a, const Pass& b) {
 
 // The shape the formats are timed on: `g` itself, or where its activations are big, a slab of its
 // first rows (same channels and cross-section, so the same per-row speed). Timing the whole shape
-// would hold a copy of its activations in both formats at the moment of first use — at 128^3, late
-// in the first forward pass, on top of every saved activation: 400 MiB added to the step's peak.
+// would hold a copy of its activations in both formats at the moment of first use, on top of every
+// saved activation.
 inline ConvGeometry timing_slab(const ConvGeometry& g) {
   constexpr std::int64_t budget = std::int64_t{4} << 20;  // floats per activation (16 MiB)
   const std::int64_t in_row = g.batch * g.in[1] * g.in[2] * g.c_in;
@@ -420,11 +420,9 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
   // convolution's input gradient cannot take.)
   if (!transposed(g) && (!p.optimised || activations_copied)) return rows;
   if (!p.optimised) return whole;
-  // Unless its scratchpad holds copies: AMX's bf16 weight gradient takes 2.3 MiB per row of
-  // 128 x 128, 9x the activations whole (a transposed one from 64^3 x 16 channels: 208 MiB), and
-  // AVX512_BF16's passes 0.25 MiB per row of 64 x 64 (at 64^3, whole, a quarter of the step's
-  // peak). Slabs keep it under an eighth of the largest operand, as the copies (in proportion to
-  // their rows; 4 rows of 128 x 128 run as fast as the whole), a transposed one's in whole
+  // Unless its scratchpad holds copies (AMX's and AVX512_BF16's bf16 passes: several times the
+  // activations whole). Slabs keep it under an eighth of the largest operand, as the copies (in
+  // proportion to their rows; a few rows run as fast as the whole), a transposed one's in whole
   // strides, so that each slab reads whole input rows.
   const double scratch = double(p.step.scratchpad.get_size());
   const double budget = std::max(double(min_slab_floats()) * sizeof(float),

@@ -481,10 +481,10 @@ inline bool takes(const ConvGeometry& g, std::int64_t few = 8) {
          g.out[2] >= detail::L && g.batch * g.out[0] * g.out[1] > 0;
 }
 
-/// Whether each pass runs on these kernels rather than oneDNN's (bench_conv, 2 AVX-512 cores):
-/// forward where the output has 8 channels or the input fewer than 8 (8 -> 16: oneDNN 215
-/// GFLOP/s, these 185); the input gradient wherever the reversed convolution fits (16 -> 8: 185
-/// against 170; 8 -> 8: 180 against 86); the weight gradient wherever the forward pass fits.
+/// Whether each pass runs on these kernels rather than oneDNN's, where they are the faster
+/// (bench/RESULTS.md, "Figures behind the kernels' choices"): forward where the output has 8
+/// channels or the input fewer than 8; the input gradient wherever the reversed convolution fits;
+/// the weight gradient wherever the forward pass fits.
 inline bool fits_forward(const ConvGeometry& g) {
   return takes(g) && (g.c_out == detail::tile_channels || g.c_in < 8);
 }
@@ -732,17 +732,15 @@ inline std::int64_t channel_lanes_band(const ConvGeometry& g) {
 
 /// Whether the bfloat16 weight gradient in dot products runs `g` with the output channels in the
 /// lanes (rows/form/channel_lanes_weight.hpp) rather than on the planar kernel: wherever it takes g
-/// (2 Zen 4 cores, GFLOP/s against the planar kernel's: 8 -> 16, 16 -> 16, 32 -> 16 at 32^3 347,
-/// 354, 358 against 287, 285, 283; at 64^3 334, 351, 346 against 364, 343, 323).
+/// (as fast or faster there: bench/RESULTS.md, "Figures behind the kernels' choices").
 inline bool runs_channel_lanes_weight(const ConvGeometry& g) {
   return enabled() && fits_channel_lanes_weight(g);
 }
 
 /// Whether the bfloat16 weight gradient below runs `g` in `products`: where the float one does;
-/// in dot products with up to 16 channels on one side (2 AMD cores, 16 -> 16 at 64^3: 357
-/// GFLOP/s against oneDNN's bf16 178 and the widened float kernels' 208) and wherever the output
-/// channels come in sixteens (runs_channel_lanes_weight: 16 -> 32, 32 -> 32, 64 -> 32 at 16^3
-/// 342-350 against oneDNN's bf16 285-299); kernels::conv times each shape against oneDNN's.
+/// in dot products with up to 16 channels on one side and wherever the output channels come in
+/// sixteens (runs_channel_lanes_weight), where they beat oneDNN's bf16 kernels (bench/RESULTS.md);
+/// kernels::conv times each shape against oneDNN's.
 inline bool fits_backward_weight_bf16(const ConvGeometry& g,
                                       Bf16Products products = bf16_products()) {
   if (products == Bf16Products::dot)
