@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -148,9 +149,7 @@ inline void hold_workspace(const ConvProblem& p) {
         index, [&](auto candidate) { return decltype(candidate)::workspace(p); });
   };
   const auto total = [](const std::vector<std::size_t>& blocks) {
-    std::size_t sum = 0;
-    for (const std::size_t bytes : blocks) sum += bytes;
-    return sum;
+    return std::accumulate(blocks.begin(), blocks.end(), std::size_t{0});
   };
   std::vector<std::size_t> blocks = stated(s.chosen);
   if (s.rival != Selection::none)

@@ -42,25 +42,22 @@ inline void bf16_forward_blocks(Blocks& blocks, const ConvGeometry& g,
   forward_states(blocks, g);
 }
 
+// planar_backward_weight<T>: a WeightState per part.
 template <class T>
 void planar_weight_blocks(Blocks& blocks, const ConvGeometry& g) {
   const RowGeometry r = row_geometry(g, vector_positions<T>);
   const int parts = plane_parts(g.batch * g.out[0]);
-  for (int part = 0; part < parts; ++part) {
-    add_blocks<T>(blocks, 1, PlanarPlanesOf<T>::elements(g, r.box));
-    add_blocks<T>(blocks, 1, weight_grad_plane(g, r));
-    add_blocks<float>(blocks, 1, conv_weight_size(g) * L);
-  }
+  add_blocks<T>(blocks, parts, PlanarPlanesOf<T>::elements(g, r.box));
+  add_blocks<T>(blocks, parts, weight_grad_plane(g, r));
+  add_blocks<float>(blocks, parts, conv_weight_size(g) * L);
 }
 
 inline void weight_blocks(Blocks& blocks, const ConvGeometry& g, const WorkspaceCall& call) {
   if (!call.bf16) {
     if (call.whole && fits_one_channel_weight(g)) {
       const int parts = plane_parts(g.batch * g.in[0]);
-      for (int part = 0; part < parts; ++part) {
-        add_blocks<float>(blocks, 1, one_channel_row_floats(g));
-        add_blocks<float>(blocks, 1, one_channel_gradient_floats(g));
-      }
+      add_blocks<float>(blocks, parts, one_channel_row_floats(g));
+      add_blocks<float>(blocks, parts, one_channel_gradient_floats(g));
       return;
     }
     return planar_weight_blocks<float>(blocks, g);
@@ -69,12 +66,10 @@ inline void weight_blocks(Blocks& blocks, const ConvGeometry& g, const Workspace
   if (bf16_products() == Bf16Products::dot && runs_channel_lanes_weight(g)) {
     const PairGeometry p = pair_geometry(g);
     const int parts = plane_parts(g.batch * g.out[0]);
-    for (int part = 0; part < parts; ++part) {
-      add_blocks<std::uint32_t>(blocks, 1,
-                                PlanarPlanesOf<std::uint32_t, TurnPairs>::elements(g, p.box));
-      add_blocks<std::uint32_t>(blocks, 1, channel_lanes_band(g) * p.pairs * g.c_out);
-      add_blocks<float>(blocks, 1, conv_weight_size(g));
-    }
+    add_blocks<std::uint32_t>(blocks, parts,
+                              PlanarPlanesOf<std::uint32_t, TurnPairs>::elements(g, p.box));
+    add_blocks<std::uint32_t>(blocks, parts, channel_lanes_band(g) * p.pairs * g.c_out);
+    add_blocks<float>(blocks, parts, conv_weight_size(g));
     return;
   }
   if (bf16_products() == Bf16Products::dot) return planar_weight_blocks<bfloat16>(blocks, g);
