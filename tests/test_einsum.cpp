@@ -64,6 +64,20 @@ TEST_CASE("einsum of three operands, split differently") {
         }) == "");
 }
 
+// Attention's two products: heads sit between the rows in both operands, so each runs packed (on
+// oneDNN) or folded; split over batch, heads (c), queries (x) or keys (y, a split sum).
+TEST_CASE("attention's scores and weighted values, forward and backward, split or not") {
+  CHECK(compare_with_one_processor([](Mesh& m, const Layout& l) {
+          auto q = test_input(m, "batch:2, x:5, c:3, d:4", l, 1).set_requires_grad();
+          auto k = test_input(m, "batch:2, y:6, c:3, d:4", l, 2).set_requires_grad();
+          auto v = test_input(m, "batch:2, y:6, c:3, d:4", l, 3).set_requires_grad();
+          auto scores = einsum({q, k}, "batch, c, x, y");
+          auto out = einsum({scores, v}, "batch, x, c, d");
+          backward(reduce_sum(square(out)));
+          return std::vector<Tensor<float>>{out, q.grad(), k.grad(), v.grad()};
+        }) == "");
+}
+
 TEST_CASE("einsum errors name the dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     std::vector<std::string> what;

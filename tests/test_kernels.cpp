@@ -35,13 +35,16 @@
 #include <meshtensor/kernels/cpu/rows/conv.hpp>
 #include <meshtensor/kernels/cpu/vector_rate.hpp>
 #include <meshtensor/kernels/pool.hpp>
+#include <meshtensor/kernels/sum.hpp>
 #ifdef MESHTENSOR_WITH_ONEDNN
 #include <meshtensor/kernels/cpu/onednn/conv.hpp>
 #include <meshtensor/kernels/cpu/onednn/pool.hpp>
 #endif
 
 #include "support/conv_cases.hpp"
+#include "support/elementwise_cases.hpp"
 #include "support/environment.hpp"
+#include "support/gemm_cases.hpp"
 
 // In a namespace of its own: test files share a program (tests/CMakeLists.txt).
 namespace test_kernels {
@@ -1451,6 +1454,134 @@ TEST_CASE("a normalisation's gradient sums per channel match double loops, in re
       check_gradient_sums<float>(rows, keys);
       check_gradient_sums<meshtensor::bfloat16>(rows, keys);
     }
+}
+
+namespace {
+// A matrix product big enough for the kernels' blocking: x [b][m][k] (or [b][k][m] where
+// `x_summed_first`) times y [b][k][n] (or [b][n][k]), row-major, as fold operands onto [b][m][n].
+GemmOperands large_product(std::int64_t b, std::int64_t m, std::int64_t n, std::int64_t k,
+                           bool x_summed_first, bool y_summed_last) {
+  GemmOperands g;
+  g.outer = {b, m, n};
+  g.inner = {k};
+  g.elements = {b * m * k, b * k * n};
+  g.operands[0] = {nullptr, {m * k, x_summed_first ? 1 : k, 0}, {x_summed_first ? m : 1}};
+  g.operands[1] = {nullptr, {k * n, 0, y_summed_last ? k : 1}, {y_summed_last ? 1 : n}};
+  return g;
+}
+
+// The family's sum of g's products on T, into double sums or rounded to T, against the double fold
+// of the same values; false where the forced `candidate` does not run it.
+template <class T>
+bool forced_products_match(const GemmOperands& g, std::size_t candidate, bool rounded) {
+  namespace k = meshtensor::kernels;
+  const auto x = zip_operand<T>(g.elements[0], 0.0), y = zip_operand<T>(g.elements[1], 1.0);
+  const std::array<FoldOperand<T>, 2> operands{
+      FoldOperand<T>{x.data(), g.operands[0].outer_strides, g.operands[0].inner_strides},
+      FoldOperand<T>{y.data(), g.operands[1].outer_strides, g.operands[1].inner_strides}};
+  if (!ProductCandidates::supports(candidate,
+                                   ProductProblem<T>(g.outer, g.inner, operands, rounded)))
+    return false;
+  REQUIRE(k::product_kernel_name<T>(g.outer, g.inner, operands, rounded) ==
+          ProductCandidates::names[candidate]);
+  const std::size_t outputs = std::size_t(num_elements(g.outer));
+  std::vector<double> want(outputs, 7.0), got(outputs, 7.0);
+  parallel_sum<double, T, 2>(g.outer, g.inner, operands, want.data(), 1);
+  if (rounded) {
+    std::vector<T> result(outputs, T(7.0f));
+    k::sum_rounded<T>(g.outer, g.inner, operands, result.data());
+    got.assign(result.begin(), result.end());
+  } else {
+    k::sum<double, T, 2>(g.outer, g.inner, operands, got.data());
+  }
+  // Summed in float: each of the k terms (at most 1.02 in size) rounds once, at worst; then the
+  // result's own rounding.
+  const double terms = double(num_elements(g.inner));
+  const double result_rounding = !rounded                                  ? 0.0
+                                 : std::is_same_v<T, meshtensor::bfloat16> ? 4e-3
+                                                                           : 6e-8;
+  CHECK(sum_gap(got, want) < terms * 1.2e-7 + result_rounding);
+  return true;
+}
+}  // namespace
+
+namespace {
+// The peak of what a fresh processor computing on `device` holds while it sums g's products on
+// T, into double sums or rounded to T (a plan's holds what the call states, a CPU's what it takes).
+template <class T>
+std::size_t product_peak(const GemmOperands& g, bool rounded, const meshtensor::Device& device) {
+  const meshtensor::LocalProcessor local(device, meshtensor::current_processor().settings());
+  const std::vector<T> x(std::size_t(g.elements[0]), T(1)), y(std::size_t(g.elements[1]), T(1));
+  const std::array<FoldOperand<T>, 2> operands{
+      FoldOperand<T>{x.data(), g.operands[0].outer_strides, g.operands[0].inner_strides},
+      FoldOperand<T>{y.data(), g.operands[1].outer_strides, g.operands[1].inner_strides}};
+  std::vector<double> sums(std::size_t(num_elements(g.outer)));
+  std::vector<T> result(sums.size());
+  if (rounded)
+    meshtensor::kernels::sum_rounded<T>(g.outer, g.inner, operands, result.data());
+  else
+    meshtensor::kernels::sum<double, T, 2>(g.outer, g.inner, operands, sums.data());
+  return meshtensor::memory_stats().peak_in_use;
+}
+}  // namespace
+
+TEST_CASE("a plan holds what each product candidate takes of the processor's memory") {
+  std::vector<GemmOperands> cases{large_product(3, 67, 130, 259, true, false)};
+  for (const GemmCase& c : gemm_cases()) cases.push_back(gemm_operands(c.einsum));
+  for (std::size_t candidate = 0; candidate < ProductCandidates::size; ++candidate) {
+    const std::string name(ProductCandidates::names[candidate]);
+    const Setting forced("MESHTENSOR_SUM_KERNEL", name.c_str());
+    INFO("the " << ProductCandidates::names[candidate] << " candidate");
+    int holding = 0;  // calls that take memory
+    for (const GemmOperands& g : cases)
+      for (const bool rounded : {false, true}) {
+        const std::size_t peak = product_peak<float>(g, rounded, meshtensor::Device::cpu());
+        holding += peak > 0;
+        CHECK(product_peak<float>(g, rounded, meshtensor::Device::plan()) == peak);
+        CHECK(product_peak<meshtensor::bfloat16>(g, rounded, meshtensor::Device::plan()) ==
+              product_peak<meshtensor::bfloat16>(g, rounded, meshtensor::Device::cpu()));
+      }
+    CHECK(holding > 0);
+  }
+}
+
+TEST_CASE("each product candidate, forced, sums matrix products as the double fold does") {
+  std::vector<std::pair<std::string, GemmOperands>> cases;
+  for (const GemmCase& c : gemm_cases()) cases.emplace_back(c.einsum, gemm_operands(c.einsum));
+  for (bool x_summed_first : {false, true})
+    for (bool y_summed_last : {false, true})
+      cases.emplace_back("3 x 67 x 130 x 259, transposed " + std::to_string(x_summed_first) +
+                             std::to_string(y_summed_last),
+                         large_product(3, 67, 130, 259, x_summed_first, y_summed_last));
+  for (std::size_t candidate = 0; candidate < ProductCandidates::size; ++candidate) {
+    const std::string name(ProductCandidates::names[candidate]);
+    INFO("the " << name << " candidate");
+    const Setting forced("MESHTENSOR_SUM_KERNEL", name.c_str());
+    int ran = 0, gemms = 0, packs = 0;
+    for (const auto& [label, g] : cases) {
+      INFO(label);
+      bool float_ran = false, bf16_ran = false;
+      for (const bool rounded : {false, true}) {
+        float_ran = forced_products_match<float>(g, candidate, rounded);
+        bf16_ran = forced_products_match<meshtensor::bfloat16>(g, candidate, rounded);
+        ran += float_ran + bf16_ran + forced_products_match<double>(g, candidate, rounded);
+      }
+      const bool gemm = gemm_shape_of(g.outer, g.inner, g.operands).has_value();
+      const bool packed = !gemm && packed_product_of(g.outer, g.inner, g.operands).has_value();
+      gemms += gemm;
+      packs += packed;
+      // oneDNN runs every float matrix product, as it lies or packed; bfloat16 ones packed (as
+      // float where it has no bfloat16 kernel) if not as they lie.
+      if (name == "onednn" && onednn_kernels) CHECK(float_ran == gemm);
+      if (name == "onednn_packed" && onednn_kernels) {
+        CHECK(float_ran == packed);
+        CHECK(bf16_ran == (gemm || packed));
+      }
+    }
+    CHECK(gemms > 0);
+    CHECK(packs > 0);
+    CHECK((ran > 0) == (name == "reference" || onednn_kernels));
+  }
 }
 
 }  // namespace test_kernels

@@ -56,6 +56,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
                              {"MESHTENSOR_MAX_CPU_ISA", "avx2"},
                              {"MESHTENSOR_CONV_KERNEL", "rows"},
                              {"MESHTENSOR_POOL_KERNEL", "pair"},
+                             {"MESHTENSOR_SUM_KERNEL", "reference"},
                              {"MESHTENSOR_TRANSPORT", "mpi"},
                              {"MESHTENSOR_DEVICE", "cpu"},
                              {"MESHTENSOR_THREADS_PER_PROCESSOR", "3"},
@@ -76,6 +77,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(k.cpu_instructions == KernelPolicy::CpuInstructions::avx2);
   CHECK(k.conv_kernel == "rows");
   CHECK(k.pool_kernel == "pair");
+  CHECK(k.sum_kernel == "reference");
   CHECK(set.transport == "mpi");
   CHECK(set.device == "cpu");
   CHECK(set.threads_per_processor == 3);

@@ -23,13 +23,14 @@ struct GemmCase {
 
 inline std::vector<GemmCase> gemm_cases() {
   return {
-      {"mk,kn->mn", true},     {"mk,nk->mn", true},     {"km,kn->mn", true},
-      {"km,nk->mn", true},     {"bmk,bkn->bmn", true},  {"mk,kn->nm", true},
-      {"bkm,bnk->bnm", true},  {"mk,k->m", true},       {"k,k->", true},
-      {"m,n->mn", true},       {"abk,kcd->abcd", true}, {"mxk,kn->mxn", true},
-      {"bmk,bkn->bmxn", true}, {"kqm,kqn->mn", true},   {"bmk,kn->bmn", true},
-      {"mbk,bkn->mbn", false}, {"mk,kn->m", false},     {"mak,kn->amn", false},
-      {"mkz,zkn->zmn", false}, {"mk,kn->mnw", false},
+      {"mk,kn->mn", true},        {"mk,nk->mn", true},     {"km,kn->mn", true},
+      {"km,nk->mn", true},        {"bmk,bkn->bmn", true},  {"mk,kn->nm", true},
+      {"bkm,bnk->bnm", true},     {"mk,k->m", true},       {"k,k->", true},
+      {"m,n->mn", true},          {"abk,kcd->abcd", true}, {"mxk,kn->mxn", true},
+      {"bmk,bkn->bmxn", true},    {"kqm,kqn->mn", true},   {"bmk,kn->bmn", true},
+      {"mbk,bkn->mbn", false},    {"mk,kn->m", false},     {"mak,kn->amn", false},
+      {"mkz,zkn->zmn", false},    {"mk,kn->mnw", false},   {"bshd,bkhd->bhsk", false},
+      {"bhsk,bkhd->bshd", false},
   };
 }
 

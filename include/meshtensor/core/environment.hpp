@@ -107,6 +107,8 @@ inline void apply_kernel_variables(const EnvironmentLookup& lookup, KernelPolicy
        [&](const char*, const std::string& t) { k.conv_kernel = t == "auto" ? "" : t; });
   read("MESHTENSOR_POOL_KERNEL",
        [&](const char*, const std::string& t) { k.pool_kernel = t == "auto" ? "" : t; });
+  read("MESHTENSOR_SUM_KERNEL",
+       [&](const char*, const std::string& t) { k.sum_kernel = t == "auto" ? "" : t; });
   read("MESHTENSOR_MAX_CPU_ISA", [&](const char* v, const std::string& t) {
     k.cpu_instructions = K::CpuInstructions(
         setting_choice(v, t, {"best", "avx512_bf16", "avx512", "avx2", "baseline"}));

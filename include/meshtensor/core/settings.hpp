@@ -51,6 +51,8 @@ struct KernelPolicy {
   std::string conv_kernel;
   /// The same for pooling (kernels/pool_candidates.hpp).
   std::string pool_kernel;
+  /// The same for einsum's sums of products of two operands (kernels/sum_candidates.hpp).
+  std::string sum_kernel;
 
   bool fixed() const { return choice == Choice::fixed; }
   /// The formats oneDNN's convolutions take: those forced, else timed (chosen), or the channel rule

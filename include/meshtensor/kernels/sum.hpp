@@ -2,19 +2,25 @@
 // The sum family: einsum's and the reductions' sums of products (accumulated in Acc: double for
 // floating point, int64 for integers), narrowing those accumulators into a result, and the max and
 // min folds, and argmax. A GPU sends a matrix product to cuBLAS and any other sum to its own
-// kernels; the CPU folds on its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a
-// multiply-add as two operations.
+// kernels; the CPU runs a product of two floating-point operands on the candidate
+// kernels/sum_candidates.hpp chooses (oneDNN's matmul for matrix products) and folds the rest on
+// its compute threads (kernels/cpu/reference/fold.hpp). A plan counts a multiply-add as two
+// operations.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <vector>
 
+#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/elementwise_formulas.hpp"
 #include "meshtensor/kernels/common/fold_operand.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
 #include "meshtensor/kernels/cpu/reference/fold.hpp"
+#include "meshtensor/kernels/sum_candidates.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/cublas_gemm.hpp"
 #include "meshtensor/kernels/cuda/sum.hpp"
@@ -48,10 +54,68 @@ bool narrow_on_gpu(const Acc* in, T* out, std::int64_t n, double divisor) {
 }  // namespace detail
 #endif
 
+namespace detail {
+// Whether a sum of N operands into Acc runs on kernels/sum_candidates.hpp's list.
+template <class Acc, class T, std::size_t N>
+constexpr bool has_product_candidates =
+    N == 2 && std::is_same_v<Acc, double> && !std::is_same_v<T, long double> && is_floating_v<T>;
+
+template <class T>
+std::size_t chosen_products(const ProductProblem<T>& p) {
+  return ProductCandidates::select(p, current_processor().settings().kernels.sum_kernel,
+                                   "MESHTENSOR_SUM_KERNEL")
+      .chosen;
+}
+
+// Holds for a planned product the blocks its CPU candidate states, as the call would take them.
+template <class T>
+void hold_product_workspace(const ProductProblem<T>& p) {
+  const auto blocks = ProductCandidates::ask<std::vector<std::size_t>>(
+      chosen_products(p), [&](auto candidate) { return decltype(candidate)::workspace(p); });
+  std::vector<Buffer<unsigned char>> held;
+  held.reserve(blocks.size());
+  for (const std::size_t bytes : blocks) held.emplace_back(bytes);
+}
+
+// A product of two operands on its CPU candidate: sums into `sums` or, rounded, into `rounded`.
+template <class T>
+void run_products(const Sizes& outer, const Sizes& inner,
+                  const std::array<FoldOperand<T>, 2>& operands, const ProductOutput<T>& out) {
+  const bool rounded = out.rounded != nullptr;
+  dispatch(
+      [&] {
+        plan::count(plan::Family::sum, 2.0 * double(num_elements(outer) * num_elements(inner)));
+        hold_product_workspace(ProductProblem<T>(outer, inner, operands, rounded));
+      },
+      [] { return false; },
+      [&](HostOperands& h) {
+        std::array<FoldOperand<T>, 2> read = operands;
+        for (auto& o : read) o.data = h.in(o.data, fold_span(outer, inner, o));
+        const std::int64_t n = num_elements(outer);
+        const ProductOutput<T> into{rounded ? nullptr : h.out(out.sums, n),
+                                    rounded ? h.out(out.rounded, n) : nullptr};
+        const ProductProblem<T> p(outer, inner, read, rounded);
+        ProductCandidates::visit(chosen_products(p),
+                                 [&](auto candidate) { decltype(candidate)::run(p, into); });
+      });
+}
+}  // namespace detail
+
+/// The candidate (kernels/sum_candidates.hpp) that sums these products of two operands here.
+template <class T>
+std::string product_kernel_name(const Sizes& outer, const Sizes& inner,
+                                const std::array<FoldOperand<T>, 2>& operands,
+                                bool rounded = false) {
+  const ProductProblem<T> p(outer, inner, operands, rounded);
+  return std::string(ProductCandidates::names[detail::chosen_products(p)]);
+}
+
 /// out[o] = the sum over every inner index i of the product of the operands at (o, i), in Acc.
 template <class Acc, class T, std::size_t N>
 void sum(const Sizes& outer, const Sizes& inner, const std::array<FoldOperand<T>, N>& operands,
          Acc* out) {
+  if constexpr (detail::has_product_candidates<Acc, T, N>)
+    if (!takes_gpu_roads()) return detail::run_products<T>(outer, inner, operands, {out, nullptr});
   dispatch(
       [&] {
         plan::count(plan::Family::sum,
@@ -79,6 +143,19 @@ void narrow(const Acc* in, T* out, std::int64_t n, double divisor = 1.0) {
                for (std::int64_t i = begin; i < end; ++i) out_h[i] = static_cast<T>(in_h[i] / by);
              });
            });
+}
+
+/// out[o] = the sum over every inner index i of the products of two floating-point operands at
+/// (o, i), rounded once to T: a CPU candidate writes T itself (oneDNN's matmul, float into float);
+/// elsewhere the sums go through double accumulators.
+template <class T>
+void sum_rounded(const Sizes& outer, const Sizes& inner,
+                 const std::array<FoldOperand<T>, 2>& operands, T* out) {
+  static_assert(is_floating_v<T>);
+  if (!takes_gpu_roads()) return detail::run_products<T>(outer, inner, operands, {nullptr, out});
+  Buffer<double> sums(static_cast<std::size_t>(num_elements(outer)));
+  sum<double, T, 2>(outer, inner, operands, sums.data());
+  narrow(sums.data(), out, num_elements(outer), 1.0);
 }
 
 /// out[o] = the max (is_max) or min over every inner index of the operand at (o, i), from `init`.

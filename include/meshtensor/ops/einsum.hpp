@@ -7,6 +7,7 @@
 #include <array>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xtensor/xarray.hpp>
@@ -36,42 +37,53 @@ struct NamedBlock {
   Array<T> owned = empty_array<T>();
 };
 
-// into[i] = the accumulator's value i rounded to T, where the processor computes.
+// Where a contraction's sums go: into accumulators (`sums`, to be all-reduced) or, where `sums`
+// is null, rounded once into `rounded`.
 template <class Acc, class T>
-void narrow(const Buffer<Acc>& accumulator, T* into) {
-  const auto n = static_cast<std::int64_t>(accumulator.size());
-  kernels::narrow(accumulator.data(), into, n);
+struct ContractionOutput {
+  Acc* sums = nullptr;
+  T* rounded = nullptr;
+};
+
+template <class T>
+kernels::FoldOperand<T> fold_operand(const NamedBlock<T>& b,
+                                     const std::vector<std::string>& out_names,
+                                     const std::vector<std::string>& inner_names) {
+  const auto own = kernels::row_major_strides(b.sizes);
+  auto strides = [&](const std::vector<std::string>& names) {
+    kernels::Strides s(names.size(), 0);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t d = 0; d < b.names.size(); ++d)
+        if (b.names[d] == names[i]) s[i] = own[d];
+    return s;
+  };
+  return {b.data, strides(out_names), strides(inner_names)};
 }
 
+// The sums over `inner_names` of the products of `in` (one or two blocks), onto `out_names`.
 template <class Acc, class T>
-Buffer<Acc> contract(const std::vector<const NamedBlock<T>*>& in,
-                     const std::vector<std::string>& out_names, const kernels::Sizes& out_sizes,
-                     const std::vector<std::string>& inner_names,
-                     const kernels::Sizes& inner_sizes) {
-  Buffer<Acc> out(static_cast<std::size_t>(kernels::num_elements(out_sizes)));
-  auto operand = [&](const NamedBlock<T>& b) {
-    kernels::FoldOperand<T> op;
-    op.data = b.data;
-    const auto own = kernels::row_major_strides(b.sizes);
-    auto strides = [&](const std::vector<std::string>& names) {
-      kernels::Strides s(names.size(), 0);
-      for (std::size_t i = 0; i < names.size(); ++i)
-        for (std::size_t d = 0; d < b.names.size(); ++d)
-          if (b.names[d] == names[i]) s[i] = own[d];
-      return s;
-    };
-    op.outer_strides = strides(out_names);
-    op.inner_strides = strides(inner_names);
-    return op;
-  };
-  if (in.size() == 1) {
-    const std::array<kernels::FoldOperand<T>, 1> operands{operand(*in[0])};
-    kernels::sum<Acc, T, 1>(out_sizes, inner_sizes, operands, out.data());
-  } else {
-    const std::array<kernels::FoldOperand<T>, 2> operands{operand(*in[0]), operand(*in[1])};
-    kernels::sum<Acc, T, 2>(out_sizes, inner_sizes, operands, out.data());
-  }
-  return out;
+void contract(const std::vector<const NamedBlock<T>*>& in,
+              const std::vector<std::string>& out_names, const kernels::Sizes& out_sizes,
+              const std::vector<std::string>& inner_names, const kernels::Sizes& inner_sizes,
+              const ContractionOutput<Acc, T>& out) {
+  const std::int64_t n = kernels::num_elements(out_sizes);
+  if constexpr (is_floating_v<T>)
+    if (in.size() == 2 && !out.sums)
+      return kernels::sum_rounded<T>(out_sizes, inner_sizes,
+                                     {fold_operand(*in[0], out_names, inner_names),
+                                      fold_operand(*in[1], out_names, inner_names)},
+                                     out.rounded);
+  Buffer<Acc> own_sums(out.sums ? 0 : static_cast<std::size_t>(n));
+  Acc* sums = out.sums ? out.sums : own_sums.data();
+  if (in.size() == 1)
+    kernels::sum<Acc, T, 1>(out_sizes, inner_sizes, {fold_operand(*in[0], out_names, inner_names)},
+                            sums);
+  else
+    kernels::sum<Acc, T, 2>(out_sizes, inner_sizes,
+                            {fold_operand(*in[0], out_names, inner_names),
+                             fold_operand(*in[1], out_names, inner_names)},
+                            sums);
+  if (!out.sums) kernels::narrow(sums, out.rounded, n);
 }
 
 }  // namespace detail
@@ -102,12 +114,12 @@ void split_step_dims(const std::vector<const NamedBlock<T>*>& in,
     }
 }
 
-// The local blocks of `aligned` contracted left to right onto `output`, in the accumulator type;
-// each step keeps the dims the output or a later operand still needs. `local_size(name)` is a
-// dim's size in this processor's blocks.
+// The local blocks of `aligned` contracted left to right onto `output`, into `out`; each step
+// keeps the dims the output or a later operand still needs, its products rounded to T.
+// `local_size(name)` is a dim's size in this processor's blocks.
 template <class T, class Acc, class LocalSize>
-Buffer<Acc> contract_chain(const std::vector<Tensor<T>>& aligned, const DimNames& output,
-                           LocalSize&& local_size) {
+void contract_chain(const std::vector<Tensor<T>>& aligned, const DimNames& output,
+                    LocalSize&& local_size, const ContractionOutput<Acc, T>& out) {
   std::vector<NamedBlock<T>> blocks;
   for (const auto& t : aligned)
     blocks.push_back({t.shape().names(), t.block().sizes(), t.array().data(), empty_array<T>()});
@@ -123,10 +135,9 @@ Buffer<Acc> contract_chain(const std::vector<Tensor<T>>& aligned, const DimNames
     kernels::Sizes keep_sizes, inner_sizes;
     for (const auto& name : keep) keep_sizes.push_back(local_size(name));
     for (const auto& name : inner) inner_sizes.push_back(local_size(name));
-    auto partial = contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes);
-    if (last) return partial;
+    if (last) return contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes, out);
     Array<T> data = Array<T>::from_shape(to_xshape(keep_sizes));
-    narrow(partial, data.data());
+    contract<Acc, T>(in, keep, keep_sizes, inner, inner_sizes, {nullptr, data.data()});
     current = {keep, keep_sizes, nullptr, std::move(data)};
     current.data = current.owned.data();
   }
@@ -192,20 +203,27 @@ Tensor<Out> einsum_values(const std::vector<Tensor<T>>& given, const DimNames& o
   const auto aligned = detail::aligned<T>(operands, common);
   const TensorLayout common_all(all, mesh.shape(), common);
   const Block all_block = common_all.block(mesh.coord());
-  Buffer<Acc> result = contract_chain<T, Acc>(aligned, output, [&](const std::string& name) {
+  const auto local_size = [&](const std::string& name) {
     return all_block.ranges[all.position(name)].size();
-  });
+  };
 
   // Summed dims that were split leave partial sums on each processor of their mesh axes.
   AxisSet partial_axes = 0;
   for (const auto& dim : all)
     if (!output.contains(dim.name))
       if (auto axis = common_all.mesh_axis_of(dim.name)) partial_axes |= AxisSet{1} << *axis;
-  if (partial_axes) all_reduce(mesh.group(partial_axes), result, ReduceOp::sum);
 
   TensorLayout out_layout(out_shape, mesh.shape(), common);
   Array<Out> out = new_block<Out>(mesh, out_layout, out_layout.block(mesh.coord()));
-  narrow(result, out.data());
+  if constexpr (std::is_same_v<Out, T>)
+    if (!partial_axes) {
+      contract_chain<T, Acc>(aligned, output, local_size, {nullptr, out.data()});
+      return Tensor<Out>(mesh, std::move(out_layout), std::move(out));
+    }
+  Buffer<Acc> sums(static_cast<std::size_t>(out.size()));
+  contract_chain<T, Acc>(aligned, output, local_size, {sums.data(), nullptr});
+  if (partial_axes) all_reduce(mesh.group(partial_axes), sums, ReduceOp::sum);
+  kernels::narrow(sums.data(), out.data(), static_cast<std::int64_t>(sums.size()));
   return Tensor<Out>(mesh, std::move(out_layout), std::move(out));
 }
 }  // namespace detail

@@ -5,7 +5,9 @@
 // the plan's peaks are a real run's. oneDNN's passes may copy operands into the formats they
 // prefer (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a
 // scratchpad, both from the pool, and bfloat16 passes on the float kernels widen slabs of about
-// 1 MiB: none of these is stated yet. Which formats run is the kernel policy's
+// 1 MiB: none of these is stated yet. Einsum's products state theirs (packed copies, float
+// products, oneDNN's matmul scratchpad: kernels/sum_candidates.hpp). Which formats run is the
+// kernel policy's
 // (KernelPolicy::onednn_formats), by default timed at a shape's first use. The report says which
 // of these holds for the program that planned.
 
