@@ -62,6 +62,35 @@ def conv_section(rows, peak):
     return lines
 
 
+def einsum_section(rows, peak):
+    products = [r for r in rows if r["bench"] == "einsum"]
+    if not products:
+        return []
+    impls = sorted({r["impl"] for r in products if r["impl"].startswith("pytorch")})
+    shapes = sorted({(r["rows"], r["in"], r["out"]) for r in products})
+    by = {(r["impl"], r["precision"], r["rows"], r["in"], r["out"]): r for r in products}
+    lines = ["", "## einsum as a dense layer, forward + backward (GFLOP/s of the step)", "",
+             "`einsum({x[rows, in], w[in, out]}, \"rows, out\")` and its two gradient products, "
+             "one processor; PyTorch's `x @ w` beside it. Target: ≥ 70% of the FMA peak from "
+             "512 × 2048 × 2048 up, ahead of PyTorch.",
+             "",
+             "| rows × in × out | meshtensor fp32 | " + " | ".join(impls)
+             + " | meshtensor / best PyTorch | % of peak | meshtensor bf16 | bf16 / fp32 |",
+             "|---" * (6 + len(impls)) + "|"]
+    for shape in shapes:
+        get = lambda impl, precision="fp32": by.get((impl, precision) + shape, {}).get("step_gflops")
+        ours, bf16 = get("meshtensor"), get("meshtensor", "bf16")
+        torch = [get(i) for i in impls]
+        best_torch = max([t for t in torch if t] or [None]) if any(torch) else None
+        ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "–"
+        lines.append(f"| {shape[0]} × {shape[1]} × {shape[2]} | {fmt(ours)} | "
+                     + " | ".join(fmt(t) for t in torch)
+                     + f" | {ratio(ours, best_torch)} | "
+                     f"{fmt(100 * ours / peak if ours and peak else None)}% | {fmt(bf16)} | "
+                     f"{ratio(bf16, ours)} |")
+    return lines
+
+
 def variant(r):
     """How a run of ours differs from the plain fp32 one."""
     if r.get("precision", "fp32") == "bf16":
@@ -244,7 +273,8 @@ def main():
              "Produced by `bash bench/run.sh`; every figure beside its PyTorch counterpart from "
              "the same run, same shapes, same thread count."]
     lines += [f"> {r['text']}" for r in rows if r["bench"] == "note"]
-    lines += [""] + conv_section(rows, peak) + unet_section(rows, peak, pairs) + scaling_section(rows)
+    lines += [""] + conv_section(rows, peak) + einsum_section(rows, peak)
+    lines += unet_section(rows, peak, pairs) + scaling_section(rows)
     with open(json_out, "w") as f:
         json.dump(every, f, indent=1)
     with open(md_out, "w") as f:

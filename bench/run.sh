@@ -21,7 +21,7 @@ cores="$(nproc)"
 
 bash "$root/scripts/setup.sh" --tests --packages-only >/dev/null
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j "$cores" --target bench_conv bench_unet unet3d >/dev/null
+cmake --build "$build" -j "$cores" --target bench_conv bench_einsum bench_unet unet3d >/dev/null
 
 pythons=(/usr/bin/python3)
 venv="$build/torch-venv"
@@ -34,8 +34,10 @@ if "$venv/bin/python" -c "import torch" 2>/dev/null; then pythons+=("$venv/bin/p
 
 if [[ -n "${QUICK:-}" ]]; then
   channels=8,16; sizes=32; unet_sizes=(32); scaling_size=32; seconds=0.5
+  products=256x256x256
 else
   channels=8,16,32,64; sizes=32,64,128; unet_sizes=(64 128); scaling_size=128; seconds=2
+  products=512x2048x2048,2048x2048x2048,1024x1024x1024,64x512x2048
 fi
 
 echo "convolution throughput ..."
@@ -44,6 +46,14 @@ echo "convolution throughput ..."
 for py in "${pythons[@]}"; do
   "$py" "$root/bench/torch_bench.py" conv --channels "$channels" --sizes "$sizes" \
     --threads "$cores" --seconds "$seconds" >> "$raw"
+done
+
+echo "einsum as a dense layer ..."
+"$build/bench/bench_einsum" --shapes "$products" --threads "$cores" --seconds "$seconds" \
+  --precision both >> "$raw"
+for py in "${pythons[@]}"; do
+  "$py" "$root/bench/torch_bench.py" matmul --shapes "$products" --threads "$cores" \
+    --seconds "$seconds" >> "$raw"
 done
 
 echo "U-Net training step, one processor ..."

@@ -2,6 +2,7 @@
 C++ benchmarks.
 
   python torch_bench.py conv --channels 8,16 --sizes 32,64 --threads 2
+  python torch_bench.py matmul --shapes 512x2048x2048,64x512x2048 --threads 2 [--precision bf16]
   python torch_bench.py unet --size 64 --threads 2 [--precision bf16]
   python torch_bench.py unet --device cuda --size 128 --channels 32 [--precision bf16] [--compile]
 
@@ -75,6 +76,34 @@ def conv(args):
                               "forward_s": forward, "backward_data_s": backward,
                               "backward_weights_s": 0.0, "total_s": total,
                               "gflops": flops / total / 1e9}), flush=True)
+
+
+def matmul(args):
+    """bench_einsum's dense layer: y = x @ w, x [rows, in], w [in, out], forward and backward."""
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    for rows, n_in, n_out in args.shapes:
+        x = (torch.rand(rows, n_in) * 2 - 1).to(dtype).requires_grad_()
+        w = (torch.rand(n_in, n_out) * 0.2 - 0.1).to(dtype).requires_grad_()
+        dy = (torch.rand(rows, n_out) * 2 - 1).to(dtype)
+
+        def run():
+            x.grad = None
+            w.grad = None
+            t0 = time.perf_counter()
+            y = x @ w
+            t1 = time.perf_counter()
+            y.backward(dy)
+            t2 = time.perf_counter()
+            return t1 - t0, t2 - t1
+
+        forward, backward = median_phases(args.seconds, run)
+        flops = 2.0 * rows * n_in * n_out
+        print(json.dumps({"bench": "einsum", "impl": "pytorch-" + torch.__version__,
+                          "kernel": "matmul", "precision": args.precision, "rows": rows,
+                          "in": n_in, "out": n_out, "threads": args.threads,
+                          "forward_s": forward, "backward_s": backward,
+                          "forward_gflops": flops / forward / 1e9,
+                          "step_gflops": 3 * flops / (forward + backward) / 1e9}), flush=True)
 
 
 # The model unet3d trains, as scripts/to_pytorch.py defines it for exported checkpoints.
@@ -241,8 +270,12 @@ def unet(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["conv", "unet"])
+    parser.add_argument("what", choices=["conv", "unet", "matmul"])
     ints = lambda text: [int(v) for v in text.split(",")]
+    shapes = lambda text: [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+    parser.add_argument("--shapes", type=shapes,
+                        default=[(512, 2048, 2048), (64, 512, 2048), (1024, 1024, 1024)],
+                        help="matmul: ROWSxINxOUT,...")
     parser.add_argument("--channels", type=ints, default=[8, 16, 32, 64])
     parser.add_argument("--sizes", type=ints, default=[32, 64, 128])
     parser.add_argument("--size", type=int, default=64)
@@ -261,6 +294,8 @@ def main():
     torch.set_num_threads(args.threads)
     if args.what == "conv":
         conv(args)
+    elif args.what == "matmul":
+        matmul(args)
     else:
         args.channels = args.channels[0] if len(args.channels) == 1 else 8
         unet(args)
