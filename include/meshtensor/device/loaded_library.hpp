@@ -1,7 +1,7 @@
 #pragma once
 // CUDA libraries that meshtensor loads when it first needs them instead of linking them: mapping
-// and relocating a big library at start-up costs every process its memory, GPU or not (NVRTC:
-// about 27 MiB of resident memory; cuBLAS with cuBLASLt: about 150). A library is looked up by
+// and relocating a big library at start-up costs every process its memory, GPU or not (NVRTC's
+// and cuBLAS's are tens to hundreds of MiB resident). A library is looked up by
 // soname (the loader's path, then the program's run path), then in the toolkit directory CMake
 // found; its functions by name, with the header's own signatures.
 

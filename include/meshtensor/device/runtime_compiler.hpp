@@ -4,7 +4,7 @@
 // first time a process needs them, for the GPU it runs on, then loaded with the CUDA runtime's
 // library calls (no link to the driver library, so programs still start on machines without one)
 // and launched with cudaLaunchKernel. NVRTC itself is loaded then too, not linked
-// (device/loaded_library.hpp): it costs a process about 27 MiB of memory. Compiling needs no GPU:
+// (device/loaded_library.hpp): mapped, it costs a process memory. Compiling needs no GPU:
 // tests compile every source on machines without one.
 
 #include <cuda_runtime_api.h>

@@ -1,12 +1,11 @@
 #pragma once
 // A convolution of a concatenation along the channels (the U-Net decoder's skip and up-sampled
 // channels), the concatenation never written out: the kernels read the parts where they lie and
-// write the input gradient to the parts' gradients (kernels/common/channel_parts.hpp). At 128^3
-// and 8 + 8 channels that saves three passes over a 128 MiB block a training step (the join, its
-// recomputation for the weight gradient and the gradient's split) and the block itself at the
-// memory peak. It runs so where the convolution reads each processor's block in place: no halo
-// (no spatial dim split), no permutation, channels unsplit on both sides; elsewhere
-// conv(concat(parts)).
+// write the input gradient to the parts' gradients (kernels/common/channel_parts.hpp). That saves
+// three passes over the joined block a training step (the join, its recomputation for the weight
+// gradient and the gradient's split) and the block itself at the memory peak. It runs so where
+// the convolution reads each processor's block in place: no halo (no spatial dim split), no
+// permutation, channels unsplit on both sides; elsewhere conv(concat(parts)).
 
 #include <algorithm>
 #include <initializer_list>

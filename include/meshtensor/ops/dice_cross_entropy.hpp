@@ -3,7 +3,7 @@
 // computes): one pass over the scores forward and one backward, keeping nothing but its inputs.
 // Written with ops (loss.hpp) the same loss keeps the softmax, its logarithm, the weighted
 // labels and their gradients over the whole volume at the start of backward, when every
-// activation is alive too: at 128^3 x 3 classes in fp32, about 90 MiB of a bfloat16 U-Net's peak.
+// activation is alive too: a large part of a bfloat16 U-Net's peak.
 // Forward sums what the loss needs on each block, all-reduces those 2 + 3 * classes numbers over
 // the mesh axes that split the volume, and computes the loss on every processor alike; backward
 // computes each score's gradient from its position's softmax, computed again. A class dim split

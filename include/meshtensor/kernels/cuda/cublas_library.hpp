@@ -1,7 +1,7 @@
 #pragma once
 // cuBLAS, loaded the first time a GEMM runs on a GPU rather than linked
 // (device/loaded_library.hpp): mapping libcublas and libcublasLt at start-up costs every process
-// about 150 MiB of resident memory, GPU or not.
+// resident memory, GPU or not.
 
 #include <cublas_v2.h>
 
