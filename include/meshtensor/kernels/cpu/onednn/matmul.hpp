@@ -72,6 +72,9 @@ MatmulPrimitive& matmul_primitive(const GemmShape& g) {
   slot->dst = matrices(g, g.n, g.m, g.ldc, 1, g.stride_c, memory::data_type::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // Made one processor at a time, as convolutions are: oneDNN 2.6's brgemm kernels (AVX-512) size
+  // their blocking through statics that every thread shares.
+  const auto creating = convolution_creation_lock();
   try {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(slot->src, slot->weights, slot->dst),
                                           attr, context().engine);
