@@ -122,4 +122,26 @@ TEST_CASE("activations, dropout and losses") {
         }) == "");
 }
 
+TEST_CASE("the transformer's activations, norms, embedding and class-number loss") {
+  CHECK(gradcheck({image}, [](Mesh&, const Inputs& in) {
+          return weigh(gelu(in[0] * 2.0) + gelu(in[0] * 2.0, GeluApproximation::tanh) +
+                       silu(in[0] * 2.0));
+        }) == "");
+  CHECK(gradcheck(
+            {image, "y:4, channels:2", "channels:2", "channels:2"},
+            [](Mesh&, const Inputs& in) {
+              return weigh(layer_norm(in[0], "y, channels", in[1], in[2]) +
+                           rms_norm(in[0], "y, channels", in[1]) +
+                           rms_norm(in[0], "channels", in[3]));
+            },
+            1e-5) == "");
+  CHECK(gradcheck({"vocab:5, channels:3", "batch:2, x:4, vocab:5"}, [](Mesh& m, const Inputs& in) {
+          // Ids 0..5: 5 is outside the vocabulary, its position ignored.
+          auto ids = generate<double>(m, "batch:2, x:4", Layout{}, [](const Index& i) {
+            return double((i["x"] * 2 + i["batch"] * 3) % 6);
+          });
+          return weigh(embedding(ids, in[0], "vocab")) + softmax_cross_entropy(in[1], ids, "vocab");
+        }) == "");
+}
+
 }  // namespace test_gradcheck

@@ -130,6 +130,9 @@ class Norm {
         momentum_(momentum),
         epsilon_(epsilon) {
     if (kind_ == NormKind::none) return;
+    if ((kind_ == NormKind::instance || kind_ == NormKind::group) && spatial_.empty())
+      throw Error("Norm " + name + ": instance and group norm take statistics over spatial dims;" +
+                  " name them, e.g. \"x, y, z\"");
     const Shape shape{channels};
     gamma_ = params.add(name + "/gamma", full<T>(mesh, shape, layout, T(1)));
     beta_ = params.add(name + "/beta", zeros<T>(mesh, shape, layout));
@@ -141,6 +144,11 @@ class Norm {
       throw Error("Norm " + name + ": " + std::to_string(channels.size) +
                   " channels do not split into " + std::to_string(groups_) + " groups");
   }
+
+  /// Batch norm (or none) over every dim but `channels`: features without spatial dims too.
+  Norm(Mesh& mesh, Parameters<T>& params, const std::string& name, NormKind kind,
+       const Dim& channels)
+      : Norm(mesh, params, name, kind, channels, DimNames{}) {}
 
   /// The normalised x, then `activation` (fused into batch norm's passes). x may be bfloat16 with
   /// fp32 parameters: batch statistics, gamma and beta and their gradients stay fp32.
@@ -205,8 +213,8 @@ class Norm {
   // 1 / sqrt(running variance + epsilon), per channel, in double (where the statistics are).
   Tensor<T> inverse_std() const {
     Array<T> inverse = Array<T>::from_shape(running_var_.array().shape());
-    kernels::norm_inverse_std(running_var_.array().data(), std::int64_t(inverse.size()),
-                              epsilon_, inverse.data());
+    kernels::norm_inverse_std(running_var_.array().data(), std::int64_t(inverse.size()), epsilon_,
+                              inverse.data());
     return Tensor<T>(running_var_.mesh(), running_var_.layout(), std::move(inverse));
   }
 

@@ -1,6 +1,7 @@
 #pragma once
-// Activations: relu, leaky relu, sigmoid, softmax and log-softmax over a named dim (its max and sum
-// all-reduced when the dim is split), and dropout with masks that do not depend on the layout.
+// Activations: relu, leaky relu, sigmoid, GELU, SiLU, softmax and log-softmax over a named dim (its
+// max and sum all-reduced when the dim is split), and dropout with masks that do not depend on the
+// layout.
 
 #include <cmath>
 #include <cstdint>
@@ -33,6 +34,30 @@ Tensor<T> sigmoid(const Tensor<T>& x) {
   return detail::unary(x, detail::unary_op<detail::UnaryOp::sigmoid, T>(),
                        detail::unary_op<detail::UnaryOp::sigmoid_derivative, T>(),
                        detail::DerivativeOf::output);
+}
+
+/// How gelu computes Phi(x): exactly, with erf, or with PyTorch's and BERT's tanh approximation.
+enum class GeluApproximation { none, tanh };
+
+/// x Phi(x), Phi the standard normal's distribution function (PyTorch's `gelu`, the same
+/// `approximate` choice).
+template <class T>
+Tensor<T> gelu(const Tensor<T>& x, GeluApproximation approximate = GeluApproximation::none) {
+  if (approximate == GeluApproximation::tanh)
+    return detail::unary(x, detail::unary_op<detail::UnaryOp::gelu_tanh, T>(),
+                         detail::unary_op<detail::UnaryOp::gelu_tanh_derivative, T>(),
+                         detail::DerivativeOf::input);
+  return detail::unary(x, detail::unary_op<detail::UnaryOp::gelu, T>(),
+                       detail::unary_op<detail::UnaryOp::gelu_derivative, T>(),
+                       detail::DerivativeOf::input);
+}
+
+/// x sigmoid(x), also called swish.
+template <class T>
+Tensor<T> silu(const Tensor<T>& x) {
+  return detail::unary(x, detail::unary_op<detail::UnaryOp::silu, T>(),
+                       detail::unary_op<detail::UnaryOp::silu_derivative, T>(),
+                       detail::DerivativeOf::input);
 }
 
 /// log(softmax(x)) over `dim`, computed stably as x - max - log(sum(exp(x - max))). Backward keeps

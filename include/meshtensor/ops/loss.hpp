@@ -7,28 +7,49 @@
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/elementwise.hpp"
+#include "meshtensor/ops/one_hot.hpp"
 #include "meshtensor/ops/reduce.hpp"
 
 namespace meshtensor {
+namespace detail {
+// Labels with the `classes` dim as they are (one-hot or probabilities); labels without it are class
+// numbers, made one-hot on the logits' split of `classes`.
+template <class T>
+Tensor<T> class_indicators(const Tensor<T>& logits, const Tensor<T>& labels,
+                           const std::string& classes) {
+  if (labels.shape().contains(classes)) return labels;
+  return one_hot(labels, logits.shape().dim(classes), logits.layout().layout());
+}
+}  // namespace detail
 
 /**
  * Class-weighted softmax cross-entropy: -sum(w[c] * y * log softmax(logits)) / sum(w[c] * y) over
- * every element, with `labels` one-hot over `classes` and `class_weights` over `classes` (the
- * weighted mean PyTorch's CrossEntropyLoss takes).
+ * every element, with `class_weights` over `classes` (the weighted mean PyTorch's
+ * CrossEntropyLoss takes). `labels` are one-hot (or probabilities) over `classes`, or, without
+ * that dim, class numbers; a class number outside [0, classes) marks a position to ignore.
  */
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes, const Tensor<T>& class_weights) {
   detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
-  const auto weighted = labels * class_weights;
+  const auto weighted = detail::class_indicators(logits, labels, classes) * class_weights;
   return -(reduce_sum(weighted * log_softmax(logits, classes)) / reduce_sum(weighted));
 }
 
-/// Unweighted softmax cross-entropy, the mean over every element but the classes.
+/**
+ * Unweighted softmax cross-entropy, the mean over every element but the classes: of one-hot (or
+ * probability) `labels` over `classes`, or, for labels without that dim, of the class numbers
+ * they hold, over the positions whose number is in [0, classes) (the others are ignored, as
+ * PyTorch's ignore_index).
+ */
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes) {
   detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
+  if (!labels.shape().contains(classes)) {
+    const auto hot = detail::class_indicators(logits, labels, classes);
+    return -(reduce_sum(hot * log_softmax(logits, classes)) / reduce_sum(hot));
+  }
   return -(reduce_sum(labels * log_softmax(logits, classes)) /
            T(logits.shape().num_elements() / logits.shape().dim(classes).size));
 }

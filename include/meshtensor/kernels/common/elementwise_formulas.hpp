@@ -4,7 +4,8 @@
 // derivatives, and the binary ops. The ops in ops/ pass them as Unary / Binary functors, which
 // carry their code so that a processor on a GPU can run the same formula there
 // (kernels/cuda/elementwise.hpp). A map or zip over a user's function has no code and runs on the
-// CPU.
+// CPU. GELU is x erfc(-x / sqrt 2) / 2 and its tanh form x / (1 + exp(-2u)) (= x (1 + tanh u) / 2):
+// no 1 + erf or 1 + tanh that loses the small values of negative x.
 
 #include "meshtensor/kernels/common/shared_source.hpp"
 
@@ -20,6 +21,7 @@ struct UnaryOp {
     constant, minus_scalar_over_square, sign, twice, identity, reciprocal, half_over,
     one_minus_square, power_derivative, positive_step, leaky_step, at_least, at_most,
     at_least_step, at_most_step, unequal_mask, sigmoid_derivative,
+    gelu, gelu_tanh, silu, gelu_derivative, gelu_tanh_derivative, silu_derivative,
     count
   };
 };
@@ -31,6 +33,7 @@ struct BinaryOp {
 };
 template <int op, class T>
 MESHTENSOR_DEVICE inline T unary_formula(T x, T s) {
+  using C = decltype(x * x);
   if constexpr (op == UnaryOp::plus_scalar) return x + s;
   else if constexpr (op == UnaryOp::minus_scalar) return x - s;
   else if constexpr (op == UnaryOp::times_scalar) return x * s;
@@ -65,7 +68,23 @@ MESHTENSOR_DEVICE inline T unary_formula(T x, T s) {
   else if constexpr (op == UnaryOp::at_least_step) return !(x < s) ? T(1) : T(0);
   else if constexpr (op == UnaryOp::at_most_step) return !(s < x) ? T(1) : T(0);
   else if constexpr (op == UnaryOp::unequal_mask) return x != s ? T(1) : T(0);
-  else return x * (T(1) - x);
+  else if constexpr (op == UnaryOp::sigmoid_derivative) return x * (T(1) - x);
+  else if constexpr (op == UnaryOp::gelu) return C(0.5) * x * erfc(x * C(-0.70710678118654752440));
+  else if constexpr (op == UnaryOp::gelu_tanh)
+    return x / (C(1) + exp(C(-1.5957691216057307118) * (x + C(0.044715) * x * x * x)));
+  else if constexpr (op == UnaryOp::silu) return x / (C(1) + exp(-x));
+  else if constexpr (op == UnaryOp::gelu_derivative)
+    return C(0.5) * erfc(x * C(-0.70710678118654752440)) +
+           x * C(0.39894228040143267794) * exp(C(-0.5) * x * x);
+  else if constexpr (op == UnaryOp::gelu_tanh_derivative) {
+    const C sigma = C(1) / (C(1) + exp(C(-1.5957691216057307118) * (x + C(0.044715) * x * x * x)));
+    return sigma * (C(1) + C(1.5957691216057307118) * x * (C(1) - sigma) *
+                               (C(1) + C(0.134145) * x * x));
+  }
+  else {
+    const C sigma = C(1) / (C(1) + exp(-x));
+    return sigma * (C(1) + x * (C(1) - sigma));
+  }
 }
 template <int op, class T>
 MESHTENSOR_DEVICE inline T binary_formula(T x, T y) {
@@ -81,8 +100,8 @@ MESHTENSOR_DEVICE inline T binary_formula(T x, T y) {
 }
 )
 // clang-format on
-static_assert(UnaryOp::sigmoid_derivative + 1 == UnaryOp::count,
-              "unary_formula's last branch is sigmoid_derivative");
+static_assert(UnaryOp::silu_derivative + 1 == UnaryOp::count,
+              "unary_formula's last branch is silu_derivative");
 static_assert(BinaryOp::equal_mask + 1 == BinaryOp::count,
               "binary_formula's last branch is equal_mask");
 }  // namespace shared

@@ -20,6 +20,7 @@
 
 namespace meshtensor::kernels::shared {
 // Unqualified math calls in shared code take these: float stays float, as on the GPU.
+using std::erfc;
 using std::exp;
 using std::log;
 using std::pow;
