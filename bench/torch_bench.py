@@ -3,6 +3,7 @@ C++ benchmarks.
 
   python torch_bench.py conv --channels 8,16 --sizes 32,64 --threads 2
   python torch_bench.py matmul --shapes 512x2048x2048,64x512x2048 --threads 2 [--precision bf16]
+  python torch_bench.py transformer --steps 12 --threads 2 [--model 256 --layers 4 ...]
   python torch_bench.py unet --size 64 --threads 2 [--precision bf16]
   python torch_bench.py unet --device cuda --size 128 --channels 32 [--precision bf16] [--compile]
 
@@ -104,6 +105,68 @@ def matmul(args):
                           "forward_s": forward, "backward_s": backward,
                           "forward_gflops": flops / forward / 1e9,
                           "step_gflops": 3 * flops / (forward + backward) / 1e9}), flush=True)
+
+
+class Transformer(nn.Module):
+    """examples/transformer's model: pre-norm decoder blocks (causal multi-head attention without
+    biases, then Linear-GELU-Linear), learned positions, a final LayerNorm and a Linear head."""
+
+    def __init__(self, vocab, length, model, heads, d_head, d_ff, layers):
+        super().__init__()
+        self.heads, self.d_head = heads, d_head
+        self.embed = nn.Embedding(vocab, model)
+        self.position = nn.Parameter(torch.randn(length, model) * 0.02)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            self.blocks.append(nn.ModuleDict({
+                "attention_norm": nn.LayerNorm(model),
+                "qkv": nn.Linear(model, 3 * heads * d_head, bias=False),
+                "out": nn.Linear(heads * d_head, model, bias=False),
+                "ff_norm": nn.LayerNorm(model),
+                "up": nn.Linear(model, d_ff), "down": nn.Linear(d_ff, model)}))
+        self.final_norm = nn.LayerNorm(model)
+        self.head = nn.Linear(model, vocab)
+        self.register_buffer("mask", torch.triu(torch.full((length, length), -1e9), 1))
+
+    def forward(self, tokens):
+        b, n = tokens.shape
+        x = self.embed(tokens) + self.position
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["attention_norm"](x)).view(
+                b, n, 3, self.heads, self.d_head).permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-1, -2) / self.d_head ** 0.5 + self.mask
+            attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, -1)
+            x = x + blk["out"](attended)
+            x = x + blk["down"](F.gelu(blk["up"](blk["ff_norm"](x))))
+        return self.head(self.final_norm(x))
+
+
+def transformer(args):
+    """examples/transformer's training step (sorting digits; Adam), its median time and memory."""
+    vocab, length = args.values + 1, 2 * args.digits
+    rss_before = status_mib("VmRSS")
+    net = Transformer(vocab, length, args.model, args.heads, args.d_head, args.d_ff, args.layers)
+    adam = torch.optim.Adam(net.parameters(), lr=3e-3)
+    digits = torch.randint(0, args.values, (args.batch, args.digits))
+    sequence = torch.cat([digits, torch.full((args.batch, 1), args.values),
+                          digits.sort(dim=1).values], dim=1)
+    tokens, targets = sequence[:, :-1], sequence[:, 1:].clone()
+    targets[:, :args.digits] = -1
+    seconds = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(net(tokens).reshape(-1, vocab), targets.reshape(-1),
+                               ignore_index=-1)
+        loss.backward()
+        adam.step()
+        adam.zero_grad()
+        seconds.append(time.perf_counter() - t0)
+    print(json.dumps({"bench": "transformer", "impl": "pytorch-" + torch.__version__,
+                      "threads": args.threads, "batch": args.batch, "length": length,
+                      "model": args.model, "heads": args.heads, "d_head": args.d_head,
+                      "d_ff": args.d_ff, "layers": args.layers,
+                      "median_step_s": statistics.median(seconds[2:] or seconds),
+                      "peak_rss_over_start_mib": status_mib("VmHWM") - rss_before}), flush=True)
 
 
 # The model unet3d trains, as scripts/to_pytorch.py defines it for exported checkpoints.
@@ -270,7 +333,7 @@ def unet(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["conv", "unet", "matmul"])
+    parser.add_argument("what", choices=["conv", "unet", "matmul", "transformer"])
     ints = lambda text: [int(v) for v in text.split(",")]
     shapes = lambda text: [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
     parser.add_argument("--shapes", type=shapes,
@@ -281,6 +344,9 @@ def main():
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--depth", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
+    for flag, default in [("--model", 256), ("--heads", 8), ("--d-head", 32), ("--d-ff", 1024),
+                          ("--layers", 4), ("--batch", 32), ("--digits", 32), ("--values", 10)]:
+        parser.add_argument(flag, type=int, default=default, help="transformer")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -296,6 +362,8 @@ def main():
         conv(args)
     elif args.what == "matmul":
         matmul(args)
+    elif args.what == "transformer":
+        transformer(args)
     else:
         args.channels = args.channels[0] if len(args.channels) == 1 else 8
         unet(args)

@@ -84,12 +84,16 @@ elseif(MPIEXEC)
 endif()
 
 if(MODE STREQUAL "find_package")
-  # The program, installed with the library, runs from the prefix.
+  # The programs, installed with the library, run from the prefix.
   if(EXISTS ${BINARY_DIR}/examples/unet3d/unet3d)
     run_step(${WORK_DIR}/prefix/bin/unet3d --version)
     if(NOT EXISTS ${WORK_DIR}/prefix/bin/unet3d-to-pytorch)
       message(FATAL_ERROR "install did not place bin/unet3d-to-pytorch")
     endif()
+  endif()
+  if(EXISTS ${BINARY_DIR}/examples/transformer/transformer)
+    run_step(${WORK_DIR}/prefix/bin/transformer train --steps 2 --digits 3 --model 16 --d-ff 32
+             --mesh "p:2" --layout "heads:p" --check)
   endif()
   # The core alone where OpenCL and MPI are hidden: the config is found, onednn reported missing.
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER}/../consumer_core -B ${WORK_DIR}/core
