@@ -78,6 +78,44 @@ TEST_CASE("attention's scores and weighted values, forward and backward, split o
         }) == "");
 }
 
+namespace {
+struct Noted {
+  bool none_before = false;
+  std::string layout;
+  std::vector<std::string> notes;
+};
+// x [x@p] and w [z@p]: the product [x, z] cannot split both over p.
+Tensor<float> two_dims_on_one_axis(Mesh& m) {
+  return einsum({test_input(m, "x:6, y:5", "x:p", 1), test_input(m, "y:5, z:4", "z:p", 2)}, "x, z");
+}
+}  // namespace
+
+TEST_CASE("two dims split over one mesh axis: the earlier operand's keeps it, and it is noted") {
+  const auto seen = on_mesh("p:2", [](Mesh& m) {
+    Noted n;
+    einsum({test_input(m, "x:6, y:5", "x:p", 1), test_input(m, "y:5, z:4", "", 2)}, "x, z");
+    n.none_before = layout_notes(m).empty();  // one dim per axis: nothing to note
+    n.layout = two_dims_on_one_axis(m).layout().to_string();
+    two_dims_on_one_axis(m);  // noted once
+    n.notes = layout_notes(m);
+    return n;
+  });
+  for (const auto& n : seen) {
+    CHECK(n.none_before);
+    CHECK(n.layout == "[x=6@p, z=4]");
+    REQUIRE(n.notes.size() == 1);
+    CHECK_THAT(n.notes[0], Contains("einsum: dims \"x\" and \"z\"") &&
+                               Contains("mesh axis \"p\"") && Contains("\"z\" is left whole"));
+  }
+  const auto report = plan("p:2", "x:p", [](Mesh& m) { two_dims_on_one_axis(m); });
+  CHECK_THAT(report.table(), Contains("layout rule: einsum: dims \"x\" and \"z\""));
+  CHECK_THAT(report.json(), Contains("\"layout_notes\":[\"einsum: dims \\\"x\\\""));
+  const auto quiet = plan("p:2", "x:p", [](Mesh& m) {
+    einsum({test_input(m, "x:6, y:5", "x:p", 1), test_input(m, "y:5, z:4", "", 2)}, "x, z");
+  });
+  CHECK_THAT(quiet.json(), Contains("\"layout_notes\":[]"));
+}
+
 TEST_CASE("einsum errors name the dim") {
   auto errors = on_mesh("p:2", [](Mesh& m) {
     std::vector<std::string> what;

@@ -4,6 +4,7 @@
 // splits over replication (slicing a replicated operand costs nothing; gathering a split one costs
 // memory and traffic) and earlier operands over later ones.
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,23 +19,62 @@
 
 namespace meshtensor::detail {
 
+// Two dims that operands split over one mesh axis: a block splits one dim per axis, so the result
+// keeps the earlier operand's (`kept`) and `gathered` is whole along `axis`.
+struct AxisConflict {
+  std::string kept, gathered, axis;
+};
+
 // Every dim keeps the first split any operand gives it, unless an earlier dim already took that
 // mesh axis. The result names dims of all operands; each operand uses the rules for its own dims.
-inline Layout common_layout(const std::vector<const TensorLayout*>& operands) {
+// `conflicts` receives the dims left whole because another dim took their axis.
+inline Layout common_layout(const std::vector<const TensorLayout*>& operands,
+                            std::vector<AxisConflict>* conflicts = nullptr) {
   std::vector<LayoutRule> rules;
   std::set<std::string> dims_taken, axes_taken;
+  std::vector<AxisConflict> lost;
   for (const auto* operand : operands)
     for (std::size_t d = 0; d < operand->rank(); ++d) {
       auto axis = operand->mesh_axis_of(d);
       if (!axis) continue;
       const auto& dim = operand->shape()[d].name;
       const auto& axis_name = operand->mesh_shape()[*axis].name;
-      if (dims_taken.count(dim) || axes_taken.count(axis_name)) continue;
+      if (dims_taken.count(dim)) continue;
+      if (axes_taken.count(axis_name)) {
+        for (const auto& rule : rules)
+          if (rule.mesh_axis == axis_name) lost.push_back({rule.dim, dim, axis_name});
+        continue;
+      }
       dims_taken.insert(dim);
       axes_taken.insert(axis_name);
       rules.push_back({dim, axis_name});
     }
+  if (conflicts)
+    for (const auto& c : lost)  // a dim another operand split over a free axis is not whole
+      if (!dims_taken.count(c.gathered)) conflicts->push_back(c);
   return Layout(std::move(rules));
+}
+
+// What the rule above did on one processor's mesh: a line per op and pair of dims, in order.
+struct LayoutNotes {
+  std::vector<std::string> lines;
+};
+
+// common_layout for op `op` on `mesh`, noting each conflict the rule settled (layout_notes()).
+inline Layout common_layout(Mesh& mesh, const std::string& op,
+                            const std::vector<const TensorLayout*>& operands) {
+  std::vector<AxisConflict> conflicts;
+  Layout common = common_layout(operands, &conflicts);
+  if (conflicts.empty()) return common;
+  auto& notes = mesh.context<LayoutNotes>().lines;
+  for (const auto& c : conflicts) {
+    std::string line = op + ": dims " + quote(c.kept) + " and " + quote(c.gathered) +
+                       " are both split over mesh axis " + quote(c.axis) + "; " + quote(c.kept) +
+                       " keeps it (the earlier operand's split) and " + quote(c.gathered) +
+                       " is left whole (its operand relayouted)";
+    if (std::find(notes.begin(), notes.end(), line) == notes.end()) notes.push_back(line);
+  }
+  return common;
 }
 
 // The dims of all operands, first operand's order first; same-named dims must agree in size.
@@ -87,3 +127,15 @@ inline kernels::Strides strides_over(const Shape& operand,
 }
 
 }  // namespace meshtensor::detail
+
+namespace meshtensor {
+/**
+ * What the layout rule settled on this processor so far: one line per op and pair of dims its
+ * operands split over one mesh axis, which the result cannot both keep (the earlier operand's
+ * dim keeps the axis, the other is gathered; docs/LIBRARY.md, "One dim per mesh axis"). A plan
+ * prints them too.
+ */
+inline std::vector<std::string> layout_notes(Mesh& mesh) {
+  return mesh.context<detail::LayoutNotes>().lines;
+}
+}  // namespace meshtensor

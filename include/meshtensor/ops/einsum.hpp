@@ -199,7 +199,7 @@ Tensor<Out> einsum_values(const std::vector<Tensor<T>>& given, const DimNames& o
   const Shape all = merged_shape("einsum", shapes);
   const Shape out_shape = einsum_output_shape(all, output);
   Mesh& mesh = given.front().mesh();
-  const Layout common = common_layout(layouts);
+  const Layout common = common_layout(mesh, "einsum", layouts);
   const auto aligned = detail::aligned<T>(operands, common);
   const TensorLayout common_all(all, mesh.shape(), common);
   const Block all_block = common_all.block(mesh.coord());

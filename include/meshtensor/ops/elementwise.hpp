@@ -57,7 +57,7 @@ Tensor<T> zip_values(const Tensor<T>& a, const Tensor<T>& b, F&& f, const std::s
                      Tensor<T>* a_consumed = nullptr) {
   check_same_mesh<T>(op, {&a, &b});
   const Shape shape = merged_shape(op, {&a.shape(), &b.shape()});
-  const Layout common = common_layout({&a.layout(), &b.layout()});
+  const Layout common = common_layout(a.mesh(), op, {&a.layout(), &b.layout()});
   TensorLayout layout(shape, a.mesh().shape(), common);
   const Block block = layout.block(a.mesh().coord());
   const auto sizes = block.sizes();

@@ -314,7 +314,7 @@ Tensor<T> concat(const std::vector<Tensor<T>>& parts, const std::string& dim) {
   }
   std::vector<const TensorLayout*> layouts;
   for (const auto& p : parts) layouts.push_back(&p.layout());
-  const Layout common = detail::common_layout(layouts);
+  const Layout common = detail::common_layout(parts[0].mesh(), "concat", layouts);
   if (auto joined = detail::concat_unsplit(parts, dim, total, common)) return *joined;
   // The joined dim is split (or the operands order their dims differently): each operand moved to
   // its place with the resampling machinery, which brings blocks across processors.

@@ -21,6 +21,7 @@
 #include "meshtensor/core/mesh_shape.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
 #include "meshtensor/kernels/timing.hpp"
+#include "meshtensor/ops/align.hpp"
 #include "meshtensor/plan/report.hpp"
 
 namespace meshtensor {
@@ -64,6 +65,7 @@ ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn, const Sett
   fn(mesh);
   ProcessorPlan p = counted_so_far(mesh);
   p.memory = mesh.processor_context().own_pool().stats();
+  p.layout_notes = layout_notes(mesh);
   if (const auto& start = mesh.context<CountStart>(); start.set) p -= start.at;
   return p;
 }

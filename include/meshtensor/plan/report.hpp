@@ -27,8 +27,9 @@ struct ProcessorPlan {
   MeshCoord coord;
   kernels::plan::Counts work;  // FLOPs and calls per kernel family
   MemoryStats memory;  // its pool: peak_in_use is the most it held at once, at_peak what for
-  Communicator::Traffic traffic;  // as Mesh::traffic() counts on a real transport
-  CountedTraffic counted;         // the same by message tag and collective kind
+  Communicator::Traffic traffic;          // as Mesh::traffic() counts on a real transport
+  CountedTraffic counted;                 // the same by message tag and collective kind
+  std::vector<std::string> layout_notes;  // what the layout rule settled (ops/align.hpp)
 
   double flops() const {
     double total = 0;
@@ -91,7 +92,18 @@ struct PlanReport {
       out += format_line(row.name, number(sum, row.unit), number(sum / processors.size(), row.unit),
                          number(row.measure(top), row.unit), std::to_string(top.processor));
     }
+    for (const auto& note : layout_notes()) out += "layout rule: " + note + "\n";
     return out + "assumed: " + assumed + "\n";
+  }
+
+  /// What the layout rule settled on any processor (each line once, in the order first met): ops
+  /// whose operands split two dims over one mesh axis.
+  std::vector<std::string> layout_notes() const {
+    std::vector<std::string> notes;
+    for (const auto& p : processors)
+      for (const auto& note : p.layout_notes)
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    return notes;
   }
 
   /// One JSON object on one line: the mesh, layout and planning time, and per measure its total,
@@ -101,6 +113,12 @@ struct PlanReport {
                       "\",\"processors\":" + std::to_string(processors.size()) +
                       ",\"planned\":" + std::to_string(planned) +
                       ",\"plan_seconds\":" + plain(seconds) + ",\"assumed\":\"" + assumed + "\"";
+    out += ",\"layout_notes\":[";
+    for (const auto& note : layout_notes()) {
+      if (out.back() != '[') out += ",";
+      out += "\"" + escaped(note) + "\"";
+    }
+    out += "]";
     for (const auto& row : rows()) {
       const double sum = total(row.measure);
       out += ",\"" + row.key + "\":{\"total\":" + plain(sum) +
@@ -111,6 +129,11 @@ struct PlanReport {
   }
 
  private:
+  static std::string escaped(const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    return out;
+  }
   struct Row {
     std::string name, key, unit;
     double (*measure)(const ProcessorPlan&);
