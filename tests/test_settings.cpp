@@ -41,7 +41,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(defaults.kernels.cpu_instructions == KernelPolicy::CpuInstructions::chosen);
   CHECK(defaults.halo_overlap);
   CHECK(defaults.timeout_seconds == 600);
-  CHECK_FALSE(defaults.check_collectives);
+  CHECK(defaults.check_collectives);  // on unless turned off
   CHECK(defaults.transport.empty());
 
   const Settings set = from({{"MESHTENSOR_KERNELS", "fixed"},
@@ -62,7 +62,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
                              {"MESHTENSOR_THREADS_PER_PROCESSOR", "3"},
                              {"MESHTENSOR_HALO_OVERLAP", "off"},
                              {"MESHTENSOR_TIMEOUT", "0"},
-                             {"MESHTENSOR_CHECK_COLLECTIVES", "1"},
+                             {"MESHTENSOR_CHECK_COLLECTIVES", "0"},
                              {"MESHTENSOR_MAX_BLOCK_BYTES", "2MiB"}});
   const KernelPolicy& k = set.kernels;
   CHECK(k.fixed());
@@ -83,7 +83,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(set.threads_per_processor == 3);
   CHECK_FALSE(set.halo_overlap);
   CHECK(set.timeout_seconds == 0);
-  CHECK(set.check_collectives);
+  CHECK_FALSE(set.check_collectives);
   CHECK(set.max_block_bytes == 2 << 20);
   CHECK(from({{"MESHTENSOR_ROW_BANDS", "off"}}).kernels.row_bands == -1);
   CHECK(from({{"MESHTENSOR_CONV_KERNEL", "auto"}}).kernels.conv_kernel.empty());

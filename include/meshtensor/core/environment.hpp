@@ -62,10 +62,10 @@ inline long positive_setting(const char* variable, const std::string& text, cons
 }
 
 inline bool collective_checks_setting(const std::string& text) {
-  if (text.empty() || text == "0" || text == "false" || text == "off" || text == "no") return false;
-  if (text == "1" || text == "true" || text == "on" || text == "yes") return true;
+  if (text == "0" || text == "false" || text == "off" || text == "no") return false;
+  if (text.empty() || text == "1" || text == "true" || text == "on" || text == "yes") return true;
   throw Error("MESHTENSOR_CHECK_COLLECTIVES is \"" + text +
-              "\"; valid values are 1 (check every collective's op and sizes) and 0");
+              "\"; valid values are 1 (check every collective's op and sizes: the default) and 0");
 }
 
 inline void apply_kernel_variables(const EnvironmentLookup& lookup, KernelPolicy& k) {

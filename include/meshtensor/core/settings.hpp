@@ -71,7 +71,7 @@ struct Settings {
   int threads_per_processor = 0;   // 0: the cores this processor's share of the process has
   bool halo_overlap = true;        // convolutions compute the rows that need no halo meanwhile
   double timeout_seconds = 600;    // the longest wait for other processors; 0: no limit
-  bool check_collectives = false;  // every collective's op and sizes compared among its members
+  bool check_collectives = true;  // every collective's op and sizes compared among its members
   double max_block_bytes = 0;      // the largest block a processor may allocate; 0: the machine's
 };
 
