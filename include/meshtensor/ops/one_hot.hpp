@@ -4,6 +4,7 @@
 // the indices of its part of the new dim.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <type_traits>
 
@@ -14,6 +15,24 @@
 
 namespace meshtensor {
 namespace detail {
+// The indices 0 .. size - 1 along `dim`, laid out by `layout`, made once per processor: a step's
+// one_hot compares with them without making them again (on a GPU, without a copy from the host).
+template <class I>
+struct IndicesMade {
+  std::map<std::string, Tensor<I>> by_layout;
+};
+template <class I>
+const Tensor<I>& indices_along(Mesh& mesh, const Dim& dim, const Layout& layout) {
+  auto& made = mesh.context<IndicesMade<I>>().by_layout;
+  const std::string key = TensorLayout(Shape{dim}, mesh.shape(), layout).to_string();
+  auto found = made.find(key);
+  if (found == made.end())
+    found = made.emplace(key, generate<I>(mesh, Shape{dim}, layout,
+                                          [&](const Index& i) { return I(double(i[dim.name])); }))
+                .first;
+  return found->second;
+}
+
 // The largest whole number below which every whole number is exact in T.
 template <class T>
 constexpr std::int64_t exact_whole_numbers() {
@@ -48,9 +67,7 @@ auto one_hot(const Tensor<I>& ids, const Dim& dim, const Layout& layout = {}) {
                      std::to_string(dim.size) + " entries but ids of this element type hold " +
                      "whole numbers exactly only below " +
                      std::to_string(detail::exact_whole_numbers<I>()) + "; give ids as float");
-  const auto index = generate<I>(ids.mesh(), Shape{dim}, layout,
-                                 [&](const Index& i) { return I(double(i[dim.name])); });
-  return cast<Out>(equal(ids.detach(), index));
+  return cast<Out>(equal(ids.detach(), detail::indices_along<I>(ids.mesh(), dim, layout)));
 }
 
 }  // namespace meshtensor
