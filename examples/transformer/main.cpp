@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -65,6 +66,14 @@ flags (defaults in brackets):
 Under mpirun -np N it runs one rank per processor (N = the mesh's size).
 )";
 
+double positive_number(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const double x = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(x > 0) || !std::isfinite(x))
+    throw mt::Error("flag " + flag + " takes a positive number, got \"" + value + "\"");
+  return x;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2 || (std::string(argv[1]) != "train" && std::string(argv[1]) != "plan"))
@@ -105,7 +114,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--log-every")
       o.log_every = int(positive(flag, value));
     else if (flag == "--lr")
-      o.lr = std::stod(value);
+      o.lr = positive_number(flag, value);
     else
       throw mt::Error("unknown flag " + flag +
                       "; valid flags are --mesh, --layout, --steps, --batch, --digits, --values, "
@@ -147,15 +156,13 @@ std::vector<float> train(mt::Mesh& mesh, const Options& o, const mt::Layout& lay
     losses.push_back(train_step(net, adam, batch).item());
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
     if (step_seconds) step_seconds->push_back(took.count());
-    if (speak && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
-      const Batch held_out = make_batch(mesh, layout, o.task, o.model.seed + 1, step, o.batch);
+    if ((step + 1) % o.log_every != 0 && step + 1 != o.steps) continue;
+    const Batch held_out = make_batch(mesh, layout, o.task, o.model.seed + 1, step, o.batch);
+    const float right = accuracy(net, held_out);  // every processor takes part in its sums
+    if (speak) {
       std::printf("step %5lld  loss %.4f  sorted digits right %.1f%%  step %.3f s\n",
-                  (long long)(step + 1), losses.back(), 100.0 * accuracy(net, held_out),
-                  took.count());
+                  (long long)(step + 1), losses.back(), 100.0 * right, took.count());
       std::fflush(stdout);
-    } else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
-      const Batch held_out = make_batch(mesh, layout, o.task, o.model.seed + 1, step, o.batch);
-      accuracy(net, held_out);  // every processor takes part in the collectives
     }
   }
   return losses;
