@@ -298,6 +298,11 @@ TEST_CASE("the transformer layers' errors name the op, the dim and what would be
           nn::Parameters<float> params;
           nn::Norm<float>(m, params, "in", nn::NormKind::instance, Dim("model", 12));
         },
+        [&] { softmax_cross_entropy(x, full<float>(m, "batch:2, model:12", "", 1.0f), "model"); },
+        [&] {
+          softmax_cross_entropy(x, token_ids(m, ""), "model", full<float>(m, "seq:5", "", 1.0f));
+        },
+        [&] { soft_dice(x, full<float>(m, "batch:2, seq:5", "", 1.0f), "model"); },
     };
     for (const auto& call : calls) {
       try {
@@ -316,6 +321,9 @@ TEST_CASE("the transformer layers' errors name the op, the dim and what would be
   CHECK_THAT(errors[4], Contains("embedding") && Contains("\"vocab_\"") && Contains("\"vocab\""));
   CHECK_THAT(errors[5], Contains("Dense ff") && Contains("\"d_ff\"") && Contains("8"));
   CHECK_THAT(errors[6], Contains("Norm in") && Contains("spatial dims"));
+  CHECK_THAT(errors[7], Contains("softmax_cross_entropy: labels") && Contains("class numbers"));
+  CHECK_THAT(errors[8], Contains("softmax_cross_entropy: class weights") && Contains("model=12"));
+  CHECK_THAT(errors[9], Contains("soft_dice: labels"));
 }
 
 }  // namespace test_transformer_layers

@@ -12,6 +12,36 @@
 
 namespace meshtensor {
 namespace detail {
+// Whether `a` and `b` have the same dims with the same sizes, in any order, `skipped` left out of
+// b.
+inline bool same_dims(const Shape& a, const Shape& b, const std::string& skipped = "") {
+  std::size_t matched = 0;
+  for (const auto& dim : b) {
+    if (dim.name == skipped) continue;
+    if (!a.contains(dim.name) || a.dim(dim.name).size != dim.size) return false;
+    ++matched;
+  }
+  return matched == a.rank();
+}
+
+// Throws naming `op` unless `labels` have the logits' dims (one-hot or probabilities) or the
+// logits' dims without `classes` (class numbers), and `weights` (if given) are [classes].
+template <class T>
+void require_labels(const std::string& op, const Tensor<T>& logits, const Tensor<T>& labels,
+                    const std::string& classes, const Tensor<T>* weights = nullptr) {
+  require_reduced_dim(op, logits, classes);
+  const Shape& l = labels.shape();
+  if (!same_dims(l, logits.shape()) &&
+      (l.contains(classes) || !same_dims(l, logits.shape(), classes)))
+    throw ShapeError(op + ": labels " + l.to_string() + " must have the logits' dims " +
+                     logits.shape().to_string() + " (one-hot or probabilities over " +
+                     quote(classes) + "), or all of them but " + quote(classes) +
+                     " (class numbers)");
+  if (weights && !(weights->shape() == Shape{logits.shape().dim(classes)}))
+    throw ShapeError(op + ": class weights " + weights->shape().to_string() + " must be [" +
+                     classes + "=" + std::to_string(logits.shape().dim(classes).size) + "]");
+}
+
 // Labels with the `classes` dim as they are (one-hot or probabilities); labels without it are class
 // numbers, made one-hot on the logits' split of `classes`.
 template <class T>
@@ -31,7 +61,7 @@ Tensor<T> class_indicators(const Tensor<T>& logits, const Tensor<T>& labels,
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes, const Tensor<T>& class_weights) {
-  detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
+  detail::require_labels("softmax_cross_entropy", logits, labels, classes, &class_weights);
   const auto weighted = detail::class_indicators(logits, labels, classes) * class_weights;
   return -(reduce_sum(weighted * log_softmax(logits, classes)) / reduce_sum(weighted));
 }
@@ -45,7 +75,7 @@ Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels
 template <class T>
 Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels,
                                 const std::string& classes) {
-  detail::require_reduced_dim("softmax_cross_entropy", logits, classes);
+  detail::require_labels("softmax_cross_entropy", logits, labels, classes);
   if (!labels.shape().contains(classes)) {
     const auto hot = detail::class_indicators(logits, labels, classes);
     return -(reduce_sum(hot * log_softmax(logits, classes)) / reduce_sum(hot));
@@ -61,6 +91,11 @@ Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels
 template <class T>
 Tensor<T> soft_dice(const Tensor<T>& probabilities, const Tensor<T>& labels,
                     const std::string& classes, T smooth = T(1)) {
+  detail::require_reduced_dim("soft_dice", probabilities, classes);
+  if (!detail::same_dims(labels.shape(), probabilities.shape()))
+    throw ShapeError("soft_dice: labels " + labels.shape().to_string() +
+                     " must have the probabilities' dims " + probabilities.shape().to_string() +
+                     " (one-hot over " + detail::quote(classes) + ")");
   DimNames reduced;
   std::vector<std::string> names;
   for (const auto& dim : probabilities.shape())
