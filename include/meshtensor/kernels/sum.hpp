@@ -16,6 +16,7 @@
 
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/backend.hpp"
+#include "meshtensor/kernels/common/accumulator.hpp"
 #include "meshtensor/kernels/common/elementwise_formulas.hpp"
 #include "meshtensor/kernels/common/fold_operand.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
@@ -145,16 +146,17 @@ void narrow(const Acc* in, T* out, std::int64_t n, double divisor = 1.0) {
            });
 }
 
-/// out[o] = the sum over every inner index i of the products of two floating-point operands at
-/// (o, i), rounded once to T: a CPU candidate writes T itself (oneDNN's matmul, float into float);
-/// elsewhere the sums go through double accumulators.
-template <class T>
+/// out[o] = the sum over every inner index i of the product of the operands at (o, i), rounded
+/// once to T: a CPU candidate for two floating-point operands writes T itself (oneDNN's matmul,
+/// float into float); elsewhere the sums go through accumulators (accumulator_t<T>).
+template <class T, std::size_t N>
 void sum_rounded(const Sizes& outer, const Sizes& inner,
-                 const std::array<FoldOperand<T>, 2>& operands, T* out) {
-  static_assert(is_floating_v<T>);
-  if (!takes_gpu_roads()) return detail::run_products<T>(outer, inner, operands, {nullptr, out});
-  Buffer<double> sums(static_cast<std::size_t>(num_elements(outer)));
-  sum<double, T, 2>(outer, inner, operands, sums.data());
+                 const std::array<FoldOperand<T>, N>& operands, T* out) {
+  using Acc = accumulator_t<T>;
+  if constexpr (detail::has_product_candidates<Acc, T, N>)
+    if (!takes_gpu_roads()) return detail::run_products<T>(outer, inner, operands, {nullptr, out});
+  Buffer<Acc> sums(static_cast<std::size_t>(num_elements(outer)));
+  sum<Acc, T, N>(outer, inner, operands, sums.data());
   narrow(sums.data(), out, num_elements(outer), 1.0);
 }
 

@@ -66,24 +66,13 @@ void contract(const std::vector<const NamedBlock<T>*>& in,
               const std::vector<std::string>& out_names, const kernels::Sizes& out_sizes,
               const std::vector<std::string>& inner_names, const kernels::Sizes& inner_sizes,
               const ContractionOutput<Acc, T>& out) {
-  const std::int64_t n = kernels::num_elements(out_sizes);
-  if constexpr (is_floating_v<T>)
-    if (in.size() == 2 && !out.sums)
-      return kernels::sum_rounded<T>(out_sizes, inner_sizes,
-                                     {fold_operand(*in[0], out_names, inner_names),
-                                      fold_operand(*in[1], out_names, inner_names)},
-                                     out.rounded);
-  Buffer<Acc> own_sums(out.sums ? 0 : static_cast<std::size_t>(n));
-  Acc* sums = out.sums ? out.sums : own_sums.data();
-  if (in.size() == 1)
-    kernels::sum<Acc, T, 1>(out_sizes, inner_sizes, {fold_operand(*in[0], out_names, inner_names)},
-                            sums);
-  else
-    kernels::sum<Acc, T, 2>(out_sizes, inner_sizes,
-                            {fold_operand(*in[0], out_names, inner_names),
-                             fold_operand(*in[1], out_names, inner_names)},
-                            sums);
-  if (!out.sums) kernels::narrow(sums, out.rounded, n);
+  auto run = [&](const auto& operands) {
+    if (out.sums) return kernels::sum(out_sizes, inner_sizes, operands, out.sums);
+    kernels::sum_rounded(out_sizes, inner_sizes, operands, out.rounded);
+  };
+  const auto operand = [&](std::size_t k) { return fold_operand(*in[k], out_names, inner_names); };
+  if (in.size() == 1) return run(std::array{operand(0)});
+  run(std::array{operand(0), operand(1)});
 }
 
 }  // namespace detail
