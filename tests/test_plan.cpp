@@ -5,9 +5,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <meshtensor/meshtensor.hpp>
@@ -210,6 +213,27 @@ TEST_CASE("a plan reports per processor and over the mesh") {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
   if (!for_gpus) CHECK(plan.assumed.find("a real run's formats are") != std::string::npos);
 #endif
+}
+
+TEST_CASE("every processor of a plan for GPUs computes on a GPU's plan device") {
+  // Plans run their processors on worker threads as well as the caller's: each must take the
+  // plan's settings (here the nccl transport's GPUs), not those of the thread it lands on.
+  const mt::testing::Setting nccl("MESHTENSOR_TRANSPORT", "nccl");
+  REQUIRE(mt::plans_stand_for_devices());
+  std::mutex mutex;
+  std::vector<int> for_gpus(8, -1);
+  mt::PlanOptions options;
+  options.workers = 4;
+  options.every_processor = true;
+  mt::plan(
+      mt::MeshShape("p:8"), mt::Layout("x:p"),
+      [&](mt::Mesh& mesh) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every worker gets a turn
+        std::lock_guard<std::mutex> lock(mutex);
+        for_gpus[std::size_t(mesh.processor())] = mesh.device().for_gpus;
+      },
+      options);
+  CHECK(for_gpus == std::vector<int>(8, 1));
 }
 
 TEST_CASE("a plan runs one processor for each class of like processors") {

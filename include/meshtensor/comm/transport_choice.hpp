@@ -85,12 +85,11 @@ inline DeviceKind chosen_device(const std::string& transport,
   return kind;
 }
 
-/// Whether plans made in this process stand for a run on devices (GPUs): the device run() would
-/// choose here. A plan's processors compute on the plan device, but the ops whose road depends on
-/// where blocks live must take the predicted run's road, or the plan counts messages the run
-/// never sends.
-inline bool plans_stand_for_devices() {
-  const Settings& settings = current_processor().settings();
+/// Whether plans made with `settings` stand for a run on devices (GPUs): the device run() would
+/// choose with them. A plan's processors compute on the plan device, but the ops whose road
+/// depends on where blocks live must take the predicted run's road, or the plan counts messages
+/// the run never sends.
+inline bool plans_stand_for_devices(const Settings& settings = current_processor().settings()) {
   return chosen_device(chosen_transport(settings), settings) == DeviceKind::cuda;
 }
 

@@ -58,8 +58,10 @@ inline int planned_compute_threads(int processors, const Settings& settings) {
 // What processor `rank`'s run of `fn` would do, from its count_from_here() if it called one.
 template <class F>
 ProcessorPlan plan_processor(const MeshShape& shape, int rank, F& fn, const Settings& settings) {
-  Mesh mesh(shape, std::make_unique<CountingCommunicator>(rank, shape.num_processors()), {},
-            settings);
+  // From `settings`, not the thread's processor: plan_processors' worker threads have none.
+  const bool for_gpus = plans_stand_for_devices(settings);
+  Mesh mesh(shape, std::make_unique<CountingCommunicator>(rank, shape.num_processors(), for_gpus),
+            {}, settings);
   mesh.processor_context().set_compute_threads(
       planned_compute_threads(shape.num_processors(), settings));
   fn(mesh);
