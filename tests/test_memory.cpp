@@ -31,11 +31,32 @@ TEST_CASE("a freed block serves the next allocation of its size without new syst
   CHECK(after_first.system_allocations == 1);
   MemoryPool::deallocate(a);
   CHECK(pool.stats().in_use == 0);
-  void* b = pool.allocate(990'000);  // within a quarter of the cached block's size
+  void* b = pool.allocate(990'000);  // the cached block's front; its small tail stays cached
   CHECK(pool.stats().system_allocations == 1);
+  CHECK(pool.stats().in_use < after_first.in_use);
   CHECK(pool.stats().held == after_first.held);
   MemoryPool::deallocate(b);
   CHECK(reinterpret_cast<std::uintptr_t>(b) % MemoryPool::alignment == 0);
+}
+
+TEST_CASE("a block from the cache holds what was asked, as a plan counts it") {
+  // A cached block somewhat bigger than a request gives its front; the tail stays cached (the
+  // pool's in-use bytes are the plan's, whatever the cache held before).
+  LocalProcessor scope;
+  MemoryPool& pool = memory_pool();
+  void* whole = pool.allocate(4'000'000);
+  const MemoryStats first = pool.stats();
+  MemoryPool::deallocate(whole);
+  void* front = pool.allocate(3'600'000);
+  const MemoryStats second = pool.stats();
+  CHECK(second.in_use < 3'700'000);
+  CHECK(second.held == first.held);
+  void* tail = pool.allocate(300'000);  // from the cached tail: no new memory
+  CHECK(pool.stats().fresh_bytes == first.fresh_bytes);
+  CHECK(pool.stats().in_use < 4'000'000);
+  MemoryPool::deallocate(front);
+  MemoryPool::deallocate(tail);
+  CHECK(pool.stats().in_use == 0);
 }
 
 TEST_CASE("a request no cached block fits splits a bigger one or grows a smaller one") {

@@ -424,13 +424,12 @@ class MemoryPool {
   };
 
   // Under the lock: a cached block for a request of `size` bytes, or nullptr for a fresh map.
-  // Best is the smallest block that fits while wasting at most a quarter (`granted` is its size).
-  // Steps allocate the same sizes each time, in a slightly different order, so such matches miss
-  // often; then the smallest bigger cached block is split (its tail stays cached, and merges back
-  // when the front is freed) or the biggest smaller one grown, never a new block mapped while
-  // cached pages could serve: page faults, and the kernel zeroing each page, cost a U-Net step a
-  // fifth of its time when every miss maps afresh.
-  // A source whose blocks stay whole serves only such matches.
+  // Where the source gives memory back in parts, the smallest cached block that fits is split
+  // (its tail stays cached, and merges back when the front is freed), so a block holds exactly
+  // what was asked, or the biggest smaller one grown; never a new block mapped while cached pages
+  // could serve: page faults, and the kernel zeroing each page, cost a U-Net step a fifth of its
+  // time when every miss maps afresh. A source whose blocks stay whole serves the smallest block
+  // that fits while wasting at most a quarter (`granted` is its size).
   void* take_cached(std::size_t size, std::size_t& granted, Resize& resize) {
     if (in_segments()) return take_part(size, granted);
     if (by_size_.empty()) return nullptr;
@@ -448,12 +447,10 @@ class MemoryPool {
     if (fit != by_size_.end()) {
       const auto [found, block] = *fit;
       uncache(block, found);
-      if (found <= size + size / 4) {
-        granted = found;
-        return block;
-      }
-      // Pages of one mapping can be unmapped and remapped separately: the tail is a block too.
-      give_back_tail(block, found, size);
+      // Pages of one mapping can be unmapped and remapped separately: the tail is a block too,
+      // cached however small (it merges back when the front is freed; unmapped, its pages would
+      // fault in again).
+      if (found > size) cache(block + size, found - size);
       return block;
     }
     // No cached block is big enough: the biggest ones are joined, front to back, the last one's
@@ -464,22 +461,11 @@ class MemoryPool {
       const auto [biggest, block] = *by_size_.rbegin();
       uncache(block, biggest);
       const std::size_t take = std::min(biggest, size - resize.from);
-      if (take < biggest) give_back_tail(block, biggest, take);
+      if (take < biggest) cache(block + take, biggest - take);
       resize.pieces.emplace_back(block, take);
       resize.from += take;
     }
     return resize.pieces.front().first;
-  }
-
-  // Under the lock: the part of a cached block past `kept` bytes stays cached, or goes back to the
-  // system when too small to pool.
-  void give_back_tail(char* block, std::size_t size, std::size_t kept) {
-    if (size - kept >= pooled_from) {
-      cache(block + kept, size - kept);
-    } else {
-      unmap(block + kept, size - kept);
-      stats_.held -= size - kept;
-    }
   }
 
   // Under the lock: a free block joins the cache, merged with the free blocks just before and
