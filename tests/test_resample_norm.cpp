@@ -3,6 +3,11 @@
 // single-processor run.
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <meshtensor/autodiff/backward.hpp>
 
 #include "support/op_check.hpp"
@@ -176,6 +181,61 @@ TEST_CASE("batch statistics are the same on every layout and are stable for larg
     return moments.variance.item();
   });
   CHECK(variance == Approx(0.25).epsilon(1e-6));
+}
+
+TEST_CASE("an op's error names the op and what the tensor has") {
+  // Misused, each op says so by its own name (not by the ops it is made of) and lists the dims.
+  using Probe = std::pair<std::string, std::function<void(Mesh&)>>;
+  const std::vector<Probe> probes = {
+      {"pad: tensor [x=8@p, y=6, channels=4] has no dim \"q\"; its dims are \"x\", \"y\", "
+       "\"channels\"",
+       [](Mesh& m) { pad(zeros<float>(m, "x:8, y:6, channels:4", "x:p"), "q", 1, 1); }},
+      {"crop: tensor", [](Mesh& m) { crop(zeros<float>(m, "x:8, y:6", "x:p"), "q", 1, 1); }},
+      {"upsample: tensor", [](Mesh& m) { upsample(zeros<float>(m, "x:8", "x:p"), "q", 2); }},
+      {"resize: tensor", [](Mesh& m) { resize(zeros<float>(m, "x:8", "x:p"), "q", 4); }},
+      {"argmax: tensor", [](Mesh& m) { argmax(zeros<float>(m, "x:8", "x:p"), "q"); }},
+      {"flip: tensor", [](Mesh& m) { flip(zeros<float>(m, "x:8", "x:p"), "q"); }},
+      {"rotate90: tensor", [](Mesh& m) { rotate90(zeros<float>(m, "x:8, y:8", "x:p"), "x", "q"); }},
+      {"merge_dims: tensor",
+       [](Mesh& m) { merge_dims(zeros<float>(m, "x:8, y:6"), "x", "q", "xq"); }},
+      {"split_dim: tensor",
+       [](Mesh& m) { split_dim(zeros<float>(m, "x:8"), "q", Dim("a", 2), Dim("b", 4)); }},
+      {"rename: tensor", [](Mesh& m) { rename(zeros<float>(m, "x:8", "x:p"), "q", "r"); }},
+      {"rename of dim \"x\": tensor [x=8@p, y=6] already has a dim \"y\"",
+       [](Mesh& m) { rename(zeros<float>(m, "x:8, y:6", "x:p"), "x", "y"); }},
+      {"batch_norm: tensor [x=8@p, channels=4] has no dim \"c\"",
+       [](Mesh& m) {
+         const auto g = zeros<float>(m, "c:4");
+         batch_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, "c");
+       }},
+      {"batch_norm: gamma [channels=3] does not fit x [x=8, channels=4]",
+       [](Mesh& m) {
+         const auto g = zeros<float>(m, "channels:3");
+         batch_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g);
+       }},
+      {"instance_norm: tensor [x=8@p, channels=4] has no dim \"y\"",
+       [](Mesh& m) {
+         const auto g = zeros<float>(m, "channels:4");
+         instance_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, "x, y");
+       }},
+      {"group_norm: gamma [k=4] does not fit x",
+       [](Mesh& m) {
+         const auto g = zeros<float>(m, "k:4");
+         group_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, 2, "x");
+       }},
+  };
+  for (const auto& [expected, op] : probes) {
+    INFO(expected);
+    const auto messages = on_mesh("p:2", [&](Mesh& m) {
+      try {
+        op(m);
+        return std::string("no error");
+      } catch (const ShapeError& e) {
+        return std::string(e.what());
+      }
+    });
+    for (const auto& message : messages) CHECK_THAT(message, Catch::StartsWith(expected));
+  }
 }
 
 }  // namespace test_resample_norm

@@ -9,6 +9,7 @@
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/reshape.hpp"
 #include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
@@ -18,6 +19,7 @@ namespace meshtensor {
 /// For each index of the other dims, the position along `dim` of the maximum (the first on ties).
 template <class Out = std::int32_t, class T>
 Tensor<Out> argmax(const Tensor<T>& t, const std::string& dim) {
+  detail::position_in("argmax", t, dim);
   const auto whole = detail::unsplit(t, dim);
   const Shape& shape = whole.shape();
   const std::size_t d = shape.position(dim);

@@ -32,6 +32,7 @@
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/activation.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/ops/reshape.hpp"
@@ -387,6 +388,26 @@ bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>
   return gamma.shape() == Shape(kept) && beta.shape() == Shape(kept);
 }
 
+// Throws naming `op` unless each dim of gamma and beta is one of x's, of the same size (they
+// scale and shift x by name).
+template <class T, class W>
+void require_affine(const std::string& op, const Tensor<T>& x, const Tensor<W>& gamma,
+                    const Tensor<W>& beta) {
+  for (const auto& [name, shape] : {std::pair{"gamma", &gamma.shape()}, {"beta", &beta.shape()}})
+    for (const Dim& d : *shape)
+      if (!x.shape().contains(d.name) || x.shape().dim(d.name).size != d.size)
+        throw ShapeError(op + ": " + name + " " + shape->to_string() + " does not fit x " +
+                         x.shape().to_string() +
+                         "; each of its dims must be one of x's, of the "
+                         "same size");
+}
+
+// Throws naming `op` unless x has each of the `dims` the statistics sum over.
+template <class T>
+void require_dims(const std::string& op, const Tensor<T>& x, const DimNames& dims) {
+  for (const auto& name : dims) position_in(op, x, name);
+}
+
 }  // namespace detail
 
 namespace detail {
@@ -413,6 +434,7 @@ Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>
                      Activation activation = Activation::none) {
   static_assert(std::is_same_v<T, W> || (std::is_same_v<T, bfloat16> && std::is_same_v<W, float>),
                 "batch_norm's gamma and beta have x's element type, or fp32 for bfloat16 x");
+  detail::position_in("batch_norm", x, channels);
   const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   if (detail::affine_per_key(x, reduced, gamma, beta))
     return detail::normalize_affine(x, reduced, gamma, beta, epsilon, moments, activation);
@@ -422,6 +444,7 @@ Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>
         detail::quote(channels) + " alone; they are " + gamma.shape().to_string() + " and " +
         beta.shape().to_string());
   } else {
+    detail::require_affine("batch_norm", x, gamma, beta);
     auto y = normalize(x, reduced, epsilon, moments) * gamma + beta;
     return activation == Activation::relu ? relu(y) : y;
   }
@@ -431,6 +454,8 @@ Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>
 template <class T>
 Tensor<T> instance_norm(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
                         const DimNames& spatial, double epsilon = 1e-5) {
+  detail::require_dims("instance_norm", x, spatial);
+  detail::require_affine("instance_norm", x, gamma, beta);
   return normalize(x, spatial, epsilon) * gamma + beta;
 }
 
@@ -440,7 +465,9 @@ template <class T>
 Tensor<T> group_norm(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
                      std::int64_t groups, const DimNames& spatial,
                      const std::string& channels = "channels", double epsilon = 1e-5) {
-  const std::int64_t c = x.shape().dim(channels).size;
+  const std::int64_t c = detail::size_in("group_norm", x, channels);
+  detail::require_dims("group_norm", x, spatial);
+  detail::require_affine("group_norm", x, gamma, beta);
   if (groups < 1 || c % groups != 0)
     throw ShapeError("group_norm: " + std::to_string(c) + " channels do not split into " +
                      std::to_string(groups) + " equal groups");

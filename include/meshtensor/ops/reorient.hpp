@@ -12,6 +12,7 @@
 #include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/core/error.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/detail/moved_blocks.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -50,7 +51,7 @@ Tensor<T> reorient(const Tensor<T>& tensor, const Shape& shape, const Reorientat
 template <class T>
 Tensor<T> flip(const Tensor<T>& t, const std::string& dim) {
   auto how = detail::identity_reorientation(t.shape().rank());
-  how.reversed[t.shape().position(dim)] = true;
+  how.reversed[detail::position_in("flip", t, dim)] = true;
   return detail::reorient(t, t.shape(), how);
 }
 
@@ -90,7 +91,8 @@ template <class T>
 Tensor<T> rotate90(const Tensor<T>& t, const std::string& from, const std::string& to,
                    int quarter_turns = 1) {
   const Shape& shape = t.shape();
-  const std::size_t a = shape.position(from), b = shape.position(to);
+  const std::size_t a = detail::position_in("rotate90", t, from),
+                    b = detail::position_in("rotate90", t, to);
   if (a == b)
     throw ShapeError("rotate90 in the plane of \"" + from + "\" and \"" + to +
                      "\": a plane needs two different dims");

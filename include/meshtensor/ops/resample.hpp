@@ -21,6 +21,7 @@
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/resample.hpp"
 #include "meshtensor/ops/align.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/halo.hpp"
@@ -202,7 +203,7 @@ enum class PadMode { zeros, reflect, replicate };
 template <class T>
 Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, std::int64_t after,
               PadMode mode = PadMode::zeros) {
-  const std::int64_t n = t.shape().dim(dim).size;
+  const std::int64_t n = detail::size_in("pad", t, dim);
   if (before < 0 || after < 0)
     throw Error("pad: amounts along dim " + detail::quote(dim) + " must not be negative; use crop");
   if (mode == PadMode::reflect && (before > n - 1 || after > n - 1))
@@ -224,7 +225,7 @@ Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, s
 template <class T>
 Tensor<T> crop(const Tensor<T>& t, const std::string& dim, std::int64_t before,
                std::int64_t after) {
-  const std::int64_t n = t.shape().dim(dim).size;
+  const std::int64_t n = detail::size_in("crop", t, dim);
   if (before < 0 || after < 0 || before + after >= n)
     throw Error("crop: cannot drop " + std::to_string(before) + " and " + std::to_string(after) +
                 " positions from dim " + detail::quote(dim) + " of size " + std::to_string(n));
@@ -244,7 +245,7 @@ Tensor<T> upsample(const Tensor<T>& t, const DimNames& dims, std::int64_t factor
     throw Error("upsample: the factor must be at least 1, got " + std::to_string(factor));
   Tensor<T> out = t;
   for (const auto& dim : dims) {
-    const std::int64_t n = t.shape().dim(dim).size;
+    const std::int64_t n = detail::size_in("upsample", t, dim);
     out = detail::resample("upsample", out, dim, n * factor, [=](std::int64_t o) {
       if (mode == Interpolation::nearest) return Sources{1, {o / factor, 0}, {1.0, 0.0}};
       const double source = std::max((o + 0.5) / double(factor) - 0.5, 0.0);
@@ -270,7 +271,7 @@ Tensor<T> upsample(const Tensor<T>& t, const DimNames& dims, std::int64_t factor
 template <class T>
 Tensor<T> resize(const Tensor<T>& t, const std::string& dim, std::int64_t size,
                  Interpolation mode = Interpolation::linear, double step = 0) {
-  const std::int64_t n = t.shape().dim(dim).size;
+  const std::int64_t n = detail::size_in("resize", t, dim);
   if (size < 1)
     throw Error("resize: dim " + detail::quote(dim) + " needs at least 1 position, got " +
                 std::to_string(size));

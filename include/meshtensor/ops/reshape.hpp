@@ -13,6 +13,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -53,8 +54,12 @@ Tensor<T> unsplit(const Tensor<T>& t, const std::string& dim) {
 /// rename(std::move(y), ...)`): the block is handed over, not copied.
 template <class T>
 Tensor<T> rename(Tensor<T> t, const std::string& dim, const std::string& to) {
+  const std::size_t d = detail::position_in("rename", t, dim);
+  if (to != dim && t.shape().contains(to))
+    throw ShapeError("rename of dim " + detail::quote(dim) + ": tensor " + t.layout().to_string() +
+                     " already has a dim " + detail::quote(to) + "; every dim needs its own name");
   std::vector<Dim> dims = t.shape().dims();
-  dims[t.shape().position(dim)] = Dim(to, t.shape().dim(dim).size);
+  dims[d] = Dim(to, dims[d].size);
   std::vector<LayoutRule> rules;
   for (auto rule : t.layout().layout().rules()) {
     if (rule.dim == dim) rule.dim = to;
@@ -75,7 +80,7 @@ Tensor<T> append_dim(const Tensor<T>& t, const std::string& name, std::size_t po
 /// Dim `name` (of size 1) removed. Free, like append_dim.
 template <class T>
 Tensor<T> drop_dim(const Tensor<T>& t, const std::string& name) {
-  if (t.shape().dim(name).size != 1)
+  if (detail::size_in("drop_dim", t, name) != 1)
     throw ShapeError("drop_dim: dim " + detail::quote(name) + " has size " +
                      std::to_string(t.shape().dim(name).size) +
                      "; only a dim of size 1 can be dropped");
@@ -89,7 +94,7 @@ Tensor<T> drop_dim(const Tensor<T>& t, const std::string& name) {
 template <class T>
 Tensor<T> split_dim(const Tensor<T>& t, const std::string& dim, const Dim& outer,
                     const Dim& inner) {
-  const auto& old = t.shape().dim(dim);
+  const auto& old = t.shape()[detail::position_in("split_dim", t, dim)];
   if (outer.size * inner.size != old.size)
     throw ShapeError("split_dim: " + old.name + "=" + std::to_string(old.size) +
                      " cannot split into " + outer.name + "=" + std::to_string(outer.size) + " x " +
@@ -112,7 +117,8 @@ Tensor<T> split_dim(const Tensor<T>& t, const std::string& dim, const Dim& outer
 template <class T>
 Tensor<T> merge_dims(const Tensor<T>& t, const std::string& outer, const std::string& inner,
                      const std::string& merged) {
-  const std::size_t a = t.shape().position(outer), b = t.shape().position(inner);
+  const std::size_t a = detail::position_in("merge_dims", t, outer),
+                    b = detail::position_in("merge_dims", t, inner);
   if (b != a + 1)
     throw ShapeError("merge_dims: " + detail::quote(outer) + " and " + detail::quote(inner) +
                      " must be neighbours, in that order, in " + t.shape().to_string());
