@@ -208,7 +208,8 @@ TEST_CASE("an op's error names the op and what the tensor has") {
          const auto g = zeros<float>(m, "c:4");
          batch_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, "c");
        }},
-      {"batch_norm: gamma [channels=3] does not fit x [x=8, channels=4]",
+      {"batch_norm: gamma [channels=3] has dim \"channels\" of size 3, which x [x=8, channels=4] "
+       "does not have",
        [](Mesh& m) {
          const auto g = zeros<float>(m, "channels:3");
          batch_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g);
@@ -218,7 +219,7 @@ TEST_CASE("an op's error names the op and what the tensor has") {
          const auto g = zeros<float>(m, "channels:4");
          instance_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, "x, y");
        }},
-      {"group_norm: gamma [k=4] does not fit x",
+      {"group_norm: gamma [k=4] has dim \"k\" of size 4, which x",
        [](Mesh& m) {
          const auto g = zeros<float>(m, "k:4");
          group_norm(zeros<float>(m, "x:8, channels:4", "x:p"), g, g, 2, "x");

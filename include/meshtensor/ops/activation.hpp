@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/reduce.hpp"
 #include "meshtensor/tensor/random.hpp"
@@ -64,7 +65,7 @@ Tensor<T> silu(const Tensor<T>& x) {
 /// the output alone: dx = g - softmax * sum(g).
 template <class T>
 Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
-  detail::require_reduced_dim("log_softmax", x, dim);
+  detail::position_in("log_softmax", x, dim);
   Tensor<T> out;
   {
     autodiff::NoGrad no_grad(x.mesh());
@@ -80,7 +81,7 @@ Tensor<T> log_softmax(const Tensor<T>& x, const std::string& dim) {
 /// exp(x) / sum(exp(x)) over `dim`. Backward keeps the output alone: dx = y (g - sum(g y)).
 template <class T>
 Tensor<T> softmax(const Tensor<T>& x, const std::string& dim) {
-  detail::require_reduced_dim("softmax", x, dim);
+  detail::position_in("softmax", x, dim);
   Tensor<T> out;
   {
     autodiff::NoGrad no_grad(x.mesh());

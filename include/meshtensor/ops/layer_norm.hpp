@@ -9,30 +9,18 @@
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/ops/cast.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/reduce.hpp"
 
 namespace meshtensor {
 namespace detail {
-// Throws naming `op` unless every dim of `param` (a scale or shift) is one of x's, the same size:
-// a parameter with a dim of its own would silently broadcast x over it.
-template <class T>
-void require_dims_of_x(const std::string& op, const char* what, const Tensor<T>& param,
-                       const Tensor<T>& x) {
-  for (const auto& dim : param.shape())
-    if (!x.shape().contains(dim.name) || x.shape().dim(dim.name).size != dim.size)
-      throw ShapeError(op + ": " + what + " " + param.shape().to_string() + " has dim " +
-                       quote(dim.name) + " of size " + std::to_string(dim.size) + ", which x " +
-                       x.shape().to_string() +
-                       " does not have; give it some of x's dims, usually the normalised ones");
-}
-
 template <class T>
 void require_norm_operands(const std::string& op, const Tensor<T>& x, const DimNames& dims,
                            const Tensor<T>& gamma) {
   if (dims.empty()) throw ShapeError(op + ": name the dims to normalise over, e.g. \"model\"");
-  for (const auto& dim : dims) require_reduced_dim(op, x, dim);
+  require_dims(op, x, dims);
   require_dims_of_x(op, "gamma", gamma, x);
 }
 }  // namespace detail

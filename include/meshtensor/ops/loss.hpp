@@ -6,6 +6,7 @@
 
 #include "meshtensor/core/dim_names.hpp"
 #include "meshtensor/ops/activation.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/one_hot.hpp"
 #include "meshtensor/ops/reduce.hpp"
@@ -29,7 +30,7 @@ inline bool same_dims(const Shape& a, const Shape& b, const std::string& skipped
 template <class T>
 void require_labels(const std::string& op, const Tensor<T>& logits, const Tensor<T>& labels,
                     const std::string& classes, const Tensor<T>* weights = nullptr) {
-  require_reduced_dim(op, logits, classes);
+  position_in(op, logits, classes);
   const Shape& l = labels.shape();
   if (!same_dims(l, logits.shape()) &&
       (l.contains(classes) || !same_dims(l, logits.shape(), classes)))
@@ -91,7 +92,7 @@ Tensor<T> softmax_cross_entropy(const Tensor<T>& logits, const Tensor<T>& labels
 template <class T>
 Tensor<T> soft_dice(const Tensor<T>& probabilities, const Tensor<T>& labels,
                     const std::string& classes, T smooth = T(1)) {
-  detail::require_reduced_dim("soft_dice", probabilities, classes);
+  detail::position_in("soft_dice", probabilities, classes);
   if (!detail::same_dims(labels.shape(), probabilities.shape()))
     throw ShapeError("soft_dice: labels " + labels.shape().to_string() +
                      " must have the probabilities' dims " + probabilities.shape().to_string() +

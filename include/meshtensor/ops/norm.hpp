@@ -388,26 +388,6 @@ bool affine_per_key(const Tensor<T>& x, const DimNames& reduced, const Tensor<W>
   return gamma.shape() == Shape(kept) && beta.shape() == Shape(kept);
 }
 
-// Throws naming `op` unless each dim of gamma and beta is one of x's, of the same size (they
-// scale and shift x by name).
-template <class T, class W>
-void require_affine(const std::string& op, const Tensor<T>& x, const Tensor<W>& gamma,
-                    const Tensor<W>& beta) {
-  for (const auto& [name, shape] : {std::pair{"gamma", &gamma.shape()}, {"beta", &beta.shape()}})
-    for (const Dim& d : *shape)
-      if (!x.shape().contains(d.name) || x.shape().dim(d.name).size != d.size)
-        throw ShapeError(op + ": " + name + " " + shape->to_string() + " does not fit x " +
-                         x.shape().to_string() +
-                         "; each of its dims must be one of x's, of the "
-                         "same size");
-}
-
-// Throws naming `op` unless x has each of the `dims` the statistics sum over.
-template <class T>
-void require_dims(const std::string& op, const Tensor<T>& x, const DimNames& dims) {
-  for (const auto& name : dims) position_in(op, x, name);
-}
-
 }  // namespace detail
 
 namespace detail {
@@ -444,7 +424,8 @@ Tensor<T> batch_norm(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>
         detail::quote(channels) + " alone; they are " + gamma.shape().to_string() + " and " +
         beta.shape().to_string());
   } else {
-    detail::require_affine("batch_norm", x, gamma, beta);
+    detail::require_dims_of_x("batch_norm", "gamma", gamma, x);
+    detail::require_dims_of_x("batch_norm", "beta", beta, x);
     auto y = normalize(x, reduced, epsilon, moments) * gamma + beta;
     return activation == Activation::relu ? relu(y) : y;
   }
@@ -455,7 +436,8 @@ template <class T>
 Tensor<T> instance_norm(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
                         const DimNames& spatial, double epsilon = 1e-5) {
   detail::require_dims("instance_norm", x, spatial);
-  detail::require_affine("instance_norm", x, gamma, beta);
+  detail::require_dims_of_x("instance_norm", "gamma", gamma, x);
+  detail::require_dims_of_x("instance_norm", "beta", beta, x);
   return normalize(x, spatial, epsilon) * gamma + beta;
 }
 
@@ -467,7 +449,8 @@ Tensor<T> group_norm(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>
                      const std::string& channels = "channels", double epsilon = 1e-5) {
   const std::int64_t c = detail::size_in("group_norm", x, channels);
   detail::require_dims("group_norm", x, spatial);
-  detail::require_affine("group_norm", x, gamma, beta);
+  detail::require_dims_of_x("group_norm", "gamma", gamma, x);
+  detail::require_dims_of_x("group_norm", "beta", beta, x);
   if (groups < 1 || c % groups != 0)
     throw ShapeError("group_norm: " + std::to_string(c) + " channels do not split into " +
                      std::to_string(groups) + " equal groups");

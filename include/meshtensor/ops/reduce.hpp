@@ -22,24 +22,17 @@
 #include "meshtensor/kernels/sum.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
+#include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
 namespace detail {
 
-// Throws naming `op` (the op the user called) unless `t` has the dim `dim` to reduce.
-template <class T>
-void require_reduced_dim(const std::string& op, const Tensor<T>& t, const std::string& dim) {
-  if (!t.shape().contains(dim))
-    throw ShapeError(op + ": tensor " + t.layout().to_string() + " has no dim " + quote(dim) +
-                     " to reduce; its dims are " + quote_list(t.shape().names()));
-}
-
 template <class T>
 Tensor<T> reduce(const Tensor<T>& t, const DimNames& reduced, ReduceOp op, const std::string& name,
                  bool mean = false) {
-  for (const auto& dim : reduced) require_reduced_dim(name, t, dim);
+  require_dims(name, t, reduced);
   std::vector<std::string> kept_names, reduced_names;
   std::vector<Dim> kept_dims;
   kernels::Sizes kept_sizes, reduced_sizes;

@@ -80,9 +80,9 @@ Tensor<T> append_dim(const Tensor<T>& t, const std::string& name, std::size_t po
 /// Dim `name` (of size 1) removed. Free, like append_dim.
 template <class T>
 Tensor<T> drop_dim(const Tensor<T>& t, const std::string& name) {
-  if (detail::size_in("drop_dim", t, name) != 1)
-    throw ShapeError("drop_dim: dim " + detail::quote(name) + " has size " +
-                     std::to_string(t.shape().dim(name).size) +
+  const std::int64_t size = detail::size_in("drop_dim", t, name);
+  if (size != 1)
+    throw ShapeError("drop_dim: dim " + detail::quote(name) + " has size " + std::to_string(size) +
                      "; only a dim of size 1 can be dropped");
   std::vector<Dim> dims;
   for (const auto& d : t.shape())
