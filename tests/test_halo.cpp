@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include <meshtensor/core/window.hpp>
+#include <meshtensor/kernels/transfer.hpp>
 #include <meshtensor/ops/halo.hpp>
 
 #include "support/blocks.hpp"
@@ -212,7 +213,7 @@ TEST_CASE(
           gradient[i] = std::sin(1.0 + i + 7 * m.processor() + box.ranges[1].begin);
           forward += data[i] * gradient[i];
         }
-        gradients.emplace_back(box, Buffer<double>(gradient.begin(), gradient.end()));
+        gradients.emplace_back(box, buffer_from_host(gradient));
       }
       // (Where reads skip parts of the block, inside() does not contain it: no tiling then.)
       const bool tiles = plan.inside_work() == plan.inside();

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/comm/halo_step.hpp>
 #include <meshtensor/nn/layers.hpp>
-#include <meshtensor/ops/halo_overlap.hpp>
 #include <meshtensor/ops/norm_up_conv.hpp>
 
 #include "support/op_check.hpp"

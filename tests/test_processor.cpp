@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sched.h>
@@ -92,6 +93,37 @@ TEST_CASE("a local processor is current for its lifetime and restores the previo
     CHECK(&current_processor() == &local.processor());
   }
   CHECK(&current_processor() == &before);
+}
+
+TEST_CASE("a processor's memory is its thread's current memory; other threads take the process's") {
+  CHECK(&current_memory() == &process_memory());
+  CHECK(&current_processor().memory() == &process_memory());  // the process's processor's too
+  LocalProcessor local;
+  CHECK(&current_memory() == &local.processor().memory());
+  CHECK(&memory_pool() == &local.processor().pool());
+  local.processor().set_label("processor 2 of 5");
+  CHECK(current_memory().label() == "processor 2 of 5");
+  // A kernel's worker thread computes for no processor: its blocks are the process's.
+  MemoryPool* worker_pool = nullptr;
+  std::thread([&] { worker_pool = &memory_pool(); }).join();
+  CHECK(worker_pool == &process_memory().pool());
+  {
+    ScratchMemory scratch;  // the processor allocates from a pool of its own meanwhile
+    CHECK(&memory_pool() != &local.processor().own_pool());
+    CHECK(&memory_pool() == &current_memory().pool());
+  }
+  CHECK(&memory_pool() == &local.processor().own_pool());
+}
+
+TEST_CASE(
+    "a buffer the host would fill in a device's memory is refused, naming the way to fill it") {
+  MemorySource source = MemoryPool::system_pages();
+  source.space = MemorySpace::device;  // host memory standing for a GPU's
+  LocalProcessor local(Device::cpu(), source);
+  CHECK_THROWS_WITH(Buffer<float>(4, 1.0f), Catch::Contains("buffer_from_host()"));
+  const std::vector<float> values{1, 2, 3};
+  CHECK_THROWS_AS(Buffer<float>(values.begin(), values.end()), DeviceError);
+  CHECK(Buffer<float>(4).size() == 4);  // uninitialised: for kernels to write
 }
 
 TEST_CASE("state is made once per processor, on first use, and may use other state") {

@@ -23,9 +23,13 @@
 #include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/communicator.hpp"
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/comm/run.hpp"
 #include "meshtensor/comm/threads.hpp"
+
+#include "meshtensor/memory/array.hpp"
+#include "meshtensor/memory/processor_memory.hpp"
 
 #include "meshtensor/device/activity.hpp"
 #include "meshtensor/device/step_graph.hpp"
@@ -45,7 +49,6 @@
 #include "meshtensor/ops/elementwise.hpp"
 #include "meshtensor/ops/embedding.hpp"
 #include "meshtensor/ops/halo.hpp"
-#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/layer_norm.hpp"
 #include "meshtensor/ops/loss.hpp"
 #include "meshtensor/ops/norm.hpp"

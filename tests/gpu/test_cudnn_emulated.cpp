@@ -16,25 +16,18 @@
 
 #include <meshtensor/core/bfloat16.hpp>
 #include <meshtensor/device/activity.hpp>
-#include <meshtensor/device/array.hpp>
 #include <meshtensor/device/host_access.hpp>
 #include <meshtensor/device/memory.hpp>
 #include <meshtensor/kernels/cuda/cudnn_conv.hpp>
+#include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
+#include "support/device_buffers.hpp"
 
 using namespace meshtensor;
 using namespace meshtensor::testing;
 
 namespace {
-
-// The values of `b`, copied from the GPU's memory.
-template <class T>
-std::vector<T> to_host(const Buffer<T>& b) {
-  std::vector<T> values(b.size());
-  copy_to_host(b.data(), b.space(), std::int64_t(b.size()), values.data());
-  return values;
-}
 
 // Runs the three kernels on T through the emulated cuDNN; false if any declined. bfloat16 operands
 // are bf16 values, the reference computes on them exactly in float; its outputs are rounded once
@@ -54,14 +47,17 @@ bool agrees(const ConvGeometry& g) {
   kernels::reference::conv_backward_input(g, dy.data(), w.data(), dx_ref.data());
   kernels::reference::conv_backward_weight(g, x.data(), dy.data(), dw_ref.data());
   // The GPU's operands in its memory (the processor's pool), as the ops give them.
-  const Buffer<T> gx(x.begin(), x.end()), gw(w.begin(), w.end()), gdy(dy.begin(), dy.end());
-  Buffer<T> y(out_n, T(7.0f)), dx(in_n, T(7.0f));  // stale values must be overwritten
-  Buffer<double> dw(w_n, 0.0);
+  const Buffer<T> gx = on_gpu(std::vector<T>(x.begin(), x.end())),
+                  gw = on_gpu(std::vector<T>(w.begin(), w.end())),
+                  gdy = on_gpu(std::vector<T>(dy.begin(), dy.end()));
+  Buffer<T> y = filled<T>(out_n, T(7.0f)),
+            dx = filled<T>(in_n, T(7.0f));  // stale values must be overwritten
+  Buffer<double> dw = filled<double>(w_n, 0.0);
   REQUIRE(kernels::cudnn::conv_forward(g, gx.data(), gw.data(), y.data()));
   REQUIRE(kernels::cudnn::conv_backward_input(g, gdy.data(), gw.data(), dx.data()));
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw.data()));
   // An accumulator in the GPU's memory is added to there.
-  Buffer<double> dw_on_gpu(w_n, 0.5);
+  Buffer<double> dw_on_gpu = filled<double>(w_n, 0.5);
   REQUIRE(kernels::cudnn::conv_backward_weight(g, gx.data(), gdy.data(), dw_on_gpu.data()));
   wait_for_device();  // the calls return once queued; the host reads their results next
   std::vector<double> added = to_host(dw_on_gpu);

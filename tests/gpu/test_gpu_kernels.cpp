@@ -17,7 +17,6 @@
 #include <vector>
 
 #include <meshtensor/device/activity.hpp>
-#include <meshtensor/device/array.hpp>
 #include <meshtensor/device/host_access.hpp>
 #include <meshtensor/kernels/conv.hpp>
 #include <meshtensor/kernels/cpu/reference/copy_box.hpp>
@@ -31,8 +30,10 @@
 #include <meshtensor/kernels/elementwise.hpp>
 #include <meshtensor/kernels/norm.hpp>
 #include <meshtensor/kernels/sum.hpp>
+#include <meshtensor/memory/array.hpp>
 
 #include "support/conv_cases.hpp"
+#include "support/device_buffers.hpp"
 #include "support/elementwise_cases.hpp"
 #include "support/gemm_cases.hpp"
 #include "support/norm_cases.hpp"
@@ -43,19 +44,6 @@ using namespace meshtensor;
 using namespace meshtensor::testing;
 
 namespace {
-// A copy of `values` in the processor's pool: the GPU's memory here, which the host reaches only
-// by copies.
-template <class T>
-Buffer<T> on_gpu(const std::vector<T>& values) {
-  return Buffer<T>(values.begin(), values.end());
-}
-// The values of `b`, copied to the host after the GPU's queued work.
-template <class T>
-std::vector<T> host(const Buffer<T>& b) {
-  std::vector<T> values(b.size());
-  copy_to_host(b.data(), b.space(), std::int64_t(b.size()), values.data());
-  return values;
-}
 // cuDNN's three passes on T's operands, waited for; which of them ran.
 template <class T>
 std::array<bool, 3> cudnn_passes(const ConvGeometry& g, const Buffer<T>& x, const Buffer<T>& w,
@@ -76,8 +64,9 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
     INFO("out " << c.out[0] << "x" << c.out[1] << "x" << c.out[2] << ", " << c.c_in << " -> "
                 << c.c_out << (c.transposed ? " transposed" : ""));
     auto x = on_gpu(check.x), w = on_gpu(check.w), dy = on_gpu(check.dy);
-    Buffer<float> y(check.out_n, 7.0f), dx(check.in_n, 7.0f);  // stale values must go
-    Buffer<double> dw(check.w_n, 0.0);
+    Buffer<float> y = filled<float>(check.out_n, 7.0f),
+                  dx = filled<float>(check.in_n, 7.0f);  // stale values must go
+    Buffer<double> dw = filled<double>(check.w_n, 0.0);
     const ConvGeometry& g = check.g;
     const auto ran = cudnn_passes(g, x, w, dy, y, dx, dw);
     if (!ran[0]) kernels::reference::conv_forward(g, x.data(), w.data(), y.data());
@@ -88,9 +77,9 @@ TEST_CASE("cuDNN and reference convolution kernels agree") {
       if (!ran[k]) WARN("cuDNN declined kernel " << k << " (forward, input, weight) of this case");
       if (unet_shape) CHECK(ran[k]);
     }
-    CHECK(relative_gap(widen(check.y_ref), widen(host(y))) < 1e-4);
-    CHECK(relative_gap(widen(check.dx_ref), widen(host(dx))) < 1e-4);
-    CHECK(relative_gap(check.dw_ref, host(dw)) < 1e-4);
+    CHECK(relative_gap(widen(check.y_ref), widen(to_host(y))) < 1e-4);
+    CHECK(relative_gap(widen(check.dx_ref), widen(to_host(dx))) < 1e-4);
+    CHECK(relative_gap(check.dw_ref, to_host(dw)) < 1e-4);
   }
 }
 
@@ -105,8 +94,9 @@ TEST_CASE("cuDNN's bfloat16 convolutions agree with the reference on bfloat16 va
       return on_gpu(std::vector<bfloat16>(v.begin(), v.end()));
     };
     auto x = as_bf16(check.x), w = as_bf16(check.w), dy = as_bf16(check.dy);
-    Buffer<bfloat16> y(check.out_n, bfloat16(7.0f)), dx(check.in_n, bfloat16(7.0f));
-    Buffer<double> dw(check.w_n, 0.0);
+    Buffer<bfloat16> y = filled<bfloat16>(check.out_n, bfloat16(7.0f)),
+                     dx = filled<bfloat16>(check.in_n, bfloat16(7.0f));
+    Buffer<double> dw = filled<double>(check.w_n, 0.0);
     const ConvGeometry& g = check.g;
     const auto ran = cudnn_passes(g, x, w, dy, y, dx, dw);
     const bool unet_shape = c.pad == 1 || c.exact_multiple;
@@ -114,9 +104,9 @@ TEST_CASE("cuDNN's bfloat16 convolutions agree with the reference on bfloat16 va
       if (!ran[k]) WARN("cuDNN declined bf16 kernel " << k << " (forward, input, weight)");
       if (unet_shape) CHECK(ran[k]);
     }
-    if (ran[0]) CHECK(relative_gap(widen(check.y_ref), widen(host(y))) < 1e-2);
-    if (ran[1]) CHECK(relative_gap(widen(check.dx_ref), widen(host(dx))) < 1e-2);
-    if (ran[2]) CHECK(relative_gap(check.dw_ref, host(dw)) < 1e-4);
+    if (ran[0]) CHECK(relative_gap(widen(check.y_ref), widen(to_host(y))) < 1e-2);
+    if (ran[1]) CHECK(relative_gap(widen(check.dx_ref), widen(to_host(dx))) < 1e-2);
+    if (ran[2]) CHECK(relative_gap(check.dw_ref, to_host(dw)) < 1e-4);
   }
 }
 
@@ -134,7 +124,7 @@ TEST_CASE("gradients accumulate on the GPU exactly as on the CPU") {
   auto into = on_gpu(a), add = on_gpu(b);
   REQUIRE(kernels::gpu::accumulate(into.data(), add.data(), std::int64_t(n)));
   wait_for_device();  // before the host reads the results
-  const std::vector<float> sums = host(into);
+  const std::vector<float> sums = to_host(into);
   std::size_t differing = 0;
   for (std::size_t i = 0; i < n; ++i) differing += sums[i] != a[i] + b[i];
   CHECK(differing == 0);
@@ -165,7 +155,7 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
           kernels::reference::avg_pool_backward(g, dy.data(), dx_ref.data(), count_padding);
         }
         auto gx = on_gpu(x), gdy = on_gpu(dy);
-        Buffer<float> y(out_n, 7.0f), dx(in_n, 7.0f);
+        Buffer<float> y = filled<float>(out_n, 7.0f), dx = filled<float>(in_n, 7.0f);
         Buffer<std::uint8_t> ws(workspace_bytes);
         if (is_max) {
           REQUIRE(kernels::gpu::max_pool_forward(g, gx.data(), y.data(), ws.data()));
@@ -176,10 +166,10 @@ TEST_CASE("pooling on the GPU equals the reference kernels bit for bit") {
           REQUIRE(kernels::gpu::avg_pool_backward(g, gdy.data(), dx.data(), count_padding));
           wait_for_device();  // before the host reads the results
         }
-        CHECK(std::memcmp(y_ref.data(), host(y).data(), out_n * sizeof(float)) ==
+        CHECK(std::memcmp(y_ref.data(), to_host(y).data(), out_n * sizeof(float)) ==
               0);  // bit for bit
-        CHECK(std::memcmp(dx_ref.data(), host(dx).data(), in_n * sizeof(float)) == 0);
-        if (is_max) CHECK(std::memcmp(ws_ref.data(), host(ws).data(), workspace_bytes) == 0);
+        CHECK(std::memcmp(dx_ref.data(), to_host(dx).data(), in_n * sizeof(float)) == 0);
+        if (is_max) CHECK(std::memcmp(ws_ref.data(), to_host(ws).data(), workspace_bytes) == 0);
       }
   }
 }
@@ -209,7 +199,7 @@ double gap_floor(int code) {
 template <class T>
 double largest_relative_gap(const Buffer<T>& on_device, const std::vector<T>& want,
                             double floor = 1e-30) {
-  const std::vector<T> got = host(on_device);
+  const std::vector<T> got = to_host(on_device);
   double gap = 0;
   for (std::size_t i = 0; i < want.size(); ++i)
     gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) /
@@ -219,7 +209,7 @@ double largest_relative_gap(const Buffer<T>& on_device, const std::vector<T>& wa
 
 template <class T>
 std::size_t differing(const Buffer<T>& on_device, const std::vector<T>& want) {
-  const std::vector<T> got = host(on_device);
+  const std::vector<T> got = to_host(on_device);
   std::size_t count = 0;
   for (std::size_t i = 0; i < want.size(); ++i) count += !(got[i] == want[i]);
   return count;
@@ -234,7 +224,7 @@ void check_elementwise_on_gpu(double math_library_tolerance) {
     const T s = c.s;
     const auto &x = c.x, &g = c.g, &y_ref = c.y_ref, &dy_ref = c.dy_ref;
     auto gx = on_gpu(x), gg = on_gpu(g);
-    Buffer<T> y(n, T(7)), dy(n, T(7));
+    Buffer<T> y = filled<T>(n, T(7)), dy = filled<T>(n, T(7));
     REQUIRE(kernels::gpu::map(code, s, gx.data(), y.data(), std::int64_t(n)));
     REQUIRE(
         kernels::gpu::times_derivative(code, s, gg.data(), gx.data(), dy.data(), std::int64_t(n)));
@@ -253,7 +243,7 @@ void check_elementwise_on_gpu(double math_library_tolerance) {
       const testing::ZipCheck<T> check(c, code);
       const auto &a = check.a, &b = check.b, &out_ref = check.out_ref;
       auto ga = on_gpu(a), gb = on_gpu(b);
-      Buffer<T> out(out_ref.size(), T(7));
+      Buffer<T> out = filled<T>(out_ref.size(), T(7));
       REQUIRE(kernels::gpu::zip(code, c.sizes, c.strides, ga.data(), gb.data(), out.data()));
       wait_for_device();  // before the host reads the results
       CHECK(differing(out, out_ref) == 0);
@@ -318,7 +308,7 @@ TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
     std::vector<float> to_ref(std::size_t(c.to_elements), -1.0f);
     kernels::reference::copy_box(c.box, values.data(), c.from_strides, to_ref.data(), c.to_strides);
     auto from = on_gpu(values);
-    Buffer<float> to(to_ref.size(), -1.0f);
+    Buffer<float> to = filled<float>(to_ref.size(), -1.0f);
     REQUIRE(kernels::gpu::copy_box(c.box, from.data(), c.from_strides, to.data(), c.to_strides));
     wait_for_device();  // before the host reads the results
     CHECK(differing(to, to_ref) == 0);
@@ -327,7 +317,7 @@ TEST_CASE("copies between strided boxes on the GPU equal the reference loops") {
     kernels::reference::copy_box(c.box, indices.data(), c.from_strides, to64_ref.data(),
                                  c.to_strides);
     auto from64 = on_gpu(indices);
-    Buffer<std::int64_t> to64(to_ref.size(), -1);
+    Buffer<std::int64_t> to64 = filled<std::int64_t>(to_ref.size(), -1);
     REQUIRE(
         kernels::gpu::copy_box(c.box, from64.data(), c.from_strides, to64.data(), c.to_strides));
     wait_for_device();  // before the host reads the results
@@ -348,15 +338,15 @@ void check_sum_on_gpu(const testing::SumCase& c) {
   }
   const auto& ref = check.ref;
   const std::size_t outputs = ref.size();
-  Buffer<double> out(outputs, 7.0);
+  Buffer<double> out = filled<double>(outputs, 7.0);
   REQUIRE(kernels::gpu::sum<double, float, N>(c.outer, c.inner, device_operands, out.data()));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::sum_gap(host(out), ref) < 1e-12);
+  CHECK(testing::sum_gap(to_host(out), ref) < 1e-12);
   if constexpr (N == 1) {
     for (const bool is_max : {true, false}) {
       INFO((is_max ? "max" : "min"));
       const auto want = testing::extreme_on_cpu(c, check, is_max);
-      Buffer<float> got(want.size(), 7.0f);
+      Buffer<float> got = filled<float>(want.size(), 7.0f);
       REQUIRE(kernels::gpu::extreme<float>(c.outer, c.inner, device_operands[0], got.data(), is_max,
                                            is_max ? -INFINITY : INFINITY));
       wait_for_device();  // before the host reads the results
@@ -384,7 +374,7 @@ namespace {
 // result, so their rounding is absolute, not relative.
 template <class T>
 double largest_gap(const Buffer<T>& on_device, const std::vector<float>& want) {
-  const std::vector<T> got = host(on_device);
+  const std::vector<T> got = to_host(on_device);
   double gap = got.size() == want.size() ? 0 : 1;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     gap = std::max(gap, std::abs(double(got[i]) - double(want[i])) / (1 + std::abs(want[i])));
@@ -395,7 +385,7 @@ double largest_gap(const Buffer<T>& on_device, const std::vector<float>& want) {
 namespace {
 // Per key (count, mean, m2) from 3 doubles a key.
 std::vector<kernels::shared::PartialMoments> moments_of(const Buffer<double>& on_device) {
-  const std::vector<double> values = host(on_device);
+  const std::vector<double> values = to_host(on_device);
   std::vector<kernels::shared::PartialMoments> out;
   for (std::size_t k = 0; 3 * k < values.size(); ++k)
     out.push_back({values[3 * k], values[3 * k + 1], values[3 * k + 2]});
@@ -414,13 +404,13 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
       const auto a = on_gpu(check.scale), b = on_gpu(check.shift), ma = on_gpu(check.mask_scale),
                  mb = on_gpu(check.mask_shift), p = on_gpu(check.p), q = on_gpu(check.q),
                  r = on_gpu(check.r);
-      Buffer<double> moments(std::size_t(3 * c.keys), 7.0);
+      Buffer<double> moments = filled<double>(std::size_t(3 * c.keys), 7.0);
       REQUIRE(kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, x.data(), moments.data()));
       wait_for_device();  // before the host reads the results
       CHECK(testing::moments_gap(moments_of(moments), check.moments()) < 1e-12);
 
       for (const float floor : {-INFINITY, 0.0f}) {
-        Buffer<float> out(std::size_t(check.n), 7.0f);
+        Buffer<float> out = filled<float>(std::size_t(check.n), 7.0f);
         REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, c.keys, x.data(), a.data(),
                                           b.data(), floor, out.data()));
         wait_for_device();  // before the host reads the results
@@ -430,12 +420,12 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
         INFO((masked ? "behind a ReLU" : "no ReLU"));
         const float* operand = masked ? x.data() : v.data();
         const kernels::ReluMask<float> mask{masked ? x.data() : nullptr, ma.data(), mb.data()};
-        Buffer<double> sums(std::size_t(2 * c.keys), 7.0);
+        Buffer<double> sums = filled<double>(std::size_t(2 * c.keys), 7.0);
         REQUIRE(kernels::gpu::norm_gradient_sums(c.sizes, c.key_strides, c.keys, g.data(), operand,
                                                  a.data(), b.data(), mask, sums.data()));
         wait_for_device();  // before the host reads the results
-        CHECK(testing::sum_gap(host(sums), check.gradient_sums(masked)) < 1e-5);
-        Buffer<float> dx(std::size_t(check.n), 7.0f);
+        CHECK(testing::sum_gap(to_host(sums), check.gradient_sums(masked)) < 1e-5);
+        Buffer<float> dx = filled<float>(std::size_t(check.n), 7.0f);
         REQUIRE(kernels::gpu::norm_input_gradient(c.sizes, c.key_strides, c.keys, g.data(), operand,
                                                   mask, p.data(), q.data(), r.data(), dx.data()));
         wait_for_device();  // before the host reads the results
@@ -443,9 +433,9 @@ TEST_CASE("normalisation passes on the GPU equal the CPU's formulas") {
       }
     }
   LocalProcessor cpu(Device::cpu());  // computes on the CPU: the GPU kernel declines
-  std::vector<float> host(6, 1.0f);
+  std::vector<float> values(6, 1.0f);
   std::vector<double> moments(6);
-  CHECK_FALSE(kernels::gpu::norm_moments({2, 3}, {0, 1}, 3, host.data(), moments.data()));
+  CHECK_FALSE(kernels::gpu::norm_moments({2, 3}, {0, 1}, 3, values.data(), moments.data()));
 }
 
 TEST_CASE("the normalisations' per-key arithmetic on the GPU equals the CPU's bit for bit") {
@@ -517,7 +507,8 @@ TEST_CASE("resampling on the GPU equals the reference loops") {
       INFO(c.what << ", scale " << scale);
       const testing::ResampleCheck<float> check(c.taps);
       const auto box = on_gpu(check.box), g = on_gpu(check.g);
-      Buffer<float> out(check.out_ref.size(), 7.0f), grad_box(check.grad_box_ref.size(), 7.0f);
+      Buffer<float> out = filled<float>(check.out_ref.size(), 7.0f),
+                    grad_box = filled<float>(check.grad_box_ref.size(), 7.0f);
       REQUIRE(kernels::gpu::resample(c.taps, box.data(), out.data()));
       wait_for_device();  // before the host reads the results
       CHECK(largest_gap(out, check.out_ref) < 1e-6);
@@ -542,11 +533,11 @@ TEST_CASE("matrix products through cuBLAS equal the CPU's sums to float rounding
     const auto x = on_gpu(hx), y = on_gpu(hy);
     g.operands[0].data = x.data();
     g.operands[1].data = y.data();
-    Buffer<double> got(outputs, 7.0);
+    Buffer<double> got = filled<double>(outputs, 7.0);
     REQUIRE(kernels::cublas::gemm_sum<float>(g.outer, g.inner, g.operands, got.data()) ==
             c.is_gemm);
     wait_for_device();  // before the host reads the results
-    if (c.is_gemm) CHECK(testing::sum_gap(host(got), want) < 1e-5);
+    if (c.is_gemm) CHECK(testing::sum_gap(to_host(got), want) < 1e-5);
   }
 }
 
@@ -555,7 +546,7 @@ TEST_CASE("accumulators narrowed on the GPU equal the CPU's rounding") {
   for (int i = 0; i < 10'000; ++i)
     values.push_back(std::sin(0.37 * i) * std::pow(10.0, i % 40 - 20));
   const auto in = on_gpu(values);
-  Buffer<float> out(values.size(), 7.0f);
+  Buffer<float> out = filled<float>(values.size(), 7.0f);
   REQUIRE(kernels::gpu::narrow<float>(in.data(), out.data(), std::int64_t(values.size()), 3.0));
   wait_for_device();  // before the host reads the results
   std::vector<float> want;
@@ -569,7 +560,7 @@ std::vector<bfloat16> narrowed(const std::vector<float>& values) {
 }
 template <class T, class Want>
 double largest_bf16_gap(const Buffer<T>& on_device, const Want& want) {
-  const std::vector<T> got = host(on_device);
+  const std::vector<T> got = to_host(on_device);
   double gap = got.size() == want.size() ? 0 : 1;
   for (std::size_t i = 0; i < std::min<std::size_t>(got.size(), want.size()); ++i)
     gap =
@@ -592,8 +583,7 @@ void check_bf16_norm(const testing::NormCase& c) {
   REQUIRE(
       kernels::gpu::norm_moments(c.sizes, c.key_strides, c.keys, gx.data(), gpu_moments.data()));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::moments_gap(moments_of(gpu_moments),
-                             moments_of(Buffer<double>(moments.begin(), moments.end()))) < 1e-5);
+  CHECK(testing::moments_gap(moments_of(gpu_moments), moments_of(on_gpu(moments))) < 1e-5);
   for (const bool masked : {false, true}) {
     INFO((masked ? "behind a ReLU" : "no ReLU"));
     const kernels::ReluMask<bfloat16> mask{masked ? x.data() : nullptr, check.mask_scale.data(),
@@ -616,7 +606,8 @@ void check_bf16_norm(const testing::NormCase& c) {
       sums[2 * k] += kept;
       sums[2 * k + 1] += kept * (float(check.scale[k]) * float(v[at]) + float(check.shift[k]));
     }
-    Buffer<bfloat16> gpu_out(n, bfloat16(7.0f)), gpu_dx(n, bfloat16(7.0f));
+    Buffer<bfloat16> gpu_out = filled<bfloat16>(n, bfloat16(7.0f)),
+                     gpu_dx = filled<bfloat16>(n, bfloat16(7.0f));
     Buffer<double> gpu_sums(2 * keys);
     REQUIRE(kernels::gpu::norm_affine(c.sizes, c.key_strides, c.keys, gx.data(), a.data(), b.data(),
                                       bfloat16(masked ? 0.0f : -INFINITY), gpu_out.data()));
@@ -628,7 +619,7 @@ void check_bf16_norm(const testing::NormCase& c) {
     wait_for_device();  // before the host reads the results
     CHECK(largest_bf16_gap(gpu_out, out) < bf16_step);
     CHECK(largest_bf16_gap(gpu_dx, dx) < bf16_step);
-    CHECK(testing::sum_gap(host(gpu_sums), sums) < 1e-6);
+    CHECK(testing::sum_gap(to_host(gpu_sums), sums) < 1e-6);
   }
 }
 
@@ -657,7 +648,7 @@ void check_bf16_pool(const testing::PoolCase& c) {
   CHECK(differing(dx, narrowed(dx_ref)) == 0);
   CHECK(differing(avg, narrowed(avg_ref)) == 0);
   CHECK(differing(avg_dx, narrowed(avg_dx_ref)) == 0);
-  CHECK(std::memcmp(ws_ref.data(), host(ws).data(), ws_ref.size()) == 0);
+  CHECK(std::memcmp(ws_ref.data(), to_host(ws).data(), ws_ref.size()) == 0);
 }
 
 void check_bf16_sums(const testing::SumCase& c) {
@@ -675,17 +666,17 @@ void check_bf16_sums(const testing::SumCase& c) {
       c.outer, c.inner, operands, largest.data(), bfloat16(-INFINITY), [](bfloat16 a, bfloat16 b) {
         return kernels::Binary<bfloat16, kernels::BinaryOp::larger>{}(a, b);
       });
-  Buffer<double> sums(outputs, 7.0);
+  Buffer<double> sums = filled<double>(outputs, 7.0);
   Buffer<bfloat16> got_largest(outputs), narrow(outputs);
   REQUIRE(kernels::gpu::sum<double, bfloat16, 1>(c.outer, c.inner, device_operands, sums.data()));
   REQUIRE(kernels::gpu::extreme<bfloat16>(c.outer, c.inner, device_operands[0], got_largest.data(),
                                           true, bfloat16(-INFINITY)));
   REQUIRE(kernels::gpu::narrow<bfloat16>(sums.data(), narrow.data(), std::int64_t(outputs), 3.0));
   wait_for_device();  // before the host reads the results
-  CHECK(testing::sum_gap(host(sums), ref) < 1e-12);
+  CHECK(testing::sum_gap(to_host(sums), ref) < 1e-12);
   CHECK(differing(got_largest, largest) == 0);
   std::vector<bfloat16> narrow_ref;
-  for (double s : host(sums)) narrow_ref.push_back(static_cast<bfloat16>(s / 3.0));
+  for (double s : to_host(sums)) narrow_ref.push_back(static_cast<bfloat16>(s / 3.0));
   CHECK(differing(narrow, narrow_ref) == 0);
 }
 
@@ -702,7 +693,7 @@ void check_argmax() {
     kernels::argmax(scores.data(), outer, n, inner, want.data());
   }
   const auto in = on_gpu(scores);
-  Buffer<Out> got(want.size(), Out(99));
+  Buffer<Out> got = filled<Out>(want.size(), Out(99));
   REQUIRE(kernels::gpu::argmax(in.data(), outer, n, inner, got.data()));
   wait_for_device();  // before the host reads the results
   CHECK(differing(got, want) == 0);
@@ -775,5 +766,5 @@ TEST_CASE("a GPU processor counts its kernels, waits and CPU loops run on copies
   // Ours, the CPU loop's for the GPU's work, and one for each of its operands' copies to the host.
   CHECK(after.waits == before.waits + 4);
   CHECK(after.host_fallbacks == before.host_fallbacks + 1);
-  CHECK(host(y)[0] == 3.0f);
+  CHECK(to_host(y)[0] == 3.0f);
 }

@@ -1,12 +1,16 @@
 # The layers of include/meshtensor/ depend one way (docs/ARCHITECTURE.md): a header includes
 # meshtensor headers from its own folder and from folders below it, never above, and kernels/
-# nothing from comm/. Also: ops/ and
-# nn/ name no GPU (kernels/ choose the backend), and the examples use no detail:: nor kernels:: and never wait
-# on a device themselves. Run by ctest as `cmake -DROOT=<source dir> -P check_layers.cmake`.
+# nothing from comm/. The layers above tensor/ reach a device only through tensors and kernels:
+# they include nothing from device/ nor from a backend's folder of kernels/, and ops/ and nn/
+# name no device (what comes through tensor/ no include rule sees). The examples use no detail::
+# nor kernels:: and never wait on a device themselves. Run by ctest as
+# `cmake -DROOT=<source dir> -P check_layers.cmake`.
 cmake_policy(SET CMP0057 NEW)
 set(layers core memory device comm kernels tensor autodiff ops nn io plan)
 # Below in the order but kept apart: kernels compute on one block and know nothing of messages.
 set(forbidden "kernels->comm")
+set(above_devices autodiff ops nn io plan)
+set(device_paths "device/" "kernels/cpu/" "kernels/cuda/")
 set(failures "")
 
 file(GLOB_RECURSE headers RELATIVE "${ROOT}/include/meshtensor" "${ROOT}/include/meshtensor/*.hpp")
@@ -31,19 +35,27 @@ foreach(header IN LISTS headers)
     if("${folder}->${target}" IN_LIST forbidden)
       list(APPEND failures "${header} includes ${target}/, which ${folder}/ must not")
     endif()
+    if(folder IN_LIST above_devices)
+      foreach(path IN LISTS device_paths)
+        if(line MATCHES "^#include \"meshtensor/${path}")
+          list(APPEND failures "${header} (layer ${folder}) includes ${path}: devices are reached "
+                               "through tensor/ and the families of kernels/")
+        endif()
+      endforeach()
+    endif()
   endforeach()
 endforeach()
 
-# GPU names in ops/ and nn/ code (comments aside).
+# Device names in ops/ and nn/ code (comments aside).
 file(GLOB_RECURSE op_headers "${ROOT}/include/meshtensor/ops/*.hpp" "${ROOT}/include/meshtensor/nn/*.hpp")
 foreach(path IN LISTS op_headers)
   file(STRINGS "${path}" lines)
   foreach(line IN LISTS lines)
     string(REGEX REPLACE "//.*" "" code "${line}")
     string(TOLOWER "${code}" code)
-    if(code MATCHES "(gpu|cuda|cudnn|cublas|nccl)")
+    if(code MATCHES "(gpu|cuda|cudnn|cublas|nccl|current_processor|device\\(\\))")
       string(REPLACE ";" "," line "${line}")
-      list(APPEND failures "${path}: names a GPU backend in an op: ${line}")
+      list(APPEND failures "${path}: names a device in an op: ${line}")
     endif()
   endforeach()
 endforeach()

@@ -4,7 +4,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/processor.hpp"
+#include "meshtensor/memory/processor_memory.hpp"
 #include "meshtensor/tensor/create.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "meshtensor/comm/communicator.hpp"
 #include "meshtensor/comm/dtype.hpp"
-#include "meshtensor/device/array.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 

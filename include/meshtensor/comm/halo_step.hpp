@@ -17,7 +17,7 @@
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/halo_plan.hpp"
-#include "meshtensor/device/array.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 
@@ -29,6 +29,12 @@ struct HaloProfile {
   std::uint64_t bytes_sent = 0;
 };
 inline HaloProfile& halo_profile(Mesh& mesh) { return mesh.context<HaloProfile>(); }
+
+/// Whether the calling processor's windowed ops overlap their halo exchange with the outputs that
+/// need no halo (the default), or exchange first and compute after (Settings::halo_overlap,
+/// MESHTENSOR_HALO_OVERLAP=off). The results are the same either way; off measures what the
+/// overlap hides.
+inline bool halo_overlap() { return current_processor().settings().halo_overlap; }
 
 /**
  * One step of a halo exchange in flight.

@@ -117,7 +117,7 @@ inline void unmap_device(void* base, std::size_t) { (void)cudaFree(base); }
 
 /// Memory of the calling thread's current GPU (cudaMalloc): a GPU processor's blocks, which NCCL,
 /// cuDNN and CUDA kernels use in place, and the host reaches only by copies
-/// (device/transfer.hpp). Never managed memory: asking for more of it than the card holds can
+/// (kernels/transfer.hpp). Never managed memory: asking for more of it than the card holds can
 /// hang the GPU, where cudaMalloc fails and the pool says so.
 inline MemorySource device_memory() {
   MemorySource source;

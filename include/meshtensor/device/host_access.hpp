@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,10 +20,10 @@
 #include <xtensor/xadapt.hpp>
 
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/device/cuda.hpp"
+#include "meshtensor/device/memory.hpp"
 #endif
 
 namespace meshtensor {
@@ -63,8 +64,11 @@ class HostCopy {
  public:
   HostCopy(std::size_t bytes, void* block, bool writes, std::shared_ptr<const void> keeper)
       : values_(bytes), block_(block), writes_(writes), keeper_(std::move(keeper)) {
-    copy_to_host(static_cast<const char*>(block), MemorySpace::device, std::int64_t(bytes),
-                 values_.data());
+#if defined(MESHTENSOR_WITH_CUDA)
+    cuda::copy_to_host(values_.data(), block, bytes);
+#else
+    std::memcpy(values_.data(), block, bytes);
+#endif
   }
   ~HostCopy() { send_back(); }
   HostCopy(const HostCopy&) = delete;

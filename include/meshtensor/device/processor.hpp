@@ -24,6 +24,7 @@
 #include "meshtensor/device/device.hpp"
 #include "meshtensor/memory/block_limit.hpp"
 #include "meshtensor/memory/pool.hpp"
+#include "meshtensor/memory/processor_memory.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/device/cuda_runtime.hpp"
 #endif
@@ -109,13 +110,19 @@ class Processor {
       : device_(device),
         settings_(std::move(settings)),
         compute_threads_(std::max(1, compute_threads)),
-        pool_(MemoryPool::create(memory)),
-        active_pool_(pool_) {}
+        own_memory_(std::make_unique<ProcessorMemory>(
+            memory, meshtensor::block_limit(settings_.max_block_bytes))),
+        memory_(*own_memory_) {}
   Processor(Device device, int compute_threads, Settings settings = environment_settings())
       : Processor(device, compute_threads, detail::memory_of(device), std::move(settings)) {}
+  /// The process's processor, for threads outside any processor: its memory is the process's.
+  explicit Processor(ProcessorMemory& memory, int compute_threads)
+      : device_(Device::cpu()),
+        settings_(environment_settings()),
+        compute_threads_(std::max(1, compute_threads)),
+        memory_(memory) {}
   ~Processor() {
     states_.clear();  // handles and caches first: some hold blocks of the pool
-    pool_->release();
   }
   Processor(const Processor&) = delete;
   Processor& operator=(const Processor&) = delete;
@@ -124,12 +131,14 @@ class Processor {
 
   /// The settings of its run (core/settings.hpp): its kernel policy, timeouts, checks, limits.
   const Settings& settings() const { return settings_; }
+  /// Its memory: its pool, the pool it allocates from now, its block limit, its label.
+  ProcessorMemory& memory() { return memory_; }
   /// The most bytes one of its blocks may take.
-  BlockLimit block_limit() const { return meshtensor::block_limit(settings_.max_block_bytes); }
+  const BlockLimit& block_limit() const { return memory_.block_limit(); }
 
   /// How errors name this processor ("processor 3 of 8"); empty outside a mesh.
-  const std::string& label() const { return label_; }
-  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return memory_.label(); }
+  void set_label(std::string label) { memory_.set_label(std::move(label)); }
 
   /// Threads this processor's kernels may use.
   int compute_threads() const { return compute_threads_; }
@@ -142,9 +151,9 @@ class Processor {
   void set_capturing(bool capturing) { capturing_ = capturing; }
 
   /// The pool the processor allocates from now: its own, or a ScratchMemory's while one lives.
-  MemoryPool& pool() { return *active_pool_; }
+  MemoryPool& pool() { return memory_.pool(); }
   /// Its own pool, whose statistics are the processor's memory.
-  MemoryPool& own_pool() { return *pool_; }
+  MemoryPool& own_pool() { return memory_.own_pool(); }
 
   /// The processor's T, default-constructed on first use and destroyed with the processor.
   template <class T>
@@ -163,16 +172,12 @@ class Processor {
   }
 
  private:
-  friend class ScratchMemory;
-  friend class AllocatingFrom;
-
   Device device_;
   Settings settings_;
-  std::string label_;
   int compute_threads_;
   bool capturing_ = false;
-  MemoryPool* pool_;
-  MemoryPool* active_pool_;
+  std::unique_ptr<ProcessorMemory> own_memory_;  // none for the process's processor
+  ProcessorMemory& memory_;
   std::mutex states_mutex_;
   std::vector<std::shared_ptr<void>> states_;
 };
@@ -185,7 +190,7 @@ inline Processor*& current_processor_slot() {
 // Threads outside any processor (the main thread before run(), kernel worker threads) share one,
 // never destroyed: blocks may outlive static destruction order.
 inline Processor& process_processor() {
-  static Processor* processor = new Processor(Device::cpu(), threads_per_process());
+  static Processor* processor = new Processor(process_memory(), threads_per_process());
   return *processor;
 }
 // Makes a processor's device the calling thread's (a GPU's: CUDA's current device).
@@ -205,7 +210,8 @@ inline Processor& current_processor() {
 /// Makes `processor` the calling thread's current processor for the scope's lifetime.
 class ProcessorScope {
  public:
-  explicit ProcessorScope(Processor& processor) : previous_(detail::current_processor_slot()) {
+  explicit ProcessorScope(Processor& processor)
+      : previous_(detail::current_processor_slot()), memory_(processor.memory()) {
     detail::enter_device(processor.device());
     detail::current_processor_slot() = &processor;
   }
@@ -215,6 +221,7 @@ class ProcessorScope {
 
  private:
   Processor* previous_;
+  MemoryScope memory_;
 };
 
 /// A processor of the calling thread's own, outside any mesh, for the object's lifetime (kernel
@@ -238,71 +245,5 @@ class LocalProcessor {
 
 /// The calling processor's kernel threads.
 inline int compute_threads() { return current_processor().compute_threads(); }
-
-/// The calling processor's pool (for a kernel worker thread, the process's).
-inline MemoryPool& memory_pool() { return current_processor().pool(); }
-
-/// What the calling processor holds: its pool's statistics.
-inline MemoryStats memory_stats() { return current_processor().own_pool().stats(); }
-
-/// For its lifetime, the blocks the calling processor allocates count as for `use` (its pool's
-/// statistics: MemoryStats::in_use_by_use and at_peak).
-class MemoryUseScope {
- public:
-  explicit MemoryUseScope(MemoryUse use) : pool_(memory_pool()), previous_(pool_.use()) {
-    pool_.set_use(use);
-  }
-  ~MemoryUseScope() { pool_.set_use(previous_); }
-  MemoryUseScope(const MemoryUseScope&) = delete;
-  MemoryUseScope& operator=(const MemoryUseScope&) = delete;
-
- private:
-  MemoryPool& pool_;
-  MemoryUse previous_;
-};
-
-/// Memory for a short job beside the processor's work (timing kernel formats at a shape's first
-/// use): for its lifetime the processor allocates from a pool of its own, given back to the
-/// system when it ends. Were the job's buffers taken from the processor's pool, that pool would
-/// keep caching freed blocks up to the job's peak for the rest of the run. The processor's peaks
-/// count the job while it lasts.
-class ScratchMemory {
- public:
-  ScratchMemory()
-      : processor_(current_processor()),
-        previous_(processor_.active_pool_),
-        pool_(MemoryPool::create(previous_->source())) {
-    processor_.active_pool_ = pool_;
-  }
-  ~ScratchMemory() {
-    processor_.active_pool_ = previous_;
-    previous_->count_scratch(pool_->stats().peak_held);
-    pool_->release();
-  }
-  ScratchMemory(const ScratchMemory&) = delete;
-  ScratchMemory& operator=(const ScratchMemory&) = delete;
-
- private:
-  Processor& processor_;
-  MemoryPool* previous_;
-  MemoryPool* pool_;
-};
-
-/// For its lifetime the calling processor allocates from `pool` (a captured step's own, whose
-/// blocks the graph reuses at every launch), then again from the pool it used before.
-class AllocatingFrom {
- public:
-  explicit AllocatingFrom(MemoryPool& pool)
-      : processor_(current_processor()), previous_(processor_.active_pool_) {
-    processor_.active_pool_ = &pool;
-  }
-  ~AllocatingFrom() { processor_.active_pool_ = previous_; }
-  AllocatingFrom(const AllocatingFrom&) = delete;
-  AllocatingFrom& operator=(const AllocatingFrom&) = delete;
-
- private:
-  Processor& processor_;
-  MemoryPool* previous_;
-};
 
 }  // namespace meshtensor

@@ -22,10 +22,10 @@
 #include "meshtensor/core/detail/checked.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/io/durable_file.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/transfer.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 

@@ -14,10 +14,10 @@
 #include "meshtensor/comm/agree.hpp"
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/io/durable_file.hpp"
 #include "meshtensor/io/npy.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/transfer.hpp"
 #include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

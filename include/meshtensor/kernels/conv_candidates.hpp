@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/copy.hpp"
@@ -35,6 +34,7 @@
 #include "meshtensor/kernels/norm.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
 #include "meshtensor/kernels/registry.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/conv.hpp"
 #endif

@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/elementwise.hpp"
 #endif

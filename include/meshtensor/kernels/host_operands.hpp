@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "meshtensor/device/host_copies.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/transfer.hpp"
 
 namespace meshtensor::kernels {
 

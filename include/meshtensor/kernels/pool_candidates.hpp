@@ -16,13 +16,13 @@
 #include <type_traits>
 
 #include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/pool_geometry.hpp"
 #include "meshtensor/kernels/conv_candidates.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/pair_pool.hpp"
 #include "meshtensor/kernels/cpu/reference/pool.hpp"
 #include "meshtensor/kernels/registry.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/pool.hpp"
 #endif

@@ -14,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/backend.hpp"
 #include "meshtensor/kernels/common/accumulator.hpp"
 #include "meshtensor/kernels/common/elementwise_formulas.hpp"
@@ -22,6 +21,7 @@
 #include "meshtensor/kernels/cpu/loops.hpp"
 #include "meshtensor/kernels/cpu/reference/fold.hpp"
 #include "meshtensor/kernels/sum_candidates.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/kernels/cuda/cublas_gemm.hpp"
 #include "meshtensor/kernels/cuda/sum.hpp"

@@ -19,13 +19,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/gemm_shape.hpp"
 #include "meshtensor/kernels/common/packed_product.hpp"
 #include "meshtensor/kernels/cpu/convert.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
 #include "meshtensor/kernels/cpu/reference/fold.hpp"
 #include "meshtensor/kernels/registry.hpp"
+#include "meshtensor/memory/array.hpp"
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
 #include "meshtensor/kernels/cpu/onednn/matmul.hpp"
 #endif

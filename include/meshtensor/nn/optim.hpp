@@ -13,10 +13,10 @@
 
 #include <xtensor/xarray.hpp>
 
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/host_copies.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/optimizer.hpp"
+#include "meshtensor/kernels/transfer.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/nn/parameters.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
@@ -39,7 +39,7 @@ class Sgd {
       double weight_decay = 0.0)
       : params_(std::move(parameters)) {
     const MemoryUseScope state(MemoryUse::optimizer);
-    step_ = Buffer<kernels::shared::SgdStep>(1, {lr, momentum, weight_decay});
+    step_ = buffer_from_host(std::vector<kernels::shared::SgdStep>{{lr, momentum, weight_decay}});
     velocity_.reserve(params_.size());  // no copies of the blocks when the vector grows
     for (const auto& p : params_) velocity_.push_back(kernels::zeros_like(p.array()));
   }
@@ -85,8 +85,8 @@ class Adam {
        bool decoupled = false)
       : params_(std::move(parameters)) {
     const MemoryUseScope state(MemoryUse::optimizer);
-    step_ = Buffer<kernels::shared::AdamStep>(
-        1, {lr, beta1, beta2, epsilon, weight_decay, 0, 0, decoupled, 0, 1, 1});
+    step_ = buffer_from_host(std::vector<kernels::shared::AdamStep>{
+        {lr, beta1, beta2, epsilon, weight_decay, 0, 0, decoupled, 0, 1, 1}});
     first_.reserve(params_.size());  // no copies of the blocks when the vectors grow
     second_.reserve(params_.size());
     for (const auto& p : params_) {

@@ -8,7 +8,7 @@
 
 #include "meshtensor/core/detail/quote.hpp"
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/processor.hpp"
+#include "meshtensor/memory/pool.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::nn {

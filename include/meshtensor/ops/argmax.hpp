@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/sum.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/reshape.hpp"

@@ -7,8 +7,8 @@
 #include <type_traits>
 
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {

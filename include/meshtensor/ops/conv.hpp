@@ -23,18 +23,18 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/comm/collectives.hpp"
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/core/window.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/sum.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/conv_boxes.hpp"
 #include "meshtensor/ops/detail/conv_rows.hpp"
 #include "meshtensor/ops/detail/partial_sums.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
-#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {

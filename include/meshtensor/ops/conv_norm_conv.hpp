@@ -23,10 +23,10 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/block.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/norm.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/ops/norm.hpp"

@@ -14,10 +14,9 @@
 #include <xtensor/xarray.hpp>
 
 #include "meshtensor/autodiff/tape.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/broadcast.hpp"
 #include "meshtensor/ops/cast.hpp"

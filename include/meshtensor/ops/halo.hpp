@@ -14,10 +14,10 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/halo_plan.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 

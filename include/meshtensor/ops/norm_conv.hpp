@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/ops/conv.hpp"
-#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/detail/nested_blocks.hpp"
-#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/pool.hpp"
 #include "meshtensor/tensor/tensor.hpp"

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "meshtensor/comm/halo_step.hpp"
 #include "meshtensor/ops/conv.hpp"
 #include "meshtensor/ops/conv_concat.hpp"
 #include "meshtensor/ops/detail/nested_blocks.hpp"
 #include "meshtensor/ops/elementwise.hpp"
-#include "meshtensor/ops/halo_overlap.hpp"
 #include "meshtensor/ops/norm.hpp"
 #include "meshtensor/ops/resample.hpp"
 #include "meshtensor/ops/reshape.hpp"

@@ -13,9 +13,9 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/window.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/pool.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/transfer.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -14,7 +14,7 @@
 #include "meshtensor/comm/tags.hpp"
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/transfer.hpp"
+#include "meshtensor/kernels/transfer.hpp"
 #include "meshtensor/ops/detail/moved_blocks.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

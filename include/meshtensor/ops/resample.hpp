@@ -16,10 +16,9 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/dim_names.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/resample.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/align.hpp"
 #include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"

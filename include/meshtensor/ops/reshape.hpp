@@ -11,8 +11,8 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/dim_of.hpp"
 #include "meshtensor/ops/relayout.hpp"
 #include "meshtensor/tensor/tensor.hpp"

@@ -16,10 +16,10 @@
 #include "meshtensor/core/layout.hpp"
 #include "meshtensor/core/shape.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/kernels/transfer.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -9,8 +9,9 @@
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/byte_size.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/memory/block_limit.hpp"
+#include "meshtensor/memory/processor_memory.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor::detail {
@@ -26,7 +27,7 @@ std::string tensor_on_processor(const Mesh& mesh, const TensorLayout& layout) {
 
 template <class T>
 void check_block_fits(const Mesh& mesh, const TensorLayout& layout, const Block& block) {
-  const BlockLimit limit = current_processor().block_limit();
+  const BlockLimit& limit = current_memory().block_limit();
   (void)checked_block_bytes(
       static_cast<std::size_t>(block.num_elements()), sizeof(T),
       [&] { return tensor_on_processor<T>(mesh, layout); },

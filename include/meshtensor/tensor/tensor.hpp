@@ -16,15 +16,15 @@
 #include "meshtensor/core/bfloat16.hpp"
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/device/host_access.hpp"
 #include "meshtensor/device/processor.hpp"
-#include "meshtensor/device/transfer.hpp"
 #include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/elementwise.hpp"
+#include "meshtensor/kernels/transfer.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor {
 

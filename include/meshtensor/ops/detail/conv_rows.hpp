@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/conv.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/norm.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::detail {
 

@@ -8,9 +8,9 @@
 
 #include "meshtensor/comm/request.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/tensor/new_block.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -14,7 +14,7 @@
 #include "meshtensor/comm/collectives.hpp"
 #include "meshtensor/comm/mesh.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
 
 namespace meshtensor::detail {

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "meshtensor/core/tensor_layout.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/channel_parts.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/halo.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 

@@ -24,9 +24,9 @@
 #include "meshtensor/core/halo_plan.hpp"
 #include "meshtensor/core/tensor_layout.hpp"
 #include "meshtensor/core/window.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/conv_geometry.hpp"
 #include "meshtensor/kernels/copy.hpp"
+#include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/halo.hpp"
 
 namespace meshtensor::detail {

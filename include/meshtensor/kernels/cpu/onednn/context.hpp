@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn::detail {
 

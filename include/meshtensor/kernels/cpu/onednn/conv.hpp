@@ -42,12 +42,12 @@
 #include <vector>
 
 #include "meshtensor/core/bfloat16.hpp"
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/kernels/common/input_gradient_as_forward.hpp"
 #include "meshtensor/kernels/cpu/blocked/conv.hpp"
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
 #include "meshtensor/kernels/cpu/onednn/pass.hpp"
 #include "meshtensor/kernels/cpu/onednn/weight_planes.hpp"
+#include "meshtensor/memory/array.hpp"
 
 namespace meshtensor::kernels::onednn {
 namespace detail {

@@ -30,7 +30,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
 #include "meshtensor/device/processor.hpp"
 #include "meshtensor/kernels/common/channel_affine.hpp"
 #include "meshtensor/kernels/common/channel_parts.hpp"
@@ -41,6 +40,7 @@
 #include "meshtensor/kernels/cpu/instruction_set.hpp"
 #include "meshtensor/kernels/cpu/vector_rate.hpp"
 #include "meshtensor/kernels/plan/counts.hpp"
+#include "meshtensor/memory/array.hpp"
 
 #if MESHTENSOR_CPU_TARGETS
 #include <immintrin.h>

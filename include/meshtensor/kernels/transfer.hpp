@@ -1,22 +1,46 @@
 #pragma once
-// Values the host computes with or stores (a normalisation's parameters and statistics, a loss,
-// generated data, files) cross between the host's memory and a processor's in one transfer: by the
-// GPU's copy engine where the processor's memory is a GPU's, not by the host touching the GPU's
-// pages; not at all for a plan's blocks, which have no values (the host sees zeros).
+// Values cross between the host's memory and a processor's in one transfer, whichever memory the
+// processor's is: by the GPU's copy engine for a GPU's (which the host cannot touch), a plain copy
+// for the host's, not at all for a plan's blocks, which have no values (the host sees zeros). The
+// host computes with or stores such values: a normalisation's parameters and statistics, a loss,
+// generated data, files.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
-#include "meshtensor/device/array.hpp"
-#include "meshtensor/device/host_copies.hpp"
+#include "meshtensor/memory/array.hpp"
+#include "meshtensor/memory/pool.hpp"
 #if defined(MESHTENSOR_WITH_CUDA)
 #include "meshtensor/device/memory.hpp"
 #endif
 
 namespace meshtensor {
+
+/// to[i] = from[i] for i < n: `from` in the processor's memory (in `space`), `to` the host's.
+template <class T>
+void copy_to_host(const T* from, MemorySpace space, std::int64_t n, T* to) {
+  if (n <= 0) return;
+  if (space == MemorySpace::none) return std::fill(to, to + n, T{});
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (space == MemorySpace::device) return cuda::copy_to_host(to, from, std::size_t(n) * sizeof(T));
+#endif
+  std::copy(from, from + n, to);
+}
+
+/// to[i] = from[i] for i < n: `from` in the host's memory, `to` the processor's (in `space`).
+template <class T>
+void copy_from_host(const T* from, std::int64_t n, T* to, MemorySpace space) {
+  if (n <= 0 || space == MemorySpace::none) return;
+#if defined(MESHTENSOR_WITH_CUDA)
+  if (space == MemorySpace::device)
+    return cuda::copy_from_host(to, from, std::size_t(n) * sizeof(T));
+#endif
+  std::copy(from, from + n, to);
+}
 
 /// The values of `a`, in the host's memory.
 template <class T>
@@ -31,6 +55,14 @@ template <class T>
 Array<T> array_from_host(const std::vector<T>& values, typename Array<T>::shape_type shape) {
   Array<T> out = Array<T>::from_shape(std::move(shape));
   copy_from_host(values.data(), std::int64_t(out.size()), out.data(), out.space());
+  return out;
+}
+
+/// A buffer in the processor's memory holding `values`.
+template <class T>
+Buffer<T> buffer_from_host(const std::vector<T>& values) {
+  Buffer<T> out(values.size());
+  copy_from_host(values.data(), std::int64_t(values.size()), out.data(), out.space());
   return out;
 }
 

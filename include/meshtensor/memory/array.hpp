@@ -2,19 +2,21 @@
 // Array<T> and Buffer<T>: the memory a processor keeps its blocks and buffers in, from its pool,
 // each knowing where it lives (the host's memory, a GPU's, or none for a plan). Kernels get their
 // addresses; the host reads or writes a block only through device/host_access.hpp, which waits for
-// the device first. Neither is copied implicitly: a copy is a kernel (kernels::copy_of).
+// the device first, and values cross over through kernels/transfer.hpp. Neither is copied
+// implicitly: a copy is a kernel (kernels::copy_of).
 
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "meshtensor/core/error.hpp"
-#include "meshtensor/device/host_copies.hpp"
-#include "meshtensor/device/processor.hpp"
 #include "meshtensor/memory/block_limit.hpp"
+#include "meshtensor/memory/pool.hpp"
+#include "meshtensor/memory/processor_memory.hpp"
 
 namespace meshtensor {
 namespace detail {
@@ -26,18 +28,15 @@ class PoolBlock {
  public:
   PoolBlock() : space_(memory_pool().source().space) {}
   explicit PoolBlock(std::size_t n) {
-    MemoryPool& pool = memory_pool();
+    ProcessorMemory& memory = current_memory();
+    MemoryPool& pool = memory.pool();
     space_ = pool.source().space;
     if (n == 0) return;
     // A plan's blocks hold no memory: only real ones are held to the machine's.
-    const BlockLimit limit = current_processor().block_limit();
     const std::size_t bytes = checked_block_bytes(
         n, sizeof(T),
-        [] {
-          const std::string& label = current_processor().label();
-          return label.empty() ? std::string("this process") : label;
-        },
-        space_ != MemorySpace::none ? &limit : nullptr);
+        [&memory] { return memory.label().empty() ? std::string("this process") : memory.label(); },
+        space_ != MemorySpace::none ? &memory.block_limit() : nullptr);
     data_ = static_cast<T*>(pool.allocate(bytes));
     size_ = n;
   }
@@ -169,9 +168,10 @@ Array<T> empty_array() {
 }
 
 /**
- * A flat buffer from the processor's pool, in its memory space (messages, kernel scratch). The
- * filling constructors send the host's values over; element access is the host's, for host
- * memory only (the CPU kernels' scratch).
+ * A flat buffer from the processor's pool, in its memory space (messages, kernel scratch).
+ * Element access and the filling constructors are the host's, for host memory only (the CPU
+ * kernels' scratch; a plan's buffers are left as they are); kernels/transfer.hpp's
+ * buffer_from_host() fills one in any memory.
  */
 template <class T>
 class Buffer {
@@ -183,18 +183,12 @@ class Buffer {
   explicit Buffer(std::size_t n) : block_(n) {}
   /// `n` elements set to `value`.
   Buffer(std::size_t n, const T& value) : block_(n) {
-    if (space() == MemorySpace::host)
-      std::fill(begin(), end(), value);
-    else
-      send(std::vector<T>(n, value));
+    if (filled_by_host()) std::fill(begin(), end(), value);
   }
   /// A copy of [first, last).
   template <class It, class = typename std::iterator_traits<It>::iterator_category>
   Buffer(It first, It last) : block_(static_cast<std::size_t>(std::distance(first, last))) {
-    if (space() == MemorySpace::host)
-      std::copy(first, last, begin());
-    else
-      send(std::vector<T>(first, last));
+    if (filled_by_host()) std::copy(first, last, begin());
   }
 
   /// Room for `n` elements; the old ones are not kept.
@@ -216,8 +210,12 @@ class Buffer {
   const T* end() const { return data() + size(); }
 
  private:
-  void send(const std::vector<T>& values) {
-    copy_from_host(values.data(), std::int64_t(values.size()), data(), space());
+  bool filled_by_host() const {
+    if (space() == MemorySpace::device)
+      throw DeviceError(
+          "internal: a Buffer filled by the host in a device's memory; fill it with "
+          "buffer_from_host() (kernels/transfer.hpp)");
+    return space() == MemorySpace::host;
   }
 
   detail::PoolBlock<T> block_;
