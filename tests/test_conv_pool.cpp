@@ -10,7 +10,10 @@
 #include <string>
 #include <tuple>
 
+#include <xtensor/xmath.hpp>
+
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/ops/conv_norm_conv.hpp>
 #include <meshtensor/ops/detail/conv_boxes.hpp>
 #include <meshtensor/ops/norm_conv.hpp>
 
@@ -451,6 +454,89 @@ TEST_CASE("max and average pooling, overlapping or not, padded or not, match one
   CHECK(check_pool(Window("x, y").kernel(3).stride(1).padding("same"), false, false) == "");
   CHECK(check_pool(Window("x").kernel(3).stride(1), true) == "");
   CHECK(check_pool(Window("x, z").kernel({4, 2}).stride({3, 2}), false) == "");
+}
+
+TEST_CASE("circular, reflect and replicate padding of windowed ops match one processor") {
+  const Shape cube("kx:3, ky:3, kz:3, channels:3, features:2");
+  CHECK(check_conv(cube, Window("x, y, z").padding("same").padding_mode(PadMode::circular)) == "");
+  CHECK(check_conv("kx:3, ky:3, channels:3, features:2",
+                   Window("x, y")
+                       .stride(2)
+                       .dilation({1, 2})
+                       .padding_mode("circular")
+                       .padding(Padding::explicit_sizes({{1, 2}, {2, 2}}))) == "");
+  CHECK(check_conv(cube, Window("x, y, z").padding("same").padding_mode(PadMode::reflect)) == "");
+  CHECK(check_conv("kx:3, kz:3, channels:3, features:2",
+                   Window("x, z").padding("same").padding_mode(PadMode::replicate)) == "");
+  CHECK(check_conv(cube, Window("x, y, z").padding("same").padding_mode(PadMode::circular),
+                   /*transposed=*/true) == "");
+  CHECK(check_conv(cube,
+                   Window("x, y, z").stride({2, 1, 3}).padding("same").padding_mode("circular"),
+                   /*transposed=*/true) == "");
+  CHECK(check_pool(Window("x, y, z").kernel(3).stride(2).padding("same").padding_mode("circular"),
+                   true) == "");
+  CHECK(check_pool(Window("x, y").kernel(3).stride(1).padding("same").padding_mode("circular"),
+                   false) == "");
+}
+
+TEST_CASE("fused convolutions with a circular window equal their ops one after the other") {
+  const Window window = Window("x, y, z").padding("same").padding_mode(PadMode::circular);
+  auto fused_and_apart = [&](Mesh& m, const Layout& l) {
+    auto x = test_input(m, volume_shape, l, 1);
+    auto w1 = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:3", l, 2);
+    auto w2 = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:2", l, 3);
+    auto gamma = test_input(m, "channels:3", l, 4), beta = test_input(m, "channels:3", l, 5);
+    auto first = rename(conv(x, w1, window), "features", "channels");
+    return std::vector<Tensor<float>>{
+        conv_norm_conv(x, w1, gamma, beta, w2, window),
+        conv(batch_norm(first, gamma, beta, "channels", 1e-5, nullptr, Activation::relu), w2,
+             window),
+        batch_norm_conv(x, gamma, beta, w2, window), conv(batch_norm(x, gamma, beta), w2, window)};
+  };
+  const auto one = on_one_processor([&](Mesh& m) {
+    std::vector<xt::xarray<float>> arrays;
+    for (const auto& t : fused_and_apart(m, "")) arrays.push_back(gather(t));
+    return arrays;
+  });
+  CHECK(xt::allclose(one[0], one[1], 1e-5, 1e-5));
+  CHECK(xt::allclose(one[2], one[3], 1e-5, 1e-5));
+  CHECK(compare_with_one_processor(fused_and_apart, 1e-5, spatial_cases()) == "");
+}
+
+TEST_CASE("a circular transposed convolution is the circular convolution's adjoint") {
+  // sum(conv(x, w) * y) = sum(x * conv_transpose(y, w')), w' the weight with its two channel dims'
+  // roles swapped: the one is the input gradient of the other, periodic edges included.
+  const Window window = Window("x, y, z")
+                            .stride({2, 1, 1})
+                            .padding(Padding::explicit_sizes({{1, 1}, {1, 1}, {0, 2}}))
+                            .padding_mode(PadMode::circular);
+  const auto results = on_one_processor([&](Mesh& m) {
+    auto x = test_input(m, volume_shape, "", 1).set_requires_grad();
+    auto w = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:4", "", 2);
+    auto out = conv(x, w, window);
+    auto y = test_input(m, out.shape(), "", 3);
+    backward(reduce_sum(out * y));
+    auto swapped =
+        rename(rename(rename(w, "channels", "c_in"), "features", "channels"), "c_in", "features");
+    auto adjoint = conv_transpose(rename(y, "features", "channels"), swapped, window);
+    return std::vector<xt::xarray<float>>{gather(x.grad()), gather(adjoint)};
+  });
+  REQUIRE(results[0].shape() == results[1].shape());
+  CHECK(xt::allclose(results[0], results[1], 1e-5, 1e-5));
+  on_one_processor([&](Mesh& m) {
+    auto x = test_input(m, volume_shape, "", 1);
+    auto w = test_input(m, "kx:3, ky:3, kz:3, channels:3, features:4", "", 2);
+    CHECK_THROWS_WITH(
+        conv_transpose(x, w, Window("x, y, z").padding("same").padding_mode("reflect")),
+        Contains("conv_transpose: padding mode \"reflect\" has no transposed form"));
+    CHECK_THROWS_WITH(
+        conv(x, w,
+             Window("x, y, z")
+                 .padding(Padding::explicit_sizes({{1, 1}, {1, 1}, {6, 0}}))
+                 .padding_mode(PadMode::circular)),
+        Contains("conv: circular padding along dim \"z\" of size 5 can add at most 5"));
+    return 0;
+  });
 }
 
 TEST_CASE("a split that leaves processors empty blocks still gives the single-processor result") {

@@ -49,6 +49,32 @@ TEST_CASE("padding with zeros, reflection and replication, and cropping, match o
   CHECK(check([](auto& in) { return crop(crop(in[0], "x", 2, 3), "y", 1, 0); }) == "");
 }
 
+TEST_CASE("circular padding matches one processor, the far processor's rows as the halo") {
+  CHECK(check([](auto& in) { return pad(in[0], "x", 3, 2, PadMode::circular); }) == "");
+  // As much as the dim holds, on both sides of two dims: wider than any split's blocks.
+  CHECK(check([](auto& in) {
+          return pad(pad(in[0], "x", 9, 9, PadMode::circular), "y", 0, 6, PadMode::circular);
+        }) == "");
+  CHECK(check([](auto& in) { return pad(in[0], "channels", 1, 3, PadMode::circular); }) == "");
+}
+
+TEST_CASE("circular padding wraps as numpy's wrap mode, up to the dim's size per side") {
+  // x:3 holding 0, 1, 2: np.pad(a, (2, 3), mode="wrap") = [1, 2, 0, 1, 2, 0, 1, 2].
+  const auto wrapped = on_one_processor([](Mesh& m) {
+    auto t = generate<float>(m, "x:3", "", [](const Index& i) { return float(i["x"]); });
+    return gather(pad(t, "x", 2, 3, PadMode::circular));
+  });
+  CHECK((wrapped == xt::xarray<float>{1, 2, 0, 1, 2, 0, 1, 2}));
+  on_one_processor([](Mesh& m) {
+    auto t = generate<float>(m, "x:3, y:2", "", [](const Index&) { return 0.0f; });
+    CHECK_THROWS_WITH(
+        pad(t, "x", 4, 0, PadMode::circular),
+        Catch::Contains("circular padding along dim \"x\" of size 3 can add at most 3"));
+    CHECK_THROWS_WITH(parse_pad_mode("wrap"), Catch::Contains("\"circular\""));
+    return 0;
+  });
+}
+
 TEST_CASE("nearest and linear upsampling match one processor") {
   CHECK(check([](auto& in) { return upsample(in[0], "x, y, z", 2); }) == "");
   CHECK(check([](auto& in) { return upsample(in[0], "x, y, z", 2, Interpolation::linear); }) == "");

@@ -10,6 +10,7 @@ try:
     import numpy as np
     import torch
     import torch.nn.functional as F
+    from torch.nn.utils.stateless import functional_call
 except ImportError as missing:  # pragma: no cover
     print(f"skipped: {missing}; install python3-torch and python3-numpy (Debian) to run this check")
     sys.exit(77)
@@ -38,6 +39,14 @@ def transposed_weight(w):  # [kx, ky, kz, in, out] -> [in, out, kx, ky, kz]
     return w.permute(3, 4, 0, 1, 2).contiguous()
 
 
+def conv_module(w, case, padding_mode):
+    """nn.Conv3d with weight w ([out, in, kx, ky, kz]) and the case's window."""
+    module = torch.nn.Conv3d(w.shape[1], w.shape[0], tuple(w.shape[2:]), stride=case["stride"],
+                             dilation=case["dilation"], padding=case["padding"],
+                             padding_mode=padding_mode, bias=False)
+    return lambda x: functional_call(module, {"weight": w}, (x,))
+
+
 def run(case):
     op = case["op"]
     inputs = {k: load(case, k).requires_grad_() for k in case["arrays"]
@@ -47,10 +56,22 @@ def run(case):
         pads = [p for pair in reversed(case["pad"]) for p in pair]
         out = from_torch(F.conv3d(F.pad(to_torch(x), pads), conv_weight(inputs["w"]),
                                   stride=case["stride"], dilation=case["dilation"]))
+    elif op == "conv_module":
+        out = from_torch(conv_module(conv_weight(inputs["w"]), case, case["padding_mode"])(to_torch(x)))
+    elif op == "conv_transpose_circular":  # the input gradient of nn.Conv3d's circular convolution
+        w = transposed_weight(inputs["w"])  # a Conv3d weight from the out channels to the in ones
+        size = load(case, "out").shape[1:4]
+        z = torch.zeros(x.shape[0], w.shape[1], *size, requires_grad=True)
+        y = conv_module(w, case, "circular")(z)
+        out = from_torch(torch.autograd.grad(y, z, grad_outputs=to_torch(x), create_graph=True)[0])
     elif op == "conv_transpose":
         out = from_torch(F.conv_transpose3d(to_torch(x), transposed_weight(inputs["w"]), stride=case["stride"],
                                             padding=case["padding"], output_padding=case["output_padding"],
                                             dilation=case["dilation"]))
+    elif op == "max_pool" and "padding_mode" in case:  # the input padded so, pooled unpadded
+        pads = [p for p in reversed(case["padding"]) for _ in range(2)]
+        out = from_torch(F.max_pool3d(F.pad(to_torch(x), pads, mode=case["padding_mode"]),
+                                      case["kernel"], case["stride"]))
     elif op == "max_pool":
         out = from_torch(F.max_pool3d(to_torch(x), case["kernel"], case["stride"], case["padding"]))
     elif op == "avg_pool":

@@ -122,6 +122,52 @@ int main(int argc, char** argv) {
                 return mt::pad(mt::pad(mt::pad(in[0], "x", 2, 1, mode), "y", 0, 3, mode), "z", 1, 1,
                                mode);
               });
+    // Periodic domains: nn.Conv3d's padding_mode, pooling and padding of F.pad's circular mode,
+    // and the circular convolution's adjoint as the transposed one.
+    case_of(m, "pad_circular",
+            "\"op\": \"pad\", \"mode\": \"circular\", \"pad\": [[2, 7], [6, 0], [1, 3]]",
+            {{"x", input(m, volume, 22)}}, [](auto& in) {
+              const auto c = mt::PadMode::circular;
+              return mt::pad(mt::pad(mt::pad(in[0], "x", 2, 7, c), "y", 6, 0, c), "z", 1, 3, c);
+            });
+    for (const char* mode : {"circular", "reflect", "replicate"})
+      case_of(
+          m, std::string("conv_") + mode,
+          std::string("\"op\": \"conv_module\", \"padding_mode\": \"") + mode +
+              "\", \"stride\": [1, 2, 1], \"dilation\": [1, 1, 2], \"padding\": [1, 2, 2]",
+          {{"x", input(m, volume, 23)}, {"w", input(m, "kx:3, ky:3, kz:3, channels:3, out:4", 24)}},
+          [mode](auto& in) {
+            return mt::conv(in[0], in[1],
+                            mt::Window("x, y, z")
+                                .stride({1, 2, 1})
+                                .dilation({1, 1, 2})
+                                .padding(mt::Padding::explicit_sizes({{1, 1}, {2, 2}, {2, 2}}))
+                                .padding_mode(mode));
+          });
+    case_of(
+        m, "conv_transpose_circular",
+        "\"op\": \"conv_transpose_circular\", \"stride\": [2, 1, 1], \"dilation\": [1, 1, "
+        "1], \"padding\": [1, 1, 1]",
+        {{"x", input(m, volume, 25)}, {"w", input(m, "kx:3, ky:3, kz:3, channels:3, out:2", 26)}},
+        [](auto& in) {
+          return mt::conv_transpose(
+              in[0], in[1],
+              mt::Window("x, y, z")
+                  .stride({2, 1, 1})
+                  .padding(mt::Padding::explicit_sizes({{1, 1}, {1, 1}, {1, 1}}))
+                  .padding_mode(mt::PadMode::circular));
+        });
+    case_of(m, "max_pool_circular",
+            "\"op\": \"max_pool\", \"padding_mode\": \"circular\", \"kernel\": [3, 3, 3], "
+            "\"stride\": [2, 2, 2], \"padding\": [1, 1, 1]",
+            {{"x", input(m, volume, 27)}}, [](auto& in) {
+              return mt::max_pool(
+                  in[0], mt::Window("x, y, z")
+                             .kernel(3)
+                             .stride(2)
+                             .padding(mt::Padding::explicit_sizes({{1, 1}, {1, 1}, {1, 1}}))
+                             .padding_mode(mt::PadMode::circular));
+            });
     const mt::Shape channel("channels:3");
     case_of(m, "batch_norm", "\"op\": \"batch_norm\"",
             {{"x", input(m, volume, 12)},

@@ -38,6 +38,34 @@ struct Padding {
   }
 };
 
+/// What a windowed op (or `pad`) reads beyond a dim's edges, as PyTorch's padding_mode: zeros, the
+/// mirror image (not repeating the edge), copies of the edge, or the dim's far end (a periodic
+/// domain, where a split dim's halo comes from the processor at the far end).
+enum class PadMode { zeros, reflect, replicate, circular };
+
+inline std::string to_string(PadMode mode) {
+  switch (mode) {
+    case PadMode::reflect:
+      return "reflect";
+    case PadMode::replicate:
+      return "replicate";
+    case PadMode::circular:
+      return "circular";
+    case PadMode::zeros:
+      break;
+  }
+  return "zeros";
+}
+
+/// "zeros", "reflect", "replicate" or "circular".
+inline PadMode parse_pad_mode(const std::string& name) {
+  for (const PadMode mode :
+       {PadMode::zeros, PadMode::reflect, PadMode::replicate, PadMode::circular})
+    if (name == to_string(mode)) return mode;
+  throw Error("padding mode " + detail::quote(name) +
+              " is not supported; use \"zeros\", \"reflect\", \"replicate\" or \"circular\"");
+}
+
 /// One spatial dim of a window: what the op reads for each output index.
 struct WindowDim {
   std::int64_t kernel = 1, stride = 1, dilation = 1, pad_before = 0, pad_after = 0;
@@ -112,12 +140,26 @@ class Window {
     return *this;
   }
   Window& padding(const std::string& mode) { return padding(Padding::parse(mode)); }
+  /// What the padding holds (PyTorch's padding_mode): zeros by default.
+  Window& padding_mode(PadMode mode) {
+    padding_mode_ = mode;
+    return *this;
+  }
+  Window& padding_mode(const std::string& mode) { return padding_mode(parse_pad_mode(mode)); }
+  PadMode padding_mode() const { return padding_mode_; }
+  /// The same window without padding: what an op runs once its input is padded.
+  Window unpadded() const {
+    Window w = *this;
+    w.padding_ = Padding::valid();
+    w.padding_mode_ = PadMode::zeros;
+    return w;
+  }
 
   const std::vector<std::string>& spatial() const { return spatial_; }
   friend bool operator==(const Window& a, const Window& b) {
     return a.spatial_ == b.spatial_ && a.kernel_ == b.kernel_ && a.stride_ == b.stride_ &&
            a.dilation_ == b.dilation_ && a.padding_ == b.padding_ &&
-           a.pool_default_stride_ == b.pool_default_stride_;
+           a.padding_mode_ == b.padding_mode_ && a.pool_default_stride_ == b.pool_default_stride_;
   }
   const std::vector<std::int64_t>& kernel_sizes() const { return kernel_; }
   bool has_kernel() const { return !kernel_.empty(); }
@@ -192,6 +234,7 @@ class Window {
   std::vector<std::string> spatial_;
   std::vector<std::int64_t> kernel_, stride_, dilation_;
   Padding padding_;
+  PadMode padding_mode_ = PadMode::zeros;
   bool pool_default_stride_ = false;
 };
 

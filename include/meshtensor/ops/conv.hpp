@@ -35,6 +35,7 @@
 #include "meshtensor/ops/detail/partial_sums.hpp"
 #include "meshtensor/ops/detail/saved_box.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
+#include "meshtensor/ops/resample.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -584,6 +585,9 @@ ConvSetup<T, W> conv_setup(const std::string& op, Mesh& mesh, const TensorLayout
   if (&mesh != &weight.mesh())
     throw LayoutError(op + ": operands " + input.to_string() + " and " + weight.to_string() +
                       " live on different meshes");
+  if (window.padding_mode() != PadMode::zeros)
+    throw Error("internal: " + op + " set up with " + to_string(window.padding_mode()) +
+                " padding; such windows pad the input first (convolve_padded)");
   ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
   Layout layout = conv_layout(input, weight.layout(), dims.kernel_names);
   auto w = relayout_to(weight, weight.layout().with_layout(layout));
@@ -629,7 +633,37 @@ Tensor<T> convolve(ConvSetup<T, W>&& setup, const Tensor<T>& input, const Tensor
 
 template <class T, class W>
 Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
+                   const Window& window, const std::string& channels, bool transposed);
+
+// A convolution whose padding holds other than zeros: on its input padded so (ops/resample.hpp),
+// unpadded; transposed, the adjoint of a circular one: unpadded, the outputs past each edge added
+// at the far end.
+template <class T, class W>
+Tensor<T> convolve_padded(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
+                          const Window& window, const std::string& channels, bool transposed) {
+  const ConvDims dims = conv_dims(op, input.shape(), weight.shape(), window, channels, transposed);
+  if (!transposed)
+    return convolve(op, padded_for_window(op, input, window, dims.windows), weight,
+                    window.unpadded(), channels, false);
+  if (window.padding_mode() != PadMode::circular)
+    throw Error(op + ": padding mode " + quote(to_string(window.padding_mode())) +
+                " has no transposed form; use \"zeros\" or \"circular\"");
+  Tensor<T> out = convolve(op, input, weight, window.unpadded(), channels, true);
+  std::size_t k = 0;
+  for (const Dim& dim : input.shape()) {
+    const auto& spatial = window.spatial();
+    if (std::find(spatial.begin(), spatial.end(), dim.name) == spatial.end()) continue;
+    const WindowDim& w = dims.windows[k++];
+    out = fold_periodic(op, out, dim.name, w.pad_before, w.pad_after);
+  }
+  return out;
+}
+
+template <class T, class W>
+Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W>& weight,
                    const Window& window, const std::string& channels, bool transposed) {
+  if (window.padding_mode() != PadMode::zeros)
+    return convolve_padded(op, input, weight, window, channels, transposed);
   return convolve(conv_setup(op, input, weight, window, channels, transposed), input, weight,
                   channels);
 }
@@ -639,7 +673,8 @@ Tensor<T> convolve(const std::string& op, const Tensor<T>& input, const Tensor<W
 /**
  * Convolution of `input` with `weight` over the window's spatial dims, on any layout. A bfloat16
  * input takes a bfloat16 weight or an fp32 one (a master weight: rounded for the call, its
- * gradient summed in fp32).
+ * gradient summed in fp32). The padding holds zeros unless the window's padding_mode says
+ * otherwise: reflect, replicate or circular (a periodic domain) pad the input first, as PyTorch.
  *
  * ```cpp
  * // input [batch, x, y, z, channels=8], weight [kx=3, ky=3, kz=3, channels=8, features=16]
@@ -657,6 +692,8 @@ Tensor<T> conv(const Tensor<T>& input, const Tensor<W>& weight, const Window& wi
  * Transposed convolution (the gradient of a convolution with respect to its input, as a layer):
  * output o receives input i through tap k where o = i*stride - pad_before + k*dilation. With
  * kernel 2, stride 2 and "valid" padding it doubles each spatial size (the U-Net's up-sampling).
+ * With a circular padding_mode it is the adjoint of the circular convolution: the outputs past
+ * each edge are added at the far end (PyTorch's transposed convolutions take zeros only).
  */
 template <class T, class W>
 Tensor<T> conv_transpose(const Tensor<T>& input, const Tensor<W>& weight, const Window& window,

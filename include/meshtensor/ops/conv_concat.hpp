@@ -129,7 +129,7 @@ template <class T, class W>
 Tensor<T> conv_concat(const std::vector<Tensor<T>>& parts, const Tensor<W>& weight,
                       const Window& window, const std::string& channels = "channels") {
   const auto joined_parts = [&] { return conv(concat(parts, channels), weight, window, channels); };
-  if (parts.size() < 2) return joined_parts();
+  if (parts.size() < 2 || window.padding_mode() != PadMode::zeros) return joined_parts();
   const auto joined = detail::joined_layout(parts, channels);
   if (!joined) return joined_parts();
   Mesh& mesh = parts[0].mesh();

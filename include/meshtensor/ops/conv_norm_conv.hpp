@@ -56,6 +56,7 @@ ConvPairDims conv_pair_dims(const Tensor<T>& x, const Tensor<W>& w1, const Tenso
   middle[x.shape().position(channels)] = Dim(channels, d.first.out_channels.size);
   d.second = conv_dims(op, Shape(middle), w2.shape(), window, channels, false);
   d.layout = conv_layout(x.layout(), w1.layout(), d.first.kernel_names);
+  if (window.padding_mode() != PadMode::zeros) return d;  // each convolution pads its input first
 
   const TensorLayout xl = x.layout().with_layout(d.layout);
   auto split_here = [&](const TensorLayout& l, const std::string& dim) {

@@ -22,8 +22,8 @@ namespace meshtensor {
  * conv(batch_norm(x, gamma, beta, channels, epsilon, moments, activation), weight, window,
  * channels), in training mode, with the convolution's halo of the normalised x sent as raw x
  * before the statistics' all-gather (the receivers normalise it). Where no spatial dim is split,
- * where halo_overlap() is off and where x is not laid out as the convolution reads it, the two ops
- * run one after the other.
+ * where halo_overlap() is off, where x is not laid out as the convolution reads it and where the
+ * window's padding holds other than zeros, the two ops run one after the other.
  */
 template <class T, class W>
 Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tensor<W>& beta,
@@ -32,6 +32,9 @@ Tensor<T> batch_norm_conv(const Tensor<T>& x, const Tensor<W>& gamma, const Tens
                           std::common_type_t<Moments<W>>* moments = nullptr,
                           Activation activation = Activation::none) {
   const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
+  if (window.padding_mode() != PadMode::zeros)  // the convolution pads its input first
+    return conv(batch_norm(x, gamma, beta, channels, epsilon, moments, activation), weight, window,
+                channels);
   auto setup = detail::conv_setup("conv", x, weight, window, channels, /*transposed=*/false);
   // Every processor must take the same road (each receiver normalises what it receives), so the
   // choice rests on what all share: the layouts and whether a spatial dim is split.

@@ -104,7 +104,9 @@ std::pair<Tensor<T>, Tensor<T>> batch_norm_pool_conv(
   const std::vector<std::string> reduced = detail::batch_norm_reduced(x.shape(), channels);
   const auto strides = detail::tiling_strides(x, pool);
   // Every processor must take the same road, so the choice rests on layouts and shapes alone.
-  if (strides.empty() || !kernels::tiling_pool_geometry(x.shape().sizes(), strides) ||
+  if (strides.empty() || pool.padding_mode() != PadMode::zeros ||
+      window.padding_mode() != PadMode::zeros ||
+      !kernels::tiling_pool_geometry(x.shape().sizes(), strides) ||
       !detail::affine_per_key(x, reduced, gamma, beta) || !halo_overlap() ||
       !detail::blocks_nest(x.layout(), strides)) {
     Tensor<T> y = batch_norm(x, gamma, beta, channels, epsilon, moments, activation);

@@ -210,6 +210,18 @@ Tensor<T> batch_norm_up_conv(const Tensor<T>& z, const Tensor<W>& gamma, const T
                              std::common_type_t<Moments<W>>* moments = nullptr,
                              Activation activation = Activation::none) {
   const std::vector<std::string> reduced = detail::batch_norm_reduced(z.shape(), channels);
+  if (up.window.padding_mode() != PadMode::zeros || window.padding_mode() != PadMode::zeros) {
+    // Each convolution pads its input first: the ops one after the other.
+    const std::string up_channels =
+        detail::conv_dims("conv_transpose", z.shape(), up.weight.shape(), up.window, channels, true)
+            .out_channels.name;
+    Tensor<T> u =
+        rename(conv_transpose(batch_norm(z, gamma, beta, channels, epsilon, moments, activation),
+                              up.weight, up.window, channels),
+               up_channels, channels);
+    if (up.bias.defined()) u = std::move(u) + up.bias;
+    return conv_concat({skip, u}, weight, window, channels);
+  }
   auto up_setup = detail::conv_setup("conv_transpose", z, up.weight, up.window, channels,
                                      /*transposed=*/true);
   const auto strides = detail::up_sampling_strides(z.shape(), up_setup.dims, up.window.spatial());

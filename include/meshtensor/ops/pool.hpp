@@ -17,6 +17,7 @@
 #include "meshtensor/kernels/pool.hpp"
 #include "meshtensor/memory/array.hpp"
 #include "meshtensor/ops/detail/windowed.hpp"
+#include "meshtensor/ops/resample.hpp"
 #include "meshtensor/tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -30,6 +31,10 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
   window.stride_defaults_to_kernel();
   const Shape& shape = input.shape();
   const auto& spatial = window.spatial();
+  for (const auto& s : spatial)
+    if (!shape.contains(s))
+      throw ShapeError(op + ": spatial dim " + quote(s) + " is not a dim of the input " +
+                       shape.to_string());
   std::vector<WindowDim> windows;
   std::vector<Dim> output_dims;
   for (const auto& dim : shape) {
@@ -42,10 +47,10 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
     windows.push_back(window.resolve(op, i, dim.size, window.kernel_sizes()[i]));
     output_dims.push_back(dim.resized(windows.back().conv_output(dim.size)));
   }
-  for (const auto& s : spatial)
-    if (!shape.contains(s))
-      throw ShapeError(op + ": spatial dim " + quote(s) + " is not a dim of the input " +
-                       shape.to_string());
+  // Padding that holds other than zeros: the input padded so, pooled unpadded (as PyTorch).
+  if (window.padding_mode() != PadMode::zeros)
+    return pool(op, padded_for_window(op, input, window, windows), window.unpadded(), is_max,
+                count_padding);
   // The last dim, when not spatial, is the contiguous inner dim of the kernels.
   const std::string inner =
       std::find(spatial.begin(), spatial.end(), shape[shape.rank() - 1].name) == spatial.end()
@@ -105,7 +110,8 @@ Tensor<T> pool(const std::string& op, const Tensor<T>& input, Window window, boo
 
 /**
  * Maximum over each window. Without an explicit stride the windows do not overlap (stride =
- * kernel); padding positions never win.
+ * kernel); padding positions never win, unless the window's padding_mode fills them (reflect,
+ * replicate or circular: the input padded so first).
  * ```cpp
  * auto down = max_pool(t, Window("x, y, z").kernel(2));               // halves x, y and z
  * auto overlapping = max_pool(t, Window("x, y").kernel(3).stride(2));
@@ -116,7 +122,8 @@ Tensor<T> max_pool(const Tensor<T>& input, const Window& window) {
   return detail::pool("max_pool", input, window, /*is_max=*/true, false);
 }
 
-/// Mean over each window; padding positions count as zeros unless count_padding is false.
+/// Mean over each window; padding positions count as zeros unless count_padding is false, or
+/// hold what the window's padding_mode puts there.
 template <class T>
 Tensor<T> avg_pool(const Tensor<T>& input, const Window& window, bool count_padding = true) {
   return detail::pool("avg_pool", input, window, /*is_max=*/false, count_padding);

@@ -16,6 +16,7 @@
 
 #include "meshtensor/autodiff/tape.hpp"
 #include "meshtensor/core/dim_names.hpp"
+#include "meshtensor/core/window.hpp"
 #include "meshtensor/kernels/copy.hpp"
 #include "meshtensor/kernels/resample.hpp"
 #include "meshtensor/memory/array.hpp"
@@ -193,23 +194,69 @@ std::optional<Tensor<T>> concat_unsplit(const std::vector<Tensor<T>>& parts, con
   return result;
 }
 
-}  // namespace detail
+// Rebuilds `dim` of `t` with `out_size` positions, output o a copy of position `position_of(o)`
+// of the dim taken as periodic: beyond either edge, its far end. Where the dim is split the
+// outputs that read across an edge are a second resampling, added to the first, so that each
+// block's sources stay one range (the far processor's rows) rather than the whole dim.
+template <class T, class Position>
+Tensor<T> resample_periodic(const std::string& op, const Tensor<T>& t, const std::string& dim,
+                            std::int64_t out_size, Position position_of) {
+  const std::int64_t n = t.shape().dim(dim).size;
+  auto wrapped = [n](std::int64_t p) { return ((p % n) + n) % n; };
+  auto copy_of = [](std::int64_t p) { return Sources{1, {p, 0}, {1.0, 0.0}}; };
+  if (!t.layout().is_split(dim))
+    return resample(op, t, dim, out_size,
+                    [=](std::int64_t o) { return copy_of(wrapped(position_of(o))); });
+  auto inside = [=](std::int64_t o) { return position_of(o) >= 0 && position_of(o) < n; };
+  return resample(op, t, dim, out_size,
+                  [=](std::int64_t o) { return inside(o) ? copy_of(position_of(o)) : Sources{}; }) +
+         resample(op, t, dim, out_size, [=](std::int64_t o) {
+           return inside(o) ? Sources{} : copy_of(wrapped(position_of(o)));
+         });
+}
 
-enum class PadMode { zeros, reflect, replicate };
-
-/// `before` and `after` extra positions along `dim`, filled with zeros, the mirror image (not
-/// repeating the edge) or copies of the edge.
+// The adjoint of circular padding: `dim` less `before` and `after` positions, each dropped one
+// added to the position it wraps onto at the far end (a transposed convolution over a periodic
+// dim). Neither may exceed what is left.
 template <class T>
-Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, std::int64_t after,
-              PadMode mode = PadMode::zeros) {
-  const std::int64_t n = detail::size_in("pad", t, dim);
+Tensor<T> fold_periodic(const std::string& op, const Tensor<T>& t, const std::string& dim,
+                        std::int64_t before, std::int64_t after) {
+  const std::int64_t n = t.shape().dim(dim).size, m = n - before - after;
+  if (before > m || after > m)
+    throw Error(op + ": circular padding (" + std::to_string(before) + ", " +
+                std::to_string(after) + ") along dim " + quote(dim) + " wraps around its " +
+                std::to_string(m) + " positions more than once; use at most " +
+                std::to_string(std::max<std::int64_t>(m, 0)) + " per side");
+  const Tensor<T> kept = resample(op, t, dim, m, [=](std::int64_t o) {
+    return Sources{1, {o + before, 0}, {1.0, 0.0}};
+  });
+  if (before == 0 && after == 0) return kept;
+  return kept + resample(op, t, dim, m, [=](std::int64_t o) {
+           Sources s;
+           if (o >= m - before) s.index[s.count++] = o + before - m;  // dropped before the start
+           if (o < after) s.index[s.count++] = o + before + m;        // dropped past the end
+           s.weight = {1.0, 1.0};
+           return s;
+         });
+}
+
+template <class T>
+Tensor<T> pad(const std::string& op, const Tensor<T>& t, const std::string& dim,
+              std::int64_t before, std::int64_t after, PadMode mode) {
+  const std::int64_t n = size_in(op, t, dim);
   if (before < 0 || after < 0)
-    throw Error("pad: amounts along dim " + detail::quote(dim) + " must not be negative; use crop");
-  if (mode == PadMode::reflect && (before > n - 1 || after > n - 1))
-    throw Error("pad: reflect padding along dim " + detail::quote(dim) + " of size " +
-                std::to_string(n) + " can add at most " + std::to_string(n - 1) +
-                " positions per side");
-  return detail::resample("pad", t, dim, n + before + after, [=](std::int64_t o) {
+    throw Error(op + ": amounts along dim " + quote(dim) + " must not be negative; use crop");
+  if (mode == PadMode::reflect || mode == PadMode::circular) {
+    const std::int64_t most = mode == PadMode::reflect ? n - 1 : n;
+    if (before > most || after > most)
+      throw Error(op + ": " + to_string(mode) + " padding along dim " + quote(dim) + " of size " +
+                  std::to_string(n) + " can add at most " + std::to_string(most) +
+                  " positions per side, not " + std::to_string(std::max(before, after)));
+  }
+  if (mode == PadMode::circular)
+    return resample_periodic(op, t, dim, n + before + after,
+                             [before](std::int64_t o) { return o - before; });
+  return resample(op, t, dim, n + before + after, [=](std::int64_t o) {
     std::int64_t j = o - before;
     if (j < 0 || j >= n) {
       if (mode == PadMode::zeros) return Sources{};
@@ -218,6 +265,36 @@ Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, s
     }
     return Sources{1, {j, 0}, {1.0, 0.0}};
   });
+}
+
+// `x` padded along each spatial dim of `window` as `windows` (one per spatial dim, in x's dim
+// order) say, with the window's padding mode: a windowed op whose padding holds other than zeros
+// runs on that, unpadded, as PyTorch's padding_mode does.
+template <class T>
+Tensor<T> padded_for_window(const std::string& op, const Tensor<T>& x, const Window& window,
+                            const std::vector<WindowDim>& windows) {
+  Tensor<T> out = x;
+  std::size_t k = 0;
+  for (const Dim& dim : x.shape()) {
+    const auto& spatial = window.spatial();
+    if (std::find(spatial.begin(), spatial.end(), dim.name) == spatial.end()) continue;
+    const WindowDim& w = windows.at(k++);
+    if (w.pad_before > 0 || w.pad_after > 0)
+      out = pad(op, out, dim.name, w.pad_before, w.pad_after, window.padding_mode());
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// `before` and `after` extra positions along `dim`, filled as `mode` says (core/window.hpp):
+/// zeros, the mirror image (not repeating the edge), copies of the edge, or the dim's far end
+/// (periodic: on a split dim, the far processor's rows). Reflection adds at most size - 1
+/// positions per side, circular padding at most the size, as in PyTorch.
+template <class T>
+Tensor<T> pad(const Tensor<T>& t, const std::string& dim, std::int64_t before, std::int64_t after,
+              PadMode mode = PadMode::zeros) {
+  return detail::pad("pad", t, dim, before, after, mode);
 }
 
 /// Drops `before` and `after` positions of `dim`.
