@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <meshtensor/autodiff/backward.hpp>
+#include <meshtensor/kernels/cpu/activation.hpp>
 #include <meshtensor/kernels/cpu/dice_cross_entropy.hpp>
 #include <meshtensor/kernels/cpu/vector_math.hpp>
 
@@ -159,6 +160,52 @@ TEST_CASE("the loss's vectorizable exp and log are within 3e-7 of libm's") {
   _mm512_store_ps(nan, kernels::cpu::exp_approx(_mm512_set1_ps(NAN)));
   CHECK(std::isnan(nan[0]));  // a NaN score makes a NaN loss, which the training loop stops on
 #endif
+}
+
+TEST_CASE("GELU's vector form is within 5e-6 of libm's formula, forward and backward") {
+  std::vector<float> x, g;
+  for (float v = -12.0f; v <= 12.0f; v += 0.00048828125f) x.push_back(v);  // 2^-11 steps
+  for (std::size_t i = 0; i < x.size(); ++i) g.push_back(std::sin(0.37f * float(i)));
+  const auto n = std::int64_t(x.size());
+  std::vector<float> y(x.size()), dx(x.size());
+  LocalProcessor local;
+  if (!kernels::cpu::activation::gelu(x.data(), y.data(), n)) {
+    WARN("no vector form of GELU on this CPU (no AVX2): the element-wise loop computes it");
+    return;
+  }
+  REQUIRE(kernels::cpu::activation::gelu_times_derivative(g.data(), x.data(), dx.data(), n));
+  const kernels::Unary<float, kernels::UnaryOp::gelu> gelu;
+  const kernels::Unary<float, kernels::UnaryOp::gelu_derivative> derivative;
+  double worst = 0, worst_gradient = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = gelu(x[i]);
+    if (std::abs(want) > 1e-37) worst = std::max(worst, std::abs(y[i] - want) / std::abs(want));
+    // Per unit of the incoming gradient: the derivative crosses zero near x = -0.75.
+    const double gradient = double(g[i]) * derivative(x[i]);
+    worst_gradient = std::max(worst_gradient, std::abs(dx[i] - gradient));
+  }
+  CHECK(worst < 5e-6);
+  CHECK(worst_gradient < 1e-6);
+  // Every length: the last partial vector computed, nothing written past it.
+  for (std::int64_t length = 0; length <= 17; ++length) {
+    std::vector<float> out(std::size_t(length) + 1, -7.0f);
+    kernels::cpu::activation::gelu(x.data() + 20000, out.data(), length);
+    CHECK(out.back() == -7.0f);
+    for (std::int64_t i = 0; i < length; ++i)
+      CHECK(out[std::size_t(i)] == Approx(gelu(x[std::size_t(20000 + i)])).epsilon(5e-6));
+  }
+  // As libm's: NaN stays NaN, gelu(inf) = inf, gelu(-inf) = -inf * 0.
+  const std::vector<float> special{NAN, INFINITY, -INFINITY};
+  std::vector<float> out(3);
+  kernels::cpu::activation::gelu(special.data(), out.data(), 3);
+  CHECK(std::isnan(out[0]));
+  CHECK(out[1] == INFINITY);
+  CHECK(std::isnan(out[2]));
+  // Held to the baseline by the kernel policy, no form runs.
+  Settings baseline;
+  baseline.kernels.cpu_instructions = KernelPolicy::CpuInstructions::baseline;
+  LocalProcessor plain(baseline);
+  CHECK_FALSE(kernels::cpu::activation::gelu(x.data(), y.data(), n));
 }
 
 namespace {

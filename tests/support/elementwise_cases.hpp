@@ -254,9 +254,17 @@ struct OptimizerState {
 /// Adam and AdamW steps: step 3, weight decay coupled and decoupled.
 inline std::vector<kernels::shared::AdamStep> adam_steps() {
   auto step = [](double weight_decay, long long decoupled) {
-    return kernels::shared::AdamStep{
-        1e-3,     0.9, 0.999, 1e-8, weight_decay, 1 - 0.9 * 0.9 * 0.9, 1 - 0.999 * 0.999 * 0.999,
-        decoupled};
+    return kernels::shared::AdamStep{1e-3,
+                                     0.9,
+                                     0.999,
+                                     1e-8,
+                                     weight_decay,
+                                     1 - 0.9 * 0.9 * 0.9,
+                                     1 - 0.999 * 0.999 * 0.999,
+                                     decoupled,
+                                     /*steps=*/0,
+                                     /*first_power=*/0,
+                                     /*second_power=*/0};
   };
   return {step(0.0, 0), step(0.01, 0), step(0.01, 1)};
 }

@@ -6,20 +6,31 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "meshtensor/device/processor.hpp"
+#include "meshtensor/kernels/common/elementwise_formulas.hpp"
 #include "meshtensor/kernels/common/strided.hpp"
+#include "meshtensor/kernels/cpu/activation.hpp"
 #include "meshtensor/kernels/cpu/loops.hpp"
 
 namespace meshtensor::kernels::cpu {
 
+// Whether F is the built-in op `op` on floats, which cpu/activation.hpp computes in vector form.
+template <class T, class F, int op>
+constexpr bool is_float_op = std::is_same_v<T, float>&& std::is_same_v<F, Unary<float, op>>;
+
 template <class T, class F>
 void map(const F& f, const T* x, T* out, std::int64_t n) {
+  if constexpr (is_float_op<T, F, UnaryOp::gelu>)
+    if (activation::gelu(x, out, n)) return;
   parallel_for(n, compute_threads(), [&](std::int64_t i) { out[i] = static_cast<T>(f(x[i])); });
 }
 
 template <class T, class D>
 void times_derivative(const D& df, const T* g, const T* x, T* out, std::int64_t n) {
+  if constexpr (is_float_op<T, D, UnaryOp::gelu_derivative>)
+    if (activation::gelu_times_derivative(g, x, out, n)) return;
   parallel_for(n, compute_threads(),
                [&](std::int64_t i) { out[i] = g[i] * static_cast<T>(df(x[i])); });
 }
