@@ -649,13 +649,10 @@ Tensor<T> convolve_padded(const std::string& op, const Tensor<T>& input, const T
     throw Error(op + ": padding mode " + quote(to_string(window.padding_mode())) +
                 " has no transposed form; use \"zeros\" or \"circular\"");
   Tensor<T> out = convolve(op, input, weight, window.unpadded(), channels, true);
-  std::size_t k = 0;
-  for (const Dim& dim : input.shape()) {
-    const auto& spatial = window.spatial();
-    if (std::find(spatial.begin(), spatial.end(), dim.name) == spatial.end()) continue;
-    const WindowDim& w = dims.windows[k++];
-    out = fold_periodic(op, out, dim.name, w.pad_before, w.pad_after);
-  }
+  for_each_window_dim(input.shape(), window, dims.windows,
+                      [&](const std::string& dim, const WindowDim& w) {
+                        out = fold_periodic(op, out, dim, w.pad_before, w.pad_after);
+                      });
   return out;
 }
 

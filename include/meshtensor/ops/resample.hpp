@@ -221,6 +221,7 @@ Tensor<T> resample_periodic(const std::string& op, const Tensor<T>& t, const std
 template <class T>
 Tensor<T> fold_periodic(const std::string& op, const Tensor<T>& t, const std::string& dim,
                         std::int64_t before, std::int64_t after) {
+  if (before == 0 && after == 0) return t;
   const std::int64_t n = t.shape().dim(dim).size, m = n - before - after;
   if (before > m || after > m)
     throw Error(op + ": circular padding (" + std::to_string(before) + ", " +
@@ -230,7 +231,6 @@ Tensor<T> fold_periodic(const std::string& op, const Tensor<T>& t, const std::st
   const Tensor<T> kept = resample(op, t, dim, m, [=](std::int64_t o) {
     return Sources{1, {o + before, 0}, {1.0, 0.0}};
   });
-  if (before == 0 && after == 0) return kept;
   return kept + resample(op, t, dim, m, [=](std::int64_t o) {
            Sources s;
            if (o >= m - before) s.index[s.count++] = o + before - m;  // dropped before the start
@@ -267,21 +267,29 @@ Tensor<T> pad(const std::string& op, const Tensor<T>& t, const std::string& dim,
   });
 }
 
-// `x` padded along each spatial dim of `window` as `windows` (one per spatial dim, in x's dim
-// order) say, with the window's padding mode: a windowed op whose padding holds other than zeros
-// runs on that, unpadded, as PyTorch's padding_mode does.
+// f(name, window) for each spatial dim of `window`, in the order of `shape`: the order in which
+// conv_dims and pooling resolve `windows`, one per spatial dim.
+template <class F>
+void for_each_window_dim(const Shape& shape, const Window& window,
+                         const std::vector<WindowDim>& windows, F&& f) {
+  const auto& spatial = window.spatial();
+  std::size_t k = 0;
+  for (const Dim& dim : shape)
+    if (std::find(spatial.begin(), spatial.end(), dim.name) != spatial.end())
+      f(dim.name, windows.at(k++));
+}
+
+// `x` padded along each spatial dim of `window` as `windows` say, with the window's padding mode:
+// a windowed op whose padding holds other than zeros runs on that, unpadded, as PyTorch's
+// padding_mode does.
 template <class T>
 Tensor<T> padded_for_window(const std::string& op, const Tensor<T>& x, const Window& window,
                             const std::vector<WindowDim>& windows) {
   Tensor<T> out = x;
-  std::size_t k = 0;
-  for (const Dim& dim : x.shape()) {
-    const auto& spatial = window.spatial();
-    if (std::find(spatial.begin(), spatial.end(), dim.name) == spatial.end()) continue;
-    const WindowDim& w = windows.at(k++);
+  for_each_window_dim(x.shape(), window, windows, [&](const std::string& dim, const WindowDim& w) {
     if (w.pad_before > 0 || w.pad_after > 0)
-      out = pad(op, out, dim.name, w.pad_before, w.pad_after, window.padding_mode());
-  }
+      out = pad(op, out, dim, w.pad_before, w.pad_after, window.padding_mode());
+  });
   return out;
 }
 

@@ -38,34 +38,31 @@ inline bool gelu_part([[maybe_unused]] InstructionSet set, [[maybe_unused]] cons
 }
 // A GELU costs about as much as copying this many floats.
 constexpr std::int64_t gelu_work = 16;
+
+// GELU (with g: its gradient) on the compute threads; false where no vector form runs.
+inline bool gelu_on_threads(const float* g, const float* x, float* out, std::int64_t n) {
+  const InstructionSet set = form();
+  if (set == InstructionSet::baseline) return false;
+  parallel_for_ranges(
+      n, compute_threads(),
+      [&](std::int64_t begin, std::int64_t end) {
+        gelu_part(set, g ? g + begin : nullptr, x + begin, out + begin, end - begin);
+      },
+      g ? 2 * gelu_work : gelu_work);
+  return true;
+}
 }  // namespace detail
 
 /// out[i] = gelu(x[i]) for i < n, on the processor's compute threads; false (nothing done) where
 /// no vector form runs.
 inline bool gelu(const float* x, float* out, std::int64_t n) {
-  const InstructionSet set = detail::form();
-  if (set == InstructionSet::baseline) return false;
-  parallel_for_ranges(
-      n, compute_threads(),
-      [&](std::int64_t begin, std::int64_t end) {
-        detail::gelu_part(set, nullptr, x + begin, out + begin, end - begin);
-      },
-      detail::gelu_work);
-  return true;
+  return detail::gelu_on_threads(nullptr, x, out, n);
 }
 
 /// out[i] = g[i] gelu'(x[i]) for i < n: GELU's gradient; false (nothing done) where no vector
 /// form runs.
 inline bool gelu_times_derivative(const float* g, const float* x, float* out, std::int64_t n) {
-  const InstructionSet set = detail::form();
-  if (set == InstructionSet::baseline) return false;
-  parallel_for_ranges(
-      n, compute_threads(),
-      [&](std::int64_t begin, std::int64_t end) {
-        detail::gelu_part(set, g + begin, x + begin, out + begin, end - begin);
-      },
-      2 * detail::gelu_work);
-  return true;
+  return detail::gelu_on_threads(g, x, out, n);
 }
 
 }  // namespace meshtensor::kernels::cpu::activation

@@ -18,7 +18,7 @@ namespace meshtensor::kernels::cpu {
 
 // Whether F is the built-in op `op` on floats, which cpu/activation.hpp computes in vector form.
 template <class T, class F, int op>
-constexpr bool is_float_op = std::is_same_v<T, float>&& std::is_same_v<F, Unary<float, op>>;
+constexpr bool is_float_op = (std::is_same_v<T, float> && std::is_same_v<F, Unary<float, op>>);
 
 template <class T, class F>
 void map(const F& f, const T* x, T* out, std::int64_t n) {
