@@ -42,6 +42,7 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(defaults.halo_overlap);
   CHECK(defaults.timeout_seconds == 600);
   CHECK(defaults.check_collectives);  // on unless turned off
+  CHECK(defaults.thread_waiting == ThreadWaiting::adaptive);
   CHECK(defaults.transport.empty());
 
   const Settings set = from({{"MESHTENSOR_KERNELS", "fixed"},
@@ -63,7 +64,8 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
                              {"MESHTENSOR_HALO_OVERLAP", "off"},
                              {"MESHTENSOR_TIMEOUT", "0"},
                              {"MESHTENSOR_CHECK_COLLECTIVES", "0"},
-                             {"MESHTENSOR_MAX_BLOCK_BYTES", "2MiB"}});
+                             {"MESHTENSOR_MAX_BLOCK_BYTES", "2MiB"},
+                             {"MESHTENSOR_THREAD_WAITING", "brief"}});
   const KernelPolicy& k = set.kernels;
   CHECK(k.fixed());
   CHECK(k.onednn_formats == KernelPolicy::Formats::blocked);
@@ -85,6 +87,12 @@ TEST_CASE("the environment overrides the defaults, one variable per field") {
   CHECK(set.timeout_seconds == 0);
   CHECK_FALSE(set.check_collectives);
   CHECK(set.max_block_bytes == 2 << 20);
+  CHECK(set.thread_waiting == ThreadWaiting::brief);
+  // OpenMP's own variables leave its waiting to it, unless meshtensor's is set too.
+  CHECK(from({{"OMP_WAIT_POLICY", "passive"}}).thread_waiting == ThreadWaiting::openmp);
+  CHECK(from({{"GOMP_SPINCOUNT", "1000"}}).thread_waiting == ThreadWaiting::openmp);
+  CHECK(from({{"GOMP_SPINCOUNT", "1000"}, {"MESHTENSOR_THREAD_WAITING", "adaptive"}})
+            .thread_waiting == ThreadWaiting::adaptive);
   CHECK(from({{"MESHTENSOR_ROW_BANDS", "off"}}).kernels.row_bands == -1);
   CHECK(from({{"MESHTENSOR_CONV_KERNEL", "auto"}}).kernels.conv_kernel.empty());
 }
@@ -105,7 +113,8 @@ TEST_CASE("a variable with a value that is not valid is refused, naming it and t
       {"MESHTENSOR_HALO_OVERLAP", "expected on or off"},
       {"MESHTENSOR_TIMEOUT", "give the seconds"},
       {"MESHTENSOR_CHECK_COLLECTIVES", "valid values are 1"},
-      {"MESHTENSOR_MAX_BLOCK_BYTES", "write a number and a unit"}};
+      {"MESHTENSOR_MAX_BLOCK_BYTES", "write a number and a unit"},
+      {"MESHTENSOR_THREAD_WAITING", "expected adaptive, openmp or brief"}};
   for (const auto& [variable, valid] : refusals) {
     INFO(variable);
     CHECK_THROWS_WITH(from({{variable, "sideways"}}),

@@ -141,6 +141,12 @@ inline Settings settings_from(const EnvironmentLookup& lookup, Settings base = {
     s.check_collectives = detail::collective_checks_setting(t);
   if (const char* t = lookup("MESHTENSOR_MAX_BLOCK_BYTES"))
     s.max_block_bytes = parse_bytes(t, "MESHTENSOR_MAX_BLOCK_BYTES");
+  // OpenMP's own variables are a choice of how its threads wait: left to it.
+  if (lookup("OMP_WAIT_POLICY") || lookup("GOMP_SPINCOUNT"))
+    s.thread_waiting = ThreadWaiting::openmp;
+  if (const char* t = lookup("MESHTENSOR_THREAD_WAITING"))
+    s.thread_waiting = static_cast<ThreadWaiting>(
+        detail::setting_choice("MESHTENSOR_THREAD_WAITING", t, {"adaptive", "openmp", "brief"}));
   return s;
 }
 

@@ -62,17 +62,24 @@ struct KernelPolicy {
   }
 };
 
+/// How compute threads with nothing to do wait for the next parallel loop. adaptive: as OpenMP
+/// spins while the machine's cores are free, but briefly, then asleep, while other programs keep
+/// them busy (device/thread_waiting.hpp); openmp: as OpenMP's own settings say (its defaults,
+/// OMP_WAIT_POLICY, GOMP_SPINCOUNT); brief: briefly always.
+enum class ThreadWaiting { adaptive, openmp, brief };
+
 /// A run's settings: the kernel policy and each processor's other settings.
 struct Settings {
   KernelPolicy kernels;
   /// The transport (threads, mpi, nccl) and device (cpu, cuda); empty: the launcher's and the
   /// transport's.
   std::string transport, device;
-  int threads_per_processor = 0;   // 0: the cores this processor's share of the process has
-  bool halo_overlap = true;        // convolutions compute the rows that need no halo meanwhile
-  double timeout_seconds = 600;    // the longest wait for other processors; 0: no limit
+  int threads_per_processor = 0;  // 0: the cores this processor's share of the process has
+  bool halo_overlap = true;       // convolutions compute the rows that need no halo meanwhile
+  double timeout_seconds = 600;   // the longest wait for other processors; 0: no limit
   bool check_collectives = true;  // every collective's op and sizes compared among its members
-  double max_block_bytes = 0;      // the largest block a processor may allocate; 0: the machine's
+  double max_block_bytes = 0;     // the largest block a processor may allocate; 0: the machine's
+  ThreadWaiting thread_waiting = ThreadWaiting::adaptive;
 };
 
 }  // namespace meshtensor

@@ -22,6 +22,7 @@
 #include "meshtensor/core/error.hpp"
 #include "meshtensor/core/settings.hpp"
 #include "meshtensor/device/device.hpp"
+#include "meshtensor/device/thread_waiting.hpp"
 #include "meshtensor/memory/block_limit.hpp"
 #include "meshtensor/memory/pool.hpp"
 #include "meshtensor/memory/processor_memory.hpp"
@@ -110,6 +111,7 @@ class Processor {
       : device_(device),
         settings_(std::move(settings)),
         compute_threads_(std::max(1, compute_threads)),
+        waiting_(waiting_lease()),
         own_memory_(std::make_unique<ProcessorMemory>(
             memory, meshtensor::block_limit(settings_.max_block_bytes))),
         memory_(*own_memory_) {}
@@ -120,6 +122,7 @@ class Processor {
       : device_(Device::cpu()),
         settings_(environment_settings()),
         compute_threads_(std::max(1, compute_threads)),
+        process_(true),
         memory_(memory) {}
   ~Processor() {
     states_.clear();  // handles and caches first: some hold blocks of the pool
@@ -142,7 +145,10 @@ class Processor {
 
   /// Threads this processor's kernels may use.
   int compute_threads() const { return compute_threads_; }
-  void set_compute_threads(int threads) { compute_threads_ = std::max(1, threads); }
+  void set_compute_threads(int threads) {
+    compute_threads_ = std::max(1, threads);
+    waiting_ = waiting_lease();
+  }
 
   /// Whether the processor's device work is being captured into a graph (device/step_graph.hpp):
   /// the step's host code will not run at the graph's launches, so host-side checks between
@@ -172,9 +178,18 @@ class Processor {
   }
 
  private:
+  // A plan's processors compute nothing, and the process's computes outside any run (setting up,
+  // loading): their threads' waiting is left to OpenMP.
+  ThreadWaitingLease waiting_lease() const {
+    if (device_.is_plan() || process_) return {};
+    return ThreadWaitingLease(settings_.thread_waiting, compute_threads_);
+  }
+
   Device device_;
   Settings settings_;
   int compute_threads_;
+  bool process_ = false;        // the process's processor, for threads outside any processor
+  ThreadWaitingLease waiting_;  // its threads' waiting, registered while they are several
   bool capturing_ = false;
   std::unique_ptr<ProcessorMemory> own_memory_;  // none for the process's processor
   ProcessorMemory& memory_;
