@@ -57,7 +57,38 @@ struct KeyedBlock {
     return expect == std::int64_t(keys);
   }
   std::int64_t rows() const { return num_elements(sizes) / std::int64_t(keys); }
+
+  // The length of each key's values where they are one contiguous run, key after key (layer norm
+  // over the innermost dims), and there are keys enough to share among `threads`; else 0.
+  std::int64_t key_run(int threads) const {
+    if (keys < 2 * std::size_t(threads)) return 0;
+    std::int64_t run = 1, expect = 1;
+    bool in_run = true;
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] == 1) continue;
+      if (in_run && visit[1][d] == 0) {
+        run *= sizes[d];
+        continue;
+      }
+      in_run = false;
+      if (visit[1][d] != expect) return 0;
+      expect *= sizes[d];
+    }
+    return expect == std::int64_t(keys) ? run : 0;
+  }
 };
+
+// f(key, offset of its first value) for each key of a block of key runs (key_run), on the
+// compute threads.
+template <class F>
+void for_each_key_run(const KeyedBlock& st, std::int64_t run, F&& f) {
+  parallel_for_ranges(
+      std::int64_t(st.keys), compute_threads(),
+      [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k) f(k, k * run);
+      },
+      run);
+}
 
 // Sums of W terms per statistic over a block: term(offset, key) for every element, added into
 // the key's W sums; the block split over the processor's compute threads, each with its own sums.
@@ -162,9 +193,29 @@ std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
 }
 
 // Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
+// Per key, the W sums of term(value offset, key) over a block of key runs, each key's in double
+// on one thread.
+template <class T, std::size_t W, class Term>
+std::vector<double> run_sums(const KeyedBlock& st, std::int64_t run, Term&& term) {
+  std::vector<double> out(st.keys * W);
+  for_each_key_run(st, run, [&](std::int64_t key, std::int64_t first) {
+    double acc[W] = {};
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : acc[:W])
+#endif
+    for (std::int64_t i = 0; i < run; ++i) {
+      const std::array<T, W> t = term(first + i, key);
+      for (std::size_t w = 0; w < W; ++w) acc[w] += double(t[w]);
+    }
+    std::copy(acc, acc + W, out.begin() + key * std::int64_t(W));
+  });
+  return out;
+}
+
 template <class T, std::size_t W, class Term>
 std::vector<double> sum_keys(const KeyedBlock& st, Term&& term) {
   if (st.keys_innermost()) return lane_sums<T, W>(st, term);
+  if (const std::int64_t run = st.key_run(compute_threads())) return run_sums<T, W>(st, run, term);
   return sum_per_key<W>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t key) {
     const std::array<T, W> t = term(at, key);
     std::array<double, W> wide;
@@ -186,6 +237,15 @@ void for_each_value(const KeyedBlock& st, F&& f) {
 #endif
         for (std::int64_t j = 0; j < n; ++j) f(at + j, j);
       });
+    });
+    return;
+  }
+  if (const std::int64_t run = st.key_run(compute_threads())) {
+    for_each_key_run(st, run, [&](std::int64_t key, std::int64_t first) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+      for (std::int64_t i = 0; i < run; ++i) f(first + i, key);
     });
     return;
   }
@@ -255,10 +315,36 @@ std::vector<Partial> lane_moments(const KeyedBlock& st, const T* in) {
   return std::move(parts[0]);
 }
 
-// Count, mean and sum of squared deviations per key in two passes (a block whose keys are not
-// innermost).
+// Count, mean and sum of squared deviations per key of a block of key runs: each run (in cache)
+// walked twice, for its mean and for the deviations from it.
+template <class T>
+std::vector<Partial> run_moments(const KeyedBlock& st, std::int64_t run, const T* in) {
+  std::vector<Partial> partial(st.keys);
+  for_each_key_run(st, run, [&](std::int64_t key, std::int64_t first) {
+    const T* x = in + first;
+    double sum = 0, m2 = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : sum)
+#endif
+    for (std::int64_t i = 0; i < run; ++i) sum += double(x[i]);
+    const double mean = sum / double(run);
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : m2)
+#endif
+    for (std::int64_t i = 0; i < run; ++i) {
+      const double deviation = double(x[i]) - mean;
+      m2 += deviation * deviation;
+    }
+    partial[std::size_t(key)] = {double(run), mean, m2};
+  });
+  return partial;
+}
+
+// Count, mean and sum of squared deviations per key in two passes (a block whose keys are neither
+// innermost nor runs).
 template <class T>
 std::vector<Partial> two_pass_moments(const KeyedBlock& st, const T* in) {
+  if (const std::int64_t run = st.key_run(compute_threads())) return run_moments(st, run, in);
   std::vector<Partial> partial(st.keys);
   const double local_count = st.keys ? double(num_elements(st.sizes)) / double(st.keys) : 0.0;
   const auto sums = sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t) {
