@@ -192,7 +192,6 @@ std::vector<double> lane_sums(const KeyedBlock& st, Term&& term) {
   return interleaved<W>(parts, used, keys);
 }
 
-// Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
 // Per key, the W sums of term(value offset, key) over a block of key runs, each key's in double
 // on one thread.
 template <class T, std::size_t W, class Term>
@@ -212,6 +211,7 @@ std::vector<double> run_sums(const KeyedBlock& st, std::int64_t run, Term&& term
   return out;
 }
 
+// Per key, the W sums of term(value offset, index) over the block, the index as indexed() gives.
 template <class T, std::size_t W, class Term>
 std::vector<double> sum_keys(const KeyedBlock& st, Term&& term) {
   if (st.keys_innermost()) return lane_sums<T, W>(st, term);
@@ -344,7 +344,6 @@ std::vector<Partial> run_moments(const KeyedBlock& st, std::int64_t run, const T
 // innermost nor runs).
 template <class T>
 std::vector<Partial> two_pass_moments(const KeyedBlock& st, const T* in) {
-  if (const std::int64_t run = st.key_run(compute_threads())) return run_moments(st, run, in);
   std::vector<Partial> partial(st.keys);
   const double local_count = st.keys ? double(num_elements(st.sizes)) / double(st.keys) : 0.0;
   const auto sums = sum_per_key<1>(st.sizes, st.visit, st.keys, [&](std::int64_t at, std::int64_t) {
@@ -371,8 +370,13 @@ template <class T>
 void norm_moments(const Sizes& sizes, const Strides& key_strides, std::int64_t keys, const T* x,
                   double* moments) {
   const norm_detail::KeyedBlock st(sizes, key_strides, std::size_t(keys));
-  const std::vector<shared::PartialMoments> partial =
-      st.keys_innermost() ? norm_detail::lane_moments(st, x) : norm_detail::two_pass_moments(st, x);
+  std::vector<shared::PartialMoments> partial;
+  if (st.keys_innermost())
+    partial = norm_detail::lane_moments(st, x);
+  else if (const std::int64_t run = st.key_run(compute_threads()))
+    partial = norm_detail::run_moments(st, run, x);
+  else
+    partial = norm_detail::two_pass_moments(st, x);
   for (std::int64_t k = 0; k < keys; ++k) {
     moments[3 * k] = partial[std::size_t(k)].count;
     moments[3 * k + 1] = partial[std::size_t(k)].mean;
