@@ -5,8 +5,9 @@
 // workspace (where each maximum is) in the format forward wrote it; each candidate says how many
 // bytes that workspace takes.
 //   pair       2 x 2 x 2 max pooling at stride 2, float and bfloat16 (kernels/cpu/pair_pool.hpp)
-//   onednn     oneDNN's kernels: float and bfloat16 where it has them, boxes that are exactly the
-//              windows' range, average pooling that counts padding or has none
+//   onednn     oneDNN's kernels: float and bfloat16 where it has them (bfloat16: windows that do
+//              not overlap), boxes that are exactly the windows' range, average pooling that
+//              counts padding or has none
 //   widened    bfloat16 average pooling on the float candidates, the block widened for the call
 //   reference  the plain loops: every shape
 // To add a kernel: a struct like these below, placed in PoolCandidates where it should be tried.
@@ -96,7 +97,7 @@ struct OnednnPool : PoolCandidate {
   static constexpr std::string_view name = "onednn";
   static bool supports(const PoolProblem& p) {
     if (p.is(Element::float32)) return runs<float>(p);
-    return p.is(Element::bfloat16) && runs<bfloat16>(p);
+    return p.is(Element::bfloat16) && !windows_overlap(p.geometry) && runs<bfloat16>(p);
   }
   static std::size_t workspace_bytes([[maybe_unused]] const PoolProblem& p) {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
@@ -124,6 +125,14 @@ struct OnednnPool : PoolCandidate {
   }
 
  private:
+  // Where windows overlap, a gradient position sums several windows' gradients: oneDNN's bfloat16
+  // kernels for AVX512_BF16 CPUs round each addition to bfloat16 (the others sum in float). Max
+  // pooling's forward pass goes with its backward, which reads the workspace forward wrote.
+  static bool windows_overlap(const PoolGeometry& g) {
+    for (int d = 0; d < 3; ++d)
+      if ((g.kernel[d] - 1) * g.taps[d].dilation + 1 > g.taps[d].stride) return true;
+    return false;
+  }
   template <class T>
   static bool runs([[maybe_unused]] const PoolProblem& p) {
 #if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
