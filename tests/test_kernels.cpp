@@ -247,6 +247,8 @@ bool runs_here(std::string_view name) {
 TEST_CASE("each convolution candidate, forced, runs what it supports as the reference loops do") {
   std::vector<Case> cases = conv_cases();
   cases.push_back({{4, 4, 6}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 2, 8, 3, false});  // pointwise's
+  // The row kernels' (rows of a whole vector of positions in AVX-512's 16 lanes too).
+  cases.push_back({{3, 4, 18}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1, 8, 8, false, false, 1});
   for (std::size_t candidate = 0; candidate < ConvCandidates::size; ++candidate) {
     const std::string name(ConvCandidates::names[candidate]);
     INFO("the " << name << " candidate");
