@@ -190,6 +190,9 @@ struct OnednnConv : ConvCandidate {
   static bool supports(const ConvProblem& p) {
     return onednn_kernels && p.is(Element::float32) && p.whole();
   }
+  /// The copies of its operands in the formats its primitive chose, and its scratchpad (formats
+  /// by the fixed rule where a run times them).
+  static std::vector<std::size_t> workspace(const ConvProblem& p);
   template <class T>
   static void run(const ConvProblem& p, const ConvOperands<T>& o);
 };
@@ -539,6 +542,23 @@ void WidenedConv::run(const ConvProblem& p, const ConvOperands<T>& o) {
     case plan::ConvClass::passes: /* not a pass */                                               \
       break;                                                                                     \
   }
+
+inline std::vector<std::size_t> OnednnConv::workspace([[maybe_unused]] const ConvProblem& p) {
+#if defined(MESHTENSOR_WITH_ONEDNN) && !defined(MESHTENSOR_REFERENCE_KERNELS)
+  using Primitives = onednn::detail::Primitives;
+  switch (p.pass) {
+    case plan::ConvClass::forward:
+      return onednn::detail::planned_blocks(p.geometry, &Primitives::forward);
+    case plan::ConvClass::backward_input:
+      return onednn::detail::planned_blocks(p.geometry, &Primitives::backward_data);
+    case plan::ConvClass::backward_weight:
+      return onednn::detail::planned_blocks(p.geometry, &Primitives::backward_weights);
+    case plan::ConvClass::passes:  // not a pass
+      break;
+  }
+#endif
+  return {};
+}
 
 template <class T>
 void OnednnConv::run([[maybe_unused]] const ConvProblem& p,

@@ -1,15 +1,12 @@
 #pragma once
 // What a plan assumes where a real run decides at run time. A plan holds for each convolution the
-// workspace its CPU kernel states (the row kernels' planes per compute thread and weight copies:
-// kernels/conv_candidates.hpp); meshtensor's blocked and reference CPU kernels need none, so there
-// the plan's peaks are a real run's. oneDNN's passes may copy operands into the formats they
-// prefer (reorder buffers, at most an eighth of an operand per call on slabs) and ask for a
-// scratchpad, both from the pool, and bfloat16 passes on the float kernels widen slabs of about
-// 1 MiB: none of these is stated yet. Einsum's products state theirs (packed copies, float
-// products, oneDNN's matmul scratchpad: kernels/sum_candidates.hpp). Which formats run is the
-// kernel policy's
-// (KernelPolicy::onednn_formats), by default timed at a shape's first use. The report says which
-// of these holds for the program that planned.
+// workspace its CPU kernel states: the row kernels' planes per compute thread and weight copies,
+// oneDNN's operand copies in the formats it prefers and its scratchpad, in the formats of the
+// fixed rule where a run times them (kernels/conv_candidates.hpp); meshtensor's blocked and
+// reference CPU kernels need none. bfloat16 passes on the float kernels widen slabs of about
+// 1 MiB, not stated yet. Einsum's products state theirs (packed copies, float products, oneDNN's
+// matmul scratchpad: kernels/sum_candidates.hpp). The report says which of these holds for the
+// program that planned.
 
 #include <string>
 
@@ -33,11 +30,15 @@ inline std::string assumed_kernels(const KernelPolicy& policy, bool for_gpus = f
                              : formats == F::channels_last ? "channels-last"
                              : formats == F::blocked       ? "blocked"
                                                            : "by channels (the fixed rule)";
-  return "oneDNN convolutions with no workspace; a real run's formats are " + chosen +
-         ", and a pass on formats other than channels-last adds reorder buffers and oneDNN's "
-         "scratchpad (and first use, the timing's copies), and bfloat16 passes on float kernels "
-         "slabs of about 1 MiB, which the peaks leave out; meshtensor's row kernels (few "
-         "channels) with the planes they take";
+  const std::string timed = formats == F::chosen
+                                ? " (the peaks hold the copies and scratchpad of the formats by "
+                                  "channels, not those of other formats, nor the timing's copies)"
+                                : "";
+  return "oneDNN convolutions with their operands' copies in the formats they use and their "
+         "scratchpad; a real run's formats are " +
+         chosen + timed +
+         "; bfloat16 passes on float kernels add slabs of about 1 MiB, which the peaks leave "
+         "out; meshtensor's row kernels (few channels) with the planes they take";
 #else
   (void)policy;
   return "meshtensor's blocked and row CPU kernels, the row kernels (few channels) with the "

@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -134,7 +135,7 @@ struct Descriptors {
 // optimised kernel there, else on the formats oneDNN prefers.
 template <class Forward, class BackwardData, class BackwardWeights>
 Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::algorithm algorithm,
-                        memory::data_type type) {
+                        memory::data_type type, bool with_kernels) {
   Context& c = context();
   // Weights are [kernel..., c_in, c_out] (dhwio) for both families: oneDNN's deconvolution
   // weights are (output channels, input channels, kernel) in its own terms too.
@@ -186,10 +187,16 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::a
   auto backward_weights = backward_weights_on(channels_last);
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
-  // A pass no optimised kernel runs gets no primitive (building one would compile its kernel).
-  auto pass = [](const auto& pd, auto make, Operand first, Operand second, Operand result) {
+  // A pass no optimised kernel runs gets no primitive (building one would compile its kernel);
+  // nor does any pass of a plan's primitives (without_kernels), which only count.
+  auto pass = [with_kernels](const auto& pd, auto make, Operand first, Operand second,
+                             Operand result) {
     if (!optimised(pd)) return Pass{{}, first, second, result, false};
-    return Pass{{make(pd), pd.scratchpad_desc()}, first, second, result, true};
+    return Pass{{with_kernels ? make(pd) : dnnl::primitive(), pd.scratchpad_desc()},
+                first,
+                second,
+                result,
+                true};
   };
   return Primitives{
       pass(forward, [](const auto& pd) { return Forward(pd); }, {plain.src, forward.src_desc()},
@@ -205,15 +212,16 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::a
 
 // No primitive at all for a type the CPU lacks (bf16 without AVX-512 or AVX2-VNNI-2): no pass
 // runs on oneDNN, each takes its fallback.
-inline Primitives build(const ConvGeometry& g, bool channels_last_first, memory::data_type type) {
+inline Primitives build(const ConvGeometry& g, bool channels_last_first, memory::data_type type,
+                        bool with_kernels = true) {
   try {
     if (transposed(g))
       return build_family<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
                           dnnl::deconvolution_backward_weights>(
-          g, channels_last_first, dnnl::algorithm::deconvolution_direct, type);
+          g, channels_last_first, dnnl::algorithm::deconvolution_direct, type, with_kernels);
     return build_family<dnnl::convolution_forward, dnnl::convolution_backward_data,
                         dnnl::convolution_backward_weights>(
-        g, channels_last_first, dnnl::algorithm::convolution_direct, type);
+        g, channels_last_first, dnnl::algorithm::convolution_direct, type, with_kernels);
   } catch (const dnnl::error& e) {
     if (e.status != dnnl_unimplemented) throw;
     return Primitives{};
@@ -283,6 +291,9 @@ inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
   return chosen;
 }
 
+// The fixed rule's formats: channels-last operands for 16 channels or fewer on both sides.
+inline bool by_channels_rule(const ConvGeometry& g) { return std::max(g.c_in, g.c_out) <= 16; }
+
 inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
   auto& slot = cache()[key_of(g, type)];
   if (slot) return *slot;
@@ -303,9 +314,23 @@ inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
           build(g, formats == KernelPolicy::Formats::channels_last, type));
       break;
     case KernelPolicy::Formats::by_channels:
-      slot = std::make_unique<Primitives>(build(g, std::max(g.c_in, g.c_out) <= 16, type));
+      slot = std::make_unique<Primitives>(build(g, by_channels_rule(g), type));
       break;
   }
+  return *slot;
+}
+
+struct PlannedTag;
+
+// What a plan counts of a shape's passes: their formats by the fixed rule where a run would time
+// them (a plan cannot), and no kernels (none runs).
+inline const Primitives& planned_primitives(const ConvGeometry& g, memory::data_type type) {
+  auto& slot = cache_of<Primitives, PlannedTag>()[key_of(g, type)];
+  if (slot) return *slot;
+  const KernelPolicy::Formats formats = current_processor().settings().kernels.formats();
+  const bool channels_last = formats == KernelPolicy::Formats::channels_last ||
+                             (formats != KernelPolicy::Formats::blocked && by_channels_rule(g));
+  slot = std::make_unique<Primitives>(build(g, channels_last, type, /*with_kernels=*/false));
   return *slot;
 }
 
@@ -398,7 +423,7 @@ inline std::int64_t& min_slab_floats() {               // tests lower it to cut 
 }
 
 inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
-                                  memory::data_type type) {
+                                  memory::data_type type, const Primitives* planned = nullptr) {
   const std::int64_t whole = std::max(g.in[0], g.out[0]);
   // A transposed convolution's weight gradient runs in slabs of output rows too (output_rows),
   // where its scratchpad is large.
@@ -412,7 +437,7 @@ inline std::int64_t rows_per_call(const ConvGeometry& g, Pass Primitives::*pass,
   if (rows >= whole) return whole;  // small enough: no need to look at the pass
   // A pass that runs optimised on the activations in place has no copies to bound: whole, it
   // needs no more primitives (a one-off prediction pays for each one it builds).
-  const Pass& p = primitives(g, type).*pass;
+  const Pass& p = (planned ? *planned : primitives(g, type)).*pass;
   const bool activations_copied =
       p.first.reordered() ||
       (pass == &Primitives::backward_weights ? p.second.reordered() : p.result.reordered());
@@ -553,6 +578,53 @@ void backward_data(const ConvGeometry& g, const T* grad_output, const T* weight,
     as_forward();
   else
     first_call->forward = nullptr;
+}
+
+// The blocks (bytes each) one float call of `pass` on `g` takes beside its operands on `p`, in
+// the order it takes them: the weight gradient's float result (or its 2-D passes' blocks), then
+// the pass's (call_blocks). None where it runs on its fallback.
+inline std::vector<std::size_t> pass_blocks(const ConvGeometry& g, const Primitives& p,
+                                            Pass Primitives::*pass) {
+  const bool weights = pass == &Primitives::backward_weights;
+  if (weights && !p.backward_weights.optimised && p.usable())
+    return planes_blocks(g, {padding(g, 1), padding(g, 2)});
+  if (!(p.*pass).optimised) return {};
+  std::vector<std::size_t> blocks;
+  if (weights) blocks.push_back(std::size_t(conv_weight_size(g)) * sizeof(float));
+  for (const std::size_t bytes : call_blocks(p.*pass)) blocks.push_back(bytes);
+  return blocks;
+}
+
+// What a plan holds for a float call of `pass` on oneDNN (conv_*_or below, formats as
+// planned_primitives): the blocks of its largest slab.
+inline std::vector<std::size_t> planned_blocks(const ConvGeometry& g, Pass Primitives::*pass) {
+  constexpr memory::data_type type = memory::data_type::f32;
+  if (!supported(g)) return {};
+  const auto blocks_of = [&](const ConvGeometry& slab) {
+    return supported(slab) ? pass_blocks(slab, planned_primitives(slab, type), pass)
+                           : std::vector<std::size_t>{};
+  };
+  const bool input_rows_slabs = pass == &Primitives::backward_data;
+  const std::int64_t whole = input_rows_slabs ? g.in[0] : g.out[0];
+  const std::int64_t rows = rows_per_call(g, pass, type, &planned_primitives(g, type));
+  if (rows >= whole) return blocks_of(g);
+  std::vector<std::size_t> largest;
+  const auto total = [](const std::vector<std::size_t>& b) {
+    return std::accumulate(b.begin(), b.end(), std::size_t{0});
+  };
+  for (std::int64_t a = 0; a < whole; a += rows) {
+    const std::int64_t b = std::min(whole, a + rows);
+    std::vector<std::size_t> here;
+    if (input_rows_slabs) {
+      const InputSlab slab = input_rows(g, a, b);
+      if (slab.o0 < slab.o1) here = blocks_of(slab.geometry);
+    } else {
+      const RowSlab slab = output_rows(g, a, b);
+      if (slab.r0 < slab.r1 || pass == &Primitives::forward) here = blocks_of(slab.geometry);
+    }
+    if (total(here) > total(largest)) largest = std::move(here);
+  }
+  return largest;
 }
 
 }  // namespace detail

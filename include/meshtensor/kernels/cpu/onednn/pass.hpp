@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <vector>
 
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
 
@@ -61,6 +62,21 @@ inline void run(const Pass& pass, const std::array<int, 3>& args, const void* fi
            {args[2], written}});
   finish(call, pass.result, written, result);
   context().stream.wait();
+}
+
+// The blocks (bytes each) a call of `pass` takes from the pool beside its operands, in the order
+// run() takes them: the result's and the operands' copies in the formats the primitive chose, and
+// its scratchpad (each a whole number of floats, as CallMemory holds them).
+inline std::vector<std::size_t> call_blocks(const Pass& pass) {
+  std::vector<std::size_t> blocks;
+  const auto take = [&](std::size_t bytes) {
+    if (bytes > 0) blocks.push_back((bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float));
+  };
+  if (pass.result.reordered()) take(pass.result.chosen.get_size());
+  for (const Operand* o : {&pass.first, &pass.second})
+    if (o->reordered()) take(o->chosen.get_size());
+  take(pass.step.scratchpad.get_size());
+  return blocks;
 }
 
 constexpr std::array<int, 3> forward_args{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};

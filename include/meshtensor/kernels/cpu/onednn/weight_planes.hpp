@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
@@ -28,11 +29,12 @@ using InnerPadding = std::array<std::array<std::int64_t, 2>, 2>;
 
 // The 2-D weight-gradient pass for `batch` rows of `g`'s inner dims, per processor and shape; a
 // pass with optimised == false where oneDNN has no direct 2-D kernel either.
+// (A plan's passes, `with_kernel` false, only count: no kernel is compiled for them.)
 inline const Pass& plane_pass(const ConvGeometry& g, std::int64_t batch,
-                              const InnerPadding& padding) {
+                              const InnerPadding& padding, bool with_kernel = true) {
   struct PlanePasses;  // tells these passes apart from the other kinds of Pass
   auto& cache = cache_of<Pass, PlanePasses>();
-  std::vector<std::int64_t> key{batch, g.c_in, g.c_out};
+  std::vector<std::int64_t> key{batch, g.c_in, g.c_out, with_kernel};
   for (int d = 1; d < 3; ++d)
     for (auto v : {g.in[d], g.out[d], g.kernel[d], g.taps[d].stride, g.taps[d].dilation,
                    padding[d - 1][0], padding[d - 1][1]})
@@ -62,7 +64,8 @@ inline const Pass& plane_pass(const ConvGeometry& g, std::int64_t batch,
       attr, c.engine, hint);
   slot = std::make_unique<Pass>();
   if (optimised(pd))
-    *slot = Pass{{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc()},
+    *slot = Pass{{with_kernel ? dnnl::convolution_backward_weights(pd) : dnnl::primitive(),
+                  pd.scratchpad_desc()},
                  {src, pd.src_desc()},
                  {dst, pd.diff_dst_desc()},
                  {weights_plain, pd.diff_weights_desc()},
@@ -72,24 +75,48 @@ inline const Pass& plane_pass(const ConvGeometry& g, std::int64_t batch,
 
 // grad_weight += the weight gradient of `g` (non-transposed, stride 1 along the first dim), tap by
 // tap of the first kernel dim. False, with nothing done, where some tap has no direct 2-D kernel.
-inline bool weight_gradient_by_planes(const ConvGeometry& g, const InnerPadding& padding,
-                                      const float* input, const float* grad_output,
-                                      double* grad_weight) {
+// Per tap of the first kernel dim, the output rows [first, last) whose input row lies inside the
+// box; none where the weight gradient does not run by planes (transposed, strided, batched).
+struct TapRows {
+  std::int64_t first, last;
+};
+inline std::vector<TapRows> tap_rows(const ConvGeometry& g) {
   const Taps& t = g.taps[0];
-  if (t.transposed || t.stride != 1 || g.batch != 1) return false;
-  const std::int64_t plane = g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
-  // Per tap, the output rows [first, last) whose input row lies inside the box.
-  struct TapRows {
-    std::int64_t first, last;
-  };
+  if (t.transposed || t.stride != 1 || g.batch != 1) return {};
   std::vector<TapRows> rows;
   for (std::int64_t k = 0; k < g.kernel[0]; ++k) {
     const std::int64_t shift = t.origin + k * t.dilation;  // input row of output row 0
     rows.push_back(
         {std::max<std::int64_t>(0, -shift), std::min<std::int64_t>(g.out[0], g.in[0] - shift)});
-    const TapRows& r = rows.back();
-    if (r.first < r.last && !plane_pass(g, r.last - r.first, padding).optimised) return false;
   }
+  return rows;
+}
+
+// What weight_gradient_by_planes takes of the pool at once, as a plan holds it: its largest tap
+// call's blocks; none where it would not run.
+inline std::vector<std::size_t> planes_blocks(const ConvGeometry& g, const InnerPadding& padding) {
+  std::vector<std::size_t> largest;
+  std::size_t most = 0;
+  for (const TapRows& r : tap_rows(g)) {
+    if (r.first >= r.last) continue;
+    const Pass& pass = plane_pass(g, r.last - r.first, padding, /*with_kernel=*/false);
+    if (!pass.optimised) return {};
+    std::vector<std::size_t> blocks = call_blocks(pass);
+    const std::size_t total = std::accumulate(blocks.begin(), blocks.end(), std::size_t{0});
+    if (total >= most) most = total, largest = std::move(blocks);
+  }
+  return largest;
+}
+
+inline bool weight_gradient_by_planes(const ConvGeometry& g, const InnerPadding& padding,
+                                      const float* input, const float* grad_output,
+                                      double* grad_weight) {
+  const Taps& t = g.taps[0];
+  const std::vector<TapRows> rows = tap_rows(g);
+  if (rows.empty()) return false;
+  for (const TapRows& r : rows)
+    if (r.first < r.last && !plane_pass(g, r.last - r.first, padding).optimised) return false;
+  const std::int64_t plane = g.kernel[1] * g.kernel[2] * g.c_in * g.c_out;
   std::vector<float> tap(static_cast<std::size_t>(plane));
   for (std::int64_t k = 0; k < g.kernel[0]; ++k) {
     const TapRows& r = rows[k];
