@@ -2,7 +2,9 @@
 // The machine's floating-point peak as a plain loop of independent fused multiply-adds reaches it:
 // the yardstick for "fraction of peak" in the convolution table.
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <chrono>
 #include <thread>
@@ -11,41 +13,44 @@
 namespace bench {
 
 namespace detail {
-// Single-precision FMAs of one thread: 12 independent accumulators hide the FMA latency.
-inline double fma_loop(long iterations) {
-#if defined(__AVX512F__)
-  using vec = __m512;
-  constexpr int lanes = 16;
-  auto fma = [](vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); };
-  auto set = [](float v) { return _mm512_set1_ps(v); };
-  auto add = [](vec a, vec b) { return _mm512_add_ps(a, b); };
-  auto first = [](vec a) { return _mm512_cvtss_f32(a); };
-#elif defined(__AVX2__) && defined(__FMA__)
-  using vec = __m256;
-  constexpr int lanes = 8;
-  auto fma = [](vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); };
-  auto set = [](float v) { return _mm256_set1_ps(v); };
-  auto add = [](vec a, vec b) { return _mm256_add_ps(a, b); };
-  auto first = [](vec a) { return _mm256_cvtss_f32(a); };
-#else
-  using vec = float;
-  constexpr int lanes = 1;
-  auto fma = [](vec a, vec b, vec c) { return a * b + c; };
-  auto set = [](float v) { return v; };
-  auto add = [](vec a, vec b) { return a + b; };
-  auto first = [](vec a) { return a; };
+// Single-precision FMAs of one thread in the CPU's widest vectors, whatever flags built the
+// program: 12 independent accumulators hide the FMA latency.
+#define BENCH_FMA_LOOP(vec, lanes, set, fma, add, first)               \
+  constexpr int accumulators = 12;                                     \
+  vec acc[accumulators];                                               \
+  for (int i = 0; i < accumulators; ++i) acc[i] = set(0.001f * i);     \
+  const vec a = set(0.999999f), b = set(1e-7f);                        \
+  for (long it = 0; it < iterations; ++it)                             \
+    for (int i = 0; i < accumulators; ++i) acc[i] = fma(acc[i], a, b); \
+  vec sum = acc[0];                                                    \
+  for (int i = 1; i < accumulators; ++i) sum = add(sum, acc[i]);       \
+  volatile float sink = first(sum);                                    \
+  (void)sink;                                                          \
+  return 2.0 * (lanes)*accumulators * static_cast<double>(iterations);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) inline double fma_loop_avx512(long iterations) {
+  BENCH_FMA_LOOP(__m512, 16, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_cvtss_f32)
+}
+__attribute__((target("avx2,fma"))) inline double fma_loop_avx2(long iterations) {
+  BENCH_FMA_LOOP(__m256, 8, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_cvtss_f32)
+}
 #endif
-  constexpr int accumulators = 12;
-  vec acc[accumulators];
-  for (int i = 0; i < accumulators; ++i) acc[i] = set(0.001f * i);
-  const vec a = set(0.999999f), b = set(1e-7f);
-  for (long it = 0; it < iterations; ++it)
-    for (int i = 0; i < accumulators; ++i) acc[i] = fma(acc[i], a, b);
-  vec sum = acc[0];
-  for (int i = 1; i < accumulators; ++i) sum = add(sum, acc[i]);
-  volatile float sink = first(sum);
-  (void)sink;
-  return 2.0 * lanes * accumulators * static_cast<double>(iterations);
+inline float scalar_set(float v) { return v; }
+inline float scalar_fma(float a, float b, float c) { return a * b + c; }
+inline float scalar_add(float a, float b) { return a + b; }
+inline double fma_loop_scalar(long iterations) {
+  BENCH_FMA_LOOP(float, 1, scalar_set, scalar_fma, scalar_add, scalar_set)
+}
+#undef BENCH_FMA_LOOP
+
+inline double fma_loop(long iterations) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) return fma_loop_avx512(iterations);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return fma_loop_avx2(iterations);
+#endif
+  return fma_loop_scalar(iterations);
 }
 }  // namespace detail
 
