@@ -184,7 +184,9 @@ TEST_CASE(
 
 TEST_CASE("the halo sent before the statistics gives exactly the three ops' results") {
   // The receivers normalise the raw rows with their owner's coefficients and kernel: the same
-  // values, in fp32 and in bfloat16.
+  // values, in fp32 and in bfloat16. Under the fixed rule: where oneDNN has bfloat16 kernels,
+  // timing races them against meshtensor's per call, and two runs could each pick another.
+  const Setting fixed("MESHTENSOR_KERNELS", "fixed");
   const Pair pair{Shape("kx:3, ky:3, kz:3, channels:3, features:4"),
                   Shape("kx:3, ky:3, kz:3, channels:4, out:2"), Window("x, y, z").padding("same")};
   CHECK(early_halo_against_three_ops<float>(pair) == 0.0);

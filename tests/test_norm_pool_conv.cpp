@@ -102,7 +102,10 @@ TEST_CASE("batch norm, 2x2x2 max-pooling and a 3x3x3 convolution match one proce
 
 TEST_CASE("the raw rows sent before the statistics give exactly the three ops' results") {
   // Each receiver normalises the raw rows with their owner's coefficients and takes the same
-  // maxima: the same values, in fp32 and in bfloat16.
+  // maxima: the same values, in fp32 and in bfloat16. Under the fixed rule: where oneDNN has
+  // bfloat16 kernels, timing races them against meshtensor's per call, and two runs could each
+  // pick another under load.
+  const Setting fixed("MESHTENSOR_KERNELS", "fixed");
   CHECK(fused_against_three_ops<float>(Case{}) == 0.0);
   CHECK(fused_against_three_ops<bfloat16>(Case{}) == 0.0);
   Case negative_scale;  // a negative scale turns the rows' maxima into their minima
