@@ -188,7 +188,7 @@ Primitives build_family(const ConvGeometry& g, bool channels_last_first, dnnl::a
   if (!optimised(backward_weights)) backward_weights = backward_weights_on(free_choice);
 
   // A pass no optimised kernel runs gets no primitive (building one would compile its kernel);
-  // nor does any pass of a plan's primitives (without_kernels), which only count.
+  // nor does any pass of a plan's primitives (with_kernels false), which only count.
   auto pass = [with_kernels](const auto& pd, auto make, Operand first, Operand second,
                              Operand result) {
     if (!optimised(pd)) return Pass{{}, first, second, result, false};
