@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -291,8 +290,12 @@ inline Primitives choose_formats(const ConvGeometry& g, memory::data_type type,
   return chosen;
 }
 
-// The fixed rule's formats: channels-last operands for 16 channels or fewer on both sides.
-inline bool by_channels_rule(const ConvGeometry& g) { return std::max(g.c_in, g.c_out) <= 16; }
+// Whether `formats` puts g's operands channels-last first: the fixed rule (by channels: 16
+// channels or fewer on both sides) where they are timed or by channels.
+inline bool channels_last_first(const ConvGeometry& g, KernelPolicy::Formats formats) {
+  if (formats == KernelPolicy::Formats::channels_last) return true;
+  return formats != KernelPolicy::Formats::blocked && std::max(g.c_in, g.c_out) <= 16;
+}
 
 inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
   auto& slot = cache()[key_of(g, type)];
@@ -310,11 +313,8 @@ inline Primitives& primitives(const ConvGeometry& g, memory::data_type type) {
     }
     case KernelPolicy::Formats::channels_last:
     case KernelPolicy::Formats::blocked:
-      slot = std::make_unique<Primitives>(
-          build(g, formats == KernelPolicy::Formats::channels_last, type));
-      break;
     case KernelPolicy::Formats::by_channels:
-      slot = std::make_unique<Primitives>(build(g, by_channels_rule(g), type));
+      slot = std::make_unique<Primitives>(build(g, channels_last_first(g, formats), type));
       break;
   }
   return *slot;
@@ -328,9 +328,8 @@ inline const Primitives& planned_primitives(const ConvGeometry& g, memory::data_
   auto& slot = cache_of<Primitives, PlannedTag>()[key_of(g, type)];
   if (slot) return *slot;
   const KernelPolicy::Formats formats = current_processor().settings().kernels.formats();
-  const bool channels_last = formats == KernelPolicy::Formats::channels_last ||
-                             (formats != KernelPolicy::Formats::blocked && by_channels_rule(g));
-  slot = std::make_unique<Primitives>(build(g, channels_last, type, /*with_kernels=*/false));
+  slot = std::make_unique<Primitives>(
+      build(g, channels_last_first(g, formats), type, /*with_kernels=*/false));
   return *slot;
 }
 
@@ -609,20 +608,16 @@ inline std::vector<std::size_t> planned_blocks(const ConvGeometry& g, Pass Primi
   const std::int64_t rows = rows_per_call(g, pass, type, &planned_primitives(g, type));
   if (rows >= whole) return blocks_of(g);
   std::vector<std::size_t> largest;
-  const auto total = [](const std::vector<std::size_t>& b) {
-    return std::accumulate(b.begin(), b.end(), std::size_t{0});
-  };
   for (std::int64_t a = 0; a < whole; a += rows) {
     const std::int64_t b = std::min(whole, a + rows);
-    std::vector<std::size_t> here;
     if (input_rows_slabs) {
       const InputSlab slab = input_rows(g, a, b);
-      if (slab.o0 < slab.o1) here = blocks_of(slab.geometry);
+      if (slab.o0 < slab.o1) keep_largest(largest, blocks_of(slab.geometry));
     } else {
       const RowSlab slab = output_rows(g, a, b);
-      if (slab.r0 < slab.r1 || pass == &Primitives::forward) here = blocks_of(slab.geometry);
+      if (slab.r0 < slab.r1 || pass == &Primitives::forward)
+        keep_largest(largest, blocks_of(slab.geometry));
     }
-    if (total(here) > total(largest)) largest = std::move(here);
   }
   return largest;
 }

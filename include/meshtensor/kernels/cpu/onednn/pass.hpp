@@ -6,6 +6,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <numeric>
+#include <utility>
 #include <vector>
 
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
@@ -77,6 +79,15 @@ inline std::vector<std::size_t> call_blocks(const Pass& pass) {
     if (o->reordered()) take(o->chosen.get_size());
   take(pass.step.scratchpad.get_size());
   return blocks;
+}
+
+// Keeps in `largest` whichever of it and `blocks` holds more bytes in all (a plan holds the
+// largest of a call's slabs or taps).
+inline void keep_largest(std::vector<std::size_t>& largest, std::vector<std::size_t> blocks) {
+  const auto total = [](const std::vector<std::size_t>& b) {
+    return std::accumulate(b.begin(), b.end(), std::size_t{0});
+  };
+  if (total(blocks) > total(largest)) largest = std::move(blocks);
 }
 
 constexpr std::array<int, 3> forward_args{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "meshtensor/kernels/cpu/onednn/context.hpp"
@@ -96,14 +95,11 @@ inline std::vector<TapRows> tap_rows(const ConvGeometry& g) {
 // call's blocks; none where it would not run.
 inline std::vector<std::size_t> planes_blocks(const ConvGeometry& g, const InnerPadding& padding) {
   std::vector<std::size_t> largest;
-  std::size_t most = 0;
   for (const TapRows& r : tap_rows(g)) {
     if (r.first >= r.last) continue;
     const Pass& pass = plane_pass(g, r.last - r.first, padding, /*with_kernel=*/false);
     if (!pass.optimised) return {};
-    std::vector<std::size_t> blocks = call_blocks(pass);
-    const std::size_t total = std::accumulate(blocks.begin(), blocks.end(), std::size_t{0});
-    if (total >= most) most = total, largest = std::move(blocks);
+    keep_largest(largest, call_blocks(pass));
   }
   return largest;
 }
