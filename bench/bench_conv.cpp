@@ -10,7 +10,10 @@
 // double, as in training); --precision both runs fp32's set and these.
 //
 //   bench_conv [--channels 8,16,32,64] [--sizes 32,64,128] [--threads 2] [--seconds 2]
-//              [--precision fp32|bf16|both]
+//              [--precision fp32|bf16|both] [--only onednn,kernels,op]
+//
+// --only runs some of the three sets (raw oneDNN, meshtensor's kernels, meshtensor's op): to
+// profile one of them alone.
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -41,6 +44,7 @@ struct Options {
   int threads = 0;       // 0: all cores
   double seconds = 2.0;  // measuring time per case (at least 2 repetitions)
   bool fp32 = true, bf16 = false;
+  bool onednn = true, kernels = true, op = true;  // which sets run (--only)
 };
 
 std::vector<long> parse_list(const std::string& flag, const std::string& text) {
@@ -73,6 +77,23 @@ std::vector<Channels> parse_channels(const std::string& text) {
   return pairs;
 }
 
+void parse_only(const std::string& text, Options& options) {
+  options.onednn = options.kernels = options.op = false;
+  std::stringstream in(text);
+  std::string set;
+  while (std::getline(in, set, ',')) {
+    if (set == "onednn")
+      options.onednn = true;
+    else if (set == "kernels")
+      options.kernels = true;
+    else if (set == "op")
+      options.op = true;
+    else
+      throw mt::Error("--only: " + mt::detail::quote(set) +
+                      " is not a set; give some of onednn, kernels and op, e.g. --only kernels");
+  }
+}
+
 Options parse(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
@@ -92,10 +113,12 @@ Options parse(int argc, char** argv) {
       options.bf16 = value != "fp32";
     } else if (flag == "--precision")
       throw mt::Error("--precision: " + mt::detail::quote(value) + " is not fp32, bf16 or both");
+    else if (flag == "--only")
+      parse_only(value, options);
     else
       throw mt::Error(
           "unknown flag " + flag +
-          "; valid flags are --channels, --sizes, --threads, --seconds and --precision");
+          "; valid flags are --channels, --sizes, --threads, --seconds, --precision and --only");
   }
   return options;
 }
@@ -299,8 +322,9 @@ int main(int argc, char** argv) {
   omp_set_num_threads(threads);
   fma_peak = bench::fma_peak_gflops(threads);
   std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"gflops\":%.1f}\n", threads, fma_peak);
+  const bool raw = options.fp32 && options.onednn;
   for (bool ndhwc : {false, true})
-    for (long s : options.fp32 ? options.sizes : std::vector<long>{})
+    for (long s : raw ? options.sizes : std::vector<long>{})
       for (Channels c : options.channels)
         print(ndhwc ? "onednn_raw_ndhwc" : "onednn_raw", c, s, threads,
               raw_onednn(c, s, options.seconds, ndhwc));
@@ -309,7 +333,7 @@ int main(int argc, char** argv) {
   return mt::run(
       argc, argv, mt::MeshShape("p:1"),
       [&](mt::Mesh& mesh) {
-        for (long s : options.sizes)
+        for (long s : options.kernels ? options.sizes : std::vector<long>{})
           for (Channels c : options.channels) {
             // Named after the timing: a raced pair's winner is known then.
             if (options.fp32) {
@@ -322,7 +346,7 @@ int main(int argc, char** argv) {
                     kernel_names<mt::bfloat16>(c, s));
             }
           }
-        if (!options.fp32) return;
+        if (!options.fp32 || !options.op) return;
         for (long s : options.sizes)
           for (Channels c : options.channels)
             print("meshtensor", c, s, threads, meshtensor_conv(mesh, c, s, options.seconds));
