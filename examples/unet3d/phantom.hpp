@@ -71,40 +71,72 @@ struct Voxel {
   float hu;
 };
 
-inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
-                   const std::array<std::int64_t, 3>& at, double noise) {
-  std::array<double, 3> p;
-  for (int d = 0; d < 3; ++d) p[d] = (at[d] + 0.5) / double(size[d]);
-  auto ellipsoid = [&](const std::array<double, 3>& c, const std::array<double, 3>& r) {
-    double s = 0;
-    for (int d = 0; d < 3; ++d) s += std::pow((p[d] - c[d]) / r[d], 2);
-    return s;
-  };
-  const double body = ellipsoid({0.5, 0.5, 0.5}, {0.44, 0.36, 0.48});
+/// What a voxel's coordinate along one dim adds to its tests: the squared terms of its distance
+/// from the body's, the organ's and each tumour's centre, from the spine's axis (x and y only),
+/// and the bias field's factor. A voxel adds its x's and y's terms first, so a row of voxels
+/// along z shares those (row_terms).
+struct DimTerms {
+  double body = 0, organ = 0, spine = 0, bias = 1;
+  std::array<double, 3> tumour{};  // Anatomy has at most 3
+};
+
+inline DimTerms dim_terms(const Anatomy& a, int d, std::int64_t i, std::int64_t size) {
+  static constexpr double body_radii[3] = {0.44, 0.36, 0.48};
+  static constexpr double spine_axis[2] = {0.5, 0.76};
+  static constexpr double bias_frequency[3] = {6.283, 4.7, 3.1};
+  const auto k = std::size_t(d);
+  const double p = (i + 0.5) / double(size);  // the voxel's centre, a fraction of the extent
+  DimTerms t;
+  t.body = std::pow((p - 0.5) / body_radii[k], 2);
+  t.organ = std::pow((p - a.organ_centre[k]) / a.organ_radii[k], 2);
+  if (d < 2) t.spine = std::pow((p - spine_axis[k]) / 0.06, 2);
+  for (std::size_t j = 0; j < a.tumours.size(); ++j)
+    t.tumour[j] = std::pow((p - a.tumours[j].centre[k]) * double(size), 2);
+  // A smooth inhomogeneity of about ±8 HU inside the body: 8 sin(x) cos(y) cos(z).
+  const double phase = bias_frequency[k] * p + a.bias_phase[k];
+  t.bias = d == 0 ? std::sin(phase) : std::cos(phase);
+  return t;
+}
+
+/// The terms of a row of voxels along z: its x's and y's added.
+inline DimTerms row_terms(const DimTerms& x, const DimTerms& y) {
+  DimTerms r;
+  r.body = x.body + y.body;
+  r.organ = x.organ + y.organ;
+  r.spine = x.spine + y.spine;
+  r.bias = 8 * x.bias * y.bias;
+  for (std::size_t j = 0; j < r.tumour.size(); ++j) r.tumour[j] = x.tumour[j] + y.tumour[j];
+  return r;
+}
+
+/// The voxel of row `row` (row_terms) at z's terms `z`.
+inline Voxel voxel(const Anatomy& a, const DimTerms& row, const DimTerms& z, double noise) {
+  const double body = row.body + z.body;
   double hu = -1000;  // air
   int label = background;
   if (body < 1) {
     hu = body > 0.8 ? -100 : 40;  // a fat layer under the skin, then soft tissue
-    // The spine: a dense cylinder along z at the back.
-    const double spine = std::pow((p[0] - 0.5) / 0.06, 2) + std::pow((p[1] - 0.76) / 0.06, 2);
-    if (spine < 1) hu = 400;
-    if (ellipsoid(a.organ_centre, a.organ_radii) < 1) {
+    if (row.spine < 1) hu = 400;  // the spine: a dense cylinder along z at the back
+    if (row.organ + z.organ < 1) {
       hu = 60;
       label = organ;
-      for (const auto& t : a.tumours) {
-        double r2 = 0;
-        for (int d = 0; d < 3; ++d) r2 += std::pow((p[d] - t.centre[d]) * size[d], 2);
-        if (r2 < t.radius_voxels * t.radius_voxels) {
+      for (std::size_t j = 0; j < a.tumours.size(); ++j) {
+        const auto& t = a.tumours[j];
+        if (row.tumour[j] + z.tumour[j] < t.radius_voxels * t.radius_voxels) {
           hu = 60 - t.contrast_hu;
           label = tumour;
         }
       }
     }
-    // A smooth inhomogeneity of about ±8 HU inside the body.
-    hu += 8 * std::sin(6.283 * p[0] + a.bias_phase[0]) * std::cos(4.7 * p[1] + a.bias_phase[1]) *
-          std::cos(3.1 * p[2] + a.bias_phase[2]);
+    hu += row.bias * z.bias;
   }
   return {label, float(hu + a.noise_hu * noise)};
+}
+
+inline Voxel voxel(const Anatomy& a, const std::array<std::int64_t, 3>& size,
+                   const std::array<std::int64_t, 3>& at, double noise) {
+  return voxel(a, row_terms(dim_terms(a, 0, at[0], size[0]), dim_terms(a, 1, at[1], size[1])),
+               dim_terms(a, 2, at[2], size[2]), noise);
 }
 
 /// Window and scale Hounsfield units for the network: the soft-tissue window [-160, 240] to [-1,
@@ -132,23 +164,39 @@ class PhantomVolumes {
 
   /// The voxel at `at` of volume `b`; its noise is a function of the volume and the voxel only.
   Voxel at(std::int64_t b, const std::array<std::int64_t, 3>& at) const {
-    const std::uint64_t linear = (std::uint64_t(at[0]) * size_[1] + at[1]) * size_[2] + at[2];
-    return voxel(anatomy_[std::size_t(b)], size_, at, noise_[std::size_t(b)].normal(linear));
+    return voxel(anatomy_[std::size_t(b)], size_, at, noise(b, at));
   }
 
-  /// The voxels of a block's batch, x, y and z ranges (its first four dims), row-major.
+  /// The voxels of a block's batch, x, y and z ranges (its first four dims), row-major: at()'s,
+  /// each dim's terms computed once for the block and each row's once for its voxels.
   std::vector<Voxel> block(const mt::Block& block) const {
     const auto& r = block.ranges;
     std::vector<Voxel> voxels;
     voxels.reserve(std::size_t(r[0].size() * r[1].size() * r[2].size() * r[3].size()));
-    for (std::int64_t b = r[0].begin; b < r[0].end; ++b)
+    for (std::int64_t b = r[0].begin; b < r[0].end; ++b) {
+      const Anatomy& a = anatomy_[std::size_t(b)];
+      std::array<std::vector<DimTerms>, 3> terms;  // along x, y, z: the block's coordinates'
+      for (int d = 0; d < 3; ++d)
+        for (std::int64_t i = r[std::size_t(d) + 1].begin; i < r[std::size_t(d) + 1].end; ++i)
+          terms[std::size_t(d)].push_back(dim_terms(a, d, i, size_[std::size_t(d)]));
       for (std::int64_t x = r[1].begin; x < r[1].end; ++x)
-        for (std::int64_t y = r[2].begin; y < r[2].end; ++y)
-          for (std::int64_t z = r[3].begin; z < r[3].end; ++z) voxels.push_back(at(b, {x, y, z}));
+        for (std::int64_t y = r[2].begin; y < r[2].end; ++y) {
+          const DimTerms row = row_terms(terms[0][std::size_t(x - r[1].begin)],
+                                         terms[1][std::size_t(y - r[2].begin)]);
+          for (std::int64_t z = r[3].begin; z < r[3].end; ++z)
+            voxels.push_back(
+                voxel(a, row, terms[2][std::size_t(z - r[3].begin)], noise(b, {x, y, z})));
+        }
+    }
     return voxels;
   }
 
  private:
+  double noise(std::int64_t b, const std::array<std::int64_t, 3>& at) const {
+    const std::uint64_t linear = (std::uint64_t(at[0]) * size_[1] + at[1]) * size_[2] + at[2];
+    return noise_[std::size_t(b)].normal(linear);
+  }
+
   std::array<std::int64_t, 3> size_;
   std::vector<Anatomy> anatomy_;
   std::vector<mt::RandomStream> noise_;
