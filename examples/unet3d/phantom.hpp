@@ -34,7 +34,8 @@ struct Anatomy {
     double radius_voxels;  // a sphere in voxels, whatever the extents
     double contrast_hu;    // how much darker than the organ
   };
-  std::vector<Tumour> tumours;
+  static constexpr int most_tumours = 3;
+  std::vector<Tumour> tumours;  // 1 to most_tumours
   double noise_hu;
   std::array<double, 3> bias_phase;
 
@@ -47,7 +48,7 @@ struct Anatomy {
     noise_hu = u(10, 15);
     bias_phase = {u(0, 6.3), u(0, 6.3), u(0, 6.3)};
     const double scale = double(*std::min_element(size.begin(), size.end())) / 64.0;
-    const int count = 1 + int(u(0, 3));  // 1 to 3 tumours
+    const int count = 1 + int(u(0, most_tumours));
     for (int t = 0; t < count; ++t) {
       Tumour tumour;
       tumour.radius_voxels = u(2, 8) * scale;
@@ -77,7 +78,7 @@ struct Voxel {
 /// along z shares those (row_terms).
 struct DimTerms {
   double body = 0, organ = 0, spine = 0, bias = 1;
-  std::array<double, 3> tumour{};  // Anatomy has at most 3
+  std::array<double, Anatomy::most_tumours> tumour{};
 };
 
 inline DimTerms dim_terms(const Anatomy& a, int d, std::int64_t i, std::int64_t size) {
